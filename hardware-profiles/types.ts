@@ -1,0 +1,155 @@
+/**
+ * Resolved (validated, defaulted, derived) profile types: what the simulator consumes.
+ * The zod schemas of the JSON files live in `schema.ts`; `load.ts` turns files into these.
+ * Units are in field names. All byte counts are exact integers.
+ */
+
+/** Bytes per parameter of a module family. */
+export interface ModelDtypes {
+  readonly expertBytesPerParam: number;
+  readonly attentionBytesPerParam: number;
+  readonly embeddingBytesPerParam: number;
+  /** Bytes per KV element (K or V value, or latent value for MLA). */
+  readonly kvBytesPerElement: number;
+}
+
+export interface ModelProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly arch: 'decoder-only' | 'encoder-decoder';
+  /** All transformer layers (encoder + decoder for encoder-decoder models). */
+  readonly layers: number;
+  /** Layers with a routed-expert FFN; the others have a dense FFN. */
+  readonly moeLayers: number;
+  /** Index (0-based, among `layers`) of each MoE layer, ascending; length = moeLayers. */
+  readonly moeLayerIndices: readonly number[];
+  readonly hiddenSize: number;
+  readonly expertIntermediateSize: number;
+  /** Routed experts per MoE layer. */
+  readonly experts: number;
+  readonly topK: number;
+  /** Shared (always-active) experts per MoE layer and their total intermediate size. */
+  readonly sharedExperts: number;
+  readonly sharedIntermediateSize: number;
+  /** Dense FFN intermediate size of non-MoE layers (0 if none). */
+  readonly denseIntermediateSize: number;
+  /** Expert FFN matrices: 3 for SwiGLU (gate, up, down), 2 for a plain MLP. */
+  readonly ffnMatrices: 2 | 3;
+  readonly attention: {
+    readonly type: 'MHA' | 'GQA' | 'MLA';
+    readonly heads: number;
+    readonly kvHeads: number;
+    readonly headDim: number;
+    /** MLA only: latent KV rank and decoupled RoPE dim (KV cache holds kvLoraRank + ropeDim per token per layer). */
+    readonly kvLoraRank?: number;
+    readonly qLoraRank?: number;
+    readonly ropeHeadDim?: number;
+    readonly vHeadDim?: number;
+  };
+  readonly vocabSize: number;
+  readonly tiedEmbeddings: boolean;
+  readonly dtypes: ModelDtypes;
+  readonly sources: readonly string[];
+  readonly derived: ModelDerived;
+}
+
+/** Quantities computed from the profile (see `derive.ts`). Per layer unless stated. */
+export interface ModelDerived {
+  readonly paramsPerExpert: number;
+  readonly bytesPerExpert: number;
+  /** Shared experts of one MoE layer, together. */
+  readonly sharedExpertBytesPerLayer: number;
+  /** Attention projections + norms + router of one layer (MoE layer) — the "dense module" streamed per layer. */
+  readonly attentionBytesPerLayer: number;
+  readonly routerBytesPerLayer: number;
+  /** Dense FFN of a non-MoE layer. */
+  readonly denseFfnBytesPerLayer: number;
+  readonly embeddingBytes: number;
+  readonly lmHeadBytes: number;
+  /** Everything except routed experts. */
+  readonly nonExpertBytes: number;
+  readonly allExpertBytes: number;
+  readonly totalBytes: number;
+  /** KV cache bytes per token per layer (K+V, or latent for MLA) and over all layers. */
+  readonly kvBytesPerTokenPerLayer: number;
+  readonly kvBytesPerToken: number;
+  /** FLOPs per token (2 per multiply-add). */
+  readonly expertFlopsPerToken: number;
+  readonly sharedExpertFlopsPerToken: number;
+  readonly denseFfnFlopsPerToken: number;
+  readonly attentionProjFlopsPerToken: number;
+  /** Score + value FLOPs per token per context token attended, per layer. */
+  readonly attentionScoreFlopsPerContextToken: number;
+  readonly routerFlopsPerToken: number;
+  readonly lmHeadFlopsPerToken: number;
+}
+
+export interface GpuProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly vramBytes: number;
+  readonly hbmBytesPerSec: number;
+  /** Dense BF16 tensor FLOP/s (no sparsity). */
+  readonly bf16FlopsPerSec: number;
+  readonly kernelLaunchNs: number;
+  /** GEMM efficiency: eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens). */
+  readonly gemmEfficiency: { readonly maxFraction: number; readonly halfSaturationTokens: number };
+  /** Fraction of peak HBM bandwidth that kernels reach. */
+  readonly hbmEfficiency: number;
+  /** Measured tables override the roofline: op → points (tokens, ns), sorted by tokens. */
+  readonly measured?: Readonly<Record<string, readonly (readonly [number, number])[]>>;
+  readonly priceUsd?: number;
+  readonly tdpWatts?: number;
+  readonly sources: readonly string[];
+}
+
+export interface CpuProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly cores: number;
+  /** Vector FLOP/s per core (FP32/BF16 AVX, as used for attention). */
+  readonly vectorFlopsPerSecPerCore: number;
+  /** Fraction of peak vector FLOP/s attention kernels reach. */
+  readonly vectorEfficiency: number;
+  readonly memoryChannels: number;
+  /** Sustained host-DRAM bandwidth (all channels). */
+  readonly dramBytesPerSec: number;
+  /** Bandwidth a single core can draw. */
+  readonly perCoreDramBytesPerSec: number;
+  readonly priceUsd?: number;
+  readonly tdpWatts?: number;
+  readonly sources: readonly string[];
+}
+
+export interface PcieProfile {
+  readonly id: string;
+  readonly generation: number;
+  readonly lanes: number;
+  /** Effective (measured, pinned) bandwidths. */
+  readonly h2dBytesPerSec: number;
+  readonly d2hBytesPerSec: number;
+  /** Fixed cost per transfer (DMA setup + launch). */
+  readonly latencyNs: number;
+  /** Effective bandwidth factor when host memory is pageable instead of pinned. */
+  readonly pageableFactor: number;
+  readonly sources: readonly string[];
+}
+
+export interface HardwareProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly gpu: GpuProfile;
+  readonly cpu: CpuProfile;
+  readonly pcie: PcieProfile;
+  readonly hostDramBytes: number;
+  readonly pinnedHostMemory: boolean;
+  /** Costs for MoE-CAP's cost model. */
+  readonly cost: {
+    readonly boardUsd: number;
+    readonly dramUsdPerGb: number;
+    readonly ssdUsd: number;
+    readonly lifetimeYears: number;
+    readonly electricityUsdPerKwh: number;
+  };
+  readonly sources: readonly string[];
+}

@@ -1,0 +1,115 @@
+/**
+ * Named, seeded random streams derived from one master seed.
+ *
+ * Every consumer asks for its own stream by name (`arrivals`, `lengths`, `routing`,
+ * `prediction`, `policy:<name>` ...). A stream's sequence depends only on the master seed and
+ * its name, so adding a consumer (say, a new policy) never perturbs the others. The generator
+ * is seedrandom's Alea: fast, 32-bit resolution, portable and deterministic.
+ */
+import seedrandom from 'seedrandom';
+
+export class Rng {
+  private readonly prng: seedrandom.PRNG;
+  private spareNormal: number | null = null;
+
+  constructor(seed: string) {
+    this.prng = seedrandom.alea(seed);
+  }
+
+  /** Uniform in [0, 1). */
+  next(): number {
+    return this.prng();
+  }
+
+  /** Uniform integer in [0, n). */
+  int(n: number): number {
+    return Math.floor(this.prng() * n);
+  }
+
+  /** Exponential with the given mean. */
+  exponential(mean: number): number {
+    return -mean * Math.log(1 - this.prng());
+  }
+
+  /** Standard normal (Marsaglia polar method). */
+  normal(): number {
+    if (this.spareNormal !== null) {
+      const s = this.spareNormal;
+      this.spareNormal = null;
+      return s;
+    }
+    for (;;) {
+      const u = 2 * this.prng() - 1;
+      const v = 2 * this.prng() - 1;
+      const s = u * u + v * v;
+      if (s > 0 && s < 1) {
+        const m = Math.sqrt((-2 * Math.log(s)) / s);
+        this.spareNormal = v * m;
+        return u * m;
+      }
+    }
+  }
+
+  /** Gamma(shape, scale) by Marsaglia–Tsang; shape < 1 via the boost u^(1/shape). */
+  gamma(shape: number, scale: number): number {
+    if (!(shape > 0) || !(scale > 0)) throw new RangeError(`gamma needs shape, scale > 0, got ${shape}, ${scale}`);
+    if (shape < 1) {
+      const u = this.prng();
+      return this.gamma(shape + 1, scale) * Math.pow(u === 0 ? Number.MIN_VALUE : u, 1 / shape);
+    }
+    const d = shape - 1 / 3;
+    const c = 1 / Math.sqrt(9 * d);
+    for (;;) {
+      let x: number;
+      let v: number;
+      do {
+        x = this.normal();
+        v = 1 + c * x;
+      } while (v <= 0);
+      v = v * v * v;
+      const u = this.prng();
+      if (u < 1 - 0.0331 * x * x * x * x) return d * v * scale;
+      if (Math.log(u) < 0.5 * x * x + d * (1 - v + Math.log(v))) return d * v * scale;
+    }
+  }
+
+  /** Index drawn from unnormalised non-negative weights (linear scan). */
+  weighted(weights: ArrayLike<number>, total?: number): number {
+    let sum = total ?? 0;
+    if (total === undefined) for (let i = 0; i < weights.length; i++) sum += weights[i]!;
+    let r = this.prng() * sum;
+    for (let i = 0; i < weights.length; i++) {
+      r -= weights[i]!;
+      if (r < 0) return i;
+    }
+    return weights.length - 1;
+  }
+
+  /** Fisher–Yates shuffle in place. */
+  shuffle<T>(a: T[]): T[] {
+    for (let i = a.length - 1; i > 0; i--) {
+      const j = this.int(i + 1);
+      const t = a[i]!;
+      a[i] = a[j]!;
+      a[j] = t;
+    }
+    return a;
+  }
+}
+
+/** The set of named streams of one simulation run. */
+export class RngStreams {
+  private readonly streams = new Map<string, Rng>();
+
+  constructor(readonly masterSeed: number) {}
+
+  /** The stream called `name`; created on first use, the same object afterwards. */
+  stream(name: string): Rng {
+    let s = this.streams.get(name);
+    if (!s) {
+      s = new Rng(`moesim:${this.masterSeed}:${name}`);
+      this.streams.set(name, s);
+    }
+    return s;
+  }
+}
