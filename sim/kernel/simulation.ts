@@ -37,25 +37,33 @@ export const EventPriority = {
   decision: 80,
 } as const;
 
-export interface ScheduledEvent<E> {
+/** What `schedule` returns: enough to cancel the event, nothing about its type. */
+export interface EventHandle {
   readonly time: Ns;
+  cancelled: boolean;
+}
+
+export interface ScheduledEvent<E> extends EventHandle {
   readonly priority: number;
   readonly seq: number;
   readonly event: E;
-  cancelled: boolean;
 }
 
 /** What resources and executors need from the kernel. */
 export interface Scheduler<E> {
   readonly now: Ns;
   /** Schedules `event` at absolute time `at` (≥ now). Returns a handle for `cancel`. */
-  schedule(at: Ns, event: E, priority?: number): ScheduledEvent<E>;
+  schedule(at: Ns, event: E, priority?: number): EventHandle;
   /** Marks a scheduled event cancelled; it will be skipped. Idempotent. */
-  cancel(handle: ScheduledEvent<E>): void;
+  cancel(handle: EventHandle): void;
 }
 
 export interface RunOptions {
-  /** Stop before processing any event later than this time; `now` becomes `until`. */
+  /**
+   * Stop before processing any event later than this time; `now` becomes `until` (also when
+   * the queue runs dry first, so that work scheduled afterwards starts at `until`). Throws a
+   * SimError if `until` is before `now`: the clock never goes backwards.
+   */
   until?: Ns;
   /** Stop after this many events (a safety net against runaway runs). */
   maxEvents?: number;
@@ -114,7 +122,7 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     return entry;
   }
 
-  cancel(handle: ScheduledEvent<E>): void {
+  cancel(handle: EventHandle): void {
     handle.cancelled = true;
   }
 
@@ -131,12 +139,19 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
 
   run(options: RunOptions = {}): RunResult {
     const until = options.until;
+    if (until !== undefined && (!(until >= this._now) || !Number.isSafeInteger(until))) {
+      throw new SimError(`cannot run until ${until}ns (now ${this._now}ns)`, this._now, 'kernel');
+    }
     const maxEvents = options.maxEvents ?? Number.POSITIVE_INFINITY;
     let events = 0;
     for (;;) {
       if (events >= maxEvents) return { events, stoppedBy: 'maxEvents' };
       const head = this.queue.peek();
-      if (!head) return { events, stoppedBy: 'empty' };
+      if (!head) {
+        // Idle until `until`: the clock still advances, as if `until` were itself an event.
+        if (until !== undefined) this._now = until;
+        return { events, stoppedBy: 'empty' };
+      }
       if (head.cancelled) {
         this.queue.pop();
         continue;

@@ -35,6 +35,8 @@ export interface TransferRecord {
 export interface PacketRecord {
   readonly link: string;
   readonly transferId: number;
+  readonly label: string;
+  readonly category: string;
   readonly bytes: number;
   readonly startNs: Ns;
   readonly endNs: Ns;

@@ -10,7 +10,7 @@
  * integer ns once per (re)scheduling.
  */
 import { SimError } from '../kernel/errors.ts';
-import { EventPriority, type ScheduledEvent, type Scheduler } from '../kernel/simulation.ts';
+import { EventPriority, type EventHandle, type Scheduler } from '../kernel/simulation.ts';
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { ResourceEvent } from './events.ts';
 
@@ -19,7 +19,7 @@ interface Flow {
   remainingBytes: number;
   readonly capBytesPerSec: number;
   rateBytesPerSec: number;
-  handle: ScheduledEvent<ResourceEvent> | null;
+  handle: EventHandle | null;
   readonly onDone: () => void;
 }
 

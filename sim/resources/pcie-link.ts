@@ -173,7 +173,7 @@ export class PcieLink {
     const t = cur.transfer;
     this.bytesMoved += cur.bytes;
     t.sentBytes += cur.bytes;
-    this.sink?.onPacket?.({ link: this.name, transferId: t.id, bytes: cur.bytes, startNs: cur.startNs, endNs: this.sched.now });
+    this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes: cur.bytes, startNs: cur.startNs, endNs: this.sched.now });
     if (t.state === 'cancelled') {
       this.cancelledSentBytes += cur.bytes;
       this.recordTransfer(t, 'cancelled');

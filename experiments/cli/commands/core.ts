@@ -1,0 +1,89 @@
+/** `moesim experiment`, `moesim validate`, `moesim list`. */
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { CommandModule } from 'yargs';
+import { UserError } from '../../../sim/kernel/errors.ts';
+import { listHardware, listModels, loadHardware, loadModel } from '../../../hardware-profiles/load.ts';
+import { BUILTIN_POLICIES } from '../../../policies/registry.ts';
+import { expandRuns } from '../../config/expand.ts';
+import { loadConfigFile } from '../../config/load.ts';
+import { runExperiment } from '../../runner.ts';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** The built-in default experiment. */
+export const QUICKSTART = path.resolve(here, '../../quickstart.yaml');
+
+interface ExperimentArgs {
+  config?: string;
+  out?: string;
+  timeline: boolean;
+  progress: boolean;
+}
+
+export const experimentCommand: CommandModule<object, ExperimentArgs> = {
+  command: 'experiment [config]',
+  describe: 'run an experiment config (default: experiments/quickstart.yaml) and print its table',
+  builder: (y) =>
+    y
+      .positional('config', { type: 'string', describe: 'YAML or JSON experiment config' })
+      .option('out', { type: 'string', describe: 'output folder (default: results/<name>)' })
+      .option('timeline', { type: 'boolean', default: false, describe: 'also write a Perfetto/Chrome trace per run' })
+      .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' }) as never,
+  handler: async (args) => {
+    const file = args.config ?? QUICKSTART;
+    const loaded = loadConfigFile(file);
+    const outDir = args.out ?? path.join('results', loaded.config.name);
+    process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file}\n`);
+    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, log: (m) => process.stderr.write(`moesim: ${m}\n`) });
+    process.stdout.write(`${result.table}\n`);
+    process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
+  },
+};
+
+export const validateCommand: CommandModule<object, { config: string }> = {
+  command: 'validate <config>',
+  describe: 'check an experiment config (schema, profiles, policies, sweeps) without running it',
+  builder: (y) => y.positional('config', { type: 'string', demandOption: true }) as never,
+  handler: async (args) => {
+    const loaded = loadConfigFile(args.config);
+    const runs = await expandRuns(loaded.config, loaded.baseDir, loaded.file);
+    for (const r of runs) {
+      try {
+        loadModel(r.model);
+      } catch (e) {
+        if (e instanceof UserError) throw new UserError(e.message, loaded.file, 'model', r.model);
+        throw e;
+      }
+      try {
+        loadHardware(r.hardware);
+      } catch (e) {
+        if (e instanceof UserError) throw new UserError(e.message, loaded.file, 'hardware', r.hardware);
+        throw e;
+      }
+    }
+    process.stdout.write(`${args.config}: valid (${runs.length} run${runs.length === 1 ? '' : 's'})\n`);
+  },
+};
+
+export const listCommand: CommandModule<object, { what: string }> = {
+  command: 'list <what>',
+  describe: 'list models | hardware | policies',
+  builder: (y) => y.positional('what', { type: 'string', choices: ['models', 'hardware', 'policies'], demandOption: true }) as never,
+  handler: (args) => {
+    const lines: string[] = [];
+    if (args.what === 'models') {
+      for (const id of listModels()) {
+        const m = loadModel(id);
+        lines.push(`${id.padEnd(22)} ${m.name} — ${m.moeLayers} MoE layers × ${m.experts} experts, top-${m.topK}, ${(m.derived.bytesPerExpert / 2 ** 20).toFixed(1)} MiB/expert, ${(m.derived.totalBytes / 1e9).toFixed(1)} GB`);
+      }
+    } else if (args.what === 'hardware') {
+      for (const id of listHardware()) {
+        const h = loadHardware(id);
+        lines.push(`${id.padEnd(22)} ${h.name} — ${h.gpu.name} ${(h.gpu.vramBytes / 2 ** 30).toFixed(0)} GiB, PCIe gen${h.pcie.generation} ${(h.pcie.h2dBytesPerSec / 1e9).toFixed(1)} GB/s, ${h.cpu.cores} cores, ${(h.hostDramBytes / 2 ** 30).toFixed(0)} GiB DRAM`);
+      }
+    } else {
+      for (const [name, d] of Object.entries(BUILTIN_POLICIES)) lines.push(`${name.padEnd(22)} [${d.family}] ${d.summary}`);
+    }
+    process.stdout.write(`${lines.join('\n')}\n`);
+  },
+};

@@ -1,0 +1,197 @@
+/**
+ * Expands a validated experiment config into runs: sweep points (cartesian, in the order the
+ * keys are written, last key fastest) × policies (config order) × seeds. Each run's sections
+ * are re-validated after the sweep values are applied, and policies are resolved (built-in by
+ * name or plugin by path) with their parameters parsed. Everything that can be wrong with the
+ * input is reported here, before any output exists.
+ */
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { UserError } from '../../sim/kernel/errors.ts';
+import { WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
+import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
+import type { PolicyDefinition } from '../../policies/types.ts';
+import { zodToUserError } from './load.ts';
+import { ServingExecutorSchema, type ExperimentConfig, type PolicyEntry, type ServingExecutorConfig } from './schema.ts';
+
+export interface ResolvedPolicy {
+  /** The name the run reports: the entry's label, else the policy's name. */
+  readonly label: string;
+  readonly definition: PolicyDefinition<unknown>;
+  readonly params: unknown;
+}
+
+export interface RunSpec {
+  readonly index: number;
+  readonly policy: ResolvedPolicy;
+  readonly model: string;
+  readonly hardware: string;
+  readonly seed: number;
+  readonly workload: WorkloadConfig;
+  readonly executor: ServingExecutorConfig;
+  /** The swept values keyed by config path, plus `model` and `hardware`. */
+  readonly params: Readonly<Record<string, unknown>>;
+}
+
+type Json = Record<string, unknown>;
+
+const clone = <T>(v: T): T => structuredClone(v) as T;
+
+function setPath(obj: Json, dotted: string, value: unknown, file: string | undefined): void {
+  const parts = dotted.split('.');
+  let cur: Json = obj;
+  for (let i = 0; i < parts.length - 1; i++) {
+    const k = parts[i]!;
+    const next = cur[k];
+    if (next === undefined || next === null || typeof next !== 'object') {
+      if (i === 0) throw new UserError('sweep path does not exist in the config', file, `sweep.${dotted}`);
+      cur[k] = {};
+    }
+    cur = cur[k] as Json;
+  }
+  cur[parts[parts.length - 1]!] = clone(value);
+}
+
+function cartesian(sweep: Readonly<Record<string, readonly unknown[]>>): Record<string, unknown>[] {
+  let combos: Record<string, unknown>[] = [{}];
+  for (const [key, values] of Object.entries(sweep)) {
+    const next: Record<string, unknown>[] = [];
+    for (const c of combos) for (const v of values) next.push({ ...c, [key]: v });
+    combos = next;
+  }
+  return combos;
+}
+
+function isPluginDefinition(d: unknown): d is PolicyDefinition<unknown> {
+  if (!d || typeof d !== 'object') return false;
+  const o = d as Record<string, unknown>;
+  return typeof o.name === 'string' && typeof o.create === 'function' && o.params instanceof z.ZodType && (o.family === 'serving' || o.family === 'throughput');
+}
+
+async function loadPlugin(entryPath: string, baseDir: string, file: string | undefined, field: string): Promise<PolicyDefinition<unknown>> {
+  const abs = path.resolve(baseDir, entryPath);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ERR_MODULE_NOT_FOUND' ? 'policy module not found' : `policy module failed to load: ${(err as Error).message.split('\n')[0]}`;
+    throw new UserError(why, file, field, entryPath);
+  }
+  const def = mod.default ?? mod.policy;
+  if (!isPluginDefinition(def)) {
+    throw new UserError('policy module must default-export a PolicyDefinition { name, family, summary, params (zod), create }', file, field, entryPath);
+  }
+  return def;
+}
+
+interface PolicyTemplate {
+  readonly label: string;
+  readonly definition: PolicyDefinition<unknown>;
+  readonly rawParams: Json;
+  readonly index: number;
+}
+
+async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string, file: string | undefined): Promise<PolicyTemplate[]> {
+  const out: PolicyTemplate[] = [];
+  const labels = new Set<string>();
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i]!;
+    let definition: PolicyDefinition<unknown>;
+    let rawParams: Json;
+    if ('name' in e) {
+      const d = builtinPolicy(e.name);
+      if (!d) throw new UserError(`unknown policy (known: ${builtinPolicyNames().join(', ')})`, file, `policies[${i}].name`, e.name);
+      definition = d;
+      const { name: _n, label: _l, ...rest } = e;
+      rawParams = rest;
+    } else {
+      definition = await loadPlugin(e.path, baseDir, file, `policies[${i}].path`);
+      rawParams = { ...e.params };
+    }
+    if (definition.family !== 'serving') {
+      throw new UserError(`policy family '${definition.family}' needs the throughput executor, which this config does not select`, file, `policies[${i}]`, definition.name);
+    }
+    const label = e.label ?? definition.name;
+    if (labels.has(label)) throw new UserError('two policies report the same name; give one a `label`', file, `policies[${i}].label`, label);
+    labels.add(label);
+    out.push({ label, definition, rawParams, index: i });
+  }
+  return out;
+}
+
+function acceptsParam(def: PolicyDefinition<unknown>, key: string): boolean {
+  const schema = def.params as unknown;
+  if (schema instanceof z.ZodObject) return key in schema.shape;
+  return true;
+}
+
+export async function expandRuns(config: ExperimentConfig, baseDir: string, file?: string): Promise<RunSpec[]> {
+  const templates = await resolveTemplates(config.policies, baseDir, file);
+  const known = new Set(['model', 'hardware', 'workload', 'executor', 'policy', 'seeds']);
+  for (const key of Object.keys(config.sweep)) {
+    const head = key.split('.')[0]!;
+    if (!known.has(head) || key === 'seeds') {
+      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, `sweep.${key}`);
+    }
+    if (head === 'policy' && !templates.some((t) => acceptsParam(t.definition, key.slice('policy.'.length)))) {
+      throw new UserError('no policy of this experiment has this parameter', file, `sweep.${key}`);
+    }
+  }
+  const runs: RunSpec[] = [];
+  for (const combo of cartesian(config.sweep as Record<string, readonly unknown[]>)) {
+    const base: Json = clone({ model: config.model, hardware: config.hardware, workload: config.workload, executor: config.executor }) as Json;
+    const policyOverrides: Json = {};
+    for (const [key, value] of Object.entries(combo)) {
+      if (key.startsWith('policy.')) policyOverrides[key.slice(7)] = value;
+      else setPath(base, key, value, file);
+    }
+    const comboLabel = Object.entries(combo).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ');
+    const where = comboLabel ? ` (sweep point ${comboLabel})` : '';
+    const w = WorkloadSchema.safeParse(base.workload);
+    if (!w.success) throw withWhere(zodToUserError(w.error, base.workload, file, ['workload']), where);
+    const x = ServingExecutorSchema.safeParse(base.executor);
+    if (!x.success) throw withWhere(zodToUserError(x.error, base.executor, file, ['executor']), where);
+    if (typeof base.model !== 'string') throw new UserError('model must be a string', file, 'sweep.model', base.model);
+    if (typeof base.hardware !== 'string') throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
+
+    const done = new Set<string>();
+    for (const t of templates) {
+      const raw: Json = { ...t.rawParams };
+      const applied: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(policyOverrides)) {
+        if (acceptsParam(t.definition, k)) {
+          raw[k] = v;
+          applied[`policy.${k}`] = v;
+        }
+      }
+      // A policy without a swept parameter runs once per remaining combination, not once per value.
+      const params: Record<string, unknown> = { model: base.model, hardware: base.hardware };
+      for (const [k, v] of Object.entries(combo)) if (!k.startsWith('policy.') && k !== 'model' && k !== 'hardware') params[k] = v;
+      Object.assign(params, applied);
+      const dedupe = `${t.label}|${JSON.stringify(params)}`;
+      if (done.has(dedupe)) continue;
+      done.add(dedupe);
+      const p = t.definition.params.safeParse(raw);
+      if (!p.success) throw withWhere(zodToUserError(p.error, raw, file, [`policies[${t.index}]`]), where);
+      for (const seed of config.seeds) {
+        runs.push({
+          index: runs.length,
+          policy: { label: t.label, definition: t.definition, params: p.data },
+          model: base.model,
+          hardware: base.hardware,
+          seed,
+          workload: w.data,
+          executor: x.data,
+          params,
+        });
+      }
+    }
+  }
+  return runs;
+}
+
+function withWhere(e: UserError, where: string): UserError {
+  return where ? new UserError(e.message + where, e.file, e.field, e.value) : e;
+}

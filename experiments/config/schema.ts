@@ -1,0 +1,83 @@
+/**
+ * The experiment config: what a user writes (YAML or JSON), validated once by zod into a
+ * frozen, fully defaulted `ExperimentConfig`. Nothing mutates it afterwards; per-run values
+ * (sweep points, seeds) are resolved into separate `RunSpec`s by `expand.ts`.
+ *
+ * ```yaml
+ * name: quickstart
+ * model: mixtral-8x7b              # profile id (moesim list models) or a .json path
+ * hardware: a5000-pcie4-1tb        # testbed id (moesim list hardware) or a .json path
+ * seeds: [1]
+ * workload: { requests: 32, arrival: { kind: poisson, ratePerS: 2 }, promptTokens: {...}, outputTokens: {...} }
+ * executor: { batching: continuous, maxBatchSize: 8, bufferSlots: auto }
+ * policies:
+ *   - name: on-demand
+ *   - name: lru
+ *     capacitySlots: 64
+ *   - path: ./my-policy.ts         # a plugin module (default export: PolicyDefinition)
+ *     label: mine
+ *     params: { k: 3 }
+ * sweep:                           # cartesian product over config paths
+ *   workload.arrival.ratePerS: [1, 2, 4]
+ *   policy.capacitySlots: [32, 64] # applies to every policy that has the parameter
+ * ```
+ */
+import { z } from 'zod';
+import { WorkloadSchema } from '../../workloads/config.ts';
+
+/** One policy entry: a built-in by `name` (its own parameters beside it) or a plugin by `path`. */
+export const PolicyEntrySchema = z.union([
+  z
+    .object({
+      path: z.string().min(1),
+      label: z.string().min(1).optional(),
+      params: z.record(z.string(), z.unknown()).default({}),
+    })
+    .strict(),
+  z
+    .object({ name: z.string().min(1), label: z.string().min(1).optional() })
+    .catchall(z.unknown()),
+]);
+export type PolicyEntry = z.infer<typeof PolicyEntrySchema>;
+
+export const ServingExecutorSchema = z
+  .object({
+    kind: z.literal('serving').default('serving'),
+    /** `static`: auto-batcher (max batch size, max wait), batch runs to completion; `continuous`: admit at every iteration. */
+    batching: z.enum(['static', 'continuous']).default('continuous'),
+    maxBatchSize: z.number().int().positive().default(8),
+    maxWaitMs: z.number().nonnegative().default(50),
+    maxBatchTokens: z.number().int().positive().default(8192),
+    bufferSlots: z.union([z.literal('auto'), z.number().int().positive()]).default('auto'),
+    /** PCIe packet size in MiB (a higher priority overtakes at packet boundaries). */
+    packetMiB: z.number().positive().default(16),
+  })
+  .strict();
+export type ServingExecutorConfig = z.infer<typeof ServingExecutorSchema>;
+
+const ScalarSchema = z.union([z.string(), z.number(), z.boolean(), z.null()]);
+
+export const ExperimentSchema = z
+  .object({
+    name: z.string().min(1).default('experiment'),
+    description: z.string().optional(),
+    model: z.string().min(1),
+    hardware: z.string().min(1),
+    seeds: z.array(z.number().int().nonnegative()).min(1).default([1]),
+    workload: WorkloadSchema,
+    executor: ServingExecutorSchema.default(ServingExecutorSchema.parse({})),
+    policies: z.array(PolicyEntrySchema).min(1),
+    /** Config path → values; runs are the cartesian product (× policies × seeds). */
+    sweep: z.record(z.string(), z.array(z.union([ScalarSchema, z.record(z.string(), z.unknown())])).min(1)).default({}),
+    /** Options for outputs. */
+    output: z
+      .object({
+        /** Columns (metric paths) to add to the printed table. */
+        columns: z.array(z.string()).default([]),
+      })
+      .strict()
+      .default({ columns: [] }),
+  })
+  .strict();
+
+export type ExperimentConfig = Readonly<z.infer<typeof ExperimentSchema>>;

@@ -1,0 +1,65 @@
+/** The table printed on stdout after an experiment. */
+import Table from 'cli-table3';
+
+export interface Column {
+  readonly header: string;
+  readonly get: (row: TableRow) => unknown;
+  readonly digits?: number;
+}
+
+export interface TableRow {
+  readonly policy: string;
+  readonly params: Readonly<Record<string, unknown>>;
+  readonly seed: number;
+  readonly metrics: Readonly<Record<string, unknown>>;
+  readonly wallS: number;
+  readonly eventsPerS: number;
+}
+
+/** Reads `a.b.c` from a metrics object. */
+export function metricAt(metrics: Readonly<Record<string, unknown>>, dotted: string): unknown {
+  let v: unknown = metrics;
+  for (const k of dotted.split('.')) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<string, unknown>)[k];
+  }
+  return v;
+}
+
+function fmt(v: unknown, digits = 3): string {
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) return String(v);
+    if (v !== 0 && Math.abs(v) >= 1e6) return v.toExponential(2);
+    return Number.isInteger(v) ? String(v) : v.toFixed(digits);
+  }
+  if (v === undefined || v === null) return '-';
+  return typeof v === 'string' ? v : JSON.stringify(v);
+}
+
+const GB = 1e9;
+
+export const SERVING_COLUMNS: readonly Column[] = [
+  { header: 'TTFT ms', get: (r) => metricAt(r.metrics, 'ttftMs.mean'), digits: 1 },
+  { header: 'TPOT ms', get: (r) => metricAt(r.metrics, 'tpotMs.mean'), digits: 1 },
+  { header: 'tok/s', get: (r) => metricAt(r.metrics, 'throughputTokPerS'), digits: 2 },
+  { header: 'hit rate', get: (r) => metricAt(r.metrics, 'bufferHitRate') },
+  { header: 'GPU blocked', get: (r) => metricAt(r.metrics, 'gpuBlockedFrac') },
+  { header: 'PCIe GB', get: (r) => ((r.metrics.h2dBytes as number) + (r.metrics.d2hBytes as number)) / GB, digits: 1 },
+  { header: 'peak VRAM GB', get: (r) => (metricAt(r.metrics, 'peakBytes.vram.total') as number) / GB, digits: 2 },
+  { header: 'wall s', get: (r) => r.wallS, digits: 2 },
+  { header: 'events/s', get: (r) => Math.round(r.eventsPerS) },
+];
+
+/** Renders rows: policy, the swept parameters that vary, seed (when several), then the columns. */
+export function renderTable(rows: readonly TableRow[], columns: readonly Column[]): string {
+  const paramKeys: string[] = [];
+  for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
+  const varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
+  const multiSeed = new Set(rows.map((r) => r.seed)).size > 1;
+  const head = ['policy', ...varying, ...(multiSeed ? ['seed'] : []), ...columns.map((c) => c.header)];
+  const table = new Table({ head, style: { head: [], border: [], compact: true } });
+  for (const r of rows) {
+    table.push([r.policy, ...varying.map((k) => fmt(r.params[k])), ...(multiSeed ? [String(r.seed)] : []), ...columns.map((c) => fmt(c.get(r), c.digits))]);
+  }
+  return table.toString();
+}

@@ -1,0 +1,146 @@
+/**
+ * Runs an experiment: expands runs, preflights every one (so bad input fails before any
+ * output exists), runs them in order, and writes results atomically after each run (a killed
+ * experiment keeps every finished run; `complete` says whether all ran).
+ *
+ * Outputs in `outDir`: `results.json` (schema-versioned; simulated quantities only, so reruns
+ * are byte-identical), `timing.json` (wall time and events/s per run), `runs.csv`, and with
+ * `timeline` one Chrome-trace `timeline-<index>-<policy>.json` per run.
+ * Only this module measures wall time.
+ */
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import cliProgress from 'cli-progress';
+import type { TraceSink } from '../sim/observe/trace-sink.ts';
+import { fanout } from '../sim/observe/trace-sink.ts';
+import { servingMetrics, type RunMetrics } from '../sim/metrics/serving-metrics.ts';
+import { expandRuns, type RunSpec } from './config/expand.ts';
+import type { LoadedConfig } from './config/load.ts';
+import { writeFileAtomic, toJson } from './outputs/atomic.ts';
+import { runsToCsv } from './outputs/csv.ts';
+import { renderTable, SERVING_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
+import { TimelineSink } from './outputs/timeline.ts';
+import { buildServingWorld } from './world.ts';
+
+export const RESULTS_SCHEMA_VERSION = 1;
+
+export interface RunRecord {
+  readonly index: number;
+  readonly policy: string;
+  readonly params: Readonly<Record<string, unknown>>;
+  readonly seed: number;
+  readonly metrics: RunMetrics;
+  readonly sim: { readonly events: number; readonly simulatedS: number };
+}
+
+export interface TimingRecord {
+  readonly index: number;
+  readonly policy: string;
+  readonly wallS: number;
+  readonly eventsPerS: number;
+  readonly simulatedSPerWallS: number;
+}
+
+export interface ExperimentResult {
+  readonly runs: RunRecord[];
+  readonly timing: TimingRecord[];
+  readonly table: string;
+  readonly outDir: string | undefined;
+}
+
+export interface RunnerOptions {
+  /** Folder for results; nothing is written when undefined. */
+  readonly outDir?: string;
+  readonly timeline?: boolean;
+  /** Show a progress bar on stderr (only when it is a terminal and the run takes more than ~1.5 s). */
+  readonly progress?: boolean;
+  /** Diagnostics (stderr). */
+  readonly log?: (message: string) => void;
+  /** Extra sinks for every run (tests: invariant checkers). */
+  readonly sinks?: (spec: RunSpec) => readonly TraceSink[];
+}
+
+class LazyProgress implements TraceSink {
+  private bar: cliProgress.SingleBar | null = null;
+  private done = 0;
+  private readonly t0 = performance.now();
+  constructor(
+    private readonly total: number,
+    private readonly enabled: boolean,
+  ) {}
+  onRequest: NonNullable<TraceSink['onRequest']> = (_id, phase) => {
+    if (phase !== 'finish') return;
+    this.done++;
+    if (!this.enabled) return;
+    if (!this.bar && performance.now() - this.t0 > 1500) {
+      this.bar = new cliProgress.SingleBar({ stream: process.stderr, format: 'simulating [{bar}] {percentage}% | {value}/{total} requests | eta {eta}s', hideCursor: true }, cliProgress.Presets.shades_classic);
+      this.bar.start(this.total, this.done);
+    }
+    this.bar?.update(this.done);
+  };
+  stop(): void {
+    this.bar?.stop();
+  }
+}
+
+export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {}): Promise<ExperimentResult> {
+  const { config, baseDir, file } = loaded;
+  const log = o.log ?? (() => {});
+  const specs = await expandRuns(config, baseDir, file);
+  const warnings = new Set<string>();
+  const onWarning = (m: string) => {
+    if (!warnings.has(m)) {
+      warnings.add(m);
+      log(`warning: ${m}`);
+    }
+  };
+  // Preflight: every run's world must build (profiles, capacities, workload, policy) before anything is written.
+  for (const spec of specs) await buildServingWorld(spec, { baseDir, onWarning });
+
+  const totalRequests = specs.reduce((a, s) => a + s.workload.requests, 0);
+  const progress = new LazyProgress(totalRequests, (o.progress ?? true) && process.stderr.isTTY === true);
+  const runs: RunRecord[] = [];
+  const timing: TimingRecord[] = [];
+  const rows: TableRow[] = [];
+  const outDir = o.outDir;
+  const write = (complete: boolean) => {
+    if (!outDir) return;
+    writeFileAtomic(path.join(outDir, 'results.json'), toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
+    writeFileAtomic(path.join(outDir, 'timing.json'), toJson({ name: config.name, runs: timing }));
+    writeFileAtomic(path.join(outDir, 'runs.csv'), runsToCsv(runs));
+  };
+  try {
+    for (const spec of specs) {
+      const timeline = o.timeline ? new TimelineSink() : undefined;
+      const sinks: TraceSink[] = [progress, ...(timeline ? [timeline] : []), ...(o.sinks?.(spec) ?? [])];
+      const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
+      const t0 = performance.now();
+      const outcome = executor.run();
+      const wallS = (performance.now() - t0) / 1000;
+      const metrics = servingMetrics(outcome);
+      const simulatedS = outcome.endNs / 1e9;
+      const record: RunRecord = {
+        index: spec.index,
+        policy: spec.policy.label,
+        params: spec.params,
+        seed: spec.seed,
+        metrics,
+        sim: { events: outcome.events, simulatedS },
+      };
+      runs.push(record);
+      const eventsPerS = wallS > 0 ? outcome.events / wallS : 0;
+      timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
+      rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS });
+      if (outDir && timeline) {
+        writeFileAtomic(path.join(outDir, `timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`), timeline.toJson());
+      }
+      write(false);
+    }
+  } finally {
+    progress.stop();
+  }
+  write(true);
+  const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
+  const table = renderTable(rows, [...SERVING_COLUMNS, ...extra]);
+  return { runs, timing, table, outDir };
+}

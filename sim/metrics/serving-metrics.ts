@@ -1,0 +1,111 @@
+/**
+ * Per-run metrics of the serving executor (DESIGN §9). Names are a contract (tools rely on
+ * them): see `RunMetrics`. Only simulated quantities; wall-clock figures live in the runner.
+ *
+ * Definitions:
+ * - ttftMs: first token − arrival; tpotMs: (finish − first token) / (output tokens − 1), over
+ *   requests with ≥ 2 output tokens; e2eMs: finish − arrival.
+ * - throughputTokPerS: output tokens / makespan; prefillTokPerS: prompt tokens / makespan;
+ *   decodeTokPerS: decode-generated tokens (output − 1 per request) / makespan. The serving
+ *   family interleaves phases, so all three are over the whole makespan.
+ * - makespanS: time of the last event (the last request's finish).
+ * - gpuBusyFrac / gpuBlockedFrac: GPU compute busy / blocked-on-expert-fetch time over makespan;
+ *   gpuBlockedS the blocked time itself.
+ * - h2dBytes / d2hBytes: bytes moved over PCIe; h2dUtil: H2D link busy time / makespan.
+ * - bufferHitRate = cacheHitRate + prefetchHitRate: hits over expert needs (DESIGN §7).
+ * - prefetchPrecision: prefetches used (needed before eviction) / prefetches issued.
+ * - prefetchWastedBytes: bytes of prefetches never used (evicted, cancelled, or unused at the end).
+ * - expertActivationRatio: mean over (iteration, MoE layer) of activated experts / experts.
+ * - peakBytes: peak per pool, total and per category.
+ */
+import type { ServingOutcome } from '../serving/serving-executor.ts';
+import { distribution, round6, safeDiv, type Distribution } from './summary.ts';
+import type { MemoryPool } from '../resources/memory-pool.ts';
+
+export type PeakBytes = Record<string, Record<string, number>>;
+
+export interface RunMetrics {
+  ttftMs: Distribution;
+  tpotMs: Distribution;
+  e2eMs: Distribution;
+  throughputTokPerS: number;
+  prefillTokPerS: number;
+  decodeTokPerS: number;
+  makespanS: number;
+  gpuBusyFrac: number;
+  gpuBlockedFrac: number;
+  gpuBlockedS: number;
+  h2dBytes: number;
+  d2hBytes: number;
+  h2dUtil: number;
+  bufferHitRate: number;
+  cacheHitRate: number;
+  prefetchHitRate: number;
+  prefetchPrecision: number;
+  prefetchWastedBytes: number;
+  expertActivationRatio: number;
+  expertNeeds: number;
+  demandFetches: number;
+  evictions: number;
+  bufferSlots: number;
+  requests: number;
+  outputTokens: number;
+  peakBytes: PeakBytes;
+  [extra: string]: unknown;
+}
+
+const roundDist = (d: Distribution): Distribution => ({ mean: round6(d.mean), p50: round6(d.p50), p90: round6(d.p90), p99: round6(d.p99) });
+
+export function poolPeaks(pools: readonly MemoryPool[]): PeakBytes {
+  const out: PeakBytes = {};
+  for (const p of pools) out[p.name] = { total: p.peakBytes, capacity: p.capacityBytes, ...p.peaks() };
+  return out;
+}
+
+export function servingMetrics(o: ServingOutcome): RunMetrics {
+  const ttft: number[] = [];
+  const tpot: number[] = [];
+  const e2e: number[] = [];
+  let outputTokens = 0;
+  let promptTokens = 0;
+  let decodeTokens = 0;
+  for (const r of o.requests) {
+    ttft.push((r.firstTokenNs - r.arrivalNs) / 1e6);
+    e2e.push((r.finishNs - r.arrivalNs) / 1e6);
+    if (r.outputTokens > 1) tpot.push((r.finishNs - r.firstTokenNs) / 1e6 / (r.outputTokens - 1));
+    outputTokens += r.emittedTokens;
+    promptTokens += r.promptTokens;
+    decodeTokens += r.emittedTokens - 1;
+  }
+  const makespanS = o.endNs / 1e9;
+  const c = o.counters;
+  const res = o.resources;
+  return {
+    ttftMs: roundDist(distribution(ttft)),
+    tpotMs: roundDist(distribution(tpot)),
+    e2eMs: roundDist(distribution(e2e)),
+    throughputTokPerS: round6(safeDiv(outputTokens, makespanS)),
+    prefillTokPerS: round6(safeDiv(promptTokens, makespanS)),
+    decodeTokPerS: round6(safeDiv(decodeTokens, makespanS)),
+    makespanS: round6(makespanS),
+    gpuBusyFrac: round6(safeDiv(res.gpu.busyTimeNs(), o.endNs)),
+    gpuBlockedFrac: round6(safeDiv(c.blockedNs, o.endNs)),
+    gpuBlockedS: round6(c.blockedNs / 1e9),
+    h2dBytes: res.h2d.bytesMoved,
+    d2hBytes: res.d2h.bytesMoved,
+    h2dUtil: round6(safeDiv(res.h2d.busyTimeNs(), o.endNs)),
+    bufferHitRate: round6(safeDiv(c.cacheHits + c.prefetchHits, c.needs)),
+    cacheHitRate: round6(safeDiv(c.cacheHits, c.needs)),
+    prefetchHitRate: round6(safeDiv(c.prefetchHits, c.needs)),
+    prefetchPrecision: round6(safeDiv(c.prefetchesUsed, c.prefetchesIssued)),
+    prefetchWastedBytes: c.prefetchWastedBytes + res.h2d.cancelledSentBytes,
+    expertActivationRatio: round6(safeDiv(c.activationRatioSum, c.layerRoutings)),
+    expertNeeds: c.needs,
+    demandFetches: c.demandFetches,
+    evictions: c.evictions,
+    bufferSlots: o.slots,
+    requests: o.requests.length,
+    outputTokens,
+    peakBytes: poolPeaks([res.vram, res.host]),
+  };
+}

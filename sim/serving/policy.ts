@@ -1,0 +1,152 @@
+/**
+ * The policy hook interface of the layer-wise serving executor (DESIGN §7): how cache and
+ * prefetch policies plug in.
+ *
+ * A policy is a plain object filling some hooks (only `name` is required). Hooks receive
+ * read-only views and return decisions; the executor validates and applies them and enforces
+ * memory: a policy can ask for anything, but it can never overflow the expert buffer, evict
+ * an expert that is being computed or an in-flight transfer the GPU is waiting for, or move
+ * bytes that are not needed by a decision it made. Every error a hook throws is wrapped in a
+ * `PolicyError` naming the policy and the hook.
+ *
+ * Vocabulary:
+ * - An expert is identified by a *key* `layer * experts + expert` (layer = MoE layer index,
+ *   0-based among MoE layers). `view.keyOf` / `view.layerOf` / `view.expertOf` convert.
+ * - The *buffer* is the set of GPU slots (one expert each) shared by cached and prefetched
+ *   experts. An entry is `loading` (its H2D transfer has not completed) or `resident`.
+ * - A *need* is one (iteration, layer, expert) the router activated. It is a *buffer hit*
+ *   when the expert is resident at the moment the router decides (DESIGN §7); hits are split
+ *   into cache hits (resident because it was kept after an earlier use) and prefetch hits
+ *   (resident because a prefetch brought it and it had not been used since).
+ * - Priorities: lower is more urgent. The executor's on-demand fetches use priority 0;
+ *   prefetch priorities are clamped to ≥ 1.
+ */
+import type { Ns } from '../kernel/time.ts';
+import type { RequestSpec } from '../workload.ts';
+
+export type ExpertKey = number;
+
+/** Where a buffer entry came from; `cache` once it has been used. */
+export type EntryOrigin = 'demand' | 'prefetch' | 'cache';
+
+export interface BufferEntryView {
+  readonly key: ExpertKey;
+  readonly state: 'loading' | 'resident';
+  readonly origin: EntryOrigin;
+  /** Being computed or awaited by the current layer: never evictable. */
+  readonly pinned: boolean;
+  /** Simulated time it became resident (−1 while loading) and was last used (−1 if never). */
+  readonly residentSinceNs: number;
+  readonly lastUsedNs: number;
+  /** Times it has been used while in the buffer. */
+  readonly uses: number;
+}
+
+export interface BufferView {
+  /** Capacity in expert slots. */
+  readonly slots: number;
+  /** Occupied slots (loading + resident). */
+  readonly occupied: number;
+  has(key: ExpertKey): boolean;
+  isResident(key: ExpertKey): boolean;
+  isLoading(key: ExpertKey): boolean;
+  entry(key: ExpertKey): BufferEntryView | undefined;
+  /** All entries in insertion order. */
+  entries(): Iterable<BufferEntryView>;
+}
+
+/** Static facts, given once to `init`. */
+export interface ModelShapeView {
+  readonly moeLayers: number;
+  readonly experts: number;
+  readonly topK: number;
+  readonly bytesPerExpert: number;
+  /** Slots of the expert buffer. */
+  readonly slots: number;
+}
+
+export interface RequestView {
+  readonly spec: RequestSpec;
+  /** Tokens processed before this iteration. */
+  readonly processedTokens: number;
+  /** Tokens this request processes in the current iteration (prompt length in prefill, 1 in decode). */
+  readonly iterationTokens: number;
+  readonly phase: 'prefill' | 'decode';
+  /** Output tokens emitted so far. */
+  readonly emittedTokens: number;
+}
+
+/** The view every hook gets. */
+export interface ServingView extends ModelShapeView {
+  readonly nowNs: Ns;
+  readonly buffer: BufferView;
+  /** Requests of the current iteration (empty between iterations). */
+  readonly batch: readonly RequestView[];
+  /** Current iteration number (0-based), and MoE layer being processed (−1 before the first). */
+  readonly iteration: number;
+  readonly layer: number;
+  keyOf(layer: number, expert: number): ExpertKey;
+  layerOf(key: ExpertKey): number;
+  expertOf(key: ExpertKey): number;
+  /** Ranked predicted experts of `layer` for the current batch, best first (speculative prefetchers); empty if the workload has no predictor. */
+  predict(layer: number): readonly number[];
+}
+
+/** Routing of one MoE layer of the current iteration, given to `onLayerRouted`. */
+export interface LayerRouting {
+  readonly layer: number;
+  /** Tokens routed to each expert, summed over the batch (length = experts). */
+  readonly tokensPerExpert: Int32Array;
+  /** Per request of the batch (same order as `view.batch`): tokens routed to each expert. */
+  readonly perRequest: readonly Int32Array[];
+  /** Experts activated (tokensPerExpert > 0), ascending. */
+  readonly activated: readonly number[];
+}
+
+export interface PrefetchRequest {
+  readonly key: ExpertKey;
+  /** Lower is more urgent; clamped to ≥ 1. Re-issuing a key that is loading re-prioritises it. */
+  readonly priority: number;
+}
+
+export interface PolicyDecision {
+  /** Experts to bring into the buffer. Ignored for keys already resident; dropped when no slot can be freed. */
+  readonly prefetch?: readonly PrefetchRequest[];
+  /** Loading prefetches to cancel (no further bytes move; the slot is freed). Pinned ones are ignored. */
+  readonly cancel?: readonly ExpertKey[];
+  /** Resident, unpinned experts to drop from the buffer now. */
+  readonly evict?: readonly ExpertKey[];
+}
+
+export interface EvictionQuery {
+  /** Why a slot is needed: an on-demand fetch (must free one if any candidate exists) or a prefetch (may decline). */
+  readonly reason: 'demand' | 'prefetch';
+  /** The expert that needs the slot. */
+  readonly forKey: ExpertKey;
+  /** Resident, unpinned experts, in buffer insertion order. */
+  readonly candidates: readonly ExpertKey[];
+}
+
+export interface ServingPolicy {
+  readonly name: string;
+  /** Before the run. */
+  init?(shape: ModelShapeView): void;
+  /** A new iteration's batch is known; nothing has been routed yet. */
+  onIterationStart?(view: ServingView): PolicyDecision | void;
+  /** MoE layer `routing.layer`'s router has run. Typically prefetches for later layers. */
+  onLayerRouted?(view: ServingView, routing: LayerRouting): PolicyDecision | void;
+  /** An expert finished computing. Return `false` to release its slot now (no cache), `true` or nothing to keep it. */
+  afterUse?(view: ServingView, key: ExpertKey): boolean | void;
+  /** A prefetch completed. */
+  onPrefetchDone?(view: ServingView, key: ExpertKey): PolicyDecision | void;
+  /**
+   * A slot is needed and the buffer is full. Return one of `query.candidates` to evict, or
+   * `undefined` to decline (allowed only for prefetches: the prefetch is dropped). When the
+   * hook is absent the executor evicts the least recently used candidate.
+   */
+  chooseVictim?(view: ServingView, query: EvictionQuery): ExpertKey | undefined;
+  /** The iteration finished (tokens emitted). */
+  onIterationEnd?(view: ServingView): PolicyDecision | void;
+  /** A request emitted its last token. */
+  onRequestFinished?(view: ServingView, request: RequestSpec): void;
+}

@@ -1,0 +1,833 @@
+/**
+ * The layer-wise serving executor (DESIGN §7): the latency family (MoE-Infinity, MoEpic,
+ * Mixtral-Offloading, Pre-gated, AdapMoE, BrainStorm-style tracing, DeepSpeed-style prefetch).
+ *
+ * Requests arrive; a batcher forms iterations — `static` (the auto-batcher: wait for
+ * `maxBatchSize` requests or `maxWait`, then run that batch to completion) or `continuous`
+ * (admit waiting requests at every iteration boundary). Each iteration walks the model's
+ * layers on one GPU stream: attention → (MoE layer) router → every activated expert, or
+ * (dense layer) the dense FFN; then the LM head emits one token per request. KV cache stays
+ * on the GPU (reserved per request at admission for prompt + output tokens).
+ *
+ * Experts: an activated expert must be resident in the expert buffer before it computes.
+ * Resident ones compute first (in expert order); a missing one is fetched on demand at the
+ * top priority of the H2D link (a loading prefetch it needs is re-prioritised: it jumps the
+ * queue), and the GPU is *blocked* while it has nothing else to compute. Prefetches decided
+ * by the policy overlap compute on the H2D link. Buffer hits are counted at routing time
+ * (DESIGN §7).
+ *
+ * Simplifications: prefill is not chunked (a prompt is processed in one iteration); KV is
+ * reserved for the full output at admission (no preemption: admission waits instead);
+ * activations are one allocation per iteration sized from its token count; the LM head and
+ * embedding are one kernel per iteration.
+ */
+import { PolicyError, SimError, UserError } from '../kernel/errors.ts';
+import { EventPriority, Simulation } from '../kernel/simulation.ts';
+import type { Ns } from '../kernel/time.ts';
+import type { TraceSink } from '../observe/trace-sink.ts';
+import type { CostModel, Operation } from '../cost/types.ts';
+import type { ResourceEvent } from '../resources/events.ts';
+import { createResources, resourceHandlers, type Resources } from '../resources/index.ts';
+import type { Allocation } from '../resources/memory-pool.ts';
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { RequestRouter, RequestSpec, Workload } from '../workload.ts';
+import { ExpertBuffer, type BufferEntry } from './expert-buffer.ts';
+import type {
+  EvictionQuery,
+  ExpertKey,
+  LayerRouting,
+  ModelShapeView,
+  PolicyDecision,
+  RequestView,
+  ServingPolicy,
+  ServingView,
+} from './policy.ts';
+
+export interface ServingConfig {
+  readonly batching: 'static' | 'continuous';
+  readonly maxBatchSize: number;
+  /** Auto-batcher: the longest a request waits for its batch to fill. */
+  readonly maxWaitNs: Ns;
+  /** Cap on tokens per iteration when admitting prompts (one request is always admitted). */
+  readonly maxBatchTokens: number;
+  /** Expert buffer capacity in slots, or 'auto': what fits in VRAM after dense weights, activations and the KV reserve. */
+  readonly bufferSlots: number | 'auto';
+  readonly packetBytes: number;
+  /** gpu-rich reference: every expert resident from the start, VRAM unbounded. */
+  readonly preloadAllExperts: boolean;
+}
+
+export type ServingEvent =
+  | ResourceEvent
+  | { readonly kind: 'serving.arrival'; readonly index: number }
+  | { readonly kind: 'serving.decide' }
+  | { readonly kind: 'serving.batchTimer' };
+
+export interface ServingInput {
+  readonly model: ModelProfile;
+  readonly hardware: HardwareProfile;
+  readonly cost: CostModel;
+  readonly workload: Workload;
+  readonly policy: ServingPolicy;
+  readonly config: ServingConfig;
+  readonly sink?: TraceSink;
+  /** Safety net against runaway runs. */
+  readonly maxEvents?: number;
+}
+
+/** One request's outcome (simulated ns). */
+export interface RequestOutcome {
+  readonly id: number;
+  readonly arrivalNs: number;
+  readonly admitNs: number;
+  readonly firstTokenNs: number;
+  readonly finishNs: number;
+  readonly promptTokens: number;
+  readonly outputTokens: number;
+  readonly emittedTokens: number;
+}
+
+/** Counters of the expert buffer and transfers. */
+export interface ServingCounters {
+  needs: number;
+  cacheHits: number;
+  prefetchHits: number;
+  demandFetches: number;
+  prefetchesIssued: number;
+  prefetchesCompleted: number;
+  prefetchesUsed: number;
+  prefetchesCancelled: number;
+  /** Bytes of completed prefetches never used (evicted, or unused at the end); cancelled ones are on the link. */
+  prefetchWastedBytes: number;
+  evictions: number;
+  blockedNs: number;
+  iterations: number;
+  activationRatioSum: number;
+  layerRoutings: number;
+}
+
+export interface ServingOutcome {
+  readonly requests: readonly RequestOutcome[];
+  readonly counters: Readonly<ServingCounters>;
+  readonly resources: Resources;
+  readonly endNs: Ns;
+  readonly events: number;
+  readonly slots: number;
+}
+
+interface RequestState {
+  readonly spec: RequestSpec;
+  router: RequestRouter | null;
+  processed: number;
+  emitted: number;
+  admitNs: number;
+  firstTokenNs: number;
+  finishNs: number;
+  kv: Allocation | null;
+}
+
+interface IterationState {
+  readonly index: number;
+  readonly batch: RequestState[];
+  readonly tokens: number[];
+  readonly totalTokens: number;
+  readonly views: RequestView[];
+  activations: Allocation | null;
+  layer: number;
+  moeLayer: number;
+  /** Needed experts of the current MoE layer, resident and pinned, waiting for the GPU. */
+  ready: ExpertKey[];
+  /** Needed experts of the current layer not yet computed (ready, loading or waiting for a slot). */
+  remaining: number;
+  tokensPerExpert: Int32Array;
+  computing: boolean;
+  blockedSinceNs: number;
+}
+
+const DEMAND_PRIORITY = 0;
+
+/** Bytes of activations an iteration of `tokens` tokens holds (input, output, FFN intermediate, BF16). */
+export function activationBytes(model: ModelProfile, tokens: number): number {
+  const inter = Math.max(model.expertIntermediateSize, model.denseIntermediateSize, model.sharedIntermediateSize);
+  return tokens * (4 * model.hiddenSize + 2 * inter) * 2;
+}
+
+export class ServingExecutor {
+  private readonly sim = new Simulation<ServingEvent>();
+  private readonly res: Resources;
+  private readonly buffer: ExpertBuffer;
+  private readonly m: ModelProfile;
+  private readonly cfg: ServingConfig;
+  private readonly cost: CostModel;
+  private readonly policy: ServingPolicy;
+  private readonly workload: Workload;
+  private readonly sink: TraceSink | undefined;
+  private readonly E: number;
+  private readonly moeIndexOfLayer: Int32Array;
+  private readonly states: RequestState[];
+  private readonly waiting: RequestState[] = [];
+  private active: RequestState[] = [];
+  private iter: IterationState | null = null;
+  private iterations = 0;
+  private decidePending = false;
+  private timerAtNs = -1;
+  private readonly waitingForSlot: ExpertKey[] = [];
+  private readonly costCache = new Map<string, Ns>();
+  private scratch = new Int32Array(1024);
+  private perRequestCounts: Int32Array[] = [];
+  private readonly activationReserveBytes: number;
+  readonly slots: number;
+  private readonly view: ServingView;
+  private readonly shape: ModelShapeView;
+  readonly counters: ServingCounters = {
+    needs: 0,
+    cacheHits: 0,
+    prefetchHits: 0,
+    demandFetches: 0,
+    prefetchesIssued: 0,
+    prefetchesCompleted: 0,
+    prefetchesUsed: 0,
+    prefetchesCancelled: 0,
+    prefetchWastedBytes: 0,
+    evictions: 0,
+    blockedNs: 0,
+    iterations: 0,
+    activationRatioSum: 0,
+    layerRoutings: 0,
+  };
+
+  constructor(private readonly input: ServingInput) {
+    const { model, hardware, config, workload } = input;
+    this.m = model;
+    this.cfg = config;
+    this.cost = input.cost;
+    this.policy = input.policy;
+    this.workload = workload;
+    this.sink = input.sink;
+    this.E = model.experts;
+    const r = workload.routing;
+    if (r.moeLayers !== model.moeLayers || r.experts !== model.experts || r.topK !== model.topK) {
+      throw new UserError(
+        `routing shape ${r.moeLayers} layers × ${r.experts} experts top-${r.topK} does not match model ${model.id} (${model.moeLayers} × ${model.experts} top-${model.topK})`,
+        undefined,
+        'workload.routing',
+      );
+    }
+    this.moeIndexOfLayer = new Int32Array(model.layers).fill(-1);
+    model.moeLayerIndices.forEach((li, mi) => (this.moeIndexOfLayer[li] = mi));
+
+    const d = model.derived;
+    const maxPrompt = workload.requests.reduce((a, q) => Math.max(a, q.promptTokens), 1);
+    const maxKv = workload.requests.reduce((a, q) => Math.max(a, (q.promptTokens + q.outputTokens) * d.kvBytesPerToken), 0);
+    const iterTokenCap = Math.max(config.maxBatchTokens, maxPrompt) + config.maxBatchSize;
+    this.activationReserveBytes = activationBytes(model, iterTokenCap);
+    const allExperts = model.moeLayers * this.E;
+
+    let vramBytes = hardware.gpu.vramBytes;
+    let slots: number;
+    if (config.preloadAllExperts) {
+      slots = allExperts;
+      vramBytes = d.nonExpertBytes + allExperts * d.bytesPerExpert + this.activationReserveBytes + config.maxBatchSize * maxKv;
+    } else if (config.bufferSlots === 'auto') {
+      const kvReserve = config.maxBatchSize * maxKv;
+      slots = Math.min(allExperts, Math.floor((vramBytes - d.nonExpertBytes - this.activationReserveBytes - kvReserve) / d.bytesPerExpert));
+      if (!(slots >= 1)) {
+        throw new UserError(
+          `${model.id} does not fit ${hardware.id}: ${vramBytes} B of VRAM cannot hold dense weights (${d.nonExpertBytes} B), activations (${this.activationReserveBytes} B), KV for ${config.maxBatchSize} requests (${kvReserve} B) and one expert (${d.bytesPerExpert} B)`,
+          undefined,
+          'executor.bufferSlots',
+          'auto',
+        );
+      }
+    } else {
+      slots = config.bufferSlots;
+      const need = d.nonExpertBytes + slots * d.bytesPerExpert + this.activationReserveBytes + maxKv;
+      if (need > vramBytes) {
+        throw new UserError(
+          `${slots} expert slots do not fit ${hardware.id}: dense ${d.nonExpertBytes} B + experts ${slots * d.bytesPerExpert} B + activations ${this.activationReserveBytes} B + one request's KV ${maxKv} B = ${need} B > VRAM ${vramBytes} B`,
+          undefined,
+          'executor.bufferSlots',
+          slots,
+        );
+      }
+    }
+    this.slots = slots;
+    const hostNeed = d.totalBytes;
+    if (hostNeed > hardware.hostDramBytes) {
+      throw new UserError(
+        `${model.id} (${hostNeed} B) does not fit the host DRAM of ${hardware.id} (${hardware.hostDramBytes} B)`,
+        undefined,
+        'hardware',
+        hardware.id,
+      );
+    }
+
+    this.res = createResources(hardware, this.sim, this.sink, {
+      streamNames: ['gpu.compute'],
+      packetBytes: config.packetBytes,
+      vramBytes,
+    });
+    this.res.host.allocate(d.allExpertBytes, 'expertWeights', 'all experts (host copy)');
+    this.res.host.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights (host copy)');
+    this.res.vram.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights');
+    this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim);
+
+    this.states = workload.requests.map((spec) => ({
+      spec,
+      router: null,
+      processed: 0,
+      emitted: 0,
+      admitNs: -1,
+      firstTokenNs: -1,
+      finishNs: -1,
+      kv: null,
+    }));
+
+    this.shape = { moeLayers: model.moeLayers, experts: this.E, topK: model.topK, bytesPerExpert: d.bytesPerExpert, slots };
+    const self = this;
+    const E = this.E;
+    this.view = {
+      ...this.shape,
+      get nowNs() {
+        return self.sim.now;
+      },
+      buffer: this.buffer,
+      get batch() {
+        return self.iter ? self.iter.views : [];
+      },
+      get iteration() {
+        return self.iter ? self.iter.index : self.iterations;
+      },
+      get layer() {
+        return self.iter ? self.iter.moeLayer : -1;
+      },
+      keyOf: (layer: number, expert: number) => layer * E + expert,
+      layerOf: (key: number) => Math.floor(key / E),
+      expertOf: (key: number) => key % E,
+      predict: (layer: number) => self.predict(layer),
+    };
+
+    this.sim.setHandlers({
+      ...resourceHandlers(this.res),
+      'serving.arrival': (e) => this.onArrival(e.index),
+      'serving.decide': () => {
+        this.decidePending = false;
+        this.maybeStartIteration();
+      },
+      'serving.batchTimer': () => {
+        this.timerAtNs = -1;
+        this.maybeStartIteration();
+      },
+    });
+  }
+
+  get simulation(): Simulation<ServingEvent> {
+    return this.sim;
+  }
+
+  get resources(): Resources {
+    return this.res;
+  }
+
+  /** Runs the workload to completion. Throws SimError if requests remain unfinished (a deadlock). */
+  run(): ServingOutcome {
+    this.callPolicy('init', () => this.policy.init?.(this.shape));
+    if (this.cfg.preloadAllExperts) {
+      for (let k = 0; k < this.m.moeLayers * this.E; k++) this.buffer.occupy(k, 'cache', true);
+    }
+    if (this.states.length > 0) {
+      this.sim.schedule(this.states[0]!.spec.arrivalNs, { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
+    }
+    const result = this.sim.run({ maxEvents: this.input.maxEvents });
+    if (result.stoppedBy === 'maxEvents') {
+      throw new SimError(`stopped after ${result.events} events (maxEvents)`, this.sim.now, 'serving executor');
+    }
+    const unfinished = this.states.filter((s) => s.finishNs < 0);
+    if (unfinished.length > 0) {
+      throw new SimError(
+        `${unfinished.length} request(s) never finished (first: ${unfinished[0]!.spec.id}); the executor is stuck`,
+        this.sim.now,
+        'serving executor',
+      );
+    }
+    // Prefetched experts never used by the end of the run were wasted.
+    for (const e of this.buffer.entries()) if (e.prefetchUnused) this.counters.prefetchWastedBytes += this.m.derived.bytesPerExpert;
+    this.counters.iterations = this.iterations;
+    this.sink?.onEnd?.(this.sim.now);
+    return {
+      requests: this.states.map((s) => ({
+        id: s.spec.id,
+        arrivalNs: s.spec.arrivalNs,
+        admitNs: s.admitNs,
+        firstTokenNs: s.firstTokenNs,
+        finishNs: s.finishNs,
+        promptTokens: s.spec.promptTokens,
+        outputTokens: s.spec.outputTokens,
+        emittedTokens: s.emitted,
+      })),
+      counters: this.counters,
+      resources: this.res,
+      endNs: this.sim.now,
+      events: this.sim.eventsProcessed,
+      slots: this.slots,
+    };
+  }
+
+  // ---------------------------------------------------------------- arrivals and batching
+
+  private onArrival(index: number): void {
+    const s = this.states[index]!;
+    this.waiting.push(s);
+    this.sink?.onRequest?.(s.spec.id, 'arrive', this.sim.now);
+    const next = this.states[index + 1];
+    if (next) this.sim.schedule(next.spec.arrivalNs, { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
+    if (!this.iter && !this.decidePending) {
+      // Decide after every arrival of this instant has been processed.
+      this.decidePending = true;
+      this.sim.schedule(this.sim.now, { kind: 'serving.decide' }, EventPriority.decision);
+    }
+  }
+
+  private kvBytes(s: RequestState): number {
+    return (s.spec.promptTokens + s.spec.outputTokens) * this.m.derived.kvBytesPerToken;
+  }
+
+  /** Admits the head of the queue if its KV fits without eating the expert buffer's free slots or the activation reserve. */
+  private tryAdmit(s: RequestState): boolean {
+    const kv = this.kvBytes(s);
+    const reserved = this.buffer.free * this.m.derived.bytesPerExpert + this.activationReserveBytes;
+    if (this.res.vram.freeBytes - reserved < kv) return false;
+    s.kv = this.res.vram.allocate(kv, 'kvCache', `kv r${s.spec.id}`);
+    s.admitNs = this.sim.now;
+    s.router = this.workload.routing.forRequest(s.spec);
+    this.sink?.onRequest?.(s.spec.id, 'admit', this.sim.now);
+    return true;
+  }
+
+  private admitFromQueue(): void {
+    let tokens = 0;
+    for (const a of this.active) tokens += a.processed === 0 ? a.spec.promptTokens : 1;
+    while (this.waiting.length > 0 && this.active.length < this.cfg.maxBatchSize) {
+      const s = this.waiting[0]!;
+      if (this.active.length > 0 && tokens + s.spec.promptTokens > this.cfg.maxBatchTokens) break;
+      if (!this.tryAdmit(s)) break;
+      this.waiting.shift();
+      this.active.push(s);
+      tokens += s.spec.promptTokens;
+    }
+  }
+
+  private maybeStartIteration(): void {
+    if (this.iter) return;
+    if (this.cfg.batching === 'continuous') {
+      this.admitFromQueue();
+    } else if (this.active.length === 0 && this.waiting.length > 0) {
+      const oldest = this.waiting[0]!.spec.arrivalNs;
+      const deadline = oldest + this.cfg.maxWaitNs;
+      if (this.waiting.length >= this.cfg.maxBatchSize || this.sim.now >= deadline) {
+        this.admitFromQueue();
+      } else if (this.timerAtNs !== deadline) {
+        this.timerAtNs = deadline;
+        this.sim.schedule(deadline as Ns, { kind: 'serving.batchTimer' }, EventPriority.decision);
+      }
+    }
+    if (this.active.length === 0) {
+      if (this.waiting.length > 0 && this.cfg.batching === 'continuous') {
+        throw new SimError(`request ${this.waiting[0]!.spec.id} cannot be admitted into an empty GPU`, this.sim.now, 'serving executor');
+      }
+      return;
+    }
+    this.startIteration();
+  }
+
+  // ---------------------------------------------------------------- iterations and layers
+
+  private startIteration(): void {
+    const batch = this.active.slice();
+    const tokens = batch.map((s) => (s.processed === 0 ? s.spec.promptTokens : 1));
+    const totalTokens = tokens.reduce((a, b) => a + b, 0);
+    const views: RequestView[] = batch.map((s, i) => ({
+      spec: s.spec,
+      processedTokens: s.processed,
+      iterationTokens: tokens[i]!,
+      phase: s.processed === 0 ? 'prefill' : 'decode',
+      emittedTokens: s.emitted,
+    }));
+    while (this.perRequestCounts.length < batch.length) this.perRequestCounts.push(new Int32Array(this.E));
+    const activations = this.res.vram.tryAllocate(activationBytes(this.m, totalTokens), 'activations', `iteration ${this.iterations}`);
+    if (!activations) {
+      throw new SimError(`no VRAM for the activations of ${totalTokens} tokens`, this.sim.now, 'serving executor');
+    }
+    this.iter = {
+      index: this.iterations,
+      batch,
+      tokens,
+      totalTokens,
+      views,
+      activations,
+      layer: -1,
+      moeLayer: -1,
+      ready: [],
+      remaining: 0,
+      tokensPerExpert: new Int32Array(this.E),
+      computing: false,
+      blockedSinceNs: -1,
+    };
+    this.apply('onIterationStart', this.callPolicy('onIterationStart', () => this.policy.onIterationStart?.(this.view)));
+    this.startLayer(0);
+  }
+
+  private opNs(op: Operation): Ns {
+    let key: string;
+    switch (op.kind) {
+      case 'attention':
+        key = `a${op.tokens}:${op.contextTokens}`;
+        break;
+      case 'expert':
+        key = `e${op.tokens}`;
+        break;
+      default:
+        key = `${op.kind}${'tokens' in op ? op.tokens : 0}`;
+    }
+    let t = this.costCache.get(key);
+    if (t === undefined) {
+      t = this.cost.estimate(op).ns;
+      this.costCache.set(key, t);
+    }
+    return t;
+  }
+
+  private kernel(op: Operation, label: string, category: string, onDone: () => void): void {
+    this.res.gpu.submit({ stream: 0, durationNs: this.opNs(op), label, category, onDone });
+  }
+
+  private startLayer(layer: number): void {
+    const it = this.iter!;
+    it.layer = layer;
+    if (layer === this.m.layers) {
+      this.kernel({ kind: 'lmHead', tokens: it.totalTokens }, 'lm head', 'lmHead', () => this.finishIteration());
+      return;
+    }
+    let contextTokens = 0;
+    for (let i = 0; i < it.batch.length; i++) {
+      const s = it.batch[i]!;
+      const n = it.tokens[i]!;
+      // Causal attention: token at position p attends to p + 1 positions.
+      contextTokens += n * s.processed + (n * (n + 1)) / 2;
+    }
+    this.kernel({ kind: 'attention', tokens: it.totalTokens, contextTokens }, `L${layer} attention`, 'attention', () => {
+      const mi = this.moeIndexOfLayer[layer]!;
+      if (mi < 0) {
+        this.kernel({ kind: 'denseFfn', tokens: it.totalTokens }, `L${layer} dense ffn`, 'dense', () => this.startLayer(layer + 1));
+      } else {
+        this.kernel({ kind: 'router', tokens: it.totalTokens }, `L${layer} router`, 'router', () => this.routeLayer(mi));
+      }
+    });
+  }
+
+  private routeLayer(moeLayer: number): void {
+    const it = this.iter!;
+    it.moeLayer = moeLayer;
+    const E = this.E;
+    const k = this.m.topK;
+    const total = it.tokensPerExpert;
+    total.fill(0);
+    for (let i = 0; i < it.batch.length; i++) {
+      const s = it.batch[i]!;
+      const n = it.tokens[i]!;
+      if (this.scratch.length < n * k) this.scratch = new Int32Array(n * k * 2);
+      s.router!.route(moeLayer, s.processed, s.processed + n, this.scratch);
+      const counts = this.perRequestCounts[i]!;
+      counts.fill(0);
+      for (let j = 0; j < n * k; j++) {
+        const e = this.scratch[j]!;
+        if (!(e >= 0 && e < E)) {
+          throw new SimError(`router returned expert ${e} (experts ${E}) for request ${s.spec.id} layer ${moeLayer}`, this.sim.now, 'routing');
+        }
+        counts[e]!++;
+      }
+      for (let e = 0; e < E; e++) total[e]! += counts[e]!;
+    }
+    const activated: number[] = [];
+    for (let e = 0; e < E; e++) if (total[e]! > 0) activated.push(e);
+    this.counters.activationRatioSum += activated.length / E;
+    this.counters.layerRoutings++;
+
+    // Needs first (hits, queue-jumps, on-demand fetches), then the policy's prefetches.
+    it.ready.length = 0;
+    it.remaining = activated.length;
+    for (const e of activated) this.need(moeLayer * E + e);
+    const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
+    this.apply('onLayerRouted', this.callPolicy('onLayerRouted', () => this.policy.onLayerRouted?.(this.view, routing)));
+    if (this.m.sharedExperts > 0) {
+      it.computing = true;
+      this.kernel({ kind: 'sharedExperts', tokens: it.totalTokens }, `M${moeLayer} shared experts`, 'sharedExpert', () => {
+        it.computing = false;
+        this.pumpExperts();
+      });
+    } else {
+      this.pumpExperts();
+    }
+  }
+
+  /** One activated expert of the current layer. */
+  private need(key: ExpertKey): void {
+    const it = this.iter!;
+    this.counters.needs++;
+    const e = this.buffer.entry(key);
+    if (e && e.state === 'resident') {
+      if (e.prefetchUnused) {
+        this.counters.prefetchHits++;
+        this.markPrefetchUsed(e);
+      } else {
+        this.counters.cacheHits++;
+      }
+      e.pinned = true;
+      it.ready.push(key);
+      return;
+    }
+    if (e) {
+      // Loading (a prefetch): it jumps the queue.
+      e.pinned = true;
+      if (e.prefetchUnused) this.markPrefetchUsed(e);
+      if (e.transfer) this.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+      return;
+    }
+    if (this.acquireSlot(key, 'demand')) this.fetch(key, 'demand', DEMAND_PRIORITY, true);
+    else this.waitingForSlot.push(key);
+  }
+
+  private markPrefetchUsed(e: BufferEntry): void {
+    e.prefetchUnused = false;
+    this.counters.prefetchesUsed++;
+  }
+
+  private fetch(key: ExpertKey, origin: 'demand' | 'prefetch', priority: number, pinned: boolean): void {
+    const e = this.buffer.occupy(key, origin);
+    e.pinned = pinned;
+    if (origin === 'demand') this.counters.demandFetches++;
+    else this.counters.prefetchesIssued++;
+    e.transfer = this.res.h2d.submit({
+      bytes: this.m.derived.bytesPerExpert,
+      priority,
+      label: `expert M${Math.floor(key / this.E)}E${key % this.E}`,
+      category: origin === 'demand' ? 'expert-demand' : 'expert-prefetch',
+      onDone: () => this.onExpertArrived(key),
+    });
+  }
+
+  private onExpertArrived(key: ExpertKey): void {
+    const e = this.buffer.entry(key)!;
+    e.state = 'resident';
+    e.residentSinceNs = this.sim.now;
+    e.transfer = null;
+    if (e.origin === 'prefetch') this.counters.prefetchesCompleted++;
+    if (e.pinned) {
+      this.iter!.ready.push(key);
+      this.pumpExperts();
+    } else {
+      this.apply('onPrefetchDone', this.callPolicy('onPrefetchDone', () => this.policy.onPrefetchDone?.(this.view, key)));
+    }
+  }
+
+  /** Runs the next ready expert, or finishes the layer, or records that the GPU is blocked. */
+  private pumpExperts(): void {
+    const it = this.iter!;
+    if (it.computing) return;
+    const key = it.ready.shift();
+    if (key !== undefined) {
+      if (it.blockedSinceNs >= 0) {
+        this.counters.blockedNs += this.sim.now - it.blockedSinceNs;
+        this.sink?.onBlocked?.({ stream: 'gpu.compute', reason: 'expert fetch', startNs: it.blockedSinceNs as Ns, endNs: this.sim.now });
+        it.blockedSinceNs = -1;
+      }
+      const entry = this.buffer.entry(key);
+      this.sink?.onExpertCompute?.(key, this.sim.now, entry?.state === 'resident');
+      it.computing = true;
+      const tokens = it.tokensPerExpert[key % this.E]!;
+      this.kernel({ kind: 'expert', tokens }, `expert M${Math.floor(key / this.E)}E${key % this.E} ×${tokens}`, 'expert', () =>
+        this.afterExpert(key),
+      );
+      return;
+    }
+    if (it.remaining === 0) {
+      this.startLayer(it.layer + 1);
+      return;
+    }
+    if (it.blockedSinceNs < 0) it.blockedSinceNs = this.sim.now;
+  }
+
+  private afterExpert(key: ExpertKey): void {
+    const it = this.iter!;
+    it.computing = false;
+    it.remaining--;
+    const e = this.buffer.entry(key)!;
+    e.pinned = false;
+    e.uses++;
+    e.lastUsedNs = this.sim.now;
+    e.origin = 'cache';
+    const keep = this.cfg.preloadAllExperts || this.callPolicy('afterUse', () => this.policy.afterUse?.(this.view, key)) !== false;
+    if (!keep) this.evict(key, false);
+    this.serveSlotWaiters();
+    this.pumpExperts();
+  }
+
+  private finishIteration(): void {
+    const it = this.iter!;
+    const now = this.sim.now;
+    const finished: RequestState[] = [];
+    for (let i = 0; i < it.batch.length; i++) {
+      const s = it.batch[i]!;
+      s.processed += it.tokens[i]!;
+      s.emitted++;
+      if (s.emitted === 1) {
+        s.firstTokenNs = now;
+        this.sink?.onRequest?.(s.spec.id, 'firstToken', now);
+      } else {
+        this.sink?.onRequest?.(s.spec.id, 'token', now);
+      }
+      if (s.emitted === s.spec.outputTokens) finished.push(s);
+    }
+    if (it.activations) this.res.vram.free(it.activations);
+    this.iterations++;
+    for (const s of finished) {
+      s.finishNs = now;
+      if (s.kv) this.res.vram.free(s.kv);
+      s.kv = null;
+      s.router = null;
+      this.sink?.onRequest?.(s.spec.id, 'finish', now);
+      this.callPolicy('onRequestFinished', () => this.policy.onRequestFinished?.(this.view, s.spec));
+    }
+    this.active = this.active.filter((s) => s.finishNs < 0);
+    this.apply('onIterationEnd', this.callPolicy('onIterationEnd', () => this.policy.onIterationEnd?.(this.view)));
+    this.iter = null;
+    this.maybeStartIteration();
+  }
+
+  // ---------------------------------------------------------------- buffer management
+
+  /** Makes room for `key`. Returns false when no slot can be freed now. */
+  private acquireSlot(key: ExpertKey, reason: 'demand' | 'prefetch'): boolean {
+    if (this.buffer.free > 0) return true;
+    const candidates = this.buffer.evictable();
+    if (candidates.length === 0) {
+      if (reason === 'prefetch') return false;
+      // A demand fetch may take the slot of the least urgent loading prefetch nobody waits for.
+      let victim: BufferEntry | undefined;
+      for (const e of this.buffer.entries()) {
+        if (e.state !== 'loading' || e.pinned || !e.transfer) continue;
+        if (!victim || e.transfer.priority > victim.transfer!.priority || (e.transfer.priority === victim.transfer!.priority && e.transfer.seq > victim.transfer!.seq)) victim = e;
+      }
+      if (!victim) return false;
+      this.cancelPrefetch(victim.key);
+      return true;
+    }
+    const query: EvictionQuery = { reason, forKey: key, candidates };
+    let victim: ExpertKey | undefined;
+    if (this.policy.chooseVictim) {
+      victim = this.callPolicy('chooseVictim', () => this.policy.chooseVictim!(this.view, query));
+      if (victim === undefined) {
+        if (reason === 'prefetch') return false;
+        throw new PolicyError(`declined to evict for an on-demand fetch of ${key}`, this.sim.now, this.policy.name, 'chooseVictim');
+      }
+      if (!candidates.includes(victim)) {
+        throw new PolicyError(`chose ${victim}, which is not an evictable candidate`, this.sim.now, this.policy.name, 'chooseVictim');
+      }
+    } else {
+      victim = candidates.reduce((best, c) => (this.buffer.entry(c)!.lastUsedNs < this.buffer.entry(best)!.lastUsedNs ? c : best));
+    }
+    this.evict(victim, true);
+    return true;
+  }
+
+  private evict(key: ExpertKey, countEviction: boolean): void {
+    const e = this.buffer.release(key);
+    if (e.prefetchUnused) this.counters.prefetchWastedBytes += this.m.derived.bytesPerExpert;
+    if (countEviction) this.counters.evictions++;
+  }
+
+  private cancelPrefetch(key: ExpertKey): void {
+    const e = this.buffer.entry(key)!;
+    const t = e.transfer!;
+    this.res.h2d.cancel(t);
+    this.counters.prefetchesCancelled++;
+    // The bytes it already sent (and the packet on the wire, when it lands) are counted by the
+    // link as cancelledSentBytes; the metrics add them to the wasted bytes.
+    e.prefetchUnused = false;
+    e.transfer = null;
+    this.buffer.release(key);
+  }
+
+  private serveSlotWaiters(): void {
+    while (this.waitingForSlot.length > 0) {
+      const key = this.waitingForSlot[0]!;
+      if (!this.acquireSlot(key, 'demand')) return;
+      this.waitingForSlot.shift();
+      this.fetch(key, 'demand', DEMAND_PRIORITY, true);
+    }
+  }
+
+  // ---------------------------------------------------------------- policy plumbing
+
+  private callPolicy<T>(hook: string, f: () => T): T {
+    try {
+      return f();
+    } catch (err) {
+      if (err instanceof PolicyError || err instanceof SimError) throw err;
+      const msg = err instanceof Error ? err.message : String(err);
+      const wrapped = new PolicyError(msg, this.sim.now, this.policy.name, hook);
+      if (err instanceof Error && err.stack) wrapped.stack = `${wrapped.name}: ${wrapped.message}\n${err.stack}`;
+      throw wrapped;
+    }
+  }
+
+  private validKey(key: unknown, hook: string): key is ExpertKey {
+    if (typeof key === 'number' && Number.isInteger(key) && key >= 0 && key < this.m.moeLayers * this.E) return true;
+    throw new PolicyError(`invalid expert key ${String(key)}`, this.sim.now, this.policy.name, hook);
+  }
+
+  private apply(hook: string, d: PolicyDecision | void): void {
+    if (!d) return;
+    for (const key of d.cancel ?? []) {
+      if (!this.validKey(key, hook)) continue;
+      const e = this.buffer.entry(key);
+      if (e && e.state === 'loading' && !e.pinned) this.cancelPrefetch(key);
+    }
+    for (const key of d.evict ?? []) {
+      if (!this.validKey(key, hook)) continue;
+      const e = this.buffer.entry(key);
+      if (e && e.state === 'resident' && !e.pinned && !this.cfg.preloadAllExperts) this.evict(key, true);
+    }
+    for (const p of d.prefetch ?? []) {
+      if (!this.validKey(p.key, hook)) continue;
+      const priority = Math.max(1, Number.isFinite(p.priority) ? p.priority : 1);
+      const e = this.buffer.entry(p.key);
+      if (e) {
+        if (e.state === 'loading' && !e.pinned && e.transfer) this.res.h2d.reprioritize(e.transfer, priority);
+        continue;
+      }
+      if (this.acquireSlot(p.key, 'prefetch')) this.fetch(p.key, 'prefetch', priority, false);
+    }
+    if ((d.cancel?.length ?? 0) + (d.evict?.length ?? 0) > 0) this.serveSlotWaiters();
+  }
+
+  // ---------------------------------------------------------------- prediction
+
+  private predict(layer: number): readonly number[] {
+    const p = this.workload.predictor;
+    const it = this.iter;
+    if (!p || !it) return [];
+    if (it.batch.length === 1) {
+      const s = it.batch[0]!;
+      return p.predict(s.spec.id, layer, s.processed, s.processed + it.tokens[0]!);
+    }
+    // Batch: Borda count over the requests' ranked lists.
+    const score = new Float64Array(this.E);
+    for (let i = 0; i < it.batch.length; i++) {
+      const s = it.batch[i]!;
+      const ranked = p.predict(s.spec.id, layer, s.processed, s.processed + it.tokens[i]!);
+      ranked.forEach((e, r) => (score[e]! += ranked.length - r));
+    }
+    return [...score.keys()].filter((e) => score[e]! > 0).sort((a, b) => score[b]! - score[a]! || a - b);
+  }
+}
