@@ -80,6 +80,8 @@ export interface TraceSink {
   onRequest?(requestId: number, phase: RequestPhase, timeNs: Ns): void;
   /** An expert's compute is about to start on the GPU; `resident` says whether its bytes are all in VRAM. */
   onExpertCompute?(key: number, timeNs: Ns, resident: boolean): void;
+  /** An expert's bytes became resident in the GPU expert buffer (transfer complete, or preloaded), or its slot was freed. */
+  onExpertResidency?(key: number, resident: boolean, timeNs: Ns): void;
   onEnd?(timeNs: Ns): void;
 }
 
@@ -92,6 +94,7 @@ const HOOKS = [
   'onBlocked',
   'onRequest',
   'onExpertCompute',
+  'onExpertResidency',
   'onEnd',
 ] as const satisfies readonly (keyof TraceSink)[];
 

@@ -10,6 +10,7 @@ import { InvariantError } from '../kernel/errors.ts';
 import type { Scheduler } from '../kernel/simulation.ts';
 import type { Allocation, MemoryPool } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
+import type { TraceSink } from '../observe/trace-sink.ts';
 import type { BufferEntryView, BufferView, EntryOrigin, ExpertKey } from './policy.ts';
 
 export interface BufferEntry extends BufferEntryView {
@@ -33,6 +34,7 @@ export class ExpertBuffer implements BufferView {
     private readonly bytesPerExpert: number,
     private readonly vram: MemoryPool,
     private readonly clock: Pick<Scheduler<unknown>, 'now'>,
+    private readonly sink?: TraceSink,
   ) {}
 
   get occupied(): number {
@@ -77,6 +79,18 @@ export class ExpertBuffer implements BufferView {
       prefetchUnused: origin === 'prefetch',
     };
     this.map.set(key, e);
+    if (resident) this.sink?.onExpertResidency?.(key, true, this.clock.now);
+    return e;
+  }
+
+  /** Marks a loading entry resident (its transfer completed). */
+  arrived(key: ExpertKey): BufferEntry {
+    const e = this.map.get(key);
+    if (!e || e.state !== 'loading') throw new InvariantError(`arrival of expert ${key}, which is not loading`, this.clock.now, 'expert buffer');
+    e.state = 'resident';
+    e.residentSinceNs = this.clock.now;
+    e.transfer = null;
+    this.sink?.onExpertResidency?.(key, true, this.clock.now);
     return e;
   }
 
@@ -87,6 +101,7 @@ export class ExpertBuffer implements BufferView {
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.map.delete(key);
     this.vram.free(e.allocation);
+    if (e.state === 'resident') this.sink?.onExpertResidency?.(key, false, this.clock.now);
     return e;
   }
 

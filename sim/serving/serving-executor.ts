@@ -270,7 +270,7 @@ export class ServingExecutor {
     this.res.host.allocate(d.allExpertBytes, 'expertWeights', 'all experts (host copy)');
     this.res.host.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights (host copy)');
     this.res.vram.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights');
-    this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim);
+    this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim, this.sink);
 
     this.states = workload.requests.map((spec) => ({
       spec,
@@ -617,10 +617,7 @@ export class ServingExecutor {
   }
 
   private onExpertArrived(key: ExpertKey): void {
-    const e = this.buffer.entry(key)!;
-    e.state = 'resident';
-    e.residentSinceNs = this.sim.now;
-    e.transfer = null;
+    const e = this.buffer.arrived(key);
     if (e.origin === 'prefetch') this.counters.prefetchesCompleted++;
     if (e.pinned) {
       this.iter!.ready.push(key);
