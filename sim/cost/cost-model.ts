@@ -1,0 +1,318 @@
+/**
+ * The roofline cost model: (operation, shape, hardware) → uncontended duration + provenance.
+ *
+ * GPU operations (expert, sharedExperts, denseFfn, attentionProj, attention, router, lmHead):
+ *
+ *     ns = kernelLaunchNs + max(flops / (bf16FlopsPerSec · eff(tokens)),
+ *                               bytes / (hbmBytesPerSec · hbmEfficiency))
+ *     eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens)
+ *
+ * - flops = 2 × parameters touched per token × tokens (`ModelDerived.*FlopsPerToken`), plus
+ *   for `attention` the scores: contextTokens × attentionScoreFlopsPerContextToken.
+ * - bytes = weights read once per op + activations in and out (tokens × 2 × hidden × 2 B,
+ *   BF16) + for `attention` the KV cache read (contextTokens × kvBytesPerTokenPerLayer) and
+ *   the new tokens' KV written (tokens × kvBytesPerTokenPerLayer).
+ * - `expert` with `fraction` f (MoEpic's top/bottom segments): weight bytes and FLOPs × f.
+ * - bound: 'flops' or 'hbm', whichever term is larger; 'launch' when the launch overhead
+ *   alone exceeds both.
+ *
+ * CPU attention (`cpuAttention`): FLOPs = contextTokens × attentionScoreFlopsPerContextToken,
+ * computeNs = FLOPs / (cores · vectorFlopsPerSecPerCore · vectorEfficiency); bytes =
+ * contextTokens × kvBytesPerTokenPerLayer read from host DRAM at min(dramBytesPerSec,
+ * cores · perCoreDramBytesPerSec); ns = max(computeNs, memory time); bound 'cpuFlops' or
+ * 'hostMem'. `computeNs` is returned separately because at run time the memory part is shared
+ * fluidly with DMA traffic. For MLA (DeepSeek) the scores are priced in the absorbed form
+ * (see `hardware-profiles/derive.ts`): the latent "up-projection" is folded into the query and
+ * output, so per context token the CPU does 2·heads·(kv_lora + rope) + 2·heads·kv_lora FLOPs
+ * against the 576-element latent (3.4× a standard 128-dim head) and no per-context-token
+ * decompression; the absorbed per-token matrices are priced with the projections
+ * (`attentionProj`, on the GPU). This makes DeepSeek CPU attention FLOP-bound on every
+ * shipped CPU, which is why MoE-Gen leaves it on the GPU (ω = 0).
+ *
+ * Transfers: ns = latencyNs + bytes / (direction's effective pinned bandwidth ×
+ * (pinnedHostMemory ? 1 : pageableFactor)); bound 'pcie'. Zero bytes take zero time.
+ *
+ * Measured tables (`GpuProfile.measured`): a table keyed `<kind>@<model id>` or `<kind>`
+ * replaces the roofline time of that token-indexed GPU op (expert, sharedExperts, denseFfn,
+ * attentionProj, router, lmHead; not attention, whose time also depends on context). Linear
+ * interpolation in tokens between points; outside the range, linear extrapolation from the two
+ * nearest points, clamped at ≥ 1 ns, with `warning` set. An `expert` segment of fraction f
+ * takes f × the table time. flops, bytes and bound are still the roofline's (the table says how
+ * long, not why).
+ *
+ * Simplifications (all deliberate; calibrate with tables where they matter):
+ * - one kernel launch per op (fused kernels / CUDA Graphs); eager frameworks pay several;
+ * - intermediate activations (the i-wide FFN hidden state, attention scores) stay on chip;
+ * - no tile/wave quantisation beyond the efficiency curve; the curve depends on the tokens
+ *   of the op, not on the GEMM's K and N (small experts saturate no faster than big ones);
+ * - every duration is uncontended: sharing of SMs, PCIe links and DRAM is the resources' job;
+ * - an op with zero tokens (zero context, zero bytes) costs nothing, not even a launch.
+ *
+ * Results are memoised per (kind, shape) in nested Maps keyed by numbers, so the hot path is
+ * two or three Map lookups and no allocation; the memo is cleared when it holds more than
+ * 2^20 entries (estimates are pure, so clearing never changes a result).
+ */
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import { ceilNs, type Ns } from '../kernel/time.ts';
+import type { Bound, Cost, CostModel, Operation } from './types.ts';
+
+/** Bytes per activation element (BF16). */
+export const ACTIVATION_BYTES = 2;
+
+/** Memo entries kept before the memo is cleared. */
+const MAX_MEMO_ENTRIES = 1 << 20;
+
+export interface CostModelOptions {
+  /** Receives each distinct warning text once per cost model (e.g. a measured table extrapolated). Default: none. */
+  readonly onWarning?: (message: string) => void;
+}
+
+/** The GEMM efficiency eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens); 0 for 0 tokens. */
+export function gemmEfficiency(gpu: HardwareProfile['gpu'], tokens: number): number {
+  const { maxFraction, halfSaturationTokens } = gpu.gemmEfficiency;
+  return tokens > 0 ? (maxFraction * tokens) / (tokens + halfSaturationTokens) : 0;
+}
+
+type GpuKind = 'expert' | 'sharedExperts' | 'denseFfn' | 'attentionProj' | 'router' | 'lmHead';
+type Points = readonly (readonly [number, number])[];
+
+const ZERO_COST_GPU: Cost = Object.freeze({ ns: 0 as Ns, bound: 'launch', source: 'roofline', flops: 0, bytes: 0 });
+
+/**
+ * Builds the cost model of `model` on `hw`. Pure: the same op always gives the same Cost
+ * (the same object while it stays memoised).
+ *
+ * @param options `{ onWarning }`, or the `onWarning` callback itself.
+ * @throws RangeError from `estimate` for a malformed op (negative or non-finite shape,
+ *   fraction outside (0, 1], more CPU cores than the CPU has): those are executor bugs.
+ */
+export function createCostModel(
+  model: ModelProfile,
+  hw: HardwareProfile,
+  options: CostModelOptions | ((message: string) => void) = {},
+): CostModel {
+  const onWarning = typeof options === 'function' ? options : options.onWarning;
+  const { gpu, cpu, pcie } = hw;
+  const dv = model.derived;
+  const h = model.hiddenSize;
+  const actInOut = 2 * h * ACTIVATION_BYTES; // per token: input + output hidden state
+
+  const flopsPerSec = gpu.bf16FlopsPerSec;
+  const hbmBytesPerSec = gpu.hbmBytesPerSec * gpu.hbmEfficiency;
+  const launchNs = gpu.kernelLaunchNs;
+  const projWeightBytes = Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
+
+  const tableOf = (kind: GpuKind): Points | undefined => gpu.measured?.[`${kind}@${model.id}`] ?? gpu.measured?.[kind];
+  const tables: Record<GpuKind, Points | undefined> = {
+    expert: tableOf('expert'),
+    sharedExperts: tableOf('sharedExperts'),
+    denseFfn: tableOf('denseFfn'),
+    attentionProj: tableOf('attentionProj'),
+    router: tableOf('router'),
+    lmHead: tableOf('lmHead'),
+  };
+
+  const warned = new Set<string>();
+  const warn = (text: string): void => {
+    if (warned.has(text)) return;
+    warned.add(text);
+    onWarning?.(text);
+  };
+
+  /** Roofline (or table) cost of a GPU op. */
+  function gpuCost(kind: GpuKind | 'attention', tokens: number, flops: number, bytes: number, scale = 1): Cost {
+    if (tokens === 0) return ZERO_COST_GPU;
+    const flopNs = flops > 0 ? (flops / (flopsPerSec * gemmEfficiency(gpu, tokens))) * 1e9 : 0;
+    const memNs = (bytes / hbmBytesPerSec) * 1e9;
+    const bodyNs = Math.max(flopNs, memNs);
+    const bound: Bound = launchNs > bodyNs ? 'launch' : flopNs >= memNs ? 'flops' : 'hbm';
+    const table = kind === 'attention' ? undefined : tables[kind];
+    if (table === undefined) {
+      return Object.freeze({ ns: ceilNs(launchNs + bodyNs), bound, source: 'roofline', flops, bytes });
+    }
+    const { ns: tableNs, warning } = interpolate(table, tokens, kind);
+    const ns = ceilNs(Math.max(1, tableNs * scale));
+    if (warning !== undefined) {
+      warn(warning);
+      return Object.freeze({ ns, bound, source: 'table', flops, bytes, warning });
+    }
+    return Object.freeze({ ns, bound, source: 'table', flops, bytes });
+  }
+
+  function compute(op: Operation): Cost {
+    switch (op.kind) {
+      case 'expert': {
+        const t = checkCount(op.tokens, 'tokens');
+        const f = op.fraction ?? 1;
+        if (!(f > 0 && f <= 1)) throw new RangeError(`expert fraction must be in (0, 1], got ${f}`);
+        return gpuCost('expert', t, f * t * dv.expertFlopsPerToken, f * dv.bytesPerExpert + t * actInOut, f);
+      }
+      case 'sharedExperts': {
+        const t = checkCount(op.tokens, 'tokens');
+        return gpuCost('sharedExperts', t, t * dv.sharedExpertFlopsPerToken, dv.sharedExpertBytesPerLayer + t * actInOut);
+      }
+      case 'denseFfn': {
+        const t = checkCount(op.tokens, 'tokens');
+        return gpuCost('denseFfn', t, t * dv.denseFfnFlopsPerToken, dv.denseFfnBytesPerLayer + t * actInOut);
+      }
+      case 'attentionProj': {
+        const t = checkCount(op.tokens, 'tokens');
+        return gpuCost('attentionProj', t, t * dv.attentionProjFlopsPerToken, projWeightBytes + t * actInOut);
+      }
+      case 'attention': {
+        const t = checkCount(op.tokens, 'tokens');
+        const c = checkCount(op.contextTokens, 'contextTokens');
+        const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
+        const bytes = projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer;
+        return gpuCost('attention', t, flops, bytes);
+      }
+      case 'router': {
+        const t = checkCount(op.tokens, 'tokens');
+        return gpuCost('router', t, t * dv.routerFlopsPerToken, dv.routerBytesPerLayer + t * (h + model.experts) * ACTIVATION_BYTES);
+      }
+      case 'lmHead': {
+        const t = checkCount(op.tokens, 'tokens');
+        // LM head weights, the embedding rows gathered, the logits written.
+        const embRowBytes = dv.embeddingBytes / model.vocabSize;
+        const bytes = dv.lmHeadBytes + t * (embRowBytes + model.vocabSize * ACTIVATION_BYTES);
+        return gpuCost('lmHead', t, t * dv.lmHeadFlopsPerToken, bytes);
+      }
+      case 'cpuAttention': {
+        const c = checkCount(op.contextTokens, 'contextTokens');
+        checkCount(op.tokens, 'tokens');
+        const cores = op.cores;
+        if (!Number.isInteger(cores) || cores < 1 || cores > cpu.cores) {
+          throw new RangeError(`cpuAttention cores must be an integer in 1..${cpu.cores} (${cpu.id}), got ${cores}`);
+        }
+        const flops = c * dv.attentionScoreFlopsPerContextToken;
+        const bytes = c * dv.kvBytesPerTokenPerLayer;
+        const computeReal = (flops / (cores * cpu.vectorFlopsPerSecPerCore * cpu.vectorEfficiency)) * 1e9;
+        const memReal = (bytes / Math.min(cpu.dramBytesPerSec, cores * cpu.perCoreDramBytesPerSec)) * 1e9;
+        const bound: Bound = computeReal >= memReal ? 'cpuFlops' : 'hostMem';
+        return Object.freeze({
+          ns: ceilNs(Math.max(computeReal, memReal)),
+          bound,
+          source: 'roofline',
+          flops,
+          bytes,
+          computeNs: ceilNs(computeReal),
+        });
+      }
+      case 'transfer': {
+        const b = checkCount(op.bytes, 'bytes');
+        if (b === 0) return Object.freeze({ ns: 0 as Ns, bound: 'pcie', source: 'roofline', flops: 0, bytes: 0 });
+        const bw = (op.direction === 'h2d' ? pcie.h2dBytesPerSec : pcie.d2hBytesPerSec) * (hw.pinnedHostMemory ? 1 : pcie.pageableFactor);
+        return Object.freeze({ ns: ceilNs(pcie.latencyNs + (b / bw) * 1e9), bound: 'pcie', source: 'roofline', flops: 0, bytes: b });
+      }
+      default: {
+        const never: never = op;
+        throw new RangeError(`unknown operation ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  // ---- memo: per kind, nested Maps keyed by numbers (no string building on the hot path)
+  let entries = 0;
+  const oneD = {
+    sharedExperts: new Map<number, Cost>(),
+    denseFfn: new Map<number, Cost>(),
+    attentionProj: new Map<number, Cost>(),
+    router: new Map<number, Cost>(),
+    lmHead: new Map<number, Cost>(),
+    h2d: new Map<number, Cost>(),
+    d2h: new Map<number, Cost>(),
+  };
+  const expertMemo = new Map<number, Map<number, Cost>>(); // fraction → tokens
+  const attentionMemo = new Map<number, Map<number, Cost>>(); // tokens → contextTokens
+  const cpuMemo = new Map<number, Map<number, Cost>>(); // cores → contextTokens
+
+  function clearIfFull(): void {
+    if (++entries <= MAX_MEMO_ENTRIES) return;
+    for (const m of Object.values(oneD)) m.clear();
+    expertMemo.clear();
+    attentionMemo.clear();
+    cpuMemo.clear();
+    entries = 1;
+  }
+  function get1(map: Map<number, Cost>, key: number, op: Operation): Cost {
+    let c = map.get(key);
+    if (c === undefined) {
+      c = compute(op);
+      clearIfFull();
+      map.set(key, c);
+    }
+    return c;
+  }
+  function get2(map: Map<number, Map<number, Cost>>, k1: number, k2: number, op: Operation): Cost {
+    let inner = map.get(k1);
+    let c = inner?.get(k2);
+    if (c === undefined) {
+      c = compute(op);
+      clearIfFull();
+      inner = map.get(k1); // clearIfFull may have emptied the outer map
+      if (inner === undefined) {
+        inner = new Map();
+        map.set(k1, inner);
+      }
+      inner.set(k2, c);
+    }
+    return c;
+  }
+
+  return {
+    estimate(op: Operation): Cost {
+      switch (op.kind) {
+        case 'expert':
+          return get2(expertMemo, op.fraction ?? 1, op.tokens, op);
+        case 'attention':
+          return get2(attentionMemo, op.tokens, op.contextTokens, op);
+        case 'cpuAttention':
+          // tokens do not enter the price (see header); key by cores and context only.
+          return get2(cpuMemo, op.cores, op.contextTokens, op);
+        case 'transfer':
+          return get1(op.direction === 'h2d' ? oneD.h2d : oneD.d2h, op.bytes, op);
+        default:
+          return get1(oneD[op.kind], op.tokens, op);
+      }
+    },
+  };
+}
+
+/**
+ * Linear interpolation of a measured table (points sorted by tokens, ≥ 2 points) at `tokens`;
+ * linear extrapolation from the two nearest points outside the range, with a warning text.
+ */
+export function interpolate(points: Points, tokens: number, kind: string): { ns: number; warning?: string } {
+  const n = points.length;
+  const first = points[0];
+  const last = points[n - 1];
+  if (n < 2 || first === undefined || last === undefined) throw new RangeError(`measured ${kind} table needs at least two points`);
+  let lo: number;
+  let warning: string | undefined;
+  if (tokens < first[0]) {
+    lo = 0;
+    warning = `extrapolated ${kind} table below ${first[0]} tokens`;
+  } else if (tokens > last[0]) {
+    lo = n - 2;
+    warning = `extrapolated ${kind} table beyond ${last[0]} tokens`;
+  } else {
+    // Binary search for the segment [points[lo], points[lo + 1]] containing tokens.
+    let a = 0;
+    let b = n - 1;
+    while (b - a > 1) {
+      const mid = (a + b) >> 1;
+      if ((points[mid] as readonly [number, number])[0] <= tokens) a = mid;
+      else b = mid;
+    }
+    lo = a;
+  }
+  const p = points[lo] as readonly [number, number];
+  const q = points[lo + 1] as readonly [number, number];
+  const ns = Math.max(1, p[1] + ((q[1] - p[1]) * (tokens - p[0])) / (q[0] - p[0]));
+  return warning === undefined ? { ns } : { ns, warning };
+}
+
+function checkCount(v: number, name: string): number {
+  if (!(v >= 0) || !Number.isFinite(v)) throw new RangeError(`${name} must be a finite non-negative number, got ${v}`);
+  return v;
+}
