@@ -17,8 +17,9 @@
  * - Encoder-decoder models: decoder layers also carry a cross-attention block (same shape as
  *   self-attention) and one more norm.
  * - Router: h·E per MoE layer. Norms: `normsPerLayer`·h per layer (×2 with LayerNorm bias),
- *   plus one final norm (two for encoder-decoder). Embedding: V·h; LM head V·h (+V bias),
- *   stored once when tied.
+ *   plus one final norm (two for encoder-decoder). Embedding: V·h; LM head V·h (+V bias).
+ *   `lmHeadBytes` is the LM-head matrix the `lmHead` op reads even when it is tied to the
+ *   embedding; `nonExpertBytes` and `totalBytes` then count the shared matrix once.
  *
  * Bytes = ⌈params × bytes per param⌉ of the module family (see `ModelDtypes`): routed experts,
  * shared experts and dense FFNs use `expertBytesPerParam`; attention, norms, routers and the
