@@ -1,0 +1,201 @@
+/**
+ * Validation of one `add` batch, before anything is added: the batch is added whole or not at
+ * all. A pure function of the batch and a read-only view of the graph so far; it returns the
+ * normalised tasks or throws through `fail` (the executor turns that into a `SimError`).
+ */
+import { MEMORY_CATEGORIES } from '../resources/memory-pool.ts';
+import { POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
+
+/** What validation needs to know about the graph and the machine. */
+export interface GraphView {
+  has(id: TaskId): boolean;
+  isDone(id: TaskId): boolean;
+  /** Deps of an already added task. */
+  depsOf(id: TaskId): readonly TaskId[];
+  /** The hold registered under `key` (holder added, releaser not finished), if any. */
+  hold(key: string): { readonly holder: TaskId; readonly releaser: TaskId | undefined } | undefined;
+  readonly gpuStreams: readonly string[];
+  readonly cpuCores: number;
+  readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
+}
+
+export interface NormalizedTask {
+  readonly spec: TaskSpec;
+  readonly deps: readonly TaskId[];
+  readonly priority: number;
+  readonly label: string;
+  /** Total bytes per pool (acquired together). */
+  readonly needBytes: Readonly<Record<PoolName, number>>;
+  /** Distinct hold keys, in order of first appearance. */
+  readonly holds: readonly string[];
+  readonly releases: readonly string[];
+  /** GPU tasks: the stream index. */
+  readonly stream: number;
+}
+
+export const showId = (id: TaskId): string => (typeof id === 'string' ? JSON.stringify(id) : String(id));
+
+const isSafeNonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
+export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message: string) => never): NormalizedTask[] {
+  const inBatch = new Map<TaskId, number>();
+  specs.forEach((s, i) => {
+    const id: unknown = s?.id;
+    if (!(typeof id === 'string' || (typeof id === 'number' && Number.isFinite(id)))) {
+      fail(`task #${i} of the batch: id must be a string or a finite number (got ${String(id)})`);
+    }
+    if (view.has(s.id)) fail(`task ${showId(s.id)}: id already added`);
+    if (inBatch.has(s.id)) fail(`task ${showId(s.id)}: id appears twice in the batch`);
+    inBatch.set(s.id, i);
+  });
+
+  const out: NormalizedTask[] = specs.map((s) => normalizeOne(s, view, inBatch, fail));
+
+  // Cycles can only lie inside the batch: earlier tasks never depend on new ones.
+  const order = topologicalOrder(out, inBatch);
+  if (order.length < out.length) {
+    const placed = new Set(order);
+    const stuck = out.map((_, i) => i).filter((i) => !placed.has(i));
+    fail(`dependency cycle among tasks ${stuck.slice(0, 10).map((i) => showId(out[i]!.spec.id)).join(', ')}${stuck.length > 10 ? ', ...' : ''}`);
+  }
+
+  // Holds and releases.
+  const batchHolder = new Map<string, TaskId>();
+  for (const t of out) {
+    for (const key of t.holds) {
+      const existing = view.hold(key);
+      if (existing) fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing.holder)})`);
+      const other = batchHolder.get(key);
+      if (other !== undefined) fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is also held by task ${showId(other)} of the batch`);
+      batchHolder.set(key, t.spec.id);
+    }
+  }
+  const releaserOf = new Map<string, TaskId>();
+  const depsOf = (id: TaskId): readonly TaskId[] => {
+    const i = inBatch.get(id);
+    return i !== undefined ? out[i]!.deps : view.depsOf(id);
+  };
+  const isDone = (id: TaskId): boolean => !inBatch.has(id) && view.isDone(id);
+  for (const t of out) {
+    for (const key of t.releases) {
+      const existing = view.hold(key);
+      const holder = existing?.holder ?? batchHolder.get(key);
+      if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
+      const prior = existing?.releaser ?? releaserOf.get(key);
+      if (prior !== undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
+      if (!isDone(holder) && !isAncestor(holder, t.spec.id, depsOf, isDone)) {
+        fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)} but does not depend (directly or not) on its holder ${showId(holder)}`);
+      }
+      releaserOf.set(key, t.spec.id);
+    }
+  }
+  return out;
+}
+
+function normalizeOne(s: TaskSpec, view: GraphView, inBatch: ReadonlyMap<TaskId, number>, fail: (m: string) => never): NormalizedTask {
+  const where = `task ${showId(s.id)}`;
+  if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where}: unknown kind ${JSON.stringify(s.kind)}`);
+  if (typeof s.category !== 'string') fail(`${where}: category must be a string`);
+  const priority = s.priority ?? 0;
+  if (typeof priority !== 'number' || !Number.isFinite(priority)) fail(`${where}: priority must be a finite number (got ${String(priority)})`);
+
+  const deps: TaskId[] = [];
+  const seen = new Set<TaskId>();
+  for (const d of s.deps ?? []) {
+    if (seen.has(d)) continue;
+    seen.add(d);
+    if (d === s.id) fail(`${where}: depends on itself`);
+    if (!view.has(d) && !inBatch.has(d)) fail(`${where}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
+    deps.push(d);
+  }
+
+  let stream = 0;
+  switch (s.kind) {
+    case 'gpu': {
+      if (!isSafeNonNegInt(s.durationNs)) fail(`${where}: durationNs must be a non-negative integer (got ${String(s.durationNs)})`);
+      const st = s.stream ?? 0;
+      if (typeof st === 'number') {
+        if (!(Number.isInteger(st) && st >= 0 && st < view.gpuStreams.length)) fail(`${where}: no GPU stream ${st} (have ${view.gpuStreams.length})`);
+        stream = st;
+      } else {
+        stream = view.gpuStreams.indexOf(st);
+        if (stream < 0) fail(`${where}: no GPU stream named ${JSON.stringify(st)} (have ${view.gpuStreams.map((n) => JSON.stringify(n)).join(', ')})`);
+      }
+      break;
+    }
+    case 'cpu':
+      if (!(Number.isInteger(s.cores) && s.cores >= 1 && s.cores <= view.cpuCores)) fail(`${where}: cores must be an integer in [1, ${view.cpuCores}] (got ${String(s.cores)})`);
+      if (!isSafeNonNegInt(s.computeNs)) fail(`${where}: computeNs must be a non-negative integer (got ${String(s.computeNs)})`);
+      if (!isSafeNonNegInt(s.bytes)) fail(`${where}: bytes must be a non-negative integer (got ${String(s.bytes)})`);
+      break;
+    case 'h2d':
+    case 'd2h':
+      if (!(isSafeNonNegInt(s.bytes) && s.bytes > 0)) fail(`${where}: bytes must be a positive integer (got ${String(s.bytes)})`);
+      break;
+    case 'barrier':
+      break;
+  }
+
+  const needBytes: Record<PoolName, number> = { vram: 0, host: 0 };
+  const holds: string[] = [];
+  for (const a of s.alloc ?? []) {
+    if (!(POOL_NAMES as readonly string[]).includes(a.pool)) fail(`${where}: unknown pool ${JSON.stringify(a.pool)}`);
+    if (!isSafeNonNegInt(a.bytes)) fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
+    if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category)) fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
+    if (a.hold !== undefined) {
+      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where}: hold key must be a non-empty string`);
+      if (!holds.includes(a.hold)) holds.push(a.hold);
+    }
+    needBytes[a.pool] += a.bytes;
+  }
+  for (const p of POOL_NAMES) {
+    if (needBytes[p] > view.poolCapacityBytes[p]) {
+      fail(`${where}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
+    }
+  }
+  const releases: string[] = [];
+  for (const key of s.release ?? []) {
+    if (typeof key !== 'string' || key === '') fail(`${where}: release keys must be non-empty strings`);
+    if (releases.includes(key)) fail(`${where}: releases ${JSON.stringify(key)} twice`);
+    releases.push(key);
+  }
+  return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
+}
+
+/** Kahn's algorithm over the batch (deps outside the batch are already in the graph). Returns batch indices. */
+function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<TaskId, number>): number[] {
+  const indegree = tasks.map(() => 0);
+  const dependents: number[][] = tasks.map(() => []);
+  tasks.forEach((t, i) => {
+    for (const d of t.deps) {
+      const j = inBatch.get(d);
+      if (j !== undefined) {
+        indegree[i]!++;
+        dependents[j]!.push(i);
+      }
+    }
+  });
+  const order: number[] = [];
+  const queue = indegree.flatMap((n, i) => (n === 0 ? [i] : []));
+  while (queue.length > 0) {
+    const i = queue.shift()!;
+    order.push(i);
+    for (const j of dependents[i]!) if (--indegree[j]! === 0) queue.push(j);
+  }
+  return order;
+}
+
+/** True if `ancestor` is reachable from `id` through deps, not walking through finished tasks. */
+function isAncestor(ancestor: TaskId, id: TaskId, depsOf: (id: TaskId) => readonly TaskId[], isDone: (id: TaskId) => boolean): boolean {
+  const seen = new Set<TaskId>();
+  const stack: TaskId[] = [...depsOf(id)];
+  while (stack.length > 0) {
+    const d = stack.pop()!;
+    if (d === ancestor) return true;
+    if (seen.has(d) || isDone(d)) continue; // a finished task's ancestors are finished; the holder is not
+    seen.add(d);
+    stack.push(...depsOf(d));
+  }
+  return false;
+}
