@@ -74,9 +74,14 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
       }
       return { evict };
     },
-    chooseVictim(_view, q) {
-      const set = new Set(q.candidates);
-      return lru.oldest((k) => set.has(k)) ?? q.candidates[0];
+    chooseVictim(view, q) {
+      // Candidates are exactly the resident, unpinned entries: test that directly instead of building a set.
+      return (
+        lru.oldest((k) => {
+          const e = view.buffer.entry(k);
+          return e !== undefined && e.state === 'resident' && !e.pinned;
+        }) ?? q.candidates[0]
+      );
     },
   };
 }

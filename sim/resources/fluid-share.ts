@@ -94,22 +94,29 @@ export class FluidShare {
 
   /** Max-min fair (water-filling) allocation under per-flow caps; reschedules flows whose rate changed. */
   private rebalance(): void {
+    let demand = 0;
+    for (const f of this.flows.values()) demand += f.capBytesPerSec;
+    this.contended = demand > this.capacityBytesPerSec * (1 + 1e-12);
+    if (!this.contended) {
+      // Fast path (the common case): everyone runs at its cap.
+      for (const f of this.flows.values()) this.setRate(f, f.capBytesPerSec);
+      return;
+    }
     const flows = [...this.flows.values()].sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.id - b.id);
     let capacity = this.capacityBytesPerSec;
-    let demand = 0;
     for (let i = 0; i < flows.length; i++) {
       const f = flows[i]!;
-      demand += f.capBytesPerSec;
-      const fair = capacity / (flows.length - i);
-      const rate = Math.min(f.capBytesPerSec, fair);
+      const rate = Math.min(f.capBytesPerSec, capacity / (flows.length - i));
       capacity -= rate;
-      if (rate !== f.rateBytesPerSec || f.handle === null) {
-        f.rateBytesPerSec = rate;
-        if (f.handle) this.sched.cancel(f.handle);
-        const at = (this.sched.now + ceilNs((f.remainingBytes / rate) * 1e9)) as Ns;
-        f.handle = this.sched.schedule(at, { kind: 'fluid.flowDone', flowId: f.id }, EventPriority.completion);
-      }
+      this.setRate(f, rate);
     }
-    this.contended = demand > this.capacityBytesPerSec * (1 + 1e-12);
+  }
+
+  private setRate(f: Flow, rate: number): void {
+    if (rate === f.rateBytesPerSec && f.handle !== null) return;
+    f.rateBytesPerSec = rate;
+    if (f.handle) this.sched.cancel(f.handle);
+    const at = (this.sched.now + ceilNs((f.remainingBytes / rate) * 1e9)) as Ns;
+    f.handle = this.sched.schedule(at, { kind: 'fluid.flowDone', flowId: f.id }, EventPriority.completion);
   }
 }

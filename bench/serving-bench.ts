@@ -1,0 +1,92 @@
+/**
+ * Serving-executor benchmarks: simulator events/s on the quickstart workload and on one 10×
+ * larger, the bare heap-js push/pop rate at the same queue depth, their ratio, and simulated
+ * seconds per wall second.
+ */
+import { performance } from 'node:perf_hooks';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Heap } from 'heap-js';
+import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
+import { expandRuns, type RunSpec } from '../experiments/config/expand.ts';
+import { buildServingWorld } from '../experiments/world.ts';
+import { Rng } from '../sim/kernel/rng.ts';
+
+export type BenchRecord = Record<string, number | string>;
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const QUICKSTART = path.resolve(here, '../experiments/quickstart.yaml');
+
+interface Entry {
+  time: number;
+  priority: number;
+  seq: number;
+}
+
+/** Pop/push pairs per second on a heap-js heap holding `depth` entries, with the kernel's comparator. */
+export function bareHeapRate(depth: number, ops: number): number {
+  const rng = new Rng('bench-heap');
+  const heap = new Heap<Entry>((a, b) => a.time - b.time || a.priority - b.priority || a.seq - b.seq);
+  let seq = 0;
+  for (let i = 0; i < depth; i++) heap.push({ time: Math.floor(rng.next() * 1e6), priority: 10, seq: seq++ });
+  const t0 = performance.now();
+  for (let i = 0; i < ops; i++) {
+    const e = heap.pop()!;
+    heap.push({ time: e.time + 1 + Math.floor(rng.next() * 1e6), priority: 10, seq: seq++ });
+  }
+  return ops / ((performance.now() - t0) / 1000);
+}
+
+async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; simulatedS: number; meanDepth: number }> {
+  // Depth-measuring pass (observer costs time, so it is not the timed pass).
+  const probe = await buildServingWorld(spec, { baseDir });
+  let samples = 0;
+  let depthSum = 0;
+  probe.simulation.observe({
+    onEvent: () => {
+      samples++;
+      depthSum += probe.simulation.pending;
+    },
+  });
+  probe.run();
+  const ex = await buildServingWorld(spec, { baseDir });
+  const t0 = performance.now();
+  const o = ex.run();
+  const wallS = (performance.now() - t0) / 1000;
+  return { events: o.events, wallS, simulatedS: o.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
+}
+
+export async function servingBenchmarks(): Promise<BenchRecord[]> {
+  const loaded = loadConfigFile(QUICKSTART);
+  const out: BenchRecord[] = [];
+  const variants: [string, number][] = [
+    ['quickstart', 1],
+    ['quickstart-10x', 10],
+  ];
+  for (const [name, scale] of variants) {
+    const raw = JSON.parse(JSON.stringify(loaded.config)) as { workload: { requests: number } };
+    raw.workload.requests *= scale;
+    const config = validateConfig(raw, loaded.file);
+    const specs = await expandRuns(config, loaded.baseDir, loaded.file);
+    for (const spec of specs) {
+      await timeRun(spec, loaded.baseDir); // warm-up (JIT)
+      const r = await timeRun(spec, loaded.baseDir);
+      const eventsPerS = r.events / r.wallS;
+      const depth = Math.max(1, Math.round(r.meanDepth));
+      const bare = bareHeapRate(depth, Math.max(200_000, r.events));
+      out.push({
+        name: `serving-${name}-${spec.policy.label}`,
+        requests: spec.workload.requests,
+        events: r.events,
+        wallS: r.wallS,
+        eventsPerS,
+        meanQueueDepth: depth,
+        bareHeapEventsPerS: bare,
+        ratio: eventsPerS / bare,
+        simulatedS: r.simulatedS,
+        simulatedSPerWallS: r.simulatedS / r.wallS,
+      });
+    }
+  }
+  return out;
+}
