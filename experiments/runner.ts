@@ -20,6 +20,8 @@ import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
 import { renderTable, SERVING_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
+import { renderPlot } from './outputs/plot.ts';
+import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld } from './world.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
@@ -30,6 +32,8 @@ export interface RunRecord {
   readonly params: Readonly<Record<string, unknown>>;
   readonly seed: number;
   readonly metrics: RunMetrics;
+  /** `output.relative`: metric / the baseline policy's at the same sweep point and seed. */
+  relative?: Record<string, number>;
   readonly sim: { readonly events: number; readonly simulatedS: number };
 }
 
@@ -139,8 +143,36 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   } finally {
     progress.stop();
   }
+  const relCols = addRelative(config, runs);
   write(true);
+  if (outDir) {
+    for (const plot of config.output.plots) writeFileAtomic(path.join(outDir, `${plot.name}.svg`), await renderPlot(plot, runs));
+  }
   const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
-  const table = renderTable(rows, [...SERVING_COLUMNS, ...extra]);
+  const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
+  const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
+  const table = renderTable(tableRows, [...SERVING_COLUMNS, ...extra, ...rel]);
   return { runs, timing, table, outDir };
+}
+
+/** Fills `relative` on every run (see `output.relative`); returns the metric names. */
+function addRelative(config: ExperimentConfig, runs: RunRecord[]): string[] {
+  const rel = config.output.relative;
+  if (!rel) return [];
+  const pointKey = (r: RunRecord) =>
+    JSON.stringify([Object.entries(r.params).filter(([k]) => !k.startsWith('policy.')), r.seed]);
+  const base = new Map<string, RunRecord>();
+  for (const r of runs) if (r.policy === rel.baseline) base.set(pointKey(r), r);
+  for (const r of runs) {
+    const b = base.get(pointKey(r));
+    if (!b) continue;
+    const out: Record<string, number> = {};
+    for (const m of rel.metrics) {
+      const v = metricAt(r.metrics, m);
+      const bv = metricAt(b.metrics, m);
+      if (typeof v === 'number' && typeof bv === 'number') out[m] = bv !== 0 ? Number((v / bv).toPrecision(6)) : v === 0 ? 1 : Infinity;
+    }
+    r.relative = out;
+  }
+  return rel.metrics;
 }

@@ -139,6 +139,19 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       throw new UserError('no policy of this experiment has this parameter', file, `sweep.${key}`);
     }
   }
+  const rel = config.output.relative;
+  if (rel && !templates.some((t) => t.label === rel.baseline)) {
+    throw new UserError(`baseline is not one of this experiment's policies (${templates.map((t) => t.label).join(', ')})`, file, 'output.relative.baseline', rel.baseline);
+  }
+  const plotFields = new Set(['policy', 'seed', 'model', 'hardware', ...Object.keys(config.sweep)]);
+  config.output.plots.forEach((p, i) => {
+    for (const axis of ['x', 'y', 'series', 'facet'] as const) {
+      const f = p[axis];
+      if (f === undefined || plotFields.has(f) || f.startsWith('metrics.')) continue;
+      if (f.startsWith('rel:') && rel?.metrics.includes(f.slice(4))) continue;
+      throw new UserError('plot field must be policy, seed, model, hardware, a swept path, metrics.<path> or rel:<relative metric>', file, `output.plots[${i}].${axis}`, f);
+    }
+  });
   const runs: RunSpec[] = [];
   for (const combo of cartesian(config.sweep as Record<string, readonly unknown[]>)) {
     const base: Json = clone({ model: config.model, hardware: config.hardware, workload: config.workload, executor: config.executor }) as Json;

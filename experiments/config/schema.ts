@@ -24,6 +24,7 @@
  */
 import { z } from 'zod';
 import { WorkloadSchema } from '../../workloads/config.ts';
+import { PlotSchema } from '../outputs/plot.ts';
 
 /** One policy entry: a built-in by `name` (its own parameters beside it) or a plugin by `path`. */
 export const PolicyEntrySchema = z.union([
@@ -74,9 +75,19 @@ export const ExperimentSchema = z
       .object({
         /** Columns (metric paths) to add to the printed table. */
         columns: z.array(z.string()).default([]),
+        /**
+         * Metrics relative to a baseline policy: for each run, metric / the same metric of the
+         * baseline's run at the same sweep point and seed (e.g. PCIe bytes relative to on-demand).
+         */
+        relative: z
+          .object({ baseline: z.string().min(1), metrics: z.array(z.string()).min(1) })
+          .strict()
+          .optional(),
+        /** SVG plots written beside results.json. */
+        plots: z.array(PlotSchema).default([]),
       })
       .strict()
-      .default({ columns: [] }),
+      .default({ columns: [], plots: [] }),
   })
   .strict();
 

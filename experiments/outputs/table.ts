@@ -14,6 +14,7 @@ export interface TableRow {
   readonly metrics: Readonly<Record<string, unknown>>;
   readonly wallS: number;
   readonly eventsPerS: number;
+  readonly relative?: Readonly<Record<string, number>>;
 }
 
 /** Reads `a.b.c` from a metrics object. */
