@@ -44,8 +44,10 @@ export class BlockAllocator {
     return this.blocksOf.size;
   }
 
-  /** Blocks needed to hold `tokens` token slots. */
+  /** Blocks needed to hold `tokens` token slots. Throws RangeError unless `tokens` is finite and ≥ 0. */
   blocksFor(tokens: number): number {
+    // Without this, ensure(owner, NaN) would store NaN blocks and turn `used` into NaN.
+    if (!(tokens >= 0) || !Number.isFinite(tokens)) throw new RangeError(`token count must be finite and ≥ 0, got ${tokens}`);
     return Math.ceil(tokens / this.blockTokens);
   }
 

@@ -59,6 +59,8 @@ export class CpuPool {
 
   constructor(o: CpuPoolOptions) {
     if (!(o.cores >= 1) || !Number.isInteger(o.cores)) throw new RangeError(`cpu cores must be an integer ≥ 1, got ${o.cores}`);
+    // Checked here, not when the first task with bytes fails in FluidShare.start with its cores taken.
+    if (!(o.perCoreBytesPerSec > 0)) throw new RangeError(`cpu per-core bandwidth must be > 0 B/s, got ${o.perCoreBytesPerSec}`);
     this.name = o.name ?? 'cpu';
     this.cores = o.cores;
     this.perCoreBytesPerSec = o.perCoreBytesPerSec;
@@ -81,8 +83,9 @@ export class CpuPool {
     if (!(spec.cores >= 1 && spec.cores <= this.cores)) {
       throw new SimError(`cpu task needs ${spec.cores} cores (pool has ${this.cores})`, this.sched.now, this.name);
     }
-    if (!(spec.bytes >= 0) || !(spec.computeNs >= 0)) {
-      throw new SimError(`cpu task needs bytes, computeNs ≥ 0 (got ${spec.bytes}, ${spec.computeNs})`, this.sched.now, this.name);
+    // An integer computeNs: a fractional one would only fail when scheduled, with the task's cores taken.
+    if (!(spec.bytes >= 0) || !(spec.computeNs >= 0) || !Number.isSafeInteger(spec.computeNs)) {
+      throw new SimError(`cpu task needs bytes ≥ 0 and an integer computeNs ≥ 0 (got ${spec.bytes}, ${spec.computeNs})`, this.sched.now, this.name);
     }
     this.queue.push(spec);
     this.pump();

@@ -78,6 +78,10 @@ export class Gpu {
     if (!(spec.stream >= 0 && spec.stream < this.streams)) {
       throw new SimError(`no stream ${spec.stream} (have ${this.streams})`, this.sched.now, 'gpu');
     }
+    // Checked here: a bad duration would otherwise fail in the kernel with the stream left marked running.
+    if (!Number.isSafeInteger(spec.durationNs) || spec.durationNs < 0) {
+      throw new SimError(`kernel ${spec.label} duration must be a non-negative integer of ns, got ${spec.durationNs}`, this.sched.now, 'gpu');
+    }
     this.queues[spec.stream]!.push({ spec, seq: this.seq++ });
     this.pump();
   }

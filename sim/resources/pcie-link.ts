@@ -11,7 +11,9 @@
  * - When a host-DRAM `FluidShare` is given, every packet is a flow in it capped at the link's
  *   bandwidth, so heavy CPU memory traffic slows DMA down (and vice versa).
  *
- * Accounting invariant: `bytesMoved = completedBytes + cancelledSentBytes`.
+ * Accounting invariant: `bytesMoved = completedBytes + cancelledSentBytes + Σ sentBytes of
+ * pending transfers` (partly sent ones, e.g. overtaken), so `bytesMoved = completedBytes +
+ * cancelledSentBytes` once nothing is pending. A packet in flight counts when it lands.
  */
 import { SimError } from '../kernel/errors.ts';
 import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
@@ -71,6 +73,8 @@ export class PcieLink {
   private current: { transfer: Transfer; bytes: number; startNs: Ns } | null = null;
   private latencyFor: Transfer | null = null;
   private busySinceNs: Ns | -1 = -1;
+  /** Bound once: passed to the DRAM share for every packet (no closure per packet). */
+  private readonly packetDoneCallback = (): void => this.onPacketDone();
 
   /** Bytes of packets completed on the wire. */
   bytesMoved = 0;
@@ -224,7 +228,7 @@ export class PcieLink {
     const bytes = Math.min(this.packetBytes, t.bytes - t.sentBytes);
     this.current = { transfer: t, bytes, startNs: this.sched.now };
     if (this.dram) {
-      this.dram.start(bytes, this.bytesPerSec, () => this.onPacketDone());
+      this.dram.start(bytes, this.bytesPerSec, this.packetDoneCallback);
     } else {
       const at = (this.sched.now + bytesToNs(bytes, this.bytesPerSec)) as Ns;
       this.sched.schedule(at, { kind: 'link.packetDone', link: this.name }, EventPriority.completion);
