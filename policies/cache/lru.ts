@@ -76,12 +76,14 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
     },
     chooseVictim(view, q) {
       // Candidates are exactly the resident, unpinned entries: test that directly instead of building a set.
-      return (
+      const v =
         lru.oldest((k) => {
           const e = view.buffer.entry(k);
           return e !== undefined && e.state === 'resident' && !e.pinned;
-        }) ?? q.candidates[0]
-      );
+        }) ?? q.candidates[0];
+      // Evicted keys leave the order (they re-enter when routed again), which keeps the scan short.
+      if (v !== undefined) lru.remove(v);
+      return v;
     },
   };
 }

@@ -62,7 +62,8 @@ export class FluidShare {
     if (!flow) throw new SimError(`unknown flow ${flowId}`, this.sched.now, this.name);
     this.advance();
     this.flows.delete(flowId);
-    this.rebalance();
+    if (this.flows.size > 0) this.rebalance();
+    else this.contended = false;
     flow.onDone();
   }
 
