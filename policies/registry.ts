@@ -5,6 +5,7 @@
 import type { PolicyDefinition } from './types.ts';
 import { onDemand } from './cache/on-demand.ts';
 import { lru } from './cache/lru.ts';
+import { moeInfinity } from './moe-infinity/policy.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyPolicy = PolicyDefinition<any>;
@@ -12,6 +13,7 @@ type AnyPolicy = PolicyDefinition<any>;
 export const BUILTIN_POLICIES = {
   'on-demand': onDemand,
   lru,
+  'moe-infinity': moeInfinity,
 } as const satisfies Record<string, AnyPolicy>;
 
 export type BuiltinPolicyName = keyof typeof BUILTIN_POLICIES;

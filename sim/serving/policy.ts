@@ -129,6 +129,13 @@ export interface EvictionQuery {
 
 export interface ServingPolicy {
   readonly name: string;
+  /**
+   * Whether a loading prefetch that the router now needs jumps the H2D queue (is
+   * re-prioritised to the on-demand priority 0). Default true; `false` leaves it at its
+   * prefetch priority (MoE-Infinity's `queueJump` ablation). On-demand fetches of experts that
+   * are not loading always use priority 0.
+   */
+  readonly queueJump?: boolean;
   /** Before the run. */
   init?(shape: ModelShapeView): void;
   /** A new iteration's batch is known; nothing has been routed yet. */

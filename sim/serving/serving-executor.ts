@@ -587,10 +587,10 @@ export class ServingExecutor {
       return;
     }
     if (e) {
-      // Loading (a prefetch): it jumps the queue.
+      // Loading (a prefetch): it jumps the queue, unless the policy opts out (`queueJump: false`).
       e.pinned = true;
       if (e.prefetchUnused) this.markPrefetchUsed(e);
-      if (e.transfer) this.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+      if (e.transfer && this.policy.queueJump !== false) this.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
       return;
     }
     if (this.acquireSlot(key, 'demand')) this.fetch(key, 'demand', DEMAND_PRIORITY, true);

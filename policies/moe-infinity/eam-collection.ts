@@ -1,0 +1,366 @@
+/**
+ * The EAM collection (EAMC) of MoE-Infinity and its incremental matcher (DESIGN §8).
+ *
+ * `EamCollection`: a fixed-capacity set of past request EAMs (one collection per phase, see
+ * `eam.ts`). When a request finishes its EAM fills a free entry, or, once the collection is
+ * full, replaces
+ * - `most-similar` (the paper): the stored EAM with the highest cosine similarity to it
+ *   (smallest cosine distance), so the collection stays recent and diverse: a new pattern
+ *   replaces the one closest to it, never a rare one; ties go to the lowest index;
+ * - `lfu-access` (the released code, `finish_entry`): the entry matched the fewest times
+ *   (an access count incremented for the top-1 match of every layer match, reset to 1 on
+ *   insertion); ties go to the lowest index.
+ *
+ * Storage (counts as Float32: exact integers below 2^24): each entry twice, entry-major
+ * (`rows`, for aggregating a match's future rows) and column-major (`cols`, cell (l, e) of
+ * every entry contiguous, for the matcher's per-row update), plus per entry and row the
+ * squared norm and the total. That is 8·L·E bytes per entry (Arctic, 35×128: 36 KB; 10 000
+ * entries: 358 MB). Storage grows by doubling up to the capacity.
+ *
+ * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
+ * the rows seen so far S, and every stored EAM restricted to the same rows:
+ *
+ *     sim_n = D_n / sqrt(Q_cur · Q_n),   D_n = Σ_{i∈S} cur_i · stored_n,i,
+ *                                        Q_cur = Σ_{i∈S} ‖cur_i‖²,  Q_n = Σ_{i∈S} ‖stored_n,i‖²
+ *
+ * (one cosine over the L×E matrices with the unseen rows removed, not an average of per-row
+ * cosines). When row l arrives, D_n += cur_l · stored_n,l touches only the non-zero cells of
+ * cur_l (top-k of a decode token: k cells) through the column-major copy, Q_n += ‖stored_n,l‖²
+ * is precomputed per entry and row, and Q_cur += ‖cur_l‖². A row update therefore costs
+ * O(N · (nnz(cur_l) + 1)), never O(N · L · E), and gives exactly the brute-force value: all
+ * sums are of integer products in doubles (tested). The best `topMatches` entries are kept by
+ * a scan of the N similarities (ties: lowest index); entries with similarity 0 never match.
+ */
+import type { EamShape } from './eam.ts';
+
+export type EamcReplacement = 'most-similar' | 'lfu-access';
+
+const MIN_ALLOC = 16;
+
+export class EamCollection {
+  readonly layers: number;
+  readonly experts: number;
+  private readonly cells: number;
+  /** Entries stored. */
+  size = 0;
+  /** Entries the storage has room for (≤ capacity); the stride of the column-major arrays. */
+  private alloc = 0;
+  private rows = new Float32Array(0);
+  private cols = new Float32Array(0);
+  /** ‖row l of entry n‖², at `l * alloc + n`. */
+  private rowNorm2 = new Float64Array(0);
+  /** Σ of row l of entry n, at `n * layers + l`. */
+  private rowTotal = new Float64Array(0);
+  /** ‖entry n‖² over all rows. */
+  private fullNorm2 = new Float64Array(0);
+  private access = new Float64Array(0);
+  private scratch = new Float64Array(0);
+  /** Increments on every insertion or replacement (matchers built on an older version are stale). */
+  version = 0;
+
+  constructor(
+    shape: EamShape,
+    readonly capacity: number,
+    readonly replacement: EamcReplacement,
+  ) {
+    if (!(Number.isInteger(capacity) && capacity >= 1)) throw new RangeError(`EAMC capacity must be a positive integer, got ${capacity}`);
+    this.layers = shape.layers;
+    this.experts = shape.experts;
+    this.cells = shape.layers * shape.experts;
+  }
+
+  /** Entries the storage has room for without growing (the column stride). */
+  get stride(): number {
+    return this.alloc;
+  }
+
+  private grow(need: number): void {
+    if (need <= this.alloc) return;
+    const alloc = Math.min(this.capacity, Math.max(need, MIN_ALLOC, this.alloc * 2));
+    const { cells, layers } = this;
+    const rows = new Float32Array(alloc * cells);
+    rows.set(this.rows.subarray(0, this.size * cells));
+    const cols = new Float32Array(cells * alloc);
+    const rowNorm2 = new Float64Array(layers * alloc);
+    for (let c = 0; c < cells; c++) cols.set(this.cols.subarray(c * this.alloc, c * this.alloc + this.size), c * alloc);
+    for (let l = 0; l < layers; l++) rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+    const rowTotal = new Float64Array(alloc * layers);
+    rowTotal.set(this.rowTotal.subarray(0, this.size * layers));
+    const grow1 = (a: Float64Array) => {
+      const b = new Float64Array(alloc);
+      b.set(a.subarray(0, this.size));
+      return b;
+    };
+    this.fullNorm2 = grow1(this.fullNorm2);
+    this.access = grow1(this.access);
+    this.scratch = new Float64Array(alloc);
+    this.rows = rows;
+    this.cols = cols;
+    this.rowNorm2 = rowNorm2;
+    this.rowTotal = rowTotal;
+    this.alloc = alloc;
+  }
+
+  /**
+   * Stores `eam` (L×E counts): in a free entry while there is one, else in place of the entry
+   * the replacement rule picks. Returns the entry index. Empty EAMs are ignored (−1).
+   */
+  insert(eam: ArrayLike<number>): number {
+    if (eam.length !== this.cells) throw new RangeError(`EAM has ${eam.length} cells, the collection ${this.cells}`);
+    let any = false;
+    for (let j = 0; j < this.cells; j++) if (eam[j] !== 0) any = true;
+    if (!any) return -1;
+    let n: number;
+    if (this.size < this.capacity) {
+      this.grow(this.size + 1);
+      n = this.size++;
+    } else {
+      n = this.replacement === 'most-similar' ? this.mostSimilar(eam) : this.leastAccessed();
+    }
+    this.write(n, eam);
+    this.access[n] = 1;
+    this.version++;
+    return n;
+  }
+
+  private write(n: number, eam: ArrayLike<number>): void {
+    const { experts, layers, alloc } = this;
+    const base = n * this.cells;
+    let full = 0;
+    for (let l = 0; l < layers; l++) {
+      let sq = 0;
+      let tot = 0;
+      for (let e = 0; e < experts; e++) {
+        const j = l * experts + e;
+        const v = eam[j]!;
+        this.rows[base + j] = v;
+        this.cols[j * alloc + n] = v;
+        sq += v * v;
+        tot += v;
+      }
+      this.rowNorm2[l * alloc + n] = sq;
+      this.rowTotal[n * layers + l] = tot;
+      full += sq;
+    }
+    this.fullNorm2[n] = full;
+  }
+
+  /** Cosine similarity of `eam` (all rows) with every stored entry, into `out[0..size)`. */
+  similarities(eam: ArrayLike<number>, out: Float64Array): void {
+    const { alloc, size } = this;
+    out.fill(0, 0, size);
+    let norm = 0;
+    for (let j = 0; j < this.cells; j++) {
+      const v = eam[j]!;
+      if (v === 0) continue;
+      norm += v * v;
+      const off = j * alloc;
+      for (let n = 0; n < size; n++) out[n]! += v * this.cols[off + n]!;
+    }
+    for (let n = 0; n < size; n++) {
+      const q = norm * this.fullNorm2[n]!;
+      out[n] = q > 0 ? out[n]! / Math.sqrt(q) : 0;
+    }
+  }
+
+  /** The stored entry most similar to `eam` (highest cosine; ties: lowest index). */
+  mostSimilar(eam: ArrayLike<number>): number {
+    this.similarities(eam, this.scratch);
+    let best = 0;
+    for (let n = 1; n < this.size; n++) if (this.scratch[n]! > this.scratch[best]!) best = n;
+    return best;
+  }
+
+  private leastAccessed(): number {
+    let best = 0;
+    for (let n = 1; n < this.size; n++) if (this.access[n]! < this.access[best]!) best = n;
+    return best;
+  }
+
+  /** Records that entry `n` was the best match of a layer match (the `lfu-access` rule counts these). */
+  noteMatched(n: number): void {
+    this.access[n]!++;
+  }
+
+  accessCount(n: number): number {
+    return this.access[n]!;
+  }
+
+  /** Entry `n`'s counts, entry-major (a view: do not modify). */
+  entry(n: number): Float32Array {
+    if (!(n >= 0 && n < this.size)) throw new RangeError(`EAMC entry ${n} of ${this.size}`);
+    return this.rows.subarray(n * this.cells, (n + 1) * this.cells);
+  }
+
+  /** Σ of row `layer` of entry `n`. */
+  rowSum(n: number, layer: number): number {
+    return this.rowTotal[n * this.layers + layer]!;
+  }
+
+  /** Internal arrays for the matcher (read-only use). */
+  get internals(): { readonly cols: Float32Array; readonly rows: Float32Array; readonly rowNorm2: Float64Array; readonly rowTotal: Float64Array } {
+    return { cols: this.cols, rows: this.rows, rowNorm2: this.rowNorm2, rowTotal: this.rowTotal };
+  }
+}
+
+/**
+ * Incremental cosine matching of one iteration EAM (fed row by row) against a collection, and
+ * its best matches. Reusable: `reset` starts a new iteration EAM.
+ */
+export class IncrementalMatcher {
+  private coll: EamCollection | null = null;
+  private version = -1;
+  private n = 0;
+  private dots = new Float64Array(0);
+  private norms = new Float64Array(0);
+  private qCur = 0;
+  private readonly seen: Uint8Array;
+  /** Best matches (entry indices), best first; `topCount` of them are valid. */
+  readonly top: Int32Array;
+  readonly topScore: Float64Array;
+  topCount = 0;
+
+  constructor(
+    shape: EamShape,
+    readonly topMatches: number,
+  ) {
+    this.seen = new Uint8Array(shape.layers);
+    this.top = new Int32Array(topMatches);
+    this.topScore = new Float64Array(topMatches);
+  }
+
+  /** Starts a new (empty) iteration EAM against `coll` as it is now. */
+  reset(coll: EamCollection): void {
+    this.coll = coll;
+    this.version = coll.version;
+    this.n = coll.size;
+    if (this.dots.length < this.n) {
+      this.dots = new Float64Array(coll.capacity > 4 * this.n ? Math.max(this.n * 2, 16) : coll.capacity);
+      this.norms = new Float64Array(this.dots.length);
+    }
+    this.dots.fill(0, 0, this.n);
+    this.norms.fill(0, 0, this.n);
+    this.qCur = 0;
+    this.seen.fill(0);
+    this.topCount = 0;
+  }
+
+  get collection(): EamCollection | null {
+    return this.coll;
+  }
+
+  /** Entries being matched (the collection's size at `reset`). */
+  get entries(): number {
+    return this.n;
+  }
+
+  /**
+   * Adds row `layer` of the iteration EAM (`counts[e]`, length E) and updates every stored
+   * entry's similarity and the best matches. Each row may be added once per `reset`.
+   */
+  addRow(layer: number, counts: ArrayLike<number>): void {
+    const coll = this.coll;
+    if (!coll) throw new Error('matcher used before reset');
+    if (coll.version !== this.version) throw new Error('EAMC changed during a match');
+    if (this.seen[layer]) throw new Error(`row ${layer} added twice to one iteration EAM`);
+    this.seen[layer] = 1;
+    const E = coll.experts;
+    const stride = coll.stride;
+    const { cols, rowNorm2 } = coll.internals;
+    const n = this.n;
+    const dots = this.dots;
+    const norms = this.norms;
+    for (let e = 0; e < E; e++) {
+      const c = counts[e]!;
+      if (c === 0) continue;
+      this.qCur += c * c;
+      const off = (layer * E + e) * stride;
+      for (let i = 0; i < n; i++) dots[i]! += c * cols[off + i]!;
+    }
+    // Q_n += ‖stored row‖², and keep the best `topMatches` by D_n / sqrt(Q_n) (Q_cur is common).
+    const rn = layer * stride;
+    const M = this.topMatches;
+    const top = this.top;
+    const score = this.topScore;
+    let count = 0;
+    let floor = 0; // score of the worst kept match once `count === M`
+    for (let i = 0; i < n; i++) {
+      const q = (norms[i]! += rowNorm2[rn + i]!);
+      const d = dots[i]!;
+      if (d <= 0) continue;
+      const s = d / Math.sqrt(q);
+      if (count === M && s <= floor) continue;
+      // Insertion into the sorted list (strict >: an equal later index never displaces an earlier one).
+      let j = count < M ? count++ : M - 1;
+      while (j > 0 && score[j - 1]! < s) {
+        score[j] = score[j - 1]!;
+        top[j] = top[j - 1]!;
+        j--;
+      }
+      score[j] = s;
+      top[j] = i;
+      if (count === M) floor = score[M - 1]!;
+    }
+    this.topCount = count;
+    // Scores are kept without Q_cur; turn them into similarities.
+    const qc = Math.sqrt(this.qCur);
+    for (let j = 0; j < count; j++) score[j] = score[j]! / qc;
+  }
+
+  /** Current similarity of entry `n` (over the rows seen so far). */
+  similarity(n: number): number {
+    const d = this.dots[n]!;
+    const q = this.qCur * this.norms[n]!;
+    return q > 0 ? d / Math.sqrt(q) : 0;
+  }
+}
+
+/**
+ * The aggregate of a set of matched entries: Σ of their counts (rows ≥ `fromLayer` only) and
+ * row totals, updated by the set difference when the best matches change (exact: integer
+ * sums). `share(i, e)` = aggregate(i, e) / row total = the activation probability of (i, e).
+ */
+export class MatchAggregate {
+  readonly sum: Float64Array;
+  readonly rowTotal: Float64Array;
+  private members: number[] = [];
+  private coll: EamCollection | null = null;
+
+  constructor(private readonly shape: EamShape) {
+    this.sum = new Float64Array(shape.layers * shape.experts);
+    this.rowTotal = new Float64Array(shape.layers);
+  }
+
+  reset(): void {
+    this.sum.fill(0);
+    this.rowTotal.fill(0);
+    this.members = [];
+    this.coll = null;
+  }
+
+  get size(): number {
+    return this.members.length;
+  }
+
+  /** Makes the aggregate the sum of entries `top[0..count)` of `coll`, for rows ≥ `fromLayer`. */
+  update(coll: EamCollection, top: ArrayLike<number>, count: number, fromLayer: number): void {
+    if (this.coll !== coll) {
+      this.reset();
+      this.coll = coll;
+    }
+    const next: number[] = [];
+    for (let j = 0; j < count; j++) next.push(top[j]!);
+    for (const m of this.members) if (!next.includes(m)) this.apply(coll, m, -1, fromLayer);
+    for (const m of next) if (!this.members.includes(m)) this.apply(coll, m, 1, fromLayer);
+    this.members = next;
+  }
+
+  private apply(coll: EamCollection, n: number, sign: number, fromLayer: number): void {
+    const { layers, experts } = this.shape;
+    const { rows, rowTotal } = coll.internals;
+    const cells = layers * experts;
+    const base = n * cells;
+    for (let j = fromLayer * experts; j < cells; j++) this.sum[j]! += sign * rows[base + j]!;
+    for (let l = fromLayer; l < layers; l++) this.rowTotal[l]! += sign * rowTotal[n * layers + l]!;
+  }
+}
