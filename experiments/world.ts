@@ -1,14 +1,24 @@
 /**
  * The world builder: the one place that wires a resolved run into profiles, cost model,
  * resources, workload and policy, and returns a ready executor.
+ *
+ * Oracle policies (`definition.oracle === 'needs'`, e.g. belady) first get a recording pass:
+ * the same run spec (workload, seed, executor, buffer size) with the `on-demand` policy,
+ * wrapped to record every (iteration, MoE layer, activated experts); the recorded sequence is
+ * passed read-only as `ctx.oracle`. It is cached per run spec, so the runner's preflight and
+ * run share one recording pass.
  */
 import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
 import { createCostModel } from '../sim/cost/cost-model.ts';
 import { RngStreams } from '../sim/kernel/rng.ts';
 import { msToNs } from '../sim/kernel/time.ts';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
+import type { ServingPolicy } from '../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../sim/serving/serving-executor.ts';
 import { buildWorkload } from '../workloads/config.ts';
+import { onDemand } from '../policies/cache/on-demand.ts';
+import { recordNeeds } from '../policies/oracle/need-recorder.ts';
+import type { NeedTrace, PolicyContext } from '../policies/types.ts';
 import type { RunSpec } from './config/expand.ts';
 
 export interface WorldOptions {
@@ -18,24 +28,70 @@ export interface WorldOptions {
   readonly onWarning?: (message: string) => void;
 }
 
+/** Recorded need sequences by run spec (preflight and run build the same spec twice). */
+const recordedNeeds = new WeakMap<RunSpec, NeedTrace>();
+
 export async function buildServingWorld(spec: RunSpec, o: WorldOptions): Promise<ServingExecutor> {
+  const def = spec.policy.definition;
+  let oracle: NeedTrace | undefined;
+  if (def.oracle === 'needs') {
+    oracle = recordedNeeds.get(spec);
+    if (!oracle) {
+      oracle = await recordNeedsOf(spec, o);
+      recordedNeeds.set(spec, oracle);
+    }
+  }
+  return assemble(spec, o, (ctx, model) => ({
+    policy: def.create(spec.policy.params, oracle ? { ...ctx, oracle } : ctx),
+    bufferSlots: def.bufferSlots?.(spec.policy.params, model),
+    preloadAllExperts: def.servingOverrides?.preloadAllExperts ?? false,
+  }), o.sink);
+}
+
+/**
+ * The recording pass of an oracle run: `on-demand` (release after use) with the oracle
+ * policy's buffer size, so admission (which depends on VRAM) is the same; no sink.
+ */
+async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace> {
+  const def = spec.policy.definition;
+  let trace: NeedTrace | undefined;
+  const executor = await assemble(spec, o, (ctx, model) => {
+    const recorder = recordNeeds(onDemand.create(onDemand.params.parse({}), ctx));
+    trace = recorder.trace;
+    return { policy: recorder.policy, bufferSlots: def.bufferSlots?.(spec.policy.params, model), preloadAllExperts: false };
+  }, undefined);
+  executor.run();
+  return trace!;
+}
+
+interface PolicyWiring {
+  readonly policy: ServingPolicy;
+  readonly bufferSlots: number | undefined;
+  readonly preloadAllExperts: boolean;
+}
+
+async function assemble(
+  spec: RunSpec,
+  o: WorldOptions,
+  wire: (ctx: PolicyContext, model: PolicyContext['model']) => PolicyWiring,
+  sink: TraceSink | undefined,
+): Promise<ServingExecutor> {
   const model = loadModel(spec.model);
   const hardware = loadHardware(spec.hardware);
   const cost = createCostModel(model, hardware, o.onWarning);
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
   const workload = await buildWorkload(spec.workload, shape, streams);
-  const def = spec.policy.definition;
-  const policy = def.create(spec.policy.params, { rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload });
+  const w = wire({ rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload }, model);
   const x = spec.executor;
   const config: ServingConfig = {
     batching: x.batching,
     maxBatchSize: x.maxBatchSize,
     maxWaitNs: msToNs(x.maxWaitMs),
     maxBatchTokens: x.maxBatchTokens,
-    bufferSlots: def.bufferSlots?.(spec.policy.params, model) ?? x.bufferSlots,
+    bufferSlots: w.bufferSlots ?? x.bufferSlots,
     packetBytes: Math.round(x.packetMiB * 1024 * 1024),
-    preloadAllExperts: def.servingOverrides?.preloadAllExperts ?? false,
+    preloadAllExperts: w.preloadAllExperts,
   };
-  return new ServingExecutor({ model, hardware, cost, workload, policy, config, sink: o.sink });
+  return new ServingExecutor({ model, hardware, cost, workload, policy: w.policy, config, sink });
 }

@@ -5,6 +5,15 @@
 import type { PolicyDefinition } from './types.ts';
 import { onDemand } from './cache/on-demand.ts';
 import { lru } from './cache/lru.ts';
+import { lfu } from './cache/lfu.ts';
+import { rnd } from './cache/rnd.ts';
+import { dependencyPrefetch } from './prefetch/dependency-prefetch.ts';
+import { modelTracing } from './prefetch/model-tracing.ts';
+import { mixtralOffloading } from './prefetch/mixtral-offloading.ts';
+import { preGated } from './prefetch/pre-gated.ts';
+import { adapMoe } from './prefetch/adapmoe.ts';
+import { belady } from './oracle/belady.ts';
+import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -13,6 +22,15 @@ type AnyPolicy = PolicyDefinition<any>;
 export const BUILTIN_POLICIES = {
   'on-demand': onDemand,
   lru,
+  lfu,
+  rnd,
+  'dependency-prefetch': dependencyPrefetch,
+  'model-tracing': modelTracing,
+  'mixtral-offloading': mixtralOffloading,
+  'pre-gated': preGated,
+  adapmoe: adapMoe,
+  belady,
+  'gpu-rich': gpuRich,
   'moe-infinity': moeInfinity,
 } as const satisfies Record<string, AnyPolicy>;
 

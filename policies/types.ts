@@ -20,6 +20,28 @@ export interface PolicyContext {
   readonly hardware: HardwareProfile;
   /** The workload. Only oracle policies (belady) may look at future routing through it. */
   readonly workload: Workload;
+  /**
+   * Set only for definitions with `oracle: 'needs'`: the expert needs of a recording pass of
+   * the same run (see `NeedTrace`). Read-only; shared, never mutate it.
+   */
+  readonly oracle?: NeedTrace;
+}
+
+/** One routed MoE layer of one iteration: the experts the router activated (ascending). */
+export interface NeedStep {
+  readonly iteration: number;
+  readonly layer: number;
+  readonly experts: readonly number[];
+}
+
+/**
+ * The sequence of expert needs of a run, in execution order (iteration, then MoE layer), as
+ * recorded by a pass of the same run spec with the `on-demand` policy (experiments/world.ts).
+ * It is the run's true future exactly when the needs do not depend on timing (offline arrivals
+ * and static batching); otherwise an approximation.
+ */
+export interface NeedTrace {
+  readonly steps: readonly NeedStep[];
 }
 
 export interface PolicyDefinition<P = Record<string, unknown>> {
@@ -29,6 +51,12 @@ export interface PolicyDefinition<P = Record<string, unknown>> {
   readonly summary: string;
   /** Parameters (without `name`), strict, fully defaulted. */
   readonly params: z.ZodType<P>;
+  /**
+   * Oracle input the policy needs: `'needs'` makes the world builder first run a recording
+   * pass of the same run spec with `on-demand` and pass the recorded need sequence as
+   * `ctx.oracle` (belady). Absent for every ordinary policy.
+   */
+  readonly oracle?: 'needs';
   /** Serving-executor options this policy requires (e.g. gpu-rich preloads every expert). */
   readonly servingOverrides?: { readonly preloadAllExperts?: boolean };
   /** Expert buffer size the policy's parameters imply (cache capacity), overriding `executor.bufferSlots`. */

@@ -556,7 +556,17 @@ export class ServingExecutor {
     // Needs first (hits, queue-jumps, on-demand fetches), then the policy's prefetches.
     it.ready.length = 0;
     it.remaining = activated.length;
-    for (const e of activated) this.need(moeLayer * E + e);
+    // Experts already in the buffer (resident or loading) are claimed (pinned) before any miss
+    // looks for a slot, so a miss can never evict — or cancel the prefetch of — an expert this
+    // same layer needs (the router's choices are known all at once, as in Mixtral-Offloading's
+    // `load_experts`, which marks every requested expert used before loading).
+    const absent: ExpertKey[] = [];
+    for (const e of activated) {
+      const key = moeLayer * E + e;
+      if (this.buffer.has(key)) this.need(key);
+      else absent.push(key);
+    }
+    for (const key of absent) this.need(key);
     const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
     this.apply('onLayerRouted', this.callPolicy('onLayerRouted', () => this.policy.onLayerRouted?.(this.view, routing)));
     if (this.m.sharedExperts > 0) {

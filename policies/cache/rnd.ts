@@ -1,0 +1,50 @@
+/**
+ * rnd — random-eviction expert cache, no prefetch.
+ *
+ * Reproduces: the RND cache baseline of MoEpic's cache study (and the classic random
+ * replacement of the caching literature). Experts are fetched on demand after routing and kept
+ * after use; when a slot is needed a uniformly random evictable expert is dropped.
+ *
+ * Randomness comes only from the policy's own stream (`ctx.rng`, `policy:<label>`), so a run is
+ * deterministic for a seed and adding this policy perturbs nothing else.
+ *
+ * Capacity: the same parameters as `lru` — `capacitySlots` or `capacityBytes` (global), or
+ * `perLayerSlots` (a full layer evicts a random expert of its own; see
+ * `policies/prefetch/victims.ts`). Without any, the executor's `bufferSlots`.
+ *
+ * When to use: the floor any informed cache should beat; with uniform routing every policy
+ * without future knowledge is about as good as it. Known gaps: none beyond the executor's.
+ */
+import type { z } from 'zod';
+import type { ExpertKey, ServingPolicy } from '../../sim/serving/policy.ts';
+import type { Rng } from '../../sim/kernel/rng.ts';
+import { trimToCaps, victimPool, type CapOf } from '../prefetch/victims.ts';
+import { definePolicy } from '../types.ts';
+import { LruParams, lruSlots } from './lru.ts';
+
+export const RndParams = LruParams;
+export type RndParams = z.infer<typeof RndParams>;
+
+export function createRnd(name: string, p: RndParams, rng: Rng): ServingPolicy {
+  const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
+  const choose = (pool: readonly ExpertKey[]): ExpertKey => pool[rng.int(pool.length)]!;
+  return {
+    name,
+    onLayerRouted(view) {
+      if (capOf) return { evict: trimToCaps(view, capOf, choose) };
+    },
+    chooseVictim(view, q) {
+      const pool = victimPool(view, q.candidates, q.forKey, capOf);
+      return pool.length > 0 ? choose(pool) : undefined;
+    },
+  };
+}
+
+export const rnd = definePolicy({
+  name: 'rnd',
+  family: 'serving',
+  summary: 'random-eviction expert cache (global or per-layer capacity; seeded policy stream), no prefetch',
+  params: RndParams,
+  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  create: (p, ctx) => createRnd('rnd', p, ctx.rng),
+});

@@ -1,0 +1,143 @@
+/**
+ * AdapMoE's cache-size allocator (PKU-SEC-Lab/AdapMoE `src/dp.py`), fed by statistics observed
+ * online.
+ *
+ * The original: a dynamic programme picks per-layer cache sizes s_l ≥ 1 with Σ s_l = T that
+ * minimise the expected number of on-demand loads Σ_l f(l, s_l), where f(l, s) combines the
+ * layer's next-layer-gate prediction accuracy acc_l, its top-1-only fraction r_l, and the
+ * probability of cache misses under *uniformly random* routing (for Mixtral: 8 experts, top-2),
+ * with acc_l and r_l hard-coded from offline Mixtral measurements. Written for k experts and one
+ * speculative prefetch, its f is exactly E[misses] − acc_l · P(at least one miss).
+ *
+ * Here the same objective is estimated from what the run has seen so far, per layer:
+ * - E[misses] at cache size s: the layer's LRU *miss curve*, from stack distances (Mattson et
+ *   al. — LRU is a stack algorithm, so one pass gives the misses of every size at once). Each
+ *   routed step references its activated experts together: an expert at recency position d
+ *   (0 = most recent; E = never seen) misses in an LRU of size s iff d ≥ s.
+ * - P(at least one miss) counted over the steps where a prediction was made (where the single
+ *   prefetch can save a load): the step misses at size s iff its largest distance is ≥ s.
+ * - acc_l: the fraction of activated experts that were in the predicted top list made for the
+ *   layer one layer earlier (observed recall of the predictor).
+ * - r_l (adaptive gating's top-1-only fraction) is absent: adaptive gating changes the model's
+ *   routing, which a simulator replaying routing cannot do; the observed curves already reflect
+ *   whatever number of experts steps activate.
+ * So f(l, s) = misses_l(s) − acc_l · stepsWithMiss_l(s), in counts over the same steps for every
+ * layer (every iteration routes every layer), minimised by the same DP.
+ */
+
+export class LayerStats {
+  /** Per layer: experts in recency order, most recent first. */
+  private readonly recency: number[][];
+  /** Per layer: needs by recency distance (index experts = never seen). */
+  readonly missHist: Float64Array[];
+  /** Per layer: predicted steps by their largest distance. */
+  readonly stepMaxHist: Float64Array[];
+  readonly predictedNeeds: Float64Array;
+  readonly predictedHits: Float64Array;
+
+  constructor(
+    readonly layers: number,
+    readonly experts: number,
+  ) {
+    this.recency = Array.from({ length: layers }, () => []);
+    this.missHist = Array.from({ length: layers }, () => new Float64Array(experts + 1));
+    this.stepMaxHist = Array.from({ length: layers }, () => new Float64Array(experts + 1));
+    this.predictedNeeds = new Float64Array(layers);
+    this.predictedHits = new Float64Array(layers);
+  }
+
+  /**
+   * A routed step of `layer`: `activated` ascending; `predicted` the list predicted for it one
+   * layer earlier, or null if no prediction was made.
+   */
+  observe(layer: number, activated: readonly number[], predicted: readonly number[] | null): void {
+    const order = this.recency[layer]!;
+    const E = this.experts;
+    const hist = this.missHist[layer]!;
+    let maxD = 0;
+    const dist = activated.map((e) => {
+      const i = order.indexOf(e);
+      const d = i < 0 ? E : i;
+      hist[d]!++;
+      if (d > maxD) maxD = d;
+      return d;
+    });
+    if (predicted) {
+      this.stepMaxHist[layer]![maxD]!++;
+      for (const e of activated) {
+        this.predictedNeeds[layer]!++;
+        if (predicted.includes(e)) this.predictedHits[layer]!++;
+      }
+    }
+    // The step's experts become the most recent, in their previous recency order.
+    const used = activated.map((e, i) => ({ e, d: dist[i]! })).sort((a, b) => a.d - b.d || a.e - b.e);
+    const set = new Set(activated);
+    this.recency[layer] = [...used.map((u) => u.e), ...order.filter((e) => !set.has(e))];
+  }
+
+  accuracy(layer: number): number {
+    const n = this.predictedNeeds[layer]!;
+    return n > 0 ? this.predictedHits[layer]! / n : 0;
+  }
+
+  /** f(layer, s) for s = 0 .. experts: expected on-demand loads with a cache of s experts. */
+  cost(layer: number): Float64Array {
+    const E = this.experts;
+    const hist = this.missHist[layer]!;
+    const steps = this.stepMaxHist[layer]!;
+    const acc = this.accuracy(layer);
+    const f = new Float64Array(E + 1);
+    let misses = 0;
+    let stepsWithMiss = 0;
+    for (let s = E; s >= 0; s--) {
+      misses += hist[s]!;
+      stepsWithMiss += steps[s]!;
+      f[s] = misses - acc * stepsWithMiss;
+    }
+    return f;
+  }
+}
+
+/**
+ * Sizes s_l ∈ [minSlots, maxSlots] with Σ s_l = min(total, layers · maxSlots) minimising
+ * Σ cost[l][s_l] (exact DP, O(layers · total · maxSlots)); ties are broken deterministically
+ * (smallest size first while filling the table). Throws RangeError when total < layers · minSlots.
+ */
+export function allocateSlots(cost: readonly Float64Array[], total: number, minSlots: number, maxSlots: number): Int32Array {
+  const L = cost.length;
+  if (total < L * minSlots) throw new RangeError(`a budget of ${total} slots cannot give ${L} layers ${minSlots} each`);
+  const T = Math.min(total, L * maxSlots);
+  let prev = new Float64Array(T + 1).fill(Infinity);
+  prev[0] = 0;
+  const choice = new Int32Array(L * (T + 1));
+  for (let l = 0; l < L; l++) {
+    const cur = new Float64Array(T + 1).fill(Infinity);
+    const f = cost[l]!;
+    for (let t = 0; t <= T; t++) {
+      for (let s = minSlots; s <= maxSlots && s <= t; s++) {
+        const v = prev[t - s]! + f[s]!;
+        if (v < cur[t]!) {
+          cur[t] = v;
+          choice[l * (T + 1) + t] = s;
+        }
+      }
+    }
+    prev = cur;
+  }
+  const sizes = new Int32Array(L);
+  let t = T;
+  for (let l = L - 1; l >= 0; l--) {
+    const s = choice[l * (T + 1) + t]!;
+    sizes[l] = s;
+    t -= s;
+  }
+  return sizes;
+}
+
+/** Equal split of `total` over `layers`, the remainder to the first layers, each within [1, maxSlots]. */
+export function equalSlots(layers: number, total: number, maxSlots: number): Int32Array {
+  const T = Math.min(total, layers * maxSlots);
+  const sizes = new Int32Array(layers).fill(Math.floor(T / layers));
+  for (let l = 0; l < T % layers; l++) sizes[l]!++;
+  return sizes;
+}

@@ -1,0 +1,95 @@
+/**
+ * dependency-prefetch — DeepSpeed-Inference-style layer prefetch: while MoE layer l computes,
+ * prefetch the WHOLE next MoE layer l+1 (every expert, whatever the router will choose).
+ *
+ * Reproduces: the dependency-based prefetch baseline of MoE-Infinity and MoEpic (DeepSpeed-
+ * Inference / ZeRO-Infinity fetch the parameters of the next module in execution order), and
+ * Pre-gated MoE's "SE-MoE / MoE-Prefetch" baseline (`fetch_all`). Layer 0 of each iteration is
+ * prefetched when the iteration starts (during its attention). Transfers go in expert order at
+ * one priority; nothing is ever cancelled: moving whole layers is the point of this baseline
+ * (PCIe bytes ≈ layers × experts × expert bytes per iteration, at most).
+ *
+ * `cache`:
+ * - `none` (default): no expert cache — an expert is released after use; experts of a layer
+ *   that the router did not activate are released when the layer routes, or when their
+ *   transfer lands after that. The buffer needs about two layers of slots (the layer computing
+ *   and the next) to overlap fully; with fewer, prefetches that find no free slot are dropped
+ *   (and fetched on demand if needed).
+ * - `lru`: experts are kept after use in an LRU cache; a prefetch may evict the least recently
+ *   used expert (prefetched experts count as just used), never one of the layer it loads.
+ * Capacity: `capacitySlots` or `capacityBytes` sets the expert buffer; else the executor's.
+ *
+ * When to use: the "prefetch everything next" upper bound on bandwidth use, against which
+ * predictive prefetchers show their PCIe savings. Known gaps: DeepSpeed fetches the dense
+ * parameters too (here dense weights stay on the GPU, as in every serving-family run) and has no
+ * notion of per-expert transfers; ZeRO's parameter partitioning and multi-GPU gather are absent.
+ */
+import { z } from 'zod';
+import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
+import { lruSlots } from '../cache/lru.ts';
+import { definePolicy } from '../types.ts';
+import { evictable, firstBy } from './victims.ts';
+
+export const DependencyPrefetchParams = z
+  .object({
+    cache: z.enum(['none', 'lru']).default('none'),
+    capacitySlots: z.number().int().positive().optional(),
+    capacityBytes: z.number().int().positive().optional(),
+  })
+  .strict();
+export type DependencyPrefetchParams = z.infer<typeof DependencyPrefetchParams>;
+
+export function createDependencyPrefetch(name: string, p: DependencyPrefetchParams): ServingPolicy {
+  const keep = p.cache === 'lru';
+  /** Recency stamps per key (0 = never): touched on use and when prefetched. */
+  let stamp = new Float64Array(0);
+  let tick = 0;
+  const wholeLayer = (view: ServingView, layer: number): PrefetchRequest[] => {
+    const out: PrefetchRequest[] = [];
+    for (let e = 0; e < view.experts; e++) {
+      const key = view.keyOf(layer, e);
+      if (view.buffer.has(key)) continue;
+      stamp[key] = ++tick;
+      out.push({ key, priority: 1 });
+    }
+    return out;
+  };
+  return {
+    name,
+    init(shape) {
+      stamp = new Float64Array(shape.moeLayers * shape.experts);
+    },
+    onIterationStart(view) {
+      if (view.moeLayers > 0) return { prefetch: wholeLayer(view, 0) };
+    },
+    onLayerRouted(view, routing) {
+      const l = routing.layer;
+      for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
+      const evict: ExpertKey[] = [];
+      if (!keep) {
+        // No cache: whatever is resident and not being computed is garbage, except the next layer.
+        for (const ent of view.buffer.entries()) if (evictable(view.buffer, ent.key) && view.layerOf(ent.key) !== l + 1) evict.push(ent.key);
+      }
+      return { evict, prefetch: l + 1 < view.moeLayers ? wholeLayer(view, l + 1) : [] };
+    },
+    afterUse: () => keep,
+    onPrefetchDone(view, key) {
+      // Landed after its layer routed (and not needed, or it would be pinned): drop it.
+      if (!keep && view.layer >= 0 && view.layerOf(key) <= view.layer) return { evict: [key] };
+    },
+    chooseVictim(view, q) {
+      const target = view.layerOf(q.forKey);
+      const pool = q.reason === 'prefetch' ? q.candidates.filter((k) => view.layerOf(k) !== target) : q.candidates;
+      return firstBy(pool, (a, b) => stamp[a]! - stamp[b]! || a - b);
+    },
+  };
+}
+
+export const dependencyPrefetch = definePolicy({
+  name: 'dependency-prefetch',
+  family: 'serving',
+  summary: 'DeepSpeed-style: prefetch the whole next MoE layer; no cache (release after use) or LRU cache',
+  params: DependencyPrefetchParams,
+  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  create: (p) => createDependencyPrefetch('dependency-prefetch', p),
+});

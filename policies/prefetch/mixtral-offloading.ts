@@ -1,0 +1,94 @@
+/**
+ * mixtral-offloading — per-layer LRU expert cache plus speculative prefetch of the next layer's
+ * predicted experts (Eliseev & Mazur, "Fast Inference of Mixture-of-Experts Language Models
+ * with Offloading", arXiv 2312.17238; dvmazur/mixtral-offloading).
+ *
+ * Cache (as in the released code, `src/expert_cache.py`): the buffer is partitioned by MoE layer,
+ * each layer keeping at most `perLayerSlots` experts (default ⌊E/2⌋: 4 of Mixtral's 8, the
+ * released demo's `offload_per_layer = 4`) in its own LRU order; a miss evicts the least recently
+ * used expert of its own layer. The buffer is `perLayerSlots × moeLayers` slots.
+ *
+ * Speculative prefetch (`speculative`, default true) — from the tech report, NOT in the released
+ * repository (its README lists "speculative expert prefetching" as future work; the repo only
+ * loads the experts the router selected): after layer l routes, the top `prefetchK` (default
+ * the model's top-k) experts that `view.predict(l+1)` ranks for the batch are prefetched into
+ * layer l+1's partition (nearest rank first), each evicting that layer's least recently used
+ * expert — never one of the predicted experts. Prefetched experts count as just used. There is
+ * no prediction for the first MoE layer (no previous layer in the same forward pass). With no
+ * predictor in the workload, no prefetch happens. `speculative: false` is the released code.
+ *
+ * When to use: the single-user, consumer-GPU setting it was built for (batch 1, Mixtral on a
+ * 12–16 GB GPU). Known gaps: the released code swaps (each miss also copies the victim D2H into a
+ * preallocated pinned host slot; here eviction is free because the host keeps every expert) and
+ * pipelines at most `buffer_size − 1` swaps; HQQ 2/4-bit quantisation is a model-profile choice,
+ * not part of this policy.
+ */
+import { z } from 'zod';
+import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
+import { definePolicy } from '../types.ts';
+import { firstBy, trimToCaps, victimPool } from './victims.ts';
+
+export const MixtralOffloadingParams = z
+  .object({
+    /** Experts each MoE layer keeps on the GPU (default ⌊experts / 2⌋, at least 1). */
+    perLayerSlots: z.number().int().positive().optional(),
+    speculative: z.boolean().default(true),
+    /** Predicted experts prefetched per layer (default: the model's top-k). */
+    prefetchK: z.number().int().positive().optional(),
+  })
+  .strict();
+export type MixtralOffloadingParams = z.infer<typeof MixtralOffloadingParams>;
+
+export const defaultPerLayerSlots = (experts: number): number => Math.max(1, Math.floor(experts / 2));
+
+export function createMixtralOffloading(name: string, p: MixtralOffloadingParams, experts: number, topK: number): ServingPolicy {
+  const cap = p.perLayerSlots ?? defaultPerLayerSlots(experts);
+  const capOf = () => cap;
+  const k = p.prefetchK ?? topK;
+  let stamp = new Float64Array(0);
+  let tick = 0;
+  /** Predicted experts of the layer being prefetched: protected from the prefetches' evictions. */
+  let predicted = new Set<ExpertKey>();
+  const lruFirst = (a: ExpertKey, b: ExpertKey) => stamp[a]! - stamp[b]! || a - b;
+  return {
+    name,
+    init(shape) {
+      stamp = new Float64Array(shape.moeLayers * shape.experts);
+    },
+    onLayerRouted(view, routing) {
+      const l = routing.layer;
+      for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
+      const evict = trimToCaps(view, capOf, (pool) => firstBy(pool, lruFirst)!);
+      const prefetch: PrefetchRequest[] = [];
+      predicted = new Set();
+      if (p.speculative && l + 1 < view.moeLayers) {
+        view
+          .predict(l + 1)
+          .slice(0, k)
+          .forEach((e, rank) => {
+            const key = view.keyOf(l + 1, e);
+            predicted.add(key);
+            stamp[key] = ++tick;
+            if (!view.buffer.has(key)) prefetch.push({ key, priority: 1 + rank });
+          });
+      }
+      return { evict, prefetch };
+    },
+    chooseVictim(view, q) {
+      if (q.reason === 'demand') return firstBy(victimPool(view, q.candidates, q.forKey, capOf), lruFirst);
+      // A speculative load replaces the LRU expert of its own full layer (or one another layer
+      // overshot), never a predicted one, and never pushes another layer below its cap.
+      const pool = victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !predicted.has(c));
+      return firstBy(pool, lruFirst);
+    },
+  };
+}
+
+export const mixtralOffloading = definePolicy({
+  name: 'mixtral-offloading',
+  family: 'serving',
+  summary: 'Mixtral-Offloading: per-layer LRU (default 4 of 8) + speculative prefetch of the predicted next-layer experts',
+  params: MixtralOffloadingParams,
+  bufferSlots: (p, model) => (p.perLayerSlots ?? defaultPerLayerSlots(model.experts)) * model.moeLayers,
+  create: (p, ctx) => createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK),
+});

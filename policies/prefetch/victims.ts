@@ -1,0 +1,96 @@
+/**
+ * Victim selection shared by the expert caches of this folder and `policies/cache/{lfu,rnd}`
+ * and `policies/oracle/belady`: a "which first" rule applied to the executor's eviction
+ * candidates, with optional per-layer capacities (the buffer partitioned by MoE layer, as in
+ * Mixtral-Offloading's per-layer LRU and AdapMoE's per-layer cache sizes).
+ *
+ * Per-layer semantics (when `capOf` is given): a layer's *count* is its entries in the buffer,
+ * loading or resident. When a slot is needed for an expert of layer l and layer l is full, it
+ * evicts its own worst expert; otherwise layers over their cap give back first; only if there
+ * is neither does the choice fall back to every candidate (the buffer then temporarily holds
+ * more than a layer's cap, e.g. when one layer activates more experts than its cap).
+ * `trimToCaps` gives the evictions that bring every layer back under its cap; caches call it
+ * when layers route (pinned experts are never evicted, so an overshoot lives at most until the
+ * layer's experts have been computed).
+ */
+import type { BufferView, ExpertKey, ServingView } from '../../sim/serving/policy.ts';
+
+/** Per-layer cap in slots. */
+export type CapOf = (layer: number) => number;
+
+/** Picks one key of a non-empty pool. */
+export type Choose = (pool: readonly ExpertKey[]) => ExpertKey;
+
+/** Entries (loading + resident) per MoE layer. */
+export function layerCounts(view: ServingView): Int32Array {
+  const counts = new Int32Array(view.moeLayers);
+  for (const e of view.buffer.entries()) counts[view.layerOf(e.key)]!++;
+  return counts;
+}
+
+/**
+ * The candidates a cache should choose its victim from: all of them for a global cache. With
+ * per-layer caps: the candidates of `forKey`'s own layer when that layer is full (count + 1 >
+ * cap: it replaces one of its own, the per-layer-cache case); else those of layers over their
+ * cap (they give back what they overshot); else all of them — or none when `fallback` is false
+ * (a prefetch that should not push another layer below its cap).
+ */
+export function victimPool(view: ServingView, candidates: readonly ExpertKey[], forKey: ExpertKey, capOf?: CapOf, fallback = true): readonly ExpertKey[] {
+  if (!capOf || candidates.length === 0) return candidates;
+  const counts = layerCounts(view);
+  const forLayer = view.layerOf(forKey);
+  if (counts[forLayer]! + 1 > capOf(forLayer)) {
+    const own = candidates.filter((c) => view.layerOf(c) === forLayer);
+    if (own.length > 0) return own;
+  }
+  const over = candidates.filter((c) => {
+    const l = view.layerOf(c);
+    return counts[l]! > capOf(l);
+  });
+  return over.length > 0 || !fallback ? over : candidates;
+}
+
+/** The first key of `pool` under `cmp` (cmp(a, b) < 0: a is evicted before b). */
+export function firstBy(pool: readonly ExpertKey[], cmp: (a: ExpertKey, b: ExpertKey) => number): ExpertKey | undefined {
+  let best: ExpertKey | undefined;
+  for (const k of pool) if (best === undefined || cmp(k, best) < 0) best = k;
+  return best;
+}
+
+/** Resident, unpinned: what the executor lets a policy evict. */
+export const evictable = (buffer: BufferView, key: ExpertKey): boolean => {
+  const e = buffer.entry(key);
+  return e !== undefined && e.state === 'resident' && !e.pinned;
+};
+
+/**
+ * Evictions that bring every layer to at most its cap (resident, unpinned experts only; the
+ * victim of each layer chosen by `choose` among that layer's evictable experts).
+ */
+export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose): ExpertKey[] {
+  const counts = layerCounts(view);
+  const out: ExpertKey[] = [];
+  let byLayer: Map<number, ExpertKey[]> | null = null;
+  for (let l = 0; l < view.moeLayers; l++) {
+    let excess = counts[l]! - capOf(l);
+    if (excess <= 0) continue;
+    if (!byLayer) {
+      byLayer = new Map();
+      for (const e of view.buffer.entries()) {
+        if (e.state !== 'resident' || e.pinned) continue;
+        const el = view.layerOf(e.key);
+        let list = byLayer.get(el);
+        if (!list) byLayer.set(el, (list = []));
+        list.push(e.key);
+      }
+    }
+    const pool = byLayer.get(l);
+    while (excess > 0 && pool && pool.length > 0) {
+      const v = choose(pool);
+      pool.splice(pool.indexOf(v), 1);
+      out.push(v);
+      excess--;
+    }
+  }
+  return out;
+}
