@@ -14,15 +14,16 @@ import cliProgress from 'cli-progress';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
 import { fanout } from '../sim/observe/trace-sink.ts';
 import { servingMetrics, type RunMetrics } from '../sim/metrics/serving-metrics.ts';
+import { throughputMetrics, type ThroughputMetrics } from '../sim/metrics/throughput-metrics.ts';
 import { expandRuns, type RunSpec } from './config/expand.ts';
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
-import { renderTable, SERVING_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
+import { renderTable, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
 import { renderPlot } from './outputs/plot.ts';
 import type { ExperimentConfig } from './config/schema.ts';
-import { buildServingWorld } from './world.ts';
+import { buildServingWorld, buildThroughputWorld } from './world.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
@@ -31,6 +32,11 @@ export interface RunRecord {
   readonly policy: string;
   readonly params: Readonly<Record<string, unknown>>;
   readonly seed: number;
+  /**
+   * The serving executor's metrics. Runs of the throughput executor carry `ThroughputMetrics`
+   * here instead (`sim/metrics/throughput-metrics.ts`; typed as `RunMetrics` for compatibility:
+   * read them through `throughputMetricsOf`).
+   */
   readonly metrics: RunMetrics;
   /** `output.relative`: metric / the baseline policy's at the same sweep point and seed. */
   relative?: Record<string, number>;
@@ -99,7 +105,10 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     }
   };
   // Preflight: every run's world must build (profiles, capacities, workload, policy) before anything is written.
-  for (const spec of specs) await buildServingWorld(spec, { baseDir, onWarning });
+  for (const spec of specs) {
+    if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
+    else await buildServingWorld(spec, { baseDir, onWarning });
+  }
 
   const totalRequests = specs.reduce((a, s) => a + s.workload.requests, 0);
   const progress = new LazyProgress(totalRequests, (o.progress ?? true) && process.stderr.isTTY === true);
@@ -117,22 +126,38 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     for (const spec of specs) {
       const timeline = o.timeline ? new TimelineSink() : undefined;
       const sinks: TraceSink[] = [progress, ...(timeline ? [timeline] : []), ...(o.sinks?.(spec) ?? [])];
-      const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
-      const t0 = performance.now();
-      const outcome = executor.run();
-      const wallS = (performance.now() - t0) / 1000;
-      const metrics = servingMetrics(outcome);
-      const simulatedS = outcome.endNs / 1e9;
+      let metrics: RunMetrics | ThroughputMetrics;
+      let events: number;
+      let endNs: number;
+      let wallS: number;
+      if (spec.throughput) {
+        const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
+        const t0 = performance.now();
+        const outcome = executor.run();
+        wallS = (performance.now() - t0) / 1000;
+        metrics = throughputMetrics(outcome);
+        events = outcome.events;
+        endNs = outcome.endNs;
+      } else {
+        const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
+        const t0 = performance.now();
+        const outcome = executor.run();
+        wallS = (performance.now() - t0) / 1000;
+        metrics = servingMetrics(outcome);
+        events = outcome.events;
+        endNs = outcome.endNs;
+      }
+      const simulatedS = endNs / 1e9;
       const record: RunRecord = {
         index: spec.index,
         policy: spec.policy.label,
         params: spec.params,
         seed: spec.seed,
         metrics,
-        sim: { events: outcome.events, simulatedS },
-      };
+        sim: { events, simulatedS },
+      } as RunRecord;
       runs.push(record);
-      const eventsPerS = wallS > 0 ? outcome.events / wallS : 0;
+      const eventsPerS = wallS > 0 ? events / wallS : 0;
       timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
       rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS });
       if (outDir && timeline) {
@@ -151,8 +176,14 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
   const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
   const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
-  const table = renderTable(tableRows, [...SERVING_COLUMNS, ...extra, ...rel]);
+  const base = config.executor.kind === 'throughput' ? THROUGHPUT_COLUMNS : SERVING_COLUMNS;
+  const table = renderTable(tableRows, [...base, ...extra, ...rel]);
   return { runs, timing, table, outDir };
+}
+
+/** The throughput metrics of a run of the throughput executor (undefined for a serving run). */
+export function throughputMetricsOf(r: RunRecord): ThroughputMetrics | undefined {
+  return 'feasible' in r.metrics ? (r.metrics as unknown as ThroughputMetrics) : undefined;
 }
 
 /** Fills `relative` on every run (see `output.relative`); returns the metric names. */

@@ -15,6 +15,7 @@ import { msToNs } from '../sim/kernel/time.ts';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
 import type { ServingPolicy } from '../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../sim/serving/serving-executor.ts';
+import { ThroughputExecutor, type ThroughputConfig } from '../sim/throughput/throughput-executor.ts';
 import { buildWorkload } from '../workloads/config.ts';
 import { onDemand } from '../policies/cache/on-demand.ts';
 import { recordNeeds } from '../policies/oracle/need-recorder.ts';
@@ -94,4 +95,34 @@ async function assemble(
     preloadAllExperts: w.preloadAllExperts,
   };
   return new ServingExecutor({ model, hardware, cost, workload, policy: w.policy, config, sink });
+}
+
+/**
+ * The throughput family's world (`executor.kind: throughput`): profiles, cost model, workload
+ * (aggregate routing when the workload provides it), the policy's plan hook and the
+ * throughput executor. The multinomial routing fallback draws from the `aggregate-fallback`
+ * stream, so it never perturbs the workload's own streams.
+ */
+export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Promise<ThroughputExecutor> {
+  const x = spec.throughput;
+  const def = spec.policy.definition;
+  if (!x || !def.createThroughput) throw new Error(`run ${spec.index} (${spec.policy.label}) does not select the throughput executor and a throughput policy`);
+  const model = loadModel(spec.model);
+  const hardware = loadHardware(spec.hardware);
+  const cost = createCostModel(model, hardware, o.onWarning);
+  const streams = new RngStreams(spec.seed);
+  const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
+  const workload = await buildWorkload(spec.workload, shape, streams);
+  const policy = def.createThroughput(spec.policy.params, { rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload });
+  const config: ThroughputConfig = {
+    phase: x.phase,
+    ...(x.batchSeqs !== undefined ? { batchSeqs: x.batchSeqs } : {}),
+    ...(x.padPromptTo !== undefined ? { padPromptTo: x.padPromptTo } : {}),
+    contextBucketTokens: x.contextBucketTokens,
+    kvLayout: x.kvLayout,
+    kvPageTokens: x.kvPageTokens,
+    packetBytes: Math.round(x.packetMiB * 1024 * 1024),
+    memoise: x.memoise,
+  };
+  return new ThroughputExecutor({ model, hardware, cost, workload, policy, config, fallbackRng: streams.stream('aggregate-fallback'), ...(o.sink ? { sink: o.sink } : {}) });
 }

@@ -15,6 +15,13 @@ import { adapMoe } from './prefetch/adapmoe.ts';
 import { belady } from './oracle/belady.ts';
 import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
+// Throughput family (executor.kind: throughput): MoE-Gen and the baselines it is compared with.
+import { moeGenG, moeGenH } from './moe-gen/moe-gen.ts';
+import { deepspeedLike } from './throughput/deepspeed-like.ts';
+import { flexgenLike } from './throughput/flexgen-like.ts';
+import { moeLightningLike } from './throughput/moe-lightning-like.ts';
+import { vllmLike } from './throughput/vllm-like.ts';
+import { llamacppLike } from './throughput/llamacpp-like.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyPolicy = PolicyDefinition<any>;
@@ -32,6 +39,13 @@ export const BUILTIN_POLICIES = {
   belady,
   'gpu-rich': gpuRich,
   'moe-infinity': moeInfinity,
+  'moe-gen-g': moeGenG,
+  'moe-gen-h': moeGenH,
+  'deepspeed-like': deepspeedLike,
+  'flexgen-like': flexgenLike,
+  'moe-lightning-like': moeLightningLike,
+  'vllm-like': vllmLike,
+  'llamacpp-like': llamacppLike,
 } as const satisfies Record<string, AnyPolicy>;
 
 export type BuiltinPolicyName = keyof typeof BUILTIN_POLICIES;

@@ -7,6 +7,7 @@
 import type { z } from 'zod';
 import type { Rng } from '../sim/kernel/rng.ts';
 import type { ServingPolicy } from '../sim/serving/policy.ts';
+import type { ThroughputPolicy } from '../sim/throughput/policy.ts';
 import type { Workload } from '../sim/workload.ts';
 import type { ModelProfile, HardwareProfile } from '../hardware-profiles/types.ts';
 
@@ -62,6 +63,13 @@ export interface PolicyDefinition<P = Record<string, unknown>> {
   /** Expert buffer size the policy's parameters imply (cache capacity), overriding `executor.bufferSlots`. */
   bufferSlots?(params: P, model: ModelProfile): number | undefined;
   create(params: P, ctx: PolicyContext): ServingPolicy;
+  /**
+   * Throughput family (`family: 'throughput'`): builds the policy the throughput executor runs
+   * (`sim/throughput/policy.ts`). Such definitions are made with `defineThroughputPolicy`
+   * (`policies/throughput/define.ts`), whose `create` only throws: the serving executor never
+   * runs them (configs are checked first).
+   */
+  createThroughput?(params: P, ctx: PolicyContext): ThroughputPolicy;
 }
 
 /** Helper for typed definitions. */

@@ -13,7 +13,14 @@ import { WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
 import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
 import { zodToUserError } from './load.ts';
-import { ServingExecutorSchema, type ExperimentConfig, type PolicyEntry, type ServingExecutorConfig } from './schema.ts';
+import {
+  ExecutorSchema,
+  ServingExecutorSchema,
+  type ExperimentConfig,
+  type PolicyEntry,
+  type ServingExecutorConfig,
+  type ThroughputExecutorConfig,
+} from './schema.ts';
 
 export interface ResolvedPolicy {
   /** The name the run reports: the entry's label, else the policy's name. */
@@ -29,7 +36,10 @@ export interface RunSpec {
   readonly hardware: string;
   readonly seed: number;
   readonly workload: WorkloadConfig;
+  /** The serving executor's options (its defaults when the run uses the throughput executor). */
   readonly executor: ServingExecutorConfig;
+  /** Set when the config selects `executor.kind: throughput` (the policy is then of that family). */
+  readonly throughput?: ThroughputExecutorConfig;
   /** The swept values keyed by config path, plus `model` and `hardware`. */
   readonly params: Readonly<Record<string, unknown>>;
 }
@@ -93,7 +103,7 @@ interface PolicyTemplate {
   readonly index: number;
 }
 
-async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string, file: string | undefined): Promise<PolicyTemplate[]> {
+async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string, file: string | undefined, executorKind: 'serving' | 'throughput' = 'serving'): Promise<PolicyTemplate[]> {
   const out: PolicyTemplate[] = [];
   const labels = new Set<string>();
   for (let i = 0; i < entries.length; i++) {
@@ -110,8 +120,15 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
       definition = await loadPlugin(e.path, baseDir, file, `policies[${i}].path`);
       rawParams = { ...e.params };
     }
-    if (definition.family !== 'serving') {
-      throw new UserError(`policy family '${definition.family}' needs the throughput executor, which this config does not select`, file, `policies[${i}]`, definition.name);
+    if (definition.family !== executorKind) {
+      const why =
+        executorKind === 'serving'
+          ? `policy family '${definition.family}' needs the throughput executor, which this config does not select (executor.kind: throughput)`
+          : `policy family '${definition.family}' does not run on the throughput executor this config selects`;
+      throw new UserError(why, file, `policies[${i}]`, definition.name);
+    }
+    if (definition.family === 'throughput' && typeof definition.createThroughput !== 'function') {
+      throw new UserError('a throughput-family policy must define createThroughput', file, `policies[${i}]`, definition.name);
     }
     const label = e.label ?? definition.name;
     if (labels.has(label)) throw new UserError('two policies report the same name; give one a `label`', file, `policies[${i}].label`, label);
@@ -128,22 +145,31 @@ function acceptsParam(def: PolicyDefinition<unknown>, key: string): boolean {
 }
 
 export async function expandRuns(config: ExperimentConfig, baseDir: string, file?: string): Promise<RunSpec[]> {
-  const templates = await resolveTemplates(config.policies, baseDir, file);
+  const executorKind = config.executor.kind;
+  const templates = await resolveTemplates(config.policies, baseDir, file, executorKind);
   const known = new Set(['model', 'hardware', 'workload', 'executor', 'policy', 'seeds']);
-  for (const key of Object.keys(config.sweep)) {
+  const cases = config.cases ?? [];
+  const checkKey = (key: string, field: string) => {
     const head = key.split('.')[0]!;
-    if (!known.has(head) || key === 'seeds') {
-      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, `sweep.${key}`);
+    if (!known.has(head) || key === 'seeds' || key === 'executor.kind') {
+      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, field);
     }
     if (head === 'policy' && !templates.some((t) => acceptsParam(t.definition, key.slice('policy.'.length)))) {
-      throw new UserError('no policy of this experiment has this parameter', file, `sweep.${key}`);
+      throw new UserError('no policy of this experiment has this parameter', file, field);
     }
-  }
+  };
+  for (const key of Object.keys(config.sweep)) checkKey(key, `sweep.${key}`);
+  cases.forEach((c, i) => {
+    for (const key of Object.keys(c)) {
+      checkKey(key, `cases[${i}].${key}`);
+      if (key in config.sweep) throw new UserError('a case may not set a swept path', file, `cases[${i}].${key}`);
+    }
+  });
   const rel = config.output.relative;
   if (rel && !templates.some((t) => t.label === rel.baseline)) {
     throw new UserError(`baseline is not one of this experiment's policies (${templates.map((t) => t.label).join(', ')})`, file, 'output.relative.baseline', rel.baseline);
   }
-  const plotFields = new Set(['policy', 'seed', 'model', 'hardware', ...Object.keys(config.sweep)]);
+  const plotFields = new Set(['policy', 'seed', 'model', 'hardware', ...Object.keys(config.sweep), ...cases.flatMap((c) => Object.keys(c))]);
   config.output.plots.forEach((p, i) => {
     for (const axis of ['x', 'y', 'series', 'facet'] as const) {
       const f = p[axis];
@@ -153,7 +179,8 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     }
   });
   const runs: RunSpec[] = [];
-  for (const combo of cartesian(config.sweep as Record<string, readonly unknown[]>)) {
+  const points = (cases.length > 0 ? cases : [{}]).flatMap((c) => cartesian(config.sweep as Record<string, readonly unknown[]>).map((s) => ({ ...c, ...s })));
+  for (const combo of points) {
     const base: Json = clone({ model: config.model, hardware: config.hardware, workload: config.workload, executor: config.executor }) as Json;
     const policyOverrides: Json = {};
     for (const [key, value] of Object.entries(combo)) {
@@ -164,8 +191,10 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const where = comboLabel ? ` (sweep point ${comboLabel})` : '';
     const w = WorkloadSchema.safeParse(base.workload);
     if (!w.success) throw withWhere(zodToUserError(w.error, base.workload, file, ['workload']), where);
-    const x = ServingExecutorSchema.safeParse(base.executor);
+    const x = ExecutorSchema.safeParse(base.executor);
     if (!x.success) throw withWhere(zodToUserError(x.error, base.executor, file, ['executor']), where);
+    const servingX: ServingExecutorConfig = x.data.kind === 'serving' ? x.data : ServingExecutorSchema.parse({});
+    const throughputX: ThroughputExecutorConfig | undefined = x.data.kind === 'throughput' ? x.data : undefined;
     if (typeof base.model !== 'string') throw new UserError('model must be a string', file, 'sweep.model', base.model);
     if (typeof base.hardware !== 'string') throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
 
@@ -196,7 +225,8 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
           hardware: base.hardware,
           seed,
           workload: w.data,
-          executor: x.data,
+          executor: servingX,
+          ...(throughputX ? { throughput: throughputX } : {}),
           params,
         });
       }

@@ -56,6 +56,40 @@ export const ServingExecutorSchema = z
   .strict();
 export type ServingExecutorConfig = z.infer<typeof ServingExecutorSchema>;
 
+/**
+ * The throughput executor (DESIGN §7, offline batch: MoE-Gen and its baselines), selected by
+ * `kind: throughput`; its policies must be of the throughput family.
+ *
+ * ```yaml
+ * executor: { kind: throughput, phase: decode, padPromptTo: 512, contextBucketTokens: 64 }
+ * ```
+ */
+export const ThroughputExecutorSchema = z
+  .object({
+    kind: z.literal('throughput'),
+    /** Phases simulated: `prefill` only, `decode` only (KV of the prompts assumed in place), or `both`. */
+    phase: z.enum(['prefill', 'decode', 'both']).default('both'),
+    /** A fixed batch B (sequences held and decoded together); each policy uses it where its memory can hold it. */
+    batchSeqs: z.number().int().positive().optional(),
+    /** Prompts are padded (or truncated) to this many tokens; default: the longest prompt. */
+    padPromptTo: z.number().int().positive().optional(),
+    /** Memoisation granularity: decode passes are simulated once per (sequences, past KV rounded up to this). */
+    contextBucketTokens: z.number().int().positive().default(64),
+    /** Simulate every pass (no memoisation): exact and slow. */
+    memoise: z.boolean().default(true),
+    /** Host KV layout: reserved per sequence for prompt + longest output, or pages allocated as contexts grow. */
+    kvLayout: z.enum(['contiguous', 'paged']).default('contiguous'),
+    kvPageTokens: z.number().int().positive().default(16),
+    /** PCIe packet size in MiB. */
+    packetMiB: z.number().positive().default(64),
+  })
+  .strict();
+export type ThroughputExecutorConfig = z.infer<typeof ThroughputExecutorSchema>;
+
+/** The executor section: `kind: serving` (default) or `kind: throughput`. */
+export const ExecutorSchema = z.discriminatedUnion('kind', [ServingExecutorSchema, ThroughputExecutorSchema]);
+export type ExecutorConfig = z.infer<typeof ExecutorSchema>;
+
 const ScalarSchema = z.union([z.string(), z.number(), z.boolean(), z.null()]);
 
 export const ExperimentSchema = z
@@ -66,8 +100,13 @@ export const ExperimentSchema = z
     hardware: z.string().min(1),
     seeds: z.array(z.number().int().nonnegative()).min(1).default([1]),
     workload: WorkloadSchema,
-    executor: ServingExecutorSchema.default(ServingExecutorSchema.parse({})),
+    executor: ExecutorSchema.default(ServingExecutorSchema.parse({})),
     policies: z.array(PolicyEntrySchema).min(1),
+    /**
+     * Explicit points (config path → value, e.g. `{ model: mixtral-8x7b, workload.outputTokens.tokens: 256 }`),
+     * for parameters that vary together; runs are cases × the sweep's product × policies × seeds.
+     */
+    cases: z.array(z.record(z.string(), z.union([ScalarSchema, z.record(z.string(), z.unknown())]))).default([]),
     /** Config path → values; runs are the cartesian product (× policies × seeds). */
     sweep: z.record(z.string(), z.array(z.union([ScalarSchema, z.record(z.string(), z.unknown())])).min(1)).default({}),
     /** Options for outputs. */

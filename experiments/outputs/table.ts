@@ -51,6 +51,34 @@ export const SERVING_COLUMNS: readonly Column[] = [
   { header: 'events/s', get: (r) => Math.round(r.eventsPerS) },
 ];
 
+const GiB = 2 ** 30;
+/** A throughput metric, or nothing for an infeasible run. */
+const ok = (r: TableRow, path: string): unknown => (r.metrics.feasible === false ? undefined : metricAt(r.metrics, path));
+
+/** Columns of the throughput family (`sim/metrics/throughput-metrics.ts`); `search.*` is the main phase's chosen configuration. */
+export const THROUGHPUT_COLUMNS: readonly Column[] = [
+  { header: 'prefill tok/s', get: (r) => (ok(r, 'passes.prefill') ? ok(r, 'prefillTokPerS') : undefined), digits: 1 },
+  { header: 'decode tok/s', get: (r) => (ok(r, 'passes.decode') ? ok(r, 'decodeTokPerS') : undefined), digits: 1 },
+  { header: 'B', get: (r) => ok(r, 'search.B') },
+  { header: 'b_a', get: (r) => ok(r, 'search.ba') },
+  { header: 'b_e', get: (r) => ok(r, 'search.be') },
+  { header: 'ω', get: (r) => ok(r, 'search.omega'), digits: 2 },
+  { header: 'S_exp GiB', get: (r) => num(ok(r, 'search.sExpertBytes'), GiB), digits: 2 },
+  { header: 'S_par GiB', get: (r) => num(ok(r, 'search.sParamsBytes'), GiB), digits: 2 },
+  { header: 'pred pass s', get: (r) => ok(r, 'search.predictedPassS'), digits: 3 },
+  { header: 'sim pass s', get: (r) => ok(r, 'search.simulatedPassS'), digits: 3 },
+  { header: 'GPU busy', get: (r) => ok(r, 'gpuBusyFrac'), digits: 2 },
+  { header: 'H2D util', get: (r) => ok(r, 'h2dUtil'), digits: 2 },
+  { header: 'CPU util', get: (r) => ok(r, 'cpuUtil'), digits: 2 },
+  { header: 'peak VRAM GB', get: (r) => num(ok(r, 'peakBytes.vram.total'), GB), digits: 2 },
+  { header: 'wall s', get: (r) => r.wallS, digits: 2 },
+  { header: 'note', get: (r) => (r.metrics.feasible === false ? `infeasible: ${String(r.metrics.infeasibleReason)}` : '') },
+];
+
+function num(v: unknown, div: number): number | undefined {
+  return typeof v === 'number' ? v / div : undefined;
+}
+
 /** Renders rows: policy, the swept parameters that vary, seed (when several), then the columns. */
 export function renderTable(rows: readonly TableRow[], columns: readonly Column[]): string {
   const paramKeys: string[] = [];

@@ -1,0 +1,200 @@
+/**
+ * MoE-Gen's configuration search (DESIGN §8; arXiv 2503.09716): choose (B, b_a, b_e, ω,
+ * S_expert, S_params) maximising B / T, T the critical path of the pass's task DAG priced with
+ * the cost model, subject to
+ * - host memory: KV(B) + model ≤ host DRAM (KV for the padded prompt + the longest output);
+ * - VRAM: S_params + S_expert + dense buffer (one layer's dense module) + GPU KV staging of one
+ *   attention micro-batch + intermediate state + workspace ≤ VRAM (`vramNeeded`, at the
+ *   largest pass of the phase).
+ *
+ * Decode: B is as large as host memory allows (capped by the workload and a fixed batch);
+ * ω ∈ {0, 0.1, …, 1} (or fixed), b_a, S_expert (in experts) and b_e are searched by coordinate
+ * search over candidate grids, each candidate priced by the critical path of the decode pass
+ * at mid-output context; S_params is all the VRAM the other choices leave (more cached
+ * parameters never slow a pass). Prefill (GPU attention, ω = 0): the sequences per pass, b_a,
+ * S_expert and b_e, maximising prompt tokens / T. Inside the search the critical path is
+ * extrapolated from a few MoE layers (`estimator.ts`); the chosen configuration is re-priced
+ * on the full DAG and that is the reported `predictedPassS`.
+ *
+ * Searches are pure functions of (model, machine, workload summary, parameters) and memoised
+ * per process, so a sweep over ω repeats the unconstrained search (reported as `omegaAuto`)
+ * only once.
+ */
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { cachedModules, hostInfeasibility, maxHostSeqs, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import type { PlanContext } from '../../sim/throughput/policy.ts';
+import { coordinateSearch, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import { defaultPassConfig, type PassConfig, type PassShape, type PhasePlan, type PlanResult, type SearchReport } from '../../sim/throughput/types.ts';
+
+export interface MoeGenSettings {
+  /** Fixed ω, or 'auto' (searched). */
+  readonly omega: number | 'auto';
+  readonly omegaStep: number;
+  readonly kvBuffers: number | 'auto';
+  readonly cpuCores: number | 'all';
+  /** Fixed values for the search's axes (skip searching them). */
+  readonly B?: number;
+  readonly ba?: number;
+  readonly be?: number;
+  readonly expertSlots?: number;
+  readonly sParamsGiB?: number;
+  readonly prefillBatchSeqs?: number;
+}
+
+interface Candidate {
+  readonly omega: number;
+  readonly ba: number;
+  readonly be: number;
+  readonly slots: number;
+  /** Sequences per pass (prefill only; decode uses the host batch). */
+  readonly seqs: number;
+}
+
+const SLOT_GRID = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512];
+const BE_GRID_DECODE = [256, 512, 1024, 2048, 4096, 8192, 16384];
+const BE_GRID_PREFILL = [1024, 2048, 4096, 8192, 16384, 32768];
+
+const searchMemo = new Map<string, PlanResult>();
+
+/** MLA caches one latent per token: two staging buffers suffice (MoE-Gen uses 2 for DeepSeek, 3 for Mixtral). */
+function autoKvBuffers(model: ModelProfile): number {
+  return model.attention.type === 'MLA' ? 2 : 3;
+}
+
+export function moeGenPlan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
+  const key = JSON.stringify([ctx.model.id, ctx.model.derived.totalBytes, ctx.hardware.id, ctx.hardware.gpu.vramBytes, ctx.hardware.hostDramBytes, ctx.workload, s]);
+  let r = searchMemo.get(key);
+  if (!r) {
+    r = plan(ctx, s);
+    searchMemo.set(key, r);
+  }
+  return r;
+}
+
+function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
+  const { model, hardware: hw, workload: w } = ctx;
+  const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
+  if (hostWhy) return { feasible: false, reason: hostWhy };
+  const reserve = w.promptTokens + w.outputTokens;
+  const hostMax = maxHostSeqs(model, hw.hostDramBytes, reserve, 0);
+  if (hostMax < 1) {
+    return { feasible: false, reason: `host DRAM left after the weights (${((hw.hostDramBytes - model.derived.totalBytes) / 1e9).toFixed(1)} GB) cannot hold one sequence's KV` };
+  }
+  const N = Math.max(1, Math.min(w.sequences, w.fixedBatchSeqs ?? Infinity, s.B ?? Infinity, hostMax));
+  const cores = s.cpuCores === 'all' ? hw.cpu.cores : Math.min(s.cpuCores, hw.cpu.cores);
+  const base: PassConfig = {
+    ...defaultPassConfig(model.layers),
+    cpuCores: cores,
+    kvBuffers: s.kvBuffers === 'auto' ? autoKvBuffers(model) : s.kvBuffers,
+    weightSlots: 1, // a single dense-module buffer sized for one layer
+  };
+  const notes: string[] = [];
+  if (N < w.sequences && N === hostMax) notes.push(`host batch ${N} limited by host DRAM`);
+
+  let decode: PhasePlan | undefined;
+  if (w.phases.decode) {
+    const d = searchPhase(ctx, s, base, 'decode', N);
+    if (!d.feasible) return d;
+    decode = d.plan;
+    if (s.omega !== 'auto') {
+      const auto = searchPhase(ctx, { ...s, omega: 'auto' }, base, 'decode', N);
+      if (auto.feasible && auto.plan.search) {
+        decode = { ...decode, search: { ...decode.search!, omegaAuto: auto.plan.search.omega, predictedPassSAuto: auto.plan.search.predictedPassS } };
+      }
+    }
+  }
+  let prefill: PhasePlan | undefined;
+  if (w.phases.prefill) {
+    const p = searchPhase(ctx, s, base, 'prefill', N);
+    if (!p.feasible) return p;
+    prefill = p.plan;
+  }
+  const fallback: PhasePlan = prefill ?? decode!;
+  return {
+    feasible: true,
+    plan: { hostBatchSeqs: N, prefill: prefill ?? { ...fallback, batchSeqs: N }, decode: decode ?? { ...fallback, batchSeqs: N }, ...(notes.length ? { notes } : {}) },
+  };
+}
+
+type PhaseResult = { readonly feasible: true; readonly plan: PhasePlan } | { readonly feasible: false; readonly reason: string };
+
+function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phase: 'prefill' | 'decode', N: number): PhaseResult {
+  const { model, hardware: hw, workload: w } = ctx;
+  const vram = hw.gpu.vramBytes;
+  const mm = modelModules(model);
+  const P = w.promptTokens;
+  const omegaFixed = s.omega === 'auto' ? undefined : s.omega;
+
+  const shapesOf = (c: Candidate): { fit: PassShape; ref: PassShape } =>
+    phase === 'decode' ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) } : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
+  const toConfig = (c: Candidate): PassConfig | undefined => {
+    const cfg0: PassConfig = {
+      ...base,
+      omega: c.omega,
+      attnMicroSeqs: Math.min(c.ba, phase === 'decode' ? N : c.seqs),
+      expertChunkTokens: c.be,
+      expertSlots: c.slots,
+      cachedParamBytes: 0,
+    };
+    const { fit } = shapesOf(c);
+    const left = vram - vramNeeded(model, fit, cfg0).totalBytes;
+    if (left < 0) return undefined;
+    const budget = s.sParamsGiB !== undefined ? Math.round(s.sParamsGiB * 2 ** 30) : left;
+    if (budget > left) return undefined;
+    const cfg = { ...cfg0, cachedParamBytes: cachedModules(mm, budget, base.cacheOrder, base.gpuLayers).bytes };
+    return vramNeeded(model, fit, cfg).totalBytes <= vram ? cfg : undefined;
+  };
+  const tokensOf = (c: Candidate) => (phase === 'decode' ? N : c.seqs * P);
+  const evaluate = (c: Candidate): number | undefined => {
+    const cfg = toConfig(c);
+    if (!cfg) return undefined;
+    return tokensOf(c) / predictPassNs(ctx, shapesOf(c).ref, cfg, { mode: 'extrapolate' });
+  };
+
+  const maxSeqs = phase === 'decode' ? N : Math.min(N, s.prefillBatchSeqs ?? N);
+  const baGrid = s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(8, maxSeqs));
+  const beGrid = s.be !== undefined ? [s.be] : phase === 'decode' ? BE_GRID_DECODE : BE_GRID_PREFILL;
+  const slotGrid = s.expertSlots !== undefined ? [s.expertSlots] : SLOT_GRID.filter((v) => v <= 2 * model.experts);
+  const omegaGrid =
+    phase === 'prefill' ? [0] : omegaFixed !== undefined ? [omegaFixed] : Array.from({ length: Math.round(1 / s.omegaStep) + 1 }, (_, i) => Math.min(1, Number((i * s.omegaStep).toFixed(6))));
+  const seqGrid = phase === 'decode' ? [N] : s.prefillBatchSeqs !== undefined ? [Math.min(N, s.prefillBatchSeqs)] : powersOfTwoUpTo(maxSeqs, 1);
+
+  // Start from the smallest buffers (most likely to fit), the defaults where they fit.
+  const start: Candidate = { omega: omegaGrid[0]!, ba: baGrid[0]!, be: beGrid.includes(2048) ? 2048 : beGrid[0]!, slots: slotGrid.includes(2) ? 2 : slotGrid[0]!, seqs: seqGrid[0]! };
+  const found = coordinateSearch<Candidate>({
+    start,
+    axes: [
+      { key: 'seqs', values: seqGrid },
+      { key: 'omega', values: omegaGrid },
+      { key: 'ba', values: baGrid },
+      { key: 'slots', values: slotGrid },
+      { key: 'be', values: beGrid },
+    ],
+    evaluate,
+  });
+  if (!found) {
+    const c = toConfig({ ...start, slots: slotGrid[0]!, ba: baGrid[0]!, be: beGrid[0]! });
+    const need = vramNeeded(model, shapesOf(start).fit, { ...base, attnMicroSeqs: 1, expertSlots: 1, expertChunkTokens: beGrid[0]!, omega: start.omega });
+    return {
+      feasible: false,
+      reason: c
+        ? 'no configuration found'
+        : `no ${phase} configuration fits VRAM: the smallest needs ${(need.totalBytes / 1e9).toFixed(2)} GB (dense buffer ${(need.weightBufferBytes / 1e9).toFixed(2)} GB, one expert ${(need.expertBufferBytes / 1e9).toFixed(2)} GB, intermediate state ${(need.activationBytes / 1e9).toFixed(2)} GB), the GPU has ${(vram / 1e9).toFixed(2)} GB`,
+    };
+  }
+  const cfg = toConfig(found.best)!;
+  const ref = shapesOf(found.best).ref;
+  const exactNs = predictPassNs(ctx, ref, cfg);
+  const report: SearchReport = {
+    B: ref.seqs,
+    ba: cfg.attnMicroSeqs,
+    be: cfg.expertChunkTokens,
+    omega: cfg.omega,
+    sExpertBytes: cfg.expertSlots * mm.expertBytes,
+    sParamsBytes: cfg.cachedParamBytes,
+    predictedPassS: exactNs / 1e9,
+    refPastTokens: ref.pastTokens,
+    evaluated: found.evaluated,
+  };
+  return { feasible: true, plan: { batchSeqs: ref.seqs, config: cfg, search: report } };
+}

@@ -1,0 +1,108 @@
+/**
+ * flexgen-like — FlexGen's zig-zag block schedule applied to an MoE model (model-based
+ * batching; Sheng et al., "FlexGen", ICML 2023).
+ *
+ * Reproduces the FlexGen baseline of MoE-Gen (arXiv 2503.09716): a block of `gpuBatches`
+ * micro-batches of `gpuBatchSeqs` sequences shares each layer's weights — a whole layer
+ * (attention + every expert) is loaded once into one of two layer buffers (the next one loads
+ * meanwhile) and reused by every micro-batch of the block, which runs attention, router and
+ * each routed expert over its own tokens; the KV cache lives in host memory and each
+ * micro-batch's KV is copied to the GPU for attention (FlexGen's default, no CPU delegation)
+ * and its new KV copied back. The block is bounded by host memory (KV) and the micro-batch by
+ * GPU memory. Like FlexGen's LP policy search, the two sizes are chosen by the critical-path
+ * estimator, maximising block size / pass time.
+ *
+ * When to use: the "weights reused across micro-batches, KV in host memory, but experts run
+ * per micro-batch" point of comparison: expert GEMMs stay small however large the block.
+ *
+ * Known gaps: FlexGen's compression (4-bit weights/KV), CPU delegation of attention, partial
+ * weight/KV placement percentages and activation offloading are not modelled (activations of
+ * the whole block stay on the GPU); its LP is replaced by a coordinate search on our
+ * estimator.
+ */
+import { z } from 'zod';
+import { hostInfeasibility, maxHostSeqs, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
+import { coordinateSearch, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
+import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
+import { defineThroughputPolicy } from './define.ts';
+
+const positiveInt = z.number().int().positive();
+const Params = z
+  .object({
+    /** Sequences per GPU micro-batch (FlexGen's gpu_batch_size); default searched. */
+    gpuBatchSeqs: positiveInt.optional(),
+    /** Micro-batches per block (num_gpu_batches); default searched up to `maxGpuBatches`. */
+    gpuBatches: positiveInt.optional(),
+    maxGpuBatches: positiveInt.default(64),
+    kvBuffers: positiveInt.default(2),
+  })
+  .strict();
+
+function config(layers: number, b: number, kvBuffers: number): PassConfig {
+  return {
+    ...defaultPassConfig(layers),
+    attnMicroSeqs: b,
+    expertBatching: 'perMicroBatch',
+    expertChunkTokens: NO_CHUNKING_TOKENS,
+    weightGranularity: 'layer',
+    weightSlots: 2,
+    prefetch: true,
+    streamAllExperts: true,
+    kvGpuLayers: 0,
+    kvBuffers,
+  };
+}
+
+function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
+  const { model, hardware: hw, workload: w } = ctx;
+  const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
+  if (hostWhy) return { feasible: false, reason: hostWhy };
+  const L = model.layers;
+  const reserve = w.promptTokens + w.outputTokens;
+  const hostMax = maxHostSeqs(model, hw.hostDramBytes, reserve, 0);
+  if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hw.hostDramBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
+  const cap = Math.min(workloadCap(ctx), hostMax);
+  const vram = hw.gpu.vramBytes;
+  const fits = (b: number, n: number): boolean => {
+    const block = b * n;
+    if (block > cap || b > block) return false;
+    const c = config(L, b, p.kvBuffers);
+    return (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram) && (!w.phases.prefill || vramNeeded(model, prefillShape(w, block, block), c).totalBytes <= vram);
+  };
+  const evaluate = ({ b, n }: { b: number; n: number }): number | undefined => {
+    if (!fits(b, n)) return undefined;
+    const block = b * n;
+    const c = config(L, b, p.kvBuffers);
+    return w.phases.decode
+      ? block / predictPassNs(ctx, refDecodeShape(w, block, block), c, { mode: 'extrapolate' })
+      : (block * w.promptTokens) / predictPassNs(ctx, prefillShape(w, block, block), c, { mode: 'extrapolate' });
+  };
+  const bGrid = p.gpuBatchSeqs !== undefined ? [p.gpuBatchSeqs] : powersOfTwoUpTo(Math.min(cap, 1024));
+  const nGrid = p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
+  const found = coordinateSearch({ start: { b: bGrid[0]!, n: nGrid[0]! }, axes: [{ key: 'b', values: bGrid }, { key: 'n', values: nGrid }], evaluate });
+  if (!found) {
+    const need = vramNeeded(model, worstDecodeShape(w, 1, 1), config(L, 1, p.kvBuffers));
+    return { feasible: false, reason: `two layer buffers (${gb(need.weightBufferBytes)} GB) + one micro-batch's KV and activations exceed VRAM (${gb(vram)} GB)` };
+  }
+  const { b, n } = found.best;
+  const block = b * n;
+  const c = config(L, b, p.kvBuffers);
+  return {
+    feasible: true,
+    plan: {
+      hostBatchSeqs: block,
+      prefill: phasePlan(ctx, 'prefill', block, block, c),
+      decode: phasePlan(ctx, 'decode', block, block, c),
+      notes: [`block of ${n} micro-batches × ${b} sequences`],
+    },
+  };
+}
+
+export const flexgenLike = defineThroughputPolicy({
+  name: 'flexgen-like',
+  summary: 'model-based batching, layer weights reused across the micro-batches of a block, KV in host memory copied in for GPU attention',
+  params: Params,
+  createThroughput: (p): ThroughputPolicy => ({ name: 'flexgen-like', plan: (ctx) => plan(ctx, p) }),
+});
