@@ -41,6 +41,13 @@ export interface RequestRouter {
    * `out[0 .. (toToken-fromToken)*topK)`, token-major.
    */
   route(layer: number, fromToken: number, toToken: number, out: Int32Array): void;
+  /**
+   * Optional: the same routing as `route` would give for tokens [fromToken, toToken) at
+   * `layer`, in any order and any number of times, without counting as routed (for
+   * predictors that look ahead). Implementations generate ahead and memoise; asking for tokens
+   * long released may cost a regeneration from the request's start, never a different answer.
+   */
+  peek?(layer: number, fromToken: number, toToken: number, out: Int32Array): void;
 }
 
 /** A source of routing for requests of one model. */
@@ -50,6 +57,13 @@ export interface RoutingSource {
   readonly topK: number;
   /** The router of a request; called once per request, when it is admitted. */
   forRequest(request: RequestSpec): RequestRouter;
+  /**
+   * Optional: the router `forRequest` returned for a request still in use (held weakly), so a
+   * predictor can share its memoised routing; undefined if not admitted or already collected.
+   */
+  routerOf?(requestId: number): RequestRouter | undefined;
+  /** Optional: the expected share of activations of each expert at `layer` (length = experts, sums to 1). */
+  popularity?(layer: number): Float64Array;
 }
 
 /**
@@ -62,11 +76,29 @@ export interface AggregateRouter {
 }
 
 /**
- * Predicted experts for speculative prefetchers: a ranked list (best first) of experts
- * predicted for `layer` for the given tokens. Accuracy follows the predictor's profile.
+ * Predicted experts for speculative prefetchers (a next-layer gate applied to the current
+ * hidden state, a trained pre-gate, or predictions recorded in a trace).
+ *
+ * Call contract:
+ * - `predict(requestId, layer, fromToken, toToken)` may be called for any admitted request,
+ *   any MoE layer — typically one the tokens have **not** been routed through yet — and any
+ *   token range already admitted (prompt chunk or decode token), in any order and any number
+ *   of times. Calls never change what `RequestRouter.route` returns.
+ * - It returns a ranked list of distinct expert ids, best first, covering all experts of the
+ *   layer (so a prefetcher can go as deep as its budget allows). A fresh array per call: the
+ *   caller may keep it.
+ * - For one token, its first `topK` entries contain each of the token's true experts at
+ *   `layer` with probability `accuracyByLayer[layer]` (independently per true expert). For a
+ *   token range, experts are ranked by how many of the tokens' predicted top-k lists name them.
+ * - The same arguments always give the same list (randomness is a function of the run seed,
+ *   request, layer and token, not of call order).
  */
 export interface ExpertPredictor {
   predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[];
+  /** The configured probability, per MoE layer, that a true expert is in the predicted top-k (when known). */
+  readonly accuracyByLayer?: readonly number[];
+  /** One line saying what this predictor is. */
+  readonly describe?: string;
 }
 
 /** A complete workload, ready to run. `requests` is sorted by arrival time. */

@@ -1,0 +1,233 @@
+/**
+ * Expert prediction for speculative prefetchers (DESIGN §6): the `prediction` section of a
+ * workload config and the `ExpertPredictor`s behind it. The call contract is documented on
+ * `ExpertPredictor` in `sim/workload.ts`.
+ *
+ * - `profile`: a per-layer accuracy profile a_l. For each token of the range, each of its true
+ *   experts at the layer (looked up through the request's router, which generates ahead and
+ *   memoises — `RequestRouter.peek`) enters the token's predicted top-k with probability a_l;
+ *   each miss is replaced by a wrong expert drawn by popularity. Experts are ranked by the
+ *   number of tokens whose predicted top-k names them, then by popularity. The default profile
+ *   is lower in the first layers, as observed for next-layer-gate and pre-gate predictors
+ *   (Eliseev & Mazur 2023, Mixtral-offloading; Hwang et al. 2024, Pre-gated MoE): its numbers
+ *   are assumed, not measured — set them from your predictor.
+ * - `oracle`: accuracy 1 at every layer.
+ * - `trace`: the ranked predictions carried in the routing trace (`predictions` field); tokens
+ *   or layers without one use the profile given as `fallback`.
+ * - `none`: no predictor (prefetchers that need one see an empty list).
+ *
+ * Randomness is counter-based per (request, token, layer) from a seed drawn from the run's
+ * `prediction` stream, so predictions do not depend on call order and never disturb routing.
+ */
+import { z } from 'zod';
+import type { Rng } from '../sim/kernel/rng.ts';
+import type { ExpertPredictor, RequestRouter, RequestSpec, RoutingSource } from '../sim/workload.ts';
+import { AliasTables, aliasScratch } from './random/alias.ts';
+import { HashRng, seedFrom } from './random/hash-rng.ts';
+import { TraceRouting } from './trace-routing.ts';
+
+const probability = z.number().min(0).max(1);
+
+export const AccuracySchema = z.union([
+  probability,
+  z.array(probability).min(1),
+  z
+    .object({
+      /** Accuracy at MoE layer 0. */
+      first: probability,
+      /** Accuracy from layer `rampLayers` on. */
+      steady: probability,
+      /** Layers over which accuracy rises linearly from `first` to `steady`. */
+      rampLayers: z.number().int().nonnegative(),
+    })
+    .strict(),
+]);
+export type AccuracyConfig = z.infer<typeof AccuracySchema>;
+
+/** Assumed default: 0.6 at the first MoE layer rising to 0.9 by layer 4. */
+export const DEFAULT_ACCURACY: AccuracyConfig = { first: 0.6, steady: 0.9, rampLayers: 4 };
+
+export const PredictionSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('none') }).strict(),
+  z.object({ kind: z.literal('profile'), accuracy: AccuracySchema.default(DEFAULT_ACCURACY) }).strict(),
+  z.object({ kind: z.literal('oracle') }).strict(),
+  z.object({ kind: z.literal('trace'), fallback: AccuracySchema.default(DEFAULT_ACCURACY) }).strict(),
+]);
+export type PredictionConfig = z.infer<typeof PredictionSchema>;
+
+/**
+ * Per-layer accuracies of a config for `layers` MoE layers. An explicit list shorter than the
+ * model repeats its last value.
+ */
+export function accuracyByLayer(a: AccuracyConfig, layers: number): number[] {
+  if (typeof a === 'number') return Array.from({ length: layers }, () => a);
+  if (Array.isArray(a)) return Array.from({ length: layers }, (_, l) => a[Math.min(l, a.length - 1)]!);
+  return Array.from({ length: layers }, (_, l) =>
+    a.rampLayers === 0 || l >= a.rampLayers ? a.steady : a.first + ((a.steady - a.first) * l) / a.rampLayers,
+  );
+}
+
+/** Ranks by score, then popularity, then id; shared by the predictors. */
+class Ranker {
+  private readonly popRank: Int32Array[];
+  readonly alias: AliasTables;
+
+  constructor(routing: RoutingSource) {
+    const { moeLayers: L, experts: E } = routing;
+    this.alias = new AliasTables(L, E);
+    const scratch = aliasScratch(E);
+    this.popRank = [];
+    for (let l = 0; l < L; l++) {
+      const p = routing.popularity?.(l) ?? new Float64Array(E).fill(1 / E);
+      this.alias.build(l, p, 0, scratch);
+      const order = Array.from({ length: E }, (_, e) => e).sort((a, b) => p[b]! - p[a]! || a - b);
+      const rank = new Int32Array(E);
+      order.forEach((e, r) => (rank[e] = r));
+      this.popRank.push(rank);
+    }
+  }
+
+  rank(layer: number, score: Float64Array): number[] {
+    const pr = this.popRank[layer]!;
+    const ids = Array.from({ length: score.length }, (_, e) => e);
+    return ids.sort((a, b) => score[b]! - score[a]! || pr[a]! - pr[b]!);
+  }
+}
+
+/** Predictions with a per-layer accuracy profile, from the true routing of the request. */
+export class ProfilePredictor implements ExpertPredictor {
+  readonly accuracyByLayer: readonly number[];
+  readonly describe: string;
+  private readonly ranker: Ranker;
+  private readonly h: HashRng;
+  private readonly specs = new Map<number, RequestSpec>();
+  private readonly shadows = new Map<number, RequestRouter>();
+  private truth = new Int32Array(0);
+
+  /**
+   * @param routing  the workload's routing; its routers must implement `peek`
+   * @param requests the workload's requests (to build a private router for a request not admitted yet)
+   * @param rng      the run's `prediction` stream (one seed is drawn)
+   */
+  constructor(
+    private readonly routing: RoutingSource,
+    requests: readonly RequestSpec[],
+    accuracy: readonly number[],
+    rng: Rng,
+    describe?: string,
+  ) {
+    if (accuracy.length !== routing.moeLayers) throw new RangeError(`accuracy has ${accuracy.length} layers, model has ${routing.moeLayers}`);
+    this.accuracyByLayer = accuracy;
+    this.ranker = new Ranker(routing);
+    this.h = new HashRng(seedFrom(rng));
+    for (const r of requests) this.specs.set(r.id, r);
+    this.describe = describe ?? `prediction accuracy ${summariseAccuracy(accuracy)}`;
+  }
+
+  predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[] {
+    const score = new Float64Array(this.routing.experts);
+    this.addVotes(score, requestId, layer, fromToken, toToken);
+    return this.ranker.rank(layer, score);
+  }
+
+  /** Adds one vote per predicted top-k entry of each token in [from, to) to `score`. */
+  addVotes(score: Float64Array, requestId: number, layer: number, from: number, to: number): void {
+    const { experts: E, topK: k } = this.routing;
+    const n = Math.max(0, to - from);
+    if (n === 0) return;
+    const router = this.routerFor(requestId);
+    if (!router?.peek) return;
+    if (this.truth.length < n * k) this.truth = new Int32Array(n * k);
+    const truth = this.truth;
+    router.peek(layer, from, to, truth);
+    const acc = this.accuracyByLayer[layer]!;
+    const h = this.h;
+    const chosen = new Int32Array(k);
+    for (let i = 0; i < n; i++) {
+      h.reset(requestId, from + i, layer);
+      let c = 0;
+      let misses = 0;
+      for (let j = 0; j < k; j++) {
+        if (h.next() < acc) chosen[c++] = truth[i * k + j]!;
+        else misses++;
+      }
+      for (let m = 0; m < misses; m++) {
+        let e = -1;
+        for (let tries = 0; tries < 64 && e < 0; tries++) {
+          e = this.ranker.alias.sample(layer, h.next());
+          for (let j = 0; j < k; j++) if (truth[i * k + j] === e) e = -1;
+          for (let j = 0; j < c && e >= 0; j++) if (chosen[j] === e) e = -1;
+        }
+        if (e < 0) {
+          // Popularity keeps hitting true or chosen experts: take any other one.
+          for (let f = 0; f < E && e < 0; f++) {
+            let used = false;
+            for (let j = 0; j < k; j++) if (truth[i * k + j] === f) used = true;
+            for (let j = 0; j < c; j++) if (chosen[j] === f) used = true;
+            if (!used) e = f;
+          }
+        }
+        if (e >= 0) chosen[c++] = e;
+      }
+      for (let j = 0; j < c; j++) score[chosen[j]!]!++;
+    }
+  }
+
+  private routerFor(requestId: number): RequestRouter | undefined {
+    const live = this.routing.routerOf?.(requestId);
+    if (live?.peek) return live;
+    let shadow = this.shadows.get(requestId);
+    if (!shadow) {
+      const spec = this.specs.get(requestId);
+      if (!spec) return undefined;
+      shadow = this.routing.forRequest(spec);
+      if (this.shadows.size >= 256) this.shadows.delete(this.shadows.keys().next().value!);
+      this.shadows.set(requestId, shadow);
+    }
+    return shadow;
+  }
+}
+
+/** Predictions recorded in the replayed trace, with a profile predictor for the gaps. */
+export class TracePredictor implements ExpertPredictor {
+  readonly describe: string;
+  readonly accuracyByLayer?: readonly number[];
+  private readonly ranker: Ranker;
+
+  constructor(
+    private readonly routing: TraceRouting,
+    private readonly specs: ReadonlyMap<number, RequestSpec>,
+    private readonly fallback: ProfilePredictor,
+  ) {
+    this.ranker = new Ranker(routing);
+    this.describe = `predictions from the trace (gaps: ${fallback.describe})`;
+  }
+
+  predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[] {
+    const { moeLayers: L, experts: E, topK: k } = this.routing;
+    const s = this.routing.storedFor(requestId);
+    const spec = this.specs.get(requestId);
+    const score = new Float64Array(E);
+    const p = s.predictions;
+    for (let t = fromToken; t < toToken; t++) {
+      const rec = p && spec ? TraceRouting.recordIndex(s, spec.promptTokens, t) : -1;
+      const a = rec >= 0 ? p!.offsets[rec * L + layer]! : 0;
+      const b = rec >= 0 ? p!.offsets[rec * L + layer + 1]! : 0;
+      if (b > a) {
+        const len = b - a;
+        // Top-k entries get a full vote; the order inside the list breaks ties (Borda-like).
+        for (let r = 0; r < len; r++) score[p!.ids[a + r]!]! += (r < k ? 1 : 0) + (len - r) / (len + 1) / (k + 1);
+      } else {
+        this.fallback.addVotes(score, requestId, layer, t, t + 1);
+      }
+    }
+    return this.ranker.rank(layer, score);
+  }
+}
+
+function summariseAccuracy(a: readonly number[]): string {
+  const f = (x: number): string => x.toFixed(2);
+  const first = a[0]!;
+  const last = a[a.length - 1]!;
+  return a.every((x) => x === first) ? f(first) : `${f(first)}→${f(last)} over ${a.length} layers`;
+}
