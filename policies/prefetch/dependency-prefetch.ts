@@ -21,8 +21,10 @@
  *
  * When to use: the "prefetch everything next" upper bound on bandwidth use, against which
  * predictive prefetchers show their PCIe savings. Known gaps: DeepSpeed fetches the dense
- * parameters too (here dense weights stay on the GPU, as in every serving-family run) and has no
- * notion of per-expert transfers; ZeRO's parameter partitioning and multi-GPU gather are absent.
+ * parameters too (here dense weights stay on the GPU, as in every serving-family run) and its
+ * fetch of a module is synchronous (the layer waits for all of it), while here a layer computes
+ * as soon as its activated experts are resident and the rest keep loading behind on-demand
+ * fetches; ZeRO's parameter partitioning and multi-GPU gather are absent.
  */
 import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';

@@ -6,7 +6,11 @@
  * Cache (as in the released code, `src/expert_cache.py`): the buffer is partitioned by MoE layer,
  * each layer keeping at most `perLayerSlots` experts (default ⌊E/2⌋: 4 of Mixtral's 8, the
  * released demo's `offload_per_layer = 4`) in its own LRU order; a miss evicts the least recently
- * used expert of its own layer. The buffer is `perLayerSlots × moeLayers` slots.
+ * used expert of its own layer. The buffer is `perLayerSlots × moeLayers` slots. A layer can
+ * exceed its cap only transiently: when a batch activates more experts than the cap, or when a
+ * miss finds its layer's slots held by a mispredicted prefetch still in flight (the miss then
+ * takes another layer's least recently used expert); the excess is trimmed (LRU first) at the
+ * next routing.
  *
  * Speculative prefetch (`speculative`, default true) — from the tech report, NOT in the released
  * repository (its README lists "speculative expert prefetching" as future work; the repo only
