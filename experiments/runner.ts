@@ -11,6 +11,7 @@
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import cliProgress from 'cli-progress';
+import { UserError } from '../sim/kernel/errors.ts';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
 import { fanout } from '../sim/observe/trace-sink.ts';
 import { servingMetrics, type RunMetrics } from '../sim/metrics/serving-metrics.ts';
@@ -68,6 +69,8 @@ export interface RunnerOptions {
   readonly log?: (message: string) => void;
   /** Extra sinks for every run (tests: invariant checkers). */
   readonly sinks?: (spec: RunSpec) => readonly TraceSink[];
+  /** Called once every run has passed preflight, before the first one starts (nothing is called when the input is bad). */
+  readonly onReady?: (runs: number) => void;
 }
 
 class LazyProgress implements TraceSink {
@@ -105,10 +108,17 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     }
   };
   // Preflight: every run's world must build (profiles, capacities, workload, policy) before anything is written.
-  for (const spec of specs) {
-    if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
-    else await buildServingWorld(spec, { baseDir, onWarning });
+  try {
+    for (const spec of specs) {
+      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
+      else await buildServingWorld(spec, { baseDir, onWarning });
+    }
+  } catch (err) {
+    // Profile and capacity errors know their field but not the config file they came from.
+    if (err instanceof UserError && !err.file) throw new UserError(err.message, file, err.field, err.value);
+    throw err;
   }
+  o.onReady?.(specs.length);
 
   const totalRequests = specs.reduce((a, s) => a + s.workload.requests, 0);
   const progress = new LazyProgress(totalRequests, (o.progress ?? true) && process.stderr.isTTY === true);

@@ -31,7 +31,8 @@ export async function main(argv: string[]): Promise<number> {
       .strict()
       .fail((msg, err) => {
         if (err) throw err;
-        throw new UserError(msg.split('\n')[0]!, undefined, 'arguments');
+        // The whole message (oneLine() joins its lines): yargs puts the argument and value on the second line.
+        throw new UserError(msg, undefined, 'arguments');
       })
       .help()
       .version(false)

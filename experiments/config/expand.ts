@@ -179,6 +179,9 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     }
   });
   const runs: RunSpec[] = [];
+  // Across all sweep points: a policy the swept parameters do not apply to runs once per distinct
+  // remaining combination, not once per point.
+  const done = new Set<string>();
   const points = (cases.length > 0 ? cases : [{}]).flatMap((c) => cartesian(config.sweep as Record<string, readonly unknown[]>).map((s) => ({ ...c, ...s })));
   for (const combo of points) {
     const base: Json = clone({ model: config.model, hardware: config.hardware, workload: config.workload, executor: config.executor }) as Json;
@@ -198,7 +201,6 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     if (typeof base.model !== 'string') throw new UserError('model must be a string', file, 'sweep.model', base.model);
     if (typeof base.hardware !== 'string') throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
 
-    const done = new Set<string>();
     for (const t of templates) {
       const raw: Json = { ...t.rawParams };
       const applied: Record<string, unknown> = {};

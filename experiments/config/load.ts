@@ -37,7 +37,7 @@ export function zodToUserError(err: z.ZodError, input: unknown, file?: string, p
     const keys = (issue as { keys?: string[] }).keys ?? [];
     p = [...p, keys[0] ?? ''];
     message = `unknown field`;
-    return new UserError(message, file, formatPath([...prefix, ...p]), undefined);
+    return new UserError(message, file, formatPath([...prefix, ...p]), valueAt(input, p));
   }
   if (issue.code === 'invalid_union') {
     message = 'does not match any allowed form';
@@ -50,9 +50,10 @@ export function zodToUserError(err: z.ZodError, input: unknown, file?: string, p
 export function parseConfigText(text: string, file: string): unknown {
   try {
     if (file.endsWith('.json')) return JSON.parse(text);
-    return YAML.parse(text, { prettyErrors: false });
+    // prettyErrors: the message's first line then ends with the position ("at line 3, column 5:").
+    return YAML.parse(text, { prettyErrors: true });
   } catch (err) {
-    const msg = (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
+    const msg = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.replace(/:$/, '');
     throw new UserError(`not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${msg}`, file);
   }
 }

@@ -12,7 +12,8 @@
  * - gpuBusyFrac / gpuBlockedFrac: GPU compute busy / blocked-on-expert-fetch time over makespan;
  *   gpuBlockedS the blocked time itself.
  * - h2dBytes / d2hBytes: bytes moved over PCIe; h2dUtil: H2D link busy time / makespan.
- * - bufferHitRate = cacheHitRate + prefetchHitRate: hits over expert needs (DESIGN §7).
+ * - bufferHitRate = cacheHitRate + prefetchHitRate: hits over expert needs (DESIGN §7); the two
+ *   parts are rounded to 6 significant digits and the total is exactly their sum.
  * - prefetchPrecision: prefetches used (needed before eviction) / prefetches issued.
  * - prefetchWastedBytes: bytes of prefetches never used (evicted, cancelled, or unused at the end).
  * - expertActivationRatio: mean over (iteration, MoE layer) of activated experts / experts.
@@ -79,6 +80,11 @@ export function servingMetrics(o: ServingOutcome): RunMetrics {
   }
   const makespanS = o.endNs / 1e9;
   const c = o.counters;
+  // The buffer hit rate is the sum of its two reported parts, not rounded on its own: rounding
+  // each of the three separately broke `bufferHitRate = cacheHitRate + prefetchHitRate` by up
+  // to ~1e-6 whenever both parts are non-zero.
+  const cacheHitRate = round6(safeDiv(c.cacheHits, c.needs));
+  const prefetchHitRate = round6(safeDiv(c.prefetchHits, c.needs));
   const res = o.resources;
   return {
     ttftMs: roundDist(distribution(ttft)),
@@ -94,9 +100,9 @@ export function servingMetrics(o: ServingOutcome): RunMetrics {
     h2dBytes: res.h2d.bytesMoved,
     d2hBytes: res.d2h.bytesMoved,
     h2dUtil: round6(safeDiv(res.h2d.busyTimeNs(), o.endNs)),
-    bufferHitRate: round6(safeDiv(c.cacheHits + c.prefetchHits, c.needs)),
-    cacheHitRate: round6(safeDiv(c.cacheHits, c.needs)),
-    prefetchHitRate: round6(safeDiv(c.prefetchHits, c.needs)),
+    bufferHitRate: cacheHitRate + prefetchHitRate,
+    cacheHitRate,
+    prefetchHitRate,
     prefetchPrecision: round6(safeDiv(c.prefetchesUsed, c.prefetchesIssued)),
     prefetchWastedBytes: c.prefetchWastedBytes + res.h2d.cancelledSentBytes,
     expertActivationRatio: round6(safeDiv(c.activationRatioSum, c.layerRoutings)),

@@ -110,7 +110,7 @@ export interface PrefetchRequest {
 }
 
 export interface PolicyDecision {
-  /** Experts to bring into the buffer. Ignored for keys already resident; dropped when no slot can be freed. */
+  /** Experts to bring into the buffer. Ignored for keys already resident; dropped when no slot can be freed, and once every request has finished. */
   readonly prefetch?: readonly PrefetchRequest[];
   /** Loading prefetches to cancel (no further bytes move; the slot is freed). Pinned ones are ignored. */
   readonly cancel?: readonly ExpertKey[];

@@ -169,6 +169,7 @@ export class ServingExecutor {
   private active: RequestState[] = [];
   private iter: IterationState | null = null;
   private iterations = 0;
+  private finishedRequests = 0;
   private decidePending = false;
   private timerAtNs = -1;
   private readonly waitingForSlot: ExpertKey[] = [];
@@ -699,6 +700,7 @@ export class ServingExecutor {
     this.iterations++;
     for (const s of finished) {
       s.finishNs = now;
+      this.finishedRequests++;
       if (s.kv) this.res.vram.free(s.kv);
       s.kv = null;
       s.router = null;
@@ -805,8 +807,12 @@ export class ServingExecutor {
       const e = this.buffer.entry(key);
       if (e && e.state === 'resident' && !e.pinned && !this.cfg.preloadAllExperts) this.evict(key, true);
     }
+    // Once every request has finished nobody can use a prefetch. Dropping them lets the run end:
+    // a policy that prefetches again from onPrefetchDone would otherwise keep the link busy forever.
+    const workloadDone = this.finishedRequests === this.states.length;
     for (const p of d.prefetch ?? []) {
       if (!this.validKey(p.key, hook)) continue;
+      if (workloadDone) continue;
       const priority = Math.max(1, Number.isFinite(p.priority) ? p.priority : 1);
       const e = this.buffer.entry(p.key);
       if (e) {

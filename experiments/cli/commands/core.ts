@@ -33,8 +33,9 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     const file = args.config ?? QUICKSTART;
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', loaded.config.name);
-    process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file}\n`);
-    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, log: (m) => process.stderr.write(`moesim: ${m}\n`) });
+    // The banner waits for preflight: bad input must print exactly one line (the error).
+    const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
+    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, log: (m) => process.stderr.write(`moesim: ${m}\n`), onReady: banner });
     process.stdout.write(`${result.table}\n`);
     process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
   },
