@@ -178,24 +178,28 @@ function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap
   });
   const order: number[] = [];
   const queue = indegree.flatMap((n, i) => (n === 0 ? [i] : []));
-  while (queue.length > 0) {
-    const i = queue.shift()!;
+  for (let head = 0; head < queue.length; head++) {
+    const i = queue[head]!;
     order.push(i);
     for (const j of dependents[i]!) if (--indegree[j]! === 0) queue.push(j);
   }
   return order;
 }
 
-/** True if `ancestor` is reachable from `id` through deps, not walking through finished tasks. */
+/**
+ * True if `ancestor` is reachable from `id` through deps, not walking through finished tasks.
+ * Breadth-first, so the usual case (the holder is a direct dep) costs one look at the deps.
+ */
 function isAncestor(ancestor: TaskId, id: TaskId, depsOf: (id: TaskId) => readonly TaskId[], isDone: (id: TaskId) => boolean): boolean {
   const seen = new Set<TaskId>();
-  const stack: TaskId[] = [...depsOf(id)];
-  while (stack.length > 0) {
-    const d = stack.pop()!;
-    if (d === ancestor) return true;
-    if (seen.has(d) || isDone(d)) continue; // a finished task's ancestors are finished; the holder is not
-    seen.add(d);
-    stack.push(...depsOf(d));
+  const queue: TaskId[] = [id];
+  for (let head = 0; head < queue.length; head++) {
+    for (const d of depsOf(queue[head]!)) {
+      if (d === ancestor) return true;
+      if (seen.has(d) || isDone(d)) continue; // a finished task's ancestors are finished; the holder is not
+      seen.add(d);
+      queue.push(d);
+    }
   }
   return false;
 }

@@ -41,8 +41,8 @@ export function staticCriticalPath(tasks: readonly TaskSpec[], durationNs: (task
   const via = tasks.map(() => -1);
   const queue = indegree.flatMap((n, i) => (n === 0 ? [i] : []));
   let done = 0;
-  while (queue.length > 0) {
-    const i = queue.shift()!;
+  for (let head = 0; head < queue.length; head++) {
+    const i = queue[head]!;
     done++;
     // The binding dep is the one finishing last (the first listed among equals).
     for (const j of deps[i]!) if (via[i]! < 0 || finish[j]! > finish[via[i]!]!) via[i] = j;

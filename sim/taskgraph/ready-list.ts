@@ -45,3 +45,4 @@ export class ReadyList<T extends Ranked> {
     return this.items;
   }
 }
+

@@ -33,7 +33,8 @@
  *   handing it everything ready would freeze the order at hand-over time and lose the
  *   priorities of tasks that become ready later. The CPU pool gets a task only when enough of
  *   its cores are free for it to start at once, in strict priority order (head-of-line: a wide
- *   task is not overtaken by narrower ones, as in `CpuPool`). A PCIe link gets every ready
+ *   task whose memory is available is not overtaken by narrower ones, as in `CpuPool`; one
+ *   whose memory is short holds nothing). A PCIe link gets every ready
  *   transfer (up to `maxQueuedTransfers`): it has its own priority queue and lets a more
  *   urgent transfer overtake at a packet boundary, which only works if it sees the waiting
  *   transfers. A barrier finishes at the instant it is dispatched.
@@ -49,6 +50,8 @@
  *   and memory is granted greedily with no look-ahead, so a graph whose low-priority tasks can
  *   fill a pool before a high-priority task needing it becomes ready can deadlock: builders
  *   bound such prefetches with deps (e.g. a buffer's next fill depends on its last release).
+ *   Memory-blocked tasks are parked in groups of equal need (see `ParkGroup`), so a pass
+ *   costs about the tasks it can start, not every task waiting for memory.
  * - **Holds.** An allocation with `hold: key` survives its task until the task releasing
  *   `key` finishes. The releaser must depend (directly or not) on the holder, so a hold is
  *   always live before it is released.
@@ -63,9 +66,11 @@
  *   one executor per simulation (its event kinds are fixed). Nothing here writes files;
  *   memory peaks are recorded by the pools, timelines by the resources' trace sink.
  *
- * Known gaps: no cancellation or re-prioritisation of tasks; finished tasks are kept for
- * `timing` for the executor's whole life.
+ * Known gaps: no cancellation or re-prioritisation of tasks; no blocked-on-data accounting
+ * for the GPU (`TraceSink.onBlocked`): the resources account busy time, the timings show
+ * waits; finished tasks are kept for `timing` for the executor's whole life.
  */
+import { Heap } from 'heap-js';
 import { InvariantError, SimError } from '../kernel/errors.ts';
 import { EventPriority, type Handlers, type Scheduler } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
@@ -73,7 +78,7 @@ import type { Resources } from '../resources/index.ts';
 import type { Allocation, MemoryPool } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
 import { showId, validateBatch, type GraphView, type NormalizedTask } from './batch.ts';
-import { ReadyList, type Ranked } from './ready-list.ts';
+import { compareRanked, ReadyList, type Ranked } from './ready-list.ts';
 import {
   POOL_NAMES,
   TASK_KINDS,
@@ -118,6 +123,7 @@ type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
 
 /** Where ready tasks of one resource wait, and how many of them the resource holds now. */
 interface Lane {
+  readonly index: number;
   readonly name: string;
   readonly kind: LaneKind;
   readonly ready: ReadyList<Node>;
@@ -147,6 +153,8 @@ interface Node extends Ranked {
   finishNs: Ns | undefined;
   allocations: HeldAllocation[];
   transfer: Transfer | undefined;
+  /** Set while the task is parked, out of its lane, in a group of this pool. */
+  parkedIn: ParkGroup | undefined;
 }
 
 interface HoldEntry {
@@ -157,6 +165,30 @@ interface HoldEntry {
   readonly allocations: HeldAllocation[];
   live: boolean;
 }
+
+/**
+ * Ready tasks of one lane that found one pool short, all needing the same bytes there, by
+ * priority. While the pool has fewer free bytes than that, none of them can start, and the
+ * dispatch pass skips the whole group at once instead of trying each task (MoE graphs park
+ * many equal buffers: every expert's weights have the same size).
+ */
+interface ParkGroup {
+  readonly key: string;
+  readonly pool: PoolName;
+  readonly lane: Lane;
+  readonly needBytes: number;
+  readonly list: ReadyList<Node>;
+}
+
+/** A list walked by a dispatch pass: a lane's ready list or a park group. */
+interface Source {
+  readonly list: ReadyList<Node>;
+  readonly lane: Lane;
+  readonly group: ParkGroup | undefined;
+  cursor: number;
+}
+
+const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
 
 interface MutableBusy {
   finished: number;
@@ -177,6 +209,13 @@ export class TaskGraphExecutor {
   private readonly gpuLaneOfStream: readonly Lane[];
   private readonly laneOf: Readonly<Record<'h2d' | 'd2h' | 'cpu' | 'barrier', Lane>>;
   private readonly waitingOnPool: Record<PoolName, boolean> = { vram: false, host: false };
+  /**
+   * Ready tasks that found a pool short, out of their lanes, grouped by (pool, lane, bytes
+   * needed there); key `pool:lane:bytes`. A group takes part in a pass only while the pool has
+   * that many bytes free (a pass never frees memory). In insertion order, for determinism of
+   * anything that iterates them (the merge itself orders by task).
+   */
+  private readonly parkGroups = new Map<string, ParkGroup>();
   private readonly view: GraphView;
   private cpuCoresInUse = 0;
   private inFlight = 0;
@@ -206,7 +245,8 @@ export class TaskGraphExecutor {
     this.sched = sched;
     this.onStall = opts.onStall ?? 'throw';
     this.pools = { vram: resources.vram, host: resources.host };
-    const lane = (name: string, kind: LaneKind, capacity: number): Lane => ({ name, kind, ready: new ReadyList<Node>(), outstanding: 0, capacity });
+    let laneIndex = 0;
+    const lane = (name: string, kind: LaneKind, capacity: number): Lane => ({ index: laneIndex++, name, kind, ready: new ReadyList<Node>(), outstanding: 0, capacity });
     const gpu = resources.gpu;
     const streamNames = Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s));
     // Concurrent streams overlap fully, so each is its own resource; otherwise the SMs run one
@@ -284,6 +324,7 @@ export class TaskGraphExecutor {
         finishNs: undefined,
         allocations: [],
         transfer: undefined,
+        parkedIn: undefined,
       };
       this.nodes.set(t.spec.id, node);
       this.bySeq.push(node);
@@ -482,45 +523,56 @@ export class TaskGraphExecutor {
   }
 
   /**
-   * One dispatch pass: a merge of the lanes' ready lists in (priority, add order). A lane
-   * closes when it is full (the CPU lane: when its most urgent remaining task needs more cores
-   * than are free); a task whose memory is short is skipped, and the pass goes on.
+   * One dispatch pass. Its outcome is that of walking every ready task once in (priority, add
+   * order) and, for each: skip it if its resource has no room left (a lane is full; the CPU
+   * lane is closed once its most urgent task that has its memory lacks cores: head-of-line
+   * blocking); skip it if a pool is short (it does not block anything); else allocate its
+   * memory and hand it to its resource. Implemented as a heap merge of the lanes' ready lists
+   * and the park groups whose need is free, dropping a list as soon as none of its remaining
+   * tasks can start in this pass.
    */
   private onDispatch(): void {
     this.dispatchPending = false;
-    const lanes = this.lanes;
-    const cursor = lanes.map(() => 0);
-    const open = lanes.map((l) => this.laneHasRoom(l));
-    const touched = lanes.map(() => false);
-    let freeCores = this.r.cpu.cores - this.cpuCoresInUse;
+    const free: Record<PoolName, number> = { vram: this.pools.vram.freeBytes, host: this.pools.host.freeBytes };
+    const heap = new Heap<Source>(compareHeads);
+    const visited: Source[] = [];
+    const addSource = (list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void => {
+      if (list.length === 0 || !this.laneHasRoom(lane)) return;
+      const src: Source = { list, lane, group, cursor: 0 };
+      visited.push(src);
+      heap.push(src);
+    };
+    for (const l of this.lanes) addSource(l.ready, l, undefined);
+    for (const g of this.parkGroups.values()) if (g.needBytes <= free[g.pool]) addSource(g.list, g.lane, g);
+    let cpuClosed = false;
+    const moved: [Node, PoolName][] = [];
+    let dispatchedAny = false;
     for (;;) {
-      let best = -1;
-      let bestNode: Node | undefined;
-      for (let i = 0; i < lanes.length; i++) {
-        if (!open[i]) continue;
-        const n = lanes[i]!.ready.at(cursor[i]!);
-        if (n && (!bestNode || n.priority < bestNode.priority || (n.priority === bestNode.priority && n.seq < bestNode.seq))) {
-          best = i;
-          bestNode = n;
-        }
+      const src = heap.pop();
+      if (!src) break;
+      const { lane, group } = src;
+      if (!this.laneHasRoom(lane) || (lane.kind === 'cpu' && cpuClosed)) continue; // none of it can start now
+      if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
+      const node = src.list.at(src.cursor++)!;
+      const short = POOL_NAMES.find((p) => !this.pools[p].canAllocate(node.t.needBytes[p]));
+      const spec = node.t.spec;
+      if (short !== undefined) {
+        moved.push([node, short]); // parked (again) at the end of the pass
+      } else if (spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
+        cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it
+      } else {
+        this.allocate(node);
+        this.submit(node);
+        dispatchedAny = true;
       }
-      if (!bestNode) break;
-      const lane = lanes[best]!;
-      cursor[best]!++;
-      const spec = bestNode.t.spec;
-      if (spec.kind === 'cpu' && spec.cores > freeCores) {
-        open[best] = false; // head-of-line: narrower, less urgent tasks do not overtake it
-        continue;
-      }
-      if (!this.tryAllocate(bestNode)) continue;
-      if (spec.kind === 'cpu') freeCores -= spec.cores;
-      this.submit(bestNode);
-      touched[best] = true;
-      if (!this.laneHasRoom(lane)) open[best] = false;
+      if (src.cursor < src.list.length) heap.push(src);
     }
-    lanes.forEach((l, i) => {
-      if (touched[i]) l.ready.retain((n) => n.state === 'ready');
-    });
+    if (dispatchedAny || moved.length > 0) {
+      const movedSet = new Set(moved.map(([n]) => n));
+      for (const src of visited) if (src.cursor > 0) src.list.retain((n) => n.state === 'ready' && !movedSet.has(n));
+      for (const [node, pool] of moved) this.park(node, pool);
+      for (const src of visited) if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
+    }
     if (this.onStall === 'throw' && this.inFlight === 0 && this.unfinished > 0 && !this.stallCheckPending) {
       this.stallCheckPending = true;
       this.sched.schedule(this.sched.now, { kind: 'taskgraph.stallCheck' }, STALL_CHECK_PRIORITY);
@@ -532,34 +584,41 @@ export class TaskGraphExecutor {
     if (this.inFlight === 0 && this.unfinished > 0 && !this.dispatchPending) throw this.deadlockError();
   }
 
-  /** Acquires all of the node's memory, or nothing (and asks the short pools for a wake-up). */
-  private tryAllocate(node: Node): boolean {
-    let fits = true;
-    for (const p of POOL_NAMES) {
-      if (!this.pools[p].canAllocate(node.t.needBytes[p])) {
-        fits = false;
-        if (!this.waitingOnPool[p]) {
-          this.waitingOnPool[p] = true;
-          this.pools[p].whenFreed(() => {
-            this.waitingOnPool[p] = false;
-            this.requestDispatch();
-          });
-        }
-      }
-    }
-    if (!fits) return false;
+  /** Acquires all of the node's memory (the caller has checked that it fits). */
+  private allocate(node: Node): void {
     for (const a of node.t.spec.alloc ?? []) {
       const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
       if (!alloc) throw new InvariantError(`allocation of ${a.bytes} B of ${a.pool} failed after the check`, this.sched.now, this.name);
       node.allocations.push({ alloc, pool: a.pool, hold: a.hold });
     }
-    return true;
+  }
+
+  /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
+  private park(node: Node, pool: PoolName): void {
+    const needBytes = node.t.needBytes[pool];
+    const key = `${pool}:${node.lane.index}:${needBytes}`;
+    let group = this.parkGroups.get(key);
+    if (!group) {
+      group = { key, pool, lane: node.lane, needBytes, list: new ReadyList<Node>() };
+      this.parkGroups.set(key, group);
+    }
+    group.list.insert(node);
+    node.parkedIn = group;
+    // Our own finishes request a dispatch anyway; this catches frees by anyone else.
+    if (!this.waitingOnPool[pool]) {
+      this.waitingOnPool[pool] = true;
+      this.pools[pool].whenFreed(() => {
+        this.waitingOnPool[pool] = false;
+        this.requestDispatch();
+      });
+    }
   }
 
   private submit(node: Node): void {
     const s = node.t.spec;
     node.state = 'dispatched';
+    node.parkedIn = undefined;
     node.dispatchNs = this.sched.now;
     node.lane.outstanding++;
     this.inFlight++;

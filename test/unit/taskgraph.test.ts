@@ -353,6 +353,42 @@ describe('task graph: priorities on a contended resource', () => {
     expect(spans(graph, ['w1', 'wide', 'narrow'])).toEqual({ w1: [0, 2], wide: [2, 3], narrow: [3, 4] });
   });
 
+  it('a CPU task whose memory is short does not hold the CPU for less urgent tasks', () => {
+    const { sim, graph } = world({ cores: 4 });
+    graph.add([
+      { id: 'hog', kind: 'gpu', durationNs: ms(5), category: 'x', alloc: [{ pool: 'vram', bytes: 60 * MB, category: 'workspace' }] },
+      { id: 'wide', kind: 'cpu', cores: 4, computeNs: ms(1), bytes: 0, priority: 1, category: 'attention', alloc: [{ pool: 'vram', bytes: 10 * MB, category: 'activations' }] },
+      { id: 'narrow', kind: 'cpu', cores: 1, computeNs: ms(1), bytes: 0, priority: 2, category: 'attention' },
+    ]);
+    sim.run();
+    expect(spans(graph, ['hog', 'wide', 'narrow'])).toEqual({ hog: [0, 5], wide: [5, 6], narrow: [0, 1] });
+  });
+
+  it('tasks waiting for memory get it by priority when it frees, and smaller ones fill what is left', () => {
+    const { sim, graph } = world({ vramBytes: 10 * MB });
+    const buf = (id: string, mb: number, priority: number): TaskSpec => ({
+      id,
+      kind: 'h2d',
+      bytes: mb * MB,
+      priority,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: mb * MB, category: 'expertWeights' }],
+    });
+    graph.add([
+      { id: 'hog', kind: 'gpu', durationNs: ms(2), category: 'x', alloc: [{ pool: 'vram', bytes: 9 * MB, category: 'workspace' }] },
+      // All wait at 0 (1 MB free). At 2, 10 MB free: p1 and p2 (4 + 4) get it, p3 does not fit,
+      // the 2 MB p5 does. The link: p1 [2,6], p2 [6,10]; p3 gets p1's 4 MB at 6 and, more urgent
+      // than p5, goes first at 10 → [10,14]; p5 [14,16].
+      buf('p3', 4, 3),
+      buf('p1', 4, 1),
+      buf('p2', 4, 2),
+      buf('p5', 2, 5),
+    ]);
+    sim.run();
+    expect(spans(graph, ['p1', 'p2', 'p3', 'p5'])).toEqual({ p1: [2, 6], p2: [6, 10], p3: [10, 14], p5: [14, 16] });
+    expect([graph.timing('p1'), graph.timing('p2'), graph.timing('p3'), graph.timing('p5')].map((t) => t.dispatchNs)).toEqual([ms(2), ms(2), ms(6), ms(2)]);
+  });
+
   it('concurrent GPU streams overlap; serialised streams share the SMs in priority order', () => {
     const two = (concurrentStreams: boolean) => {
       const { sim, graph } = world({ streamNames: ['attn', 'experts'], concurrentStreams });
