@@ -1,6 +1,10 @@
 /**
  * A list of ready tasks kept sorted by (priority, seq), lower first: `seq` is the order in
  * which tasks were added to the executor, unique, so the order is total and deterministic.
+ *
+ * The executor takes tasks from the front (a dispatch pass removes the prefix it went
+ * through), so the front is an offset into the array, compacted now and then: removing a
+ * prefix costs O(1) amortised, not a copy of the whole list per pass.
  */
 export interface Ranked {
   readonly priority: number;
@@ -14,35 +18,45 @@ export function compareRanked(a: Ranked, b: Ranked): number {
 
 export class ReadyList<T extends Ranked> {
   private items: T[] = [];
+  private head = 0;
 
   get length(): number {
-    return this.items.length;
+    return this.items.length - this.head;
   }
 
   /** The i-th most urgent item. */
   at(i: number): T | undefined {
-    return this.items[i];
+    return i >= 0 ? this.items[this.head + i] : undefined;
   }
 
-  /** Inserts in order (binary search: O(log n) comparisons, O(n) move). */
+  /** Inserts in order (binary search; O(n) move, O(1) at either end). */
   insert(item: T): void {
-    let lo = 0;
+    let lo = this.head;
     let hi = this.items.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       if (compareRanked(this.items[mid]!, item) < 0) lo = mid + 1;
       else hi = mid;
     }
-    this.items.splice(lo, 0, item);
+    if (lo === this.head && this.head > 0) this.items[--this.head] = item;
+    else this.items.splice(lo, 0, item);
   }
 
-  /** Keeps the items satisfying `keep`, in order. */
-  retain(keep: (item: T) => boolean): void {
-    this.items = this.items.filter(keep);
+  /** Removes the `k` most urgent items. */
+  removeFirst(k: number): void {
+    if (!(k >= 0 && k <= this.length)) throw new RangeError(`cannot remove ${k} of ${this.length} items`);
+    this.head += k;
+    if (this.head === this.items.length) {
+      this.items = [];
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
   }
 
-  values(): readonly T[] {
-    return this.items;
+  /** A copy of the items, most urgent first. */
+  values(): T[] {
+    return this.items.slice(this.head);
   }
 }
-

@@ -153,7 +153,7 @@ interface Node extends Ranked {
   finishNs: Ns | undefined;
   allocations: HeldAllocation[];
   transfer: Transfer | undefined;
-  /** Set while the task is parked, out of its lane, in a group of this pool. */
+  /** The group the task is parked in, out of its lane, while memory is short. */
   parkedIn: ParkGroup | undefined;
 }
 
@@ -546,33 +546,35 @@ export class TaskGraphExecutor {
     for (const g of this.parkGroups.values()) if (g.needBytes <= free[g.pool]) addSource(g.list, g.lane, g);
     let cpuClosed = false;
     const moved: [Node, PoolName][] = [];
-    let dispatchedAny = false;
     for (;;) {
       const src = heap.pop();
       if (!src) break;
       const { lane, group } = src;
       if (!this.laneHasRoom(lane) || (lane.kind === 'cpu' && cpuClosed)) continue; // none of it can start now
       if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
-      const node = src.list.at(src.cursor++)!;
+      const node = src.list.at(src.cursor)!;
       const short = POOL_NAMES.find((p) => !this.pools[p].canAllocate(node.t.needBytes[p]));
       const spec = node.t.spec;
+      if (short === undefined && spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
+        cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it (it stays)
+        continue;
+      }
+      // Every task a source's cursor passes leaves it: dispatched, or parked (again) after the pass.
+      src.cursor++;
       if (short !== undefined) {
-        moved.push([node, short]); // parked (again) at the end of the pass
-      } else if (spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
-        cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it
+        moved.push([node, short]);
       } else {
         this.allocate(node);
         this.submit(node);
-        dispatchedAny = true;
       }
       if (src.cursor < src.list.length) heap.push(src);
     }
-    if (dispatchedAny || moved.length > 0) {
-      const movedSet = new Set(moved.map(([n]) => n));
-      for (const src of visited) if (src.cursor > 0) src.list.retain((n) => n.state === 'ready' && !movedSet.has(n));
-      for (const [node, pool] of moved) this.park(node, pool);
-      for (const src of visited) if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
+    for (const src of visited) {
+      if (src.cursor === 0) continue;
+      src.list.removeFirst(src.cursor);
+      if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
     }
+    for (const [node, pool] of moved) this.park(node, pool);
     if (this.onStall === 'throw' && this.inFlight === 0 && this.unfinished > 0 && !this.stallCheckPending) {
       this.stallCheckPending = true;
       this.sched.schedule(this.sched.now, { kind: 'taskgraph.stallCheck' }, STALL_CHECK_PRIORITY);
