@@ -60,8 +60,13 @@ export const RoutingSchema = z.discriminatedUnion('kind', [
       popularitySkew: z.union([z.number().nonnegative(), z.array(z.number().nonnegative()).min(1)]).optional(),
       requestConcentration: z.number().positive().nullable().optional(),
       temporalReuse: probability.optional(),
+      temporalDepth: probability.optional(),
       crossLayer: probability.optional(),
+      sharedTokens: probability.optional(),
+      sharedVocabulary: z.number().int().positive().optional(),
       taskConcentration: z.number().positive().nullable().optional(),
+      latentClusters: z.number().int().positive().optional(),
+      clusterConcentration: z.number().positive().nullable().optional(),
       structureSeed: z.number().int().nonnegative().optional(),
     })
     .strict(),
@@ -260,8 +265,13 @@ function withOverrides(k: Knobs, r: Extract<RoutingConfig, { kind: 'synthetic' }
     popularity: r.popularitySkew !== undefined ? { ...k.popularity, zipfExponent: r.popularitySkew } : k.popularity,
     ...(r.requestConcentration !== undefined ? { requestConcentration: r.requestConcentration } : {}),
     ...(r.temporalReuse !== undefined ? { temporalReuse: r.temporalReuse } : {}),
+    ...(r.temporalDepth !== undefined ? { temporalDepth: r.temporalDepth } : {}),
     ...(r.crossLayer !== undefined ? { crossLayer: r.crossLayer } : {}),
+    ...(r.sharedTokens !== undefined ? { sharedTokens: r.sharedTokens } : {}),
+    ...(r.sharedVocabulary !== undefined ? { sharedVocabulary: r.sharedVocabulary } : {}),
     ...(r.taskConcentration !== undefined ? { taskConcentration: r.taskConcentration } : {}),
+    ...(r.latentClusters !== undefined ? { latentClusters: r.latentClusters } : {}),
+    ...(r.clusterConcentration !== undefined ? { clusterConcentration: r.clusterConcentration } : {}),
     ...(r.structureSeed !== undefined ? { structureSeed: r.structureSeed } : {}),
   };
 }

@@ -238,11 +238,11 @@ export class TraceRouting implements RoutingSource {
   }
 }
 
-/** k distinct experts from alias table `t` (rejecting duplicates; uniform fallback after 64 tries). */
+/** k distinct experts from alias table `t` by successive sampling (rejection, then an exact scan after 16 tries). */
 export function drawDistinctAlias(
   alias: AliasTables,
   t: number,
-  E: number,
+  _E: number,
   k: number,
   rng: { next(): number },
   out: Int32Array,
@@ -250,18 +250,11 @@ export function drawDistinctAlias(
 ): void {
   for (let j = 0; j < k; j++) {
     let e = -1;
-    for (let tries = 0; tries < 64 && e < 0; tries++) {
+    for (let tries = 0; tries < 16 && e < 0; tries++) {
       e = alias.sample(t, rng.next());
       for (let m = 0; m < j; m++) if (out[o + m] === e) e = -1;
     }
-    if (e < 0) {
-      let pick = Math.floor(rng.next() * (E - j));
-      for (let c = 0; c < E && e < 0; c++) {
-        let taken = false;
-        for (let m = 0; m < j; m++) if (out[o + m] === c) taken = true;
-        if (!taken && pick-- === 0) e = c;
-      }
-    }
+    if (e < 0) e = alias.sampleExcluding(t, rng.next(), out, o, o + j);
     out[o + j] = e;
   }
 }

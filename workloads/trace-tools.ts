@@ -19,6 +19,7 @@ import { arrivalTimesS } from './arrivals.ts';
 import { accuracyByLayer, ProfilePredictor } from './prediction.ts';
 import { seedFrom } from './random/hash-rng.ts';
 import type { LengthConfig } from './lengths.ts';
+import { aggregateStats, aggregateStatsOfRequests, readAggregateFile, type AggregateStats } from './trace/aggregate-file.ts';
 
 /** Streams a trace and returns its statistics. */
 export async function traceStats(
@@ -221,4 +222,41 @@ export async function importTrace(input: string, out: string, opts: { modelId?: 
     throw err;
   }
   return { requests, tokens };
+}
+
+/**
+ * Statistics of an aggregate routing file for one of its models, and, with a profile, of the
+ * profile's twin: one task per corpus, `requestsPerCorpus` requests of `chunkTokens` tokens.
+ */
+export async function aggregateTwin(
+  path: string,
+  aggregateModel: string | undefined,
+  profileRef: string | undefined,
+  opts: { seed?: number; chunkTokens?: number; requestsPerCorpus?: number; baseDir?: string } = {},
+): Promise<{ model: string; real: AggregateStats; twin?: AggregateStats; profile?: Profile }> {
+  const file = await readAggregateFile(path);
+  const names = Object.keys(file.models);
+  const model = aggregateModel ?? names[0]!;
+  const m = file.models[model];
+  if (!m) throw new UserError(`no model "${model}" in the file (has ${names.join(', ')})`, path, 'models');
+  const real = aggregateStats(m);
+  if (!profileRef) return { model, real };
+  const { profile } = await loadProfile(profileRef, opts.baseDir);
+  if (profile.model.experts !== m.experts || profile.model.topK !== m.topk || profile.model.moeLayers !== m.num_layers) {
+    throw new UserError(
+      `profile "${profile.name}" (${profile.model.moeLayers} layers, ${profile.model.experts} experts, top-${profile.model.topK}) does not match ${model} (${m.num_layers}, ${m.experts}, top-${m.topk})`,
+      path,
+      `models.${model}`,
+    );
+  }
+  const chunk = opts.chunkTokens ?? 1024;
+  const per = opts.requestsPerCorpus ?? 16;
+  const shapes: RequestShape[] = [];
+  for (const corpus of Object.keys(m.expert_counts)) {
+    for (let i = 0; i < per; i++) shapes.push({ id: `${corpus}-${i}`, promptTokens: chunk, prefillRecorded: true, tokens: chunk, outputTokens: 1, task: corpus });
+  }
+  const streams = new RngStreams(opts.seed ?? 1);
+  const routing = new SyntheticRouting(new SyntheticModel(profile.model, { ...profile.knobs, startTokens: 0 }), `synthetic:${seedFrom(streams.stream('routing'))}`);
+  const twin = aggregateStatsOfRequests(generateRequests(routing, shapes), m.num_layers, m.experts, m.topk, m.layers);
+  return { model, real, twin, profile };
 }

@@ -8,6 +8,8 @@
 export class AliasTables {
   readonly prob: Float32Array;
   readonly alias: Uint16Array;
+  /** The normalised weights of each table (for exact draws that exclude some outcomes). */
+  readonly weights: Float32Array;
 
   /** `count` tables of `size` outcomes each, initially all uniform. */
   constructor(
@@ -17,6 +19,7 @@ export class AliasTables {
     if (size > 65535) throw new RangeError(`alias tables support at most 65535 outcomes, got ${size}`);
     this.prob = new Float32Array(count * size).fill(1);
     this.alias = new Uint16Array(count * size);
+    this.weights = new Float32Array(count * size).fill(1 / size);
     for (let t = 0; t < count; t++) for (let i = 0; i < size; i++) this.alias[t * size + i] = i;
   }
 
@@ -33,9 +36,11 @@ export class AliasTables {
       for (let i = 0; i < n; i++) {
         this.prob[off + i] = 1;
         this.alias[off + i] = i;
+        this.weights[off + i] = 1 / n;
       }
       return;
     }
+    for (let i = 0; i < n; i++) this.weights[off + i] = w[wOff + i]! / total;
     const { scaled, small, large } = scratch;
     let ns = 0;
     let nl = 0;
@@ -69,6 +74,33 @@ export class AliasTables {
     }
   }
 
+  /**
+   * One sample from table `t` conditioned on not being any of `chosen[from … to)`, by a linear
+   * scan (O(size)); with `u` uniform in [0, 1). If every other outcome has weight 0, a uniform
+   * one among those not chosen.
+   */
+  sampleExcluding(t: number, u: number, chosen: ArrayLike<number>, from: number, to: number): number {
+    const n = this.size;
+    const off = t * n;
+    let rest = 0;
+    for (let i = 0; i < n; i++) if (!among(chosen, from, to, i)) rest += this.weights[off + i]!;
+    if (rest > 0) {
+      let r = u * rest;
+      let last = -1;
+      for (let i = 0; i < n; i++) {
+        if (among(chosen, from, to, i)) continue;
+        const wi = this.weights[off + i]!;
+        if (wi > 0) last = i;
+        r -= wi;
+        if (r < 0 && wi > 0) return i;
+      }
+      if (last >= 0) return last;
+    }
+    let pick = Math.floor(u * (n - (to - from)));
+    for (let i = 0; i < n; i++) if (!among(chosen, from, to, i) && pick-- === 0) return i;
+    return -1;
+  }
+
   /** One sample from table `t`, given a uniform u in [0, 1). */
   sample(t: number, u: number): number {
     const x = u * this.size;
@@ -89,3 +121,8 @@ export const aliasScratch = (size: number): AliasScratch => ({
   small: new Int32Array(size),
   large: new Int32Array(size),
 });
+
+function among(a: ArrayLike<number>, from: number, to: number, v: number): boolean {
+  for (let i = from; i < to; i++) if (a[i] === v) return true;
+  return false;
+}

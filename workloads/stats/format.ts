@@ -3,6 +3,7 @@
  * be read side by side; and a compact JSON formatter for profiles (number arrays on one line).
  */
 import type { ExtendedTraceStats } from './trace-stats.ts';
+import type { AggregateStats, CorpusStats } from '../trace/aggregate-file.ts';
 
 export interface StatsColumn {
   readonly title: string;
@@ -62,4 +63,23 @@ export function formatJson(value: unknown, indent = ''): string {
     return `{\n${entries.map(([k, v]) => `${inner}${JSON.stringify(k)}: ${formatJson(v, inner)}`).join(',\n')}\n${indent}}`;
   }
   return JSON.stringify(value);
+}
+
+/** A table of aggregate statistics (per corpus and pooled), one column per source. */
+export function formatAggregateTable(columns: readonly { title: string; stats: AggregateStats }[]): string {
+  if (columns.length === 0) return '';
+  const first = columns[0]!.stats;
+  const layers = first.layers.join('/');
+  const rows: [string, (s: AggregateStats) => string][] = [];
+  const f = (xs: readonly number[]): string => xs.map((x) => x.toFixed(3)).join(' / ');
+  for (const corpus of [...Object.keys(first.corpora), 'pooled']) {
+    const get = (s: AggregateStats): CorpusStats | undefined => (corpus === 'pooled' ? s.pooled : s.corpora[corpus]);
+    rows.push([`${corpus}: entropy L${layers}`, (s) => (get(s) ? f(get(s)!.entropy) : '—')]);
+    rows.push([`${corpus}: top-10 % share L${layers}`, (s) => (get(s) ? f(get(s)!.top10Share) : '—')]);
+    rows.push([`${corpus}: rank-aligned successor ${Object.keys(first.pooled.rankAligned).join(', ')}`, (s) => (get(s) ? f(Object.values(get(s)!.rankAligned)) : '—')]);
+  }
+  const table = [['statistic', ...columns.map((c) => c.title)], ...rows.map(([label, fn]) => [label, ...columns.map((c) => fn(c.stats))])];
+  const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
+  const line = (r: string[]): string => r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
+  return `${[line(table[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...table.slice(1).map(line)].join('\n')}\n`;
 }

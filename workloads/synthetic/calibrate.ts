@@ -28,6 +28,7 @@ import { SyntheticModel } from './model.ts';
 import { SyntheticRouting } from './router.ts';
 import { generateRequests, shapeOf, type RequestShape } from './generate.ts';
 import type { Knobs, Profile } from './profile.ts';
+import type { TraceRequest } from '../trace/format.ts';
 
 export interface CalibrationOptions {
   /** Profile name (default: derived from the file name). */
@@ -63,7 +64,14 @@ export interface FitStats {
   readonly values: Readonly<Record<string, number>>;
 }
 
-type ScalarName = 'requestConcentration' | 'temporalReuse' | 'temporalDepth' | 'crossLayer' | 'sharedTokens' | 'taskConcentration';
+type ScalarName =
+  | 'requestConcentration'
+  | 'temporalReuse'
+  | 'temporalDepth'
+  | 'temporalMemory'
+  | 'crossLayer'
+  | 'sharedTokens'
+  | 'taskConcentration';
 
 /** A scalar knob, its transform for the solver, its bounds and its default start. */
 interface ScalarKnob {
@@ -72,6 +80,32 @@ interface ScalarKnob {
   readonly lo: number;
   readonly hi: number;
   readonly init: number;
+}
+
+/**
+ * Counts the routings of the first tokens of requests whose prompt is recorded: the leading
+ * positions where one routing is taken by ≥ 25 % of ≥ 10 such requests are a shared start
+ * (beginning-of-sequence, template), modelled by `startTokens`.
+ */
+class StartCounter {
+  private readonly maps: Map<string, number>[] = Array.from({ length: 8 }, () => new Map());
+  private n = 0;
+  constructor(private readonly shape: Shape) {}
+  add(r: TraceRequest): void {
+    if (!r.prefillRecorded || r.promptTokens === 0) return;
+    this.n++;
+    const stride = this.shape.moeLayers * this.shape.topK;
+    for (let t = 0; t < Math.min(8, r.tokens); t++) {
+      const key = Array.prototype.join.call(r.experts.subarray(t * stride, (t + 1) * stride), ',');
+      this.maps[t]!.set(key, (this.maps[t]!.get(key) ?? 0) + 1);
+    }
+  }
+  sharedPrefix(): number {
+    if (this.n < 10) return 0;
+    let t = 0;
+    while (t < this.maps.length && Math.max(0, ...this.maps[t]!.values()) >= 0.25 * this.n) t++;
+    return t;
+  }
 }
 
 /** Size of the shared vocabulary of fitted profiles (an assumption, see profile.ts). */
@@ -90,10 +124,13 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
   const shape: Shape = model;
   const acc = new TraceStatsAccumulator(shape);
   const shapes: RequestShape[] = [];
+  const startCounter = new StartCounter(shape);
   for await (const r of reader) {
     acc.add(r);
     shapes.push(shapeOf(r));
+    startCounter.add(r);
   }
+  const startTokens = startCounter.sharedPrefix();
   if (shapes.length === 0) throw new UserError('the trace has no requests', path);
   const trace = acc.result();
   const counts = acc.layerCounts();
@@ -158,9 +195,11 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
       requestConcentration: v.requestConcentration ?? null,
       temporalReuse: v.temporalReuse ?? 0,
       temporalDepth: v.temporalDepth ?? 1,
+      temporalMemory: v.temporalMemory ?? 0,
       crossLayer: v.crossLayer ?? 0,
       sharedTokens: v.sharedTokens ?? 0,
       sharedVocabulary: SHARED_VOCABULARY,
+      startTokens,
       taskConcentration: v.taskConcentration ?? null,
       latentClusters: 16,
       clusterConcentration: null,

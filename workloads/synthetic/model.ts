@@ -41,12 +41,17 @@ export class SyntheticModel {
   readonly base: LayerDistributions;
   readonly tau: number;
   readonly rho: number;
+  /** Temporal memory μ: a continuing token copies the j-th previous token with P(j) ∝ μ^(j−1). */
+  readonly mu: number;
   readonly gamma: number;
   readonly psi: number;
   /** Shared vocabulary: M paths of L×k experts each, and their Zipf(1) frequencies (alias table 0). */
   readonly sharedPaths: Int32Array;
   readonly sharedCount: number;
   readonly sharedAlias: AliasTables;
+  /** Paths of the first `startTokens` tokens of every request (startTokens × L × k). */
+  readonly startPaths: Int32Array;
+  readonly startTokens: number;
   /** Request concentration β_R (Infinity = no request-level skew). */
   readonly betaR: number;
   /** Task concentration β_T (Infinity = tasks share the global distribution). */
@@ -72,6 +77,7 @@ export class SyntheticModel {
     if (this.zipf.length !== L) throw new RangeError(`zipfExponent has ${this.zipf.length} layers, model has ${L}`);
     this.tau = knobs.temporalReuse;
     this.rho = knobs.temporalDepth;
+    this.mu = knobs.temporalMemory;
     this.gamma = knobs.crossLayer;
     this.psi = knobs.sharedTokens;
     this.betaR = knobs.requestConcentration ?? Infinity;
@@ -143,6 +149,22 @@ export class SyntheticModel {
         }
       }
     }
+    // Start paths: drawn like fresh tokens from g with cross-layer successors.
+    this.startTokens = knobs.startTokens;
+    this.startPaths = new Int32Array(this.startTokens * L * k);
+    const srng = new Rng(`moesim-structure:${this.structureSeed}:start`);
+    for (let t = 0; t < this.startTokens; t++) {
+      for (let l = 0; l < L; l++) {
+        const base = (t * L + l) * k;
+        for (let j = 0; j < k; j++) {
+          let e = l > 0 && srng.next() < this.gamma ? this.successor[(l - 1) * E + this.startPaths[base - k + j]!]! : -1;
+          for (let tries = 0; (e < 0 || taken(this.startPaths, base, j, e)) && tries < 64; tries++) e = alias.sample(l, srng.next());
+          if (taken(this.startPaths, base, j, e)) for (e = 0; taken(this.startPaths, base, j, e); e++);
+          this.startPaths[base + j] = e;
+        }
+      }
+    }
+
     this.sharedAlias = new AliasTables(1, Math.max(1, M));
     if (M > 0) {
       const zipf = Float64Array.from({ length: M }, (_, i) => 1 / (i + 1));

@@ -14,6 +14,9 @@
  *   `temporalDepth` ρ: the probability that each slot of a continuing token copies the same
  *   slot of token t−1 at the same layer (ρ = 1: the whole routing is repeated). Reuse thus
  *   comes in bursts, as in real traces (overlaps of 3–5 of 6 experts are common).
+ *   `temporalMemory` μ: a continuing token copies the j-th previous token instead, with
+ *   P(j) = (1 − μ) μ^(j−1) over the last 64 tokens (μ = 0: always the previous one) — local,
+ *   drifting affinity: clumps of reuse that do not make a long request one-sided.
  * - `crossLayer` γ: probability that a slot at layer l+1 (not copied from t−1) takes the fixed
  *   successor of the same slot's expert at layer l (group paths across layers).
  * - `sharedTokens` ψ: probability that a token is a common token type of a shared vocabulary
@@ -25,6 +28,9 @@
  *   shared paths' load, so the overall popularity stays g.
  * - `taskConcentration` β_T: each task label has its own distribution per layer drawn from
  *   Dirichlet(β_T · global popularity); small = distinct task clusters, null = none.
+ * - `startTokens`: the first n tokens of every request (beginning-of-sequence, a chat
+ *   template) route along n fixed paths shared by all requests (in the DeepSeek trace token 0
+ *   takes one of 4 routings in 1,099 requests, token 1 already 889 different ones).
  * - `clusterConcentration` β_C with `latentClusters` C: requests also belong to one of C latent
  *   clusters (unlabelled topics), drawn uniformly per request; a cluster's distribution is
  *   Dirichlet(β_C · task distribution) and the request's affinity is drawn around it. Moving
@@ -55,9 +61,11 @@ export const KnobsSchema = z
     requestConcentration: z.number().positive().nullable(),
     temporalReuse: probability,
     temporalDepth: probability.default(1),
+    temporalMemory: z.number().min(0).max(0.99).default(0),
     crossLayer: probability,
     sharedTokens: probability.default(0),
     sharedVocabulary: z.number().int().positive().default(16),
+    startTokens: z.number().int().nonnegative().default(0),
     taskConcentration: z.number().positive().nullable(),
     latentClusters: z.number().int().positive().default(16),
     clusterConcentration: z.number().positive().nullable().default(null),

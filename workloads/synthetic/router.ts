@@ -7,13 +7,15 @@
  *   task distribution   T_{c,l} ~ Dirichlet(β_T · g_l)          (fixed per label; = g_l if β_T = ∞)
  *   latent cluster      K_{c,z,l} ~ Dirichlet(β_C · T_{c,l})   (z uniform in 1…C per request; = T if β_C = ∞)
  *   request affinity    R_{r,l} ~ Dirichlet(β_R · K_{c,z,l})   (per request; = K if β_R = ∞)
- *   token t: with prob ψ it is a shared-vocabulary token: type v ~ Zipf(1) over the shared
- *     vocabulary, routed along v's fixed path at every layer (token identity). Otherwise it
- *     continues token t−1 with prob τ (if t > 0), and for each layer l, slot j = 0 … k−1:
- *     if continuing, with prob ρ:        copy slot j of token t−1 at layer l         (temporal)
+ *   token t < startTokens routes along the t-th start path (shared by all requests);
+ *   token t continues token t−1 with prob τ (if t > 0). If it does not, with prob ψ it is a
+ *     shared-vocabulary token: type v ~ Zipf(1) over the shared vocabulary, routed along v's
+ *     fixed path at every layer (token identity). Otherwise, for each layer l, slot j = 0 … k−1:
+ *     if continuing, with prob ρ:        copy slot j of token t−j at layer l         (temporal;
+ *                                        j = 1, or with memory μ > 0, P(j) = (1−μ)μ^(j−1), j ≤ 64)
  *     else with prob γ (if l > 0):       succ_{l−1}(slot j of token t at layer l−1)  (cross-layer)
- *     else, or if that expert is already in the token's list: draw from R_{r,l}, rejecting
- *     duplicates (after 64 rejections: uniformly among the experts not yet chosen).
+ *     else, or if that expert is already in the token's list: draw from R_{r,l} among the
+ *     experts not yet in the list (successive sampling: rejection, then an exact scan).
  * Since E[R] = T and E[T] = g, counts over many requests even out to g, while one request
  * keeps returning to its own few experts. Prefill and decode tokens are routed alike (in the
  * real Mixtral trace temporal reuse is 0.379 over all tokens and 0.376 over decode tokens).
@@ -43,8 +45,11 @@ export class SyntheticRequestRouter implements RequestRouter {
   private genUpTo = 0;
   /** Per layer: highest `toToken` routed so far. */
   private readonly routedTo: Int32Array;
-  /** Routing of token genUpTo−1 (for temporal reuse). */
-  private readonly last: Int32Array;
+  /** Ring of the routing of the last `H` tokens generated (for temporal reuse); newest at `histHead`. */
+  private readonly hist: Int32Array;
+  private readonly H: number;
+  private histHead = 0;
+  private histCount = 0;
 
   constructor(
     private readonly model: SyntheticModel,
@@ -71,7 +76,8 @@ export class SyntheticRequestRouter implements RequestRouter {
     this.rng = new Rng(`${seed}/tokens`);
     this.buf = new Int32Array(64 * this.stride);
     this.routedTo = new Int32Array(L);
-    this.last = new Int32Array(this.stride);
+    this.H = model.mu > 0 ? MEMORY_TOKENS : 1;
+    this.hist = new Int32Array(this.H * this.stride);
   }
 
   route(layer: number, fromToken: number, toToken: number, out: Int32Array): void {
@@ -88,10 +94,9 @@ export class SyntheticRequestRouter implements RequestRouter {
    * `out`, from a fresh state. For trace generation and calibration; do not mix with `route`.
    */
   generateAll(tokens: number, out: Int32Array): void {
-    this.rng = new Rng(`${this.seed}/tokens`);
-    for (let t = 0; t < tokens; t++) this.genToken(out, t * this.stride, t > 0);
-    this.genUpTo = 0;
-    this.bufStart = 0;
+    this.rewind();
+    for (let t = 0; t < tokens; t++) this.genToken(out, t * this.stride, t);
+    this.rewind();
   }
 
   private copyOut(layer: number, from: number, to: number, out: Int32Array): void {
@@ -110,7 +115,7 @@ export class SyntheticRequestRouter implements RequestRouter {
     if (from < this.bufStart) this.rewind();
     while (this.genUpTo < to) {
       if ((this.genUpTo - this.bufStart + 1) * this.stride > this.buf.length) this.makeRoom(Math.min(from, this.lowWater()));
-      this.genToken(this.buf, (this.genUpTo - this.bufStart) * this.stride, this.genUpTo > 0);
+      this.genToken(this.buf, (this.genUpTo - this.bufStart) * this.stride, this.genUpTo);
       this.genUpTo++;
     }
   }
@@ -141,28 +146,47 @@ export class SyntheticRequestRouter implements RequestRouter {
     this.rng = new Rng(`${this.seed}/tokens`);
     this.genUpTo = 0;
     this.bufStart = 0;
+    this.histCount = 0;
   }
 
-  /** Generates the token after `last` into dst[pos … pos + L·k) and makes it the new `last`. */
-  private genToken(dst: Int32Array, pos: number, hasPrev: boolean): void {
-    const { L, E, k, rng, last, stride } = this;
+  /** Generates the next token into dst[pos … pos + L·k) and pushes it onto the history ring. */
+  private genToken(dst: Int32Array, pos: number, t: number): void {
+    const { L, E, k, rng, hist, stride, H } = this;
     const m = this.model;
-    if (m.psi > 0 && rng.next() < m.psi) {
-      const p = m.sharedAlias.sample(0, rng.next()) * stride;
-      for (let i = 0; i < stride; i++) last[i] = dst[pos + i] = m.sharedPaths[p + i]!;
+    const next = (this.histHead + 1) % H;
+    if (t < m.startTokens) {
+      const p = t * stride;
+      const h = next * stride;
+      for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i] = m.startPaths[p + i]!;
+      this.pushed(next);
       return;
+    }
+    const cont = t > 0 && this.histCount > 0 && m.tau > 0 && rng.next() < m.tau;
+    if (!cont && m.psi > 0 && rng.next() < m.psi) {
+      const p = m.sharedAlias.sample(0, rng.next()) * stride;
+      const h = next * stride;
+      for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i] = m.sharedPaths[p + i]!;
+      this.pushed(next);
+      return;
+    }
+    // The token continues an earlier one: the previous token, or (temporal memory μ > 0) the
+    // j-th previous with P(j) = (1 − μ) μ^(j−1), j ≤ the tokens remembered.
+    let src = 0;
+    if (cont) {
+      let lag = 1;
+      if (m.mu > 0) lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(m.mu)));
+      src = ((this.histHead - (lag - 1) + H) % H) * stride;
     }
     const { gamma, successor, rho } = m;
     const prob = this.table.prob;
     const alias = this.table.alias;
-    const cont = hasPrev && m.tau > 0 && rng.next() < m.tau;
     for (let l = 0; l < L; l++) {
       const base = pos + l * k;
       const lk = l * k;
       const aOff = l * E;
       for (let j = 0; j < k; j++) {
         let e = -1;
-        if (cont && (rho >= 1 || rng.next() < rho)) e = last[lk + j]!;
+        if (cont && (rho >= 1 || rng.next() < rho)) e = hist[src + lk + j]!;
         else if (l > 0 && gamma > 0 && rng.next() < gamma) e = successor[(l - 1) * E + dst[base - k + j]!]!;
         if (e >= 0) {
           for (let i = 0; i < j; i++) {
@@ -173,7 +197,9 @@ export class SyntheticRequestRouter implements RequestRouter {
           }
         }
         if (e < 0) {
-          for (let tries = 0; tries < 64 && e < 0; tries++) {
+          // Successive sampling: reject experts already in the list; after 16 rejections draw
+          // exactly from the remaining weights (same distribution, bounded time).
+          for (let tries = 0; tries < 16 && e < 0; tries++) {
             const x = rng.next() * E;
             const i = x | 0;
             e = x - i < prob[aOff + i]! ? i : alias[aOff + i]!;
@@ -184,26 +210,24 @@ export class SyntheticRequestRouter implements RequestRouter {
               }
             }
           }
-          if (e < 0) e = uniformUnchosen(dst, base, j, E, rng);
+          if (e < 0) e = this.table.sampleExcluding(l, rng.next(), dst, base, base + j);
         }
         dst[base + j] = e;
       }
     }
-    for (let i = 0; i < stride; i++) last[i] = dst[pos + i]!;
+    const h = next * stride;
+    for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i]!;
+    this.pushed(next);
+  }
+
+  private pushed(head: number): void {
+    this.histHead = head;
+    if (this.histCount < this.H) this.histCount++;
   }
 }
 
-/** A uniformly chosen expert not among dst[base … base+j). */
-function uniformUnchosen(dst: Int32Array, base: number, j: number, E: number, rng: Rng): number {
-  let pick = rng.int(E - j);
-  for (let e = 0; e < E; e++) {
-    let taken = false;
-    for (let m = 0; m < j; m++) if (dst[base + m] === e) taken = true;
-    if (taken) continue;
-    if (pick-- === 0) return e;
-  }
-  throw new Error('unreachable: no free expert');
-}
+/** Tokens a router remembers for temporal reuse when the memory knob μ > 0. */
+const MEMORY_TOKENS = 64;
 
 /** A RoutingSource of synthetic routers sharing one model. */
 export class SyntheticRouting implements RoutingSource {

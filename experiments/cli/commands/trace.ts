@@ -13,9 +13,12 @@ import type { Argv, CommandModule } from 'yargs';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { calibrateTrace } from '../../../workloads/synthetic/calibrate.ts';
 import { coreStats, type ExtendedTraceStats } from '../../../workloads/stats/trace-stats.ts';
-import { formatJson, formatStatsTable } from '../../../workloads/stats/format.ts';
+import { formatAggregateTable, formatJson, formatStatsTable } from '../../../workloads/stats/format.ts';
 import { writeFileAtomic } from '../../../workloads/io/atomic.ts';
-import { generateTrace, importTrace, traceStats, twinStats } from '../../../workloads/trace-tools.ts';
+import { aggregateTwin, generateTrace, importTrace, traceStats, twinStats } from '../../../workloads/trace-tools.ts';
+import { looksLikeAggregateFile, readAggregateFile } from '../../../workloads/trace/aggregate-file.ts';
+import { calibrateFromAggregate } from '../../../workloads/synthetic/calibrate-aggregate.ts';
+import { loadProfile } from '../../../workloads/synthetic/profile.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
 const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -59,6 +62,14 @@ const statsCommand: CommandModule<object, StatsArgs> = {
       .option('extended', { type: 'boolean', describe: 'with --json: add Gini, top-10 % share, baselines, phases, tasks' })
       .option('c', { type: 'string', describe: 'C values for request skew, e.g. 6,12,16 (default k,2k,4k)' }) as unknown as Argv<StatsArgs>,
   handler: async (a) => {
+    if (await looksLikeAggregateFile(a.file)) {
+      // An aggregate file (per-corpus counts at a few layers): its own statistics, every model.
+      const file = await readAggregateFile(a.file);
+      const all = await Promise.all(Object.keys(file.models).map((m) => aggregateTwin(a.file, m, undefined)));
+      if (a.json) out(JSON.stringify(Object.fromEntries(all.map((x) => [x.model, x.real]))));
+      else out(all.map((x) => `${x.model}\n${formatAggregateTable([{ title: 'aggregate', stats: x.real }])}`).join('\n'));
+      return;
+    }
     const cValues = parseCs(a.c);
     const { stats, warnings } = await traceStats(a.file, cValues ? { cValues } : {});
     warnings.forEach(err);
@@ -74,6 +85,8 @@ interface CalibrateArgs {
   name?: string;
   maxFitTokens?: number;
   evaluations?: number;
+  aggregateModel?: string;
+  base?: string;
 }
 
 const calibrateCommand: CommandModule<object, CalibrateArgs> = {
@@ -86,9 +99,35 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       .option('model', { type: 'string', describe: 'model id for the profile (default: the trace header\'s)' })
       .option('name', { type: 'string', describe: 'profile name (default: the output file name)' })
       .option('max-fit-tokens', { type: 'number', describe: 'fit on at most this many tokens (default 40000)' })
-      .option('evaluations', { type: 'number', describe: 'evaluation budget (default 24)' }) as unknown as Argv<CalibrateArgs>,
+      .option('evaluations', { type: 'number', describe: 'evaluation budget (default 30)' })
+      .option('aggregate-model', { type: 'string', describe: 'aggregate files: which model of the file (e.g. OLMoE-1B-7B-0924)' })
+      .option('base', { type: 'string', describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)' }) as unknown as Argv<CalibrateArgs>,
   handler: async (a) => {
     const name = a.name ?? a.out.replace(/^.*[\\/]/, '').replace(/\.json$/, '');
+    if (await looksLikeAggregateFile(a.file)) {
+      const file = await readAggregateFile(a.file);
+      const key = a.aggregateModel ?? Object.keys(file.models)[0]!;
+      const m = file.models[key];
+      if (!m) throw new UserError(`no model "${key}" in the file (has ${Object.keys(file.models).join(', ')})`, a.file, '--aggregate-model');
+      if (!a.model) throw new UserError('give --model <id> for the profile', undefined, '--model');
+      const { profile: base } = await loadProfile(a.base ?? 'deepseek-v2-lite');
+      const r = await calibrateFromAggregate(a.file, {
+        aggregateModel: key,
+        modelId: a.model,
+        moeLayers: m.num_layers,
+        base,
+        name,
+        ...(a.evaluations ? { maxEvaluations: a.evaluations } : {}),
+        log: err,
+      });
+      await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
+      out(`wrote ${a.out}`);
+      out(formatAggregateTable([
+        { title: 'aggregate', stats: r.real },
+        { title: `twin (${name})`, stats: r.twin },
+      ]));
+      return;
+    }
     const r = await calibrateTrace(a.file, {
       name,
       ...(a.model ? { modelId: a.model } : {}),
@@ -168,6 +207,7 @@ interface CompareArgs {
   json?: boolean;
   extended?: boolean;
   c?: string;
+  aggregateModel?: string;
 }
 
 const compareCommand: CommandModule<object, CompareArgs> = {
@@ -181,8 +221,19 @@ const compareCommand: CommandModule<object, CompareArgs> = {
       .option('seed', { type: 'number', default: 1 })
       .option('json', { type: 'boolean' })
       .option('extended', { type: 'boolean' })
-      .option('c', { type: 'string' }) as unknown as Argv<CompareArgs>,
+      .option('c', { type: 'string' })
+      .option('aggregate-model', { type: 'string', describe: 'aggregate files: which model of the file' }) as unknown as Argv<CompareArgs>,
   handler: async (a) => {
+    if (await looksLikeAggregateFile(a.file)) {
+      if (!a.profile) throw new UserError('an aggregate file is compared with a profile: give --profile <name>', undefined, 'arguments');
+      const r = await aggregateTwin(a.file, a.aggregateModel, a.profile, { seed: a.seed ?? 1 });
+      if (a.json) out(JSON.stringify({ model: r.model, aggregate: r.real, twin: r.twin }));
+      else out(`${r.model}\n${formatAggregateTable([
+        { title: 'aggregate', stats: r.real },
+        { title: `twin (${r.profile!.name})`, stats: r.twin! },
+      ])}`);
+      return;
+    }
     const cValues = parseCs(a.c);
     const c = cValues ? { cValues } : {};
     const name = (p: string): string => p.replace(/^.*[\\/]/, '');
