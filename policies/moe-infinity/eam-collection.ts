@@ -49,6 +49,8 @@ export class EamCollection {
   private cols = new Float32Array(0);
   /** ‖row l of entry n‖², at `l * alloc + n`. */
   private rowNorm2 = new Float64Array(0);
+  /** Σ_{i ≤ l} ‖row i of entry n‖², at `l * alloc + n` (rows seen in order 0…l). */
+  private prefixNorm2 = new Float64Array(0);
   /** Σ of row l of entry n, at `n * layers + l`. */
   private rowTotal = new Float64Array(0);
   /** ‖entry n‖² over all rows. */
@@ -82,8 +84,12 @@ export class EamCollection {
     rows.set(this.rows.subarray(0, this.size * cells));
     const cols = new Float32Array(cells * alloc);
     const rowNorm2 = new Float64Array(layers * alloc);
+    const prefixNorm2 = new Float64Array(layers * alloc);
     for (let c = 0; c < cells; c++) cols.set(this.cols.subarray(c * this.alloc, c * this.alloc + this.size), c * alloc);
-    for (let l = 0; l < layers; l++) rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+    for (let l = 0; l < layers; l++) {
+      rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+      prefixNorm2.set(this.prefixNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+    }
     const rowTotal = new Float64Array(alloc * layers);
     rowTotal.set(this.rowTotal.subarray(0, this.size * layers));
     const grow1 = (a: Float64Array) => {
@@ -97,6 +103,7 @@ export class EamCollection {
     this.rows = rows;
     this.cols = cols;
     this.rowNorm2 = rowNorm2;
+    this.prefixNorm2 = prefixNorm2;
     this.rowTotal = rowTotal;
     this.alloc = alloc;
   }
@@ -141,6 +148,7 @@ export class EamCollection {
       this.rowNorm2[l * alloc + n] = sq;
       this.rowTotal[n * layers + l] = tot;
       full += sq;
+      this.prefixNorm2[l * alloc + n] = full;
     }
     this.fullNorm2[n] = full;
   }
@@ -198,23 +206,41 @@ export class EamCollection {
   }
 
   /** Internal arrays for the matcher (read-only use). */
-  get internals(): { readonly cols: Float32Array; readonly rows: Float32Array; readonly rowNorm2: Float64Array; readonly rowTotal: Float64Array } {
-    return { cols: this.cols, rows: this.rows, rowNorm2: this.rowNorm2, rowTotal: this.rowTotal };
+  get internals(): {
+    readonly cols: Float32Array;
+    readonly rows: Float32Array;
+    readonly rowNorm2: Float64Array;
+    readonly prefixNorm2: Float64Array;
+    readonly rowTotal: Float64Array;
+  } {
+    return { cols: this.cols, rows: this.rows, rowNorm2: this.rowNorm2, prefixNorm2: this.prefixNorm2, rowTotal: this.rowTotal };
   }
 }
 
 /**
  * Incremental cosine matching of one iteration EAM (fed row by row) against a collection, and
  * its best matches. Reusable: `reset` starts a new iteration EAM.
+ *
+ * Fast paths (same values as the general path): while rows arrive in layer order 0, 1, …
+ * (always, in the executor) Q_n is read from the collection's prefix norms instead of being
+ * accumulated; a row with at most two non-zero cells (a decode token of a top-1/top-2 model)
+ * updates D_n and scans in one pass; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a
+ * relative margin) before taking a square root.
  */
 export class IncrementalMatcher {
   private coll: EamCollection | null = null;
   private version = -1;
   private n = 0;
   private dots = new Float64Array(0);
+  /** Q_n, once rows stopped arriving in layer order (see `ordered`). */
   private norms = new Float64Array(0);
   private qCur = 0;
   private readonly seen: Uint8Array;
+  private rowsSeen = 0;
+  /** Rows seen so far are exactly 0 … rowsSeen−1: Q_n = prefixNorm2[rowsSeen−1][n]. */
+  private ordered = true;
+  private readonly nzE: Int32Array;
+  private readonly nzC: Float64Array;
   /** Best matches (entry indices), best first; `topCount` of them are valid. */
   readonly top: Int32Array;
   readonly topScore: Float64Array;
@@ -225,6 +251,8 @@ export class IncrementalMatcher {
     readonly topMatches: number,
   ) {
     this.seen = new Uint8Array(shape.layers);
+    this.nzE = new Int32Array(shape.experts);
+    this.nzC = new Float64Array(shape.experts);
     this.top = new Int32Array(topMatches);
     this.topScore = new Float64Array(topMatches);
   }
@@ -239,9 +267,10 @@ export class IncrementalMatcher {
       this.norms = new Float64Array(this.dots.length);
     }
     this.dots.fill(0, 0, this.n);
-    this.norms.fill(0, 0, this.n);
     this.qCur = 0;
     this.seen.fill(0);
+    this.rowsSeen = 0;
+    this.ordered = true;
     this.topCount = 0;
   }
 
@@ -266,28 +295,70 @@ export class IncrementalMatcher {
     this.seen[layer] = 1;
     const E = coll.experts;
     const stride = coll.stride;
-    const { cols, rowNorm2 } = coll.internals;
+    const { cols, rowNorm2, prefixNorm2 } = coll.internals;
     const n = this.n;
     const dots = this.dots;
     const norms = this.norms;
+
+    let nnz = 0;
     for (let e = 0; e < E; e++) {
       const c = counts[e]!;
       if (c === 0) continue;
+      this.nzE[nnz] = e;
+      this.nzC[nnz] = c;
+      nnz++;
       this.qCur += c * c;
-      const off = (layer * E + e) * stride;
-      for (let i = 0; i < n; i++) dots[i]! += c * cols[off + i]!;
     }
-    // Q_n += ‖stored row‖², and keep the best `topMatches` by D_n / sqrt(Q_n) (Q_cur is common).
-    const rn = layer * stride;
+
+    // Q_n: the prefix norms while rows come in order; else accumulate from the last prefix.
+    let qArr: Float64Array;
+    let qOff: number;
+    if (this.ordered && layer === this.rowsSeen) {
+      qArr = prefixNorm2;
+      qOff = layer * stride;
+    } else {
+      if (this.ordered) {
+        const from = (this.rowsSeen - 1) * stride;
+        for (let i = 0; i < n; i++) norms[i] = this.rowsSeen > 0 ? prefixNorm2[from + i]! : 0;
+        this.ordered = false;
+      }
+      const rn = layer * stride;
+      for (let i = 0; i < n; i++) norms[i]! += rowNorm2[rn + i]!;
+      qArr = norms;
+      qOff = 0;
+    }
+    this.rowsSeen++;
+
+    if (nnz > 2) {
+      for (let j = 0; j < nnz; j++) {
+        const c = this.nzC[j]!;
+        const off = (layer * E + this.nzE[j]!) * stride;
+        for (let i = 0; i < n; i++) dots[i]! += c * cols[off + i]!;
+      }
+    }
+    // One pass over the entries (for ≤ 2 non-zero cells also D_n += c0·stored(l, e0) + c1·stored(l, e1)),
+    // keeping the best M by D_n / sqrt(Q_n). No closure here: its captured, mutated locals
+    // would live in a heap context and slow the loop down.
+    const fused = nnz <= 2;
+    const c0 = fused && nnz > 0 ? this.nzC[0]! : 0;
+    const c1 = fused && nnz > 1 ? this.nzC[1]! : 0;
+    const o0 = fused && nnz > 0 ? (layer * E + this.nzE[0]!) * stride : 0;
+    const o1 = fused && nnz > 1 ? (layer * E + this.nzE[1]!) * stride : o0;
     const M = this.topMatches;
     const top = this.top;
     const score = this.topScore;
     let count = 0;
     let floor = 0; // score of the worst kept match once `count === M`
+    let floor2 = 0; // floor² × (1 − 1e-9): a safe pre-filter
     for (let i = 0; i < n; i++) {
-      const q = (norms[i]! += rowNorm2[rn + i]!);
-      const d = dots[i]!;
+      let d = dots[i]!;
+      if (fused) {
+        d += c0 * cols[o0 + i]! + c1 * cols[o1 + i]!;
+        dots[i] = d;
+      }
       if (d <= 0) continue;
+      const q = qArr[qOff + i]!;
+      if (count === M && d * d <= floor2 * q) continue;
       const s = d / Math.sqrt(q);
       if (count === M && s <= floor) continue;
       // Insertion into the sorted list (strict >: an equal later index never displaces an earlier one).
@@ -299,18 +370,24 @@ export class IncrementalMatcher {
       }
       score[j] = s;
       top[j] = i;
-      if (count === M) floor = score[M - 1]!;
+      if (count === M) {
+        floor = score[M - 1]!;
+        floor2 = floor * floor * (1 - 1e-9);
+      }
     }
     this.topCount = count;
-    // Scores are kept without Q_cur; turn them into similarities.
+    // Scores were kept without Q_cur; turn them into similarities.
     const qc = Math.sqrt(this.qCur);
     for (let j = 0; j < count; j++) score[j] = score[j]! / qc;
   }
 
   /** Current similarity of entry `n` (over the rows seen so far). */
   similarity(n: number): number {
+    const coll = this.coll;
+    if (!coll || this.rowsSeen === 0) return 0;
+    const qn = this.ordered ? coll.internals.prefixNorm2[(this.rowsSeen - 1) * coll.stride + n]! : this.norms[n]!;
     const d = this.dots[n]!;
-    const q = this.qCur * this.norms[n]!;
+    const q = this.qCur * qn;
     return q > 0 ? d / Math.sqrt(q) : 0;
   }
 }
@@ -342,7 +419,10 @@ export class MatchAggregate {
     return this.members.length;
   }
 
-  /** Makes the aggregate the sum of entries `top[0..count)` of `coll`, for rows ≥ `fromLayer`. */
+  /**
+   * Makes the aggregate the sum of entries `top[0..count)` of `coll`, for rows ≥ `fromLayer`:
+   * by the set difference with the previous members, or from scratch when that is cheaper.
+   */
   update(coll: EamCollection, top: ArrayLike<number>, count: number, fromLayer: number): void {
     if (this.coll !== coll) {
       this.reset();
@@ -350,8 +430,19 @@ export class MatchAggregate {
     }
     const next: number[] = [];
     for (let j = 0; j < count; j++) next.push(top[j]!);
-    for (const m of this.members) if (!next.includes(m)) this.apply(coll, m, -1, fromLayer);
-    for (const m of next) if (!this.members.includes(m)) this.apply(coll, m, 1, fromLayer);
+    let changes = 0;
+    for (const m of this.members) if (!next.includes(m)) changes++;
+    for (const m of next) if (!this.members.includes(m)) changes++;
+    if (changes === 0) return;
+    if (changes > next.length) {
+      const { layers, experts } = this.shape;
+      this.sum.fill(0, fromLayer * experts, layers * experts);
+      this.rowTotal.fill(0, fromLayer, layers);
+      for (const m of next) this.apply(coll, m, 1, fromLayer);
+    } else {
+      for (const m of this.members) if (!next.includes(m)) this.apply(coll, m, -1, fromLayer);
+      for (const m of next) if (!this.members.includes(m)) this.apply(coll, m, 1, fromLayer);
+    }
     this.members = next;
   }
 

@@ -34,7 +34,7 @@
  * Ablations (params; defaults = full MoE-Infinity): `requestTracing` (off: fixed-size
  * dependency prefetch of the next layer), `eamcCapacity`, `eamcReplacement`, `topMatches`,
  * `multiLayerPrefetch` / `prefetchLayers`, `layerProximity`, `queueOrder`, `queueJump`,
- * `cachePriorities` (off: LRU), `initialLayerBoost`, `prefetchBudget`.
+ * `cachePriorities` (off: LRU), `initialLayerBoost`, `prefetchBudget`, `prefetchAdmission`.
  *
  * Known gaps versus the paper:
  * - The EAMC starts empty and learns online (no offline trace loading; `preload` exists for
@@ -70,10 +70,11 @@ import {
   PrefetchQueue,
   RankScratch,
   accumulateScores,
-  dependencyRanking,
+  dependencySelection,
   horizonRows,
-  rankPrefetch,
+  selectPrefetch,
   type RankOptions,
+  type Selection,
 } from './prefetcher.ts';
 
 export const MoeInfinityParams = z
@@ -106,11 +107,65 @@ export const MoeInfinityParams = z
     initialLayerBoost: z.number().nonnegative().default(1),
     /** Max slots the ranked set may fill (default and cap: buffer slots − experts the current layer needs). */
     prefetchBudget: z.number().int().nonnegative().optional(),
+    /**
+     * When the buffer is full, a ranked expert is prefetched only if it would evict a cached
+     * expert of lower priority than its expected activation frequency (`priority`, default),
+     * or always, evicting the lowest-priority cached expert (`always`: prefetched experts
+     * outrank every cached one).
+     */
+    prefetchAdmission: z.enum(['priority', 'always']).default('priority'),
   })
   .strict();
 export type MoeInfinityParams = z.infer<typeof MoeInfinityParams>;
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
+
+const EMPTY_SELECTION: Selection = { count: 0, keys: new Int32Array(0), scores: new Float64Array(0), urgency: new Float64Array(0) };
+
+/** A max-heap of selection positions by score (ties: lower key first). */
+class MaxScoreHeap {
+  private readonly a: number[];
+  constructor(
+    positions: number[],
+    private readonly score: Float64Array,
+    private readonly key: Int32Array,
+  ) {
+    this.a = positions;
+    for (let j = (this.a.length >> 1) - 1; j >= 0; j--) this.down(j);
+  }
+  get size(): number {
+    return this.a.length;
+  }
+  private better(x: number, y: number): boolean {
+    const sx = this.score[x]!;
+    const sy = this.score[y]!;
+    return sx > sy || (sx === sy && this.key[x]! < this.key[y]!);
+  }
+  private down(j: number): void {
+    const a = this.a;
+    for (;;) {
+      const l = 2 * j + 1;
+      if (l >= a.length) return;
+      const r = l + 1;
+      const m = r < a.length && this.better(a[r]!, a[l]!) ? r : l;
+      if (!this.better(a[m]!, a[j]!)) return;
+      const t = a[m]!;
+      a[m] = a[j]!;
+      a[j] = t;
+      j = m;
+    }
+  }
+  pop(): number {
+    const a = this.a;
+    const top = a[0]!;
+    const last = a.pop()!;
+    if (a.length > 0) {
+      a[0] = last;
+      this.down(0);
+    }
+    return top;
+  }
+}
 
 /** One matched iteration EAM: a request (per-request) or a phase's requests (per-batch). */
 interface MatchGroup {
@@ -126,11 +181,12 @@ interface MatchGroup {
 export class MoeInfinityPolicy implements ServingPolicy {
   readonly queueJump: boolean;
   readonly shape: EamShape;
+  private readonly topK: number;
   /** EAM collections, one per phase. */
   readonly collections: Readonly<Record<Phase, EamCollection>>;
   readonly requestEams: RequestEams;
   readonly cache: CachePriorities;
-  readonly queue = new PrefetchQueue();
+  readonly queue: PrefetchQueue;
   /** Counters for tests and benchmarks. */
   readonly stats = { layerMatches: 0, rowUpdates: 0, rankings: 0, insertions: 0 };
 
@@ -140,14 +196,16 @@ export class MoeInfinityPolicy implements ServingPolicy {
   private readonly scores: Float64Array;
   private readonly rowScratch: Float64Array;
   private readonly rankScratch = new RankScratch();
+  private batchTokens = 0;
   private batchIds: number[] = [];
   private batchPhases: Phase[] = [];
 
   constructor(
     readonly name: string,
     readonly params: MoeInfinityParams,
-    model: Pick<ModelProfile, 'moeLayers' | 'experts'>,
+    model: Pick<ModelProfile, 'moeLayers' | 'experts' | 'topK'>,
   ) {
+    this.topK = model.topK;
     this.queueJump = params.queueJump;
     const L = model.moeLayers;
     const E = model.experts;
@@ -171,6 +229,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
       order: params.queueOrder,
     };
     this.scores = new Float64Array(L * E);
+    this.queue = new PrefetchQueue(L * E);
     this.rowScratch = new Float64Array(E);
   }
 
@@ -185,8 +244,9 @@ export class MoeInfinityPolicy implements ServingPolicy {
     const batch = view.batch;
     this.batchIds = batch.map((r) => r.spec.id);
     this.batchPhases = batch.map((r) => r.phase);
+    this.batchTokens = batch.reduce((a, r) => a + r.iterationTokens, 0);
     for (const r of batch) this.requestEams.addTokens(r.spec.id, r.phase, r.iterationTokens);
-    this.cache.protectedKeys = new Map();
+    this.cache.setRanked([]);
     this.activeGroups = 0;
     if (!this.params.requestTracing) return;
     if (this.params.batchMatching === 'per-request') {
@@ -235,20 +295,50 @@ export class MoeInfinityPolicy implements ServingPolicy {
     if (this.params.cachePriorities) this.cache.resetLayer(this.requestEams, this.batchIds, l);
 
     const budget = Math.max(0, Math.min(this.params.prefetchBudget ?? Infinity, view.slots - routing.activated.length));
-    let ranked: ExpertKey[];
+    let sel: Selection;
     if (l + 1 >= L) {
-      ranked = [];
+      sel = EMPTY_SELECTION;
     } else if (this.params.requestTracing) {
       this.matchLayer(l, routing);
-      ranked = rankPrefetch(this.scores, l, budget, this.rankOptions, this.rankScratch);
+      sel = selectPrefetch(this.scores, l, budget, this.rankOptions, this.rankScratch);
       this.stats.rankings++;
     } else {
-      ranked = dependencyRanking(l, L, E, this.params.fixedPrefetchExperts ?? E, budget);
+      sel = dependencySelection(l, L, E, this.params.fixedPrefetchExperts ?? E, budget);
     }
-    const prot = new Map<ExpertKey, number>();
-    ranked.forEach((k, j) => prot.set(k, j));
-    this.cache.protectedKeys = prot;
-    return this.queue.plan(view.buffer, ranked);
+    this.cache.setRanked(sel.keys, sel.urgency, sel.count);
+    return this.queue.plan(view.buffer, sel, this.admit(view, sel));
+  }
+
+  /**
+   * The absent members of the ranked set to prefetch now: all of them, or (priority
+   * admission) the most probable ones while each beats the cheapest cached expert it would
+   * evict — in probability order, so the first refusal ends it.
+   */
+  private admit(view: ServingView, sel: Selection): ExpertKey[] {
+    const buffer = view.buffer;
+    if (!(this.params.requestTracing && this.params.prefetchAdmission === 'priority')) {
+      const all: ExpertKey[] = [];
+      for (let j = 0; j < sel.count; j++) if (!buffer.has(sel.keys[j]!)) all.push(sel.keys[j]!);
+      return all;
+    }
+    // Expected activations per token (the cache priorities' unit): score / tokens × top-k.
+    if (!(this.batchTokens > 0)) return [];
+    const perToken = this.topK / this.batchTokens;
+    // With no free slot, only scores above the cheapest victim's priority can get in.
+    const full = buffer.slots - buffer.occupied <= 0;
+    const minScore = full ? this.cache.minVictimPriority(buffer) / perToken : -Infinity;
+    const candidates: number[] = [];
+    for (let j = 0; j < sel.count; j++) if (sel.scores[j]! > minScore && !buffer.has(sel.keys[j]!)) candidates.push(j);
+    if (candidates.length === 0) return [];
+    const gate = this.cache.admission(buffer);
+    const heap = new MaxScoreHeap(candidates, sel.scores, sel.keys);
+    const out: ExpertKey[] = [];
+    while (heap.size > 0) {
+      const j = heap.pop();
+      if (!gate(sel.keys[j]!, sel.scores[j]! * perToken)) break;
+      out.push(sel.keys[j]!);
+    }
+    return out;
   }
 
   /**

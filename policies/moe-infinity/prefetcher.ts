@@ -62,16 +62,46 @@ export function accumulateScores(out: Float64Array, agg: MatchAggregate, weight:
   }
 }
 
-/** Scratch for `rankPrefetch`, reusable across calls. */
+/** Scratch for `selectPrefetch`, reusable across calls (the returned selection lives in it). */
 export class RankScratch {
+  /** Heap of the selection (cell indices and their scores). */
   keys = new Int32Array(64);
   vals = new Float64Array(64);
-  ensure(n: number): void {
-    if (this.keys.length < n) {
-      this.keys = new Int32Array(n * 2);
-      this.vals = new Float64Array(n * 2);
+  /** Positive cells in layer order, and whether each is selected. */
+  cellKeys = new Int32Array(64);
+  cellVals = new Float64Array(64);
+  selected = new Uint8Array(64);
+  /** The selection. */
+  outKeys = new Int32Array(64);
+  outScores = new Float64Array(64);
+  outUrgency = new Float64Array(64);
+  ensure(heap: number, cells: number): void {
+    if (this.keys.length < heap) {
+      this.keys = new Int32Array(heap * 2);
+      this.vals = new Float64Array(heap * 2);
+    }
+    if (this.cellKeys.length < cells) {
+      this.cellKeys = new Int32Array(cells * 2);
+      this.cellVals = new Float64Array(cells * 2);
+      this.selected = new Uint8Array(cells * 2);
+      this.outKeys = new Int32Array(cells * 2);
+      this.outScores = new Float64Array(cells * 2);
+      this.outUrgency = new Float64Array(cells * 2);
     }
   }
+}
+
+/**
+ * A ranked set: `count` cells in layer (then expert) order with their score × proximity and
+ * their urgency — the H2D priority of their prefetch (≥ 1, lower first), a monotone function
+ * of the queue position: nearest-first u = (i − l) + (1 − s/s_max), score u = 1 + (1 − s/s_max).
+ * Arrays may be longer than `count`.
+ */
+export interface Selection {
+  readonly count: number;
+  readonly keys: Int32Array;
+  readonly scores: Float64Array;
+  readonly urgency: Float64Array;
 }
 
 /** a ranks before b: higher score, then lower key (nearer layer, then lower expert). */
@@ -79,52 +109,107 @@ const before = (sa: number, ka: number, sb: number, kb: number): boolean => sa >
 
 /**
  * The ranked set at layer `layer`: the `budget` best cells of rows l+1 … l+horizon of
- * `scores` (score × proximity, score > 0), in queue order. Pure; O(K log budget) for K cells.
+ * `scores` (score × proximity, score > 0; ties: nearer layer, then lower expert), in layer
+ * order, with urgencies. O(K log budget) for K cells, no sort. The result lives in `scratch`.
  */
-export function rankPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch = new RankScratch()): ExpertKey[] {
-  if (budget <= 0) return [];
+export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch): Selection {
   const E = o.experts;
   const { from, to } = horizonRows(layer, o);
-  scratch.ensure(budget + 1);
-  // A min-heap (worst on top) of the best `budget` cells.
-  const hk = scratch.keys;
-  const hv = scratch.vals;
-  let size = 0;
+  scratch.ensure(Math.max(0, budget) + 1, Math.max(0, to - from) * E);
+  const empty = { count: 0, keys: scratch.outKeys, scores: scratch.outScores, urgency: scratch.outUrgency };
+  if (budget <= 0) return empty;
+  // 1. Positive cells, in layer (then expert) order.
+  const ck = scratch.cellKeys;
+  const cv = scratch.cellVals;
+  let cells = 0;
   for (let i = from; i < to; i++) {
     const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
     const base = i * E;
     for (let e = 0; e < E; e++) {
       const raw = scores[base + e]!;
       if (!(raw > 0)) continue;
-      const s = raw * f;
-      const key = base + e;
+      ck[cells] = base + e;
+      cv[cells] = raw * f;
+      cells++;
+    }
+  }
+  // 2. Select the best `budget` (a min-heap of cell indices, worst on top), unless all fit.
+  const sel = scratch.selected;
+  if (cells <= budget) {
+    sel.fill(1, 0, cells);
+  } else {
+    sel.fill(0, 0, cells);
+    const hk = scratch.keys;
+    const hv = scratch.vals;
+    let size = 0;
+    for (let c = 0; c < cells; c++) {
+      const s = cv[c]!;
+      const key = ck[c]!;
       if (size === budget) {
         // Worse than (or tied after) the worst kept: skip.
-        if (!before(s, key, hv[0]!, hk[0]!)) continue;
-        hk[0] = key;
+        if (!before(s, key, hv[0]!, ck[hk[0]!]!)) continue;
+        hk[0] = c;
         hv[0] = s;
-        siftDown(hk, hv, size, 0);
+        siftDown(hk, hv, ck, size, 0);
       } else {
         let j = size++;
-        hk[j] = key;
+        hk[j] = c;
         hv[j] = s;
         while (j > 0) {
           const p = (j - 1) >> 1;
-          if (!before(hv[p]!, hk[p]!, hv[j]!, hk[j]!)) break; // parent is worse: heap holds
+          if (!before(hv[p]!, ck[hk[p]!]!, hv[j]!, ck[hk[j]!]!)) break; // parent is worse: heap holds
           swap(hk, hv, j, p);
           j = p;
         }
       }
     }
+    for (let j = 0; j < size; j++) sel[hk[j]!] = 1;
   }
-  const picked: { key: number; s: number }[] = [];
-  for (let j = 0; j < size; j++) picked.push({ key: hk[j]!, s: hv[j]! });
-  if (o.order === 'nearest-first') {
-    picked.sort((a, b) => Math.floor(a.key / E) - Math.floor(b.key / E) || b.s - a.s || a.key - b.key);
-  } else {
-    picked.sort((a, b) => b.s - a.s || a.key - b.key);
+  // 3. Compact, with urgencies.
+  const ok = scratch.outKeys;
+  const os = scratch.outScores;
+  const ou = scratch.outUrgency;
+  let n = 0;
+  let sMax = 0;
+  for (let c = 0; c < cells; c++) {
+    if (!sel[c]) continue;
+    ok[n] = ck[c]!;
+    os[n] = cv[c]!;
+    if (cv[c]! > sMax) sMax = cv[c]!;
+    n++;
   }
-  return picked.map((p) => p.key);
+  for (let j = 0; j < n; j++) {
+    const rel = 1 - os[j]! / sMax;
+    ou[j] = o.order === 'nearest-first' ? Math.floor(ok[j]! / E) - layer + rel : 1 + rel;
+  }
+  return { count: n, keys: ok, scores: os, urgency: ou };
+}
+
+/**
+ * The ranked set in exact queue order (nearest-first: layer, then score descending, then
+ * key; score: score descending, then key). The reference `selectPrefetch`'s urgencies follow.
+ * When `scoresOut` is given it receives each returned key's score × proximity, in order.
+ */
+export function rankPrefetch(
+  scores: Float64Array,
+  layer: number,
+  budget: number,
+  o: RankOptions,
+  scratch = new RankScratch(),
+  scoresOut?: number[],
+): ExpertKey[] {
+  const sel = selectPrefetch(scores, layer, budget, o, scratch);
+  const E = o.experts;
+  const idx = Array.from({ length: sel.count }, (_, j) => j);
+  const k = sel.keys;
+  const v = sel.scores;
+  if (o.order === 'nearest-first') idx.sort((a, b) => Math.floor(k[a]! / E) - Math.floor(k[b]! / E) || v[b]! - v[a]! || k[a]! - k[b]!);
+  else idx.sort((a, b) => v[b]! - v[a]! || k[a]! - k[b]!);
+  if (scoresOut) {
+    scoresOut.length = 0;
+    for (const j of idx) scoresOut.push(v[j]!);
+  }
+  return idx.map((j) => k[j]!);
 }
 
 function swap(k: Int32Array, v: Float64Array, a: number, b: number): void {
@@ -136,15 +221,15 @@ function swap(k: Int32Array, v: Float64Array, a: number, b: number): void {
   v[b] = tv;
 }
 
-/** Restores the min-heap (worst cell on top) below `j`. */
-function siftDown(k: Int32Array, v: Float64Array, size: number, j: number): void {
+/** Restores the min-heap (worst cell on top) below `j`; `k` holds cell indices into `keys`. */
+function siftDown(k: Int32Array, v: Float64Array, keys: Int32Array, size: number, j: number): void {
   for (;;) {
     const l = 2 * j + 1;
     if (l >= size) return;
     const r = l + 1;
     // The worse child (the one that ranks after the other).
-    const w = r < size && before(v[l]!, k[l]!, v[r]!, k[r]!) ? r : l;
-    if (!before(v[j]!, k[j]!, v[w]!, k[w]!)) return;
+    const w = r < size && before(v[l]!, keys[k[l]!]!, v[r]!, keys[k[r]!]!) ? r : l;
+    if (!before(v[j]!, keys[k[j]!]!, v[w]!, keys[k[w]!]!)) return;
     swap(k, v, j, w);
     j = w;
   }
@@ -157,6 +242,12 @@ export function dependencyRanking(layer: number, layers: number, experts: number
   return Array.from({ length: n }, (_, e) => (layer + 1) * experts + e);
 }
 
+/** `dependencyRanking` as a selection (urgency 1 + position, score 1). */
+export function dependencySelection(layer: number, layers: number, experts: number, count: number, budget: number): Selection {
+  const keys = Int32Array.from(dependencyRanking(layer, layers, experts, count, budget));
+  return { count: keys.length, keys, scores: new Float64Array(keys.length).fill(1), urgency: Float64Array.from(keys, (_, j) => 1 + j) };
+}
+
 /**
  * The prefetches this policy has in flight, and the decision that turns a new ranked set into
  * cancellations, re-prioritisations and new prefetches.
@@ -164,6 +255,16 @@ export function dependencyRanking(layer: number, layers: number, experts: number
 export class PrefetchQueue {
   /** Keys this policy asked to prefetch that may still be loading. */
   private readonly issued = new Set<ExpertKey>();
+  /** Urgency of the current ranked set's keys, valid where `stamp[key] === gen`. */
+  private readonly urgencyOf: Float64Array;
+  private readonly stamp: Uint32Array;
+  private gen = 0;
+
+  /** @param cells L × E (keys are below it). */
+  constructor(cells: number) {
+    this.urgencyOf = new Float64Array(cells);
+    this.stamp = new Uint32Array(cells);
+  }
 
   /** Keys possibly still loading on this policy's behalf (for tests and metrics). */
   get outstanding(): ReadonlySet<ExpertKey> {
@@ -171,30 +272,34 @@ export class PrefetchQueue {
   }
 
   /**
-   * Decision for the ranked set `ranked` (queue order): cancel loading prefetches of ours that
-   * left the set, (re-)issue every non-resident member with priority 1 + its position.
+   * Decision for the ranked set `sel`: cancel loading prefetches of ours that left it,
+   * re-prioritise the loading members to their urgency, and prefetch the `admitted` keys
+   * (absent members of the set), most urgent first, at their urgency.
    */
-  plan(buffer: BufferView, ranked: readonly ExpertKey[]): PolicyDecision {
-    const want = new Set(ranked);
+  plan(buffer: BufferView, sel: Selection, admitted: readonly ExpertKey[]): PolicyDecision {
+    const gen = ++this.gen;
+    for (let j = 0; j < sel.count; j++) {
+      this.urgencyOf[sel.keys[j]!] = sel.urgency[j]!;
+      this.stamp[sel.keys[j]!] = gen;
+    }
     const cancel: ExpertKey[] = [];
+    const prefetch: PrefetchRequest[] = [];
     for (const k of this.issued) {
       const e = buffer.entry(k);
       // Completed, dropped, cancelled, or now needed by the GPU (pinned): no longer ours.
       if (!e || e.state !== 'loading' || e.pinned) {
         this.issued.delete(k);
-        continue;
-      }
-      if (!want.has(k)) {
+      } else if (this.stamp[k] !== gen) {
         cancel.push(k);
         this.issued.delete(k);
+      } else {
+        prefetch.push({ key: k, priority: this.urgencyOf[k]! });
       }
     }
-    const prefetch: PrefetchRequest[] = [];
-    for (let j = 0; j < ranked.length; j++) {
-      const k = ranked[j]!;
-      const e = buffer.entry(k);
-      if (e && (e.state === 'resident' || e.pinned)) continue;
-      prefetch.push({ key: k, priority: 1 + j });
+    const fresh = admitted.filter((k) => this.stamp[k] === gen && !buffer.has(k));
+    fresh.sort((a, b) => this.urgencyOf[a]! - this.urgencyOf[b]! || a - b);
+    for (const k of fresh) {
+      prefetch.push({ key: k, priority: this.urgencyOf[k]! });
       this.issued.add(k);
     }
     return { cancel, prefetch };

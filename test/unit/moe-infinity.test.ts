@@ -26,7 +26,16 @@ import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
 import { RequestEams, cosineSimilarity } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher, MatchAggregate } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy, moeInfinity } from '../../policies/moe-infinity/policy.ts';
-import { PrefetchQueue, dependencyRanking, proximityFactor, rankPrefetch, type RankOptions } from '../../policies/moe-infinity/prefetcher.ts';
+import {
+  PrefetchQueue,
+  dependencyRanking,
+  proximityFactor,
+  rankPrefetch,
+  selectPrefetch,
+  RankScratch,
+  type RankOptions,
+  type Selection,
+} from '../../policies/moe-infinity/prefetcher.ts';
 
 // ---------------------------------------------------------------------------- helpers
 
@@ -153,8 +162,8 @@ function runTiny(w: TinyWorld, policy: ServingPolicy, sinkExtra: TraceSink = {})
   return { outcome, transfers, packets, T, model };
 }
 
-function createPolicy(raw: Record<string, unknown>, L: number, E: number): MoeInfinityPolicy {
-  return new MoeInfinityPolicy('moe-infinity', MoeInfinityParams.parse(raw), { moeLayers: L, experts: E });
+function createPolicy(raw: Record<string, unknown>, L: number, E: number, topK = 1): MoeInfinityPolicy {
+  return new MoeInfinityPolicy('moe-infinity', MoeInfinityParams.parse(raw), { moeLayers: L, experts: E, topK });
 }
 
 /** Records every decision `onLayerRouted` returns, with the layer. */
@@ -195,6 +204,7 @@ describe('moe-infinity definition', () => {
       queueJump: true,
       cachePriorities: true,
       initialLayerBoost: 1,
+      prefetchAdmission: 'priority',
     });
     expect(p.prefetchLayers).toBeUndefined();
     expect(p.prefetchBudget).toBeUndefined();
@@ -354,9 +364,16 @@ describe('prefetch ranking', () => {
   });
 
   it('re-ranking cancels our loading prefetches that left the ranked set and re-prioritises the rest', () => {
-    const q = new PrefetchQueue();
+    const sel = (keys: number[]): Selection => ({
+      count: keys.length,
+      keys: Int32Array.from(keys),
+      scores: new Float64Array(keys.length).fill(1),
+      urgency: Float64Array.from(keys, (_, j) => 1 + j),
+    });
+    const q = new PrefetchQueue(64);
     const empty = fakeBuffer({});
-    expect(q.plan(empty, [10, 11, 12])).toEqual({
+    // Admitted keys are issued most urgent first.
+    expect(q.plan(empty, sel([10, 11, 12]), [12, 10, 11])).toEqual({
       cancel: [],
       prefetch: [
         { key: 10, priority: 1 },
@@ -371,10 +388,11 @@ describe('prefetch ranking', () => {
       12: { state: 'loading', pinned: true },
       13: { state: 'loading' },
     });
-    expect(q.plan(buf, [14, 10])).toEqual({ cancel: [11], prefetch: [{ key: 14, priority: 1 }] });
+    expect(q.plan(buf, sel([14, 10]), [14])).toEqual({ cancel: [11], prefetch: [{ key: 14, priority: 1 }] });
     expect([...q.outstanding]).toEqual([14]);
+    // 14 still loading and still ranked: re-prioritised; keys outside the set are never issued.
     const buf2 = fakeBuffer({ 14: { state: 'loading' } });
-    expect(q.plan(buf2, [15, 14])).toEqual({ cancel: [], prefetch: [{ key: 15, priority: 1 }, { key: 14, priority: 2 }] });
+    expect(q.plan(buf2, sel([15, 14]), [15, 99])).toEqual({ cancel: [], prefetch: [{ key: 14, priority: 2 }, { key: 15, priority: 1 }] });
   });
 });
 
@@ -404,10 +422,7 @@ describe('cache priorities', () => {
 
   it('never evicts the ranked set for a prefetch; on demand the least urgent of it', () => {
     const { c } = setup(0);
-    c.protectedKeys = new Map([
-      [5, 0],
-      [1, 1],
-    ]);
+    c.setRanked([5, 1]);
     const buf = fakeBuffer({ 1: {}, 5: {}, 6: {} });
     expect(c.chooseVictim(buf, { reason: 'prefetch', forKey: 11, candidates: [1, 5, 6] })).toBe(6);
     expect(c.chooseVictim(buf, { reason: 'prefetch', forKey: 11, candidates: [1, 5] })).toBeUndefined();
@@ -424,6 +439,25 @@ describe('cache priorities', () => {
     expect(boosted.priority[0]).toBeCloseTo(1.2, 12);
     expect(boosted.priority[8]).toBeCloseTo(0.6 * (1 + 1 / 3), 12);
     expect(boosted.chooseVictim(buf, { reason: 'demand', forKey: 3, candidates: [8, 0] })).toBe(8);
+  });
+
+  it('admits a prefetch into a full buffer only over a lower-priority victim', () => {
+    const { c } = setup(0);
+    c.setRanked([3, 11]);
+    // Full buffer (fakeBuffer has 64 slots): fill it so no slot is free.
+    const entries: Record<number, Partial<BufferEntryView>> = { 1: {}, 5: {}, 6: {}, 8: {} };
+    for (let k = 20; k < 80; k++) entries[k] = { pinned: true };
+    const buf = fakeBuffer(entries);
+    expect(buf.occupied).toBe(64);
+    const admit = c.admission(buf);
+    expect(admit(3, 0.25)).toBe(false); // cheapest victim (1,1) has priority 0.3
+    expect(admit(3, 0.35)).toBe(true); // evicts (1,1)
+    expect(admit(11, 0.35)).toBe(false); // next victim (0,1) has 0.4
+    expect(c.chooseVictim(buf, { reason: 'prefetch', forKey: 3, candidates: [1, 5, 6, 8] })).toBe(5);
+    // A prefetch admitted at 0.35 must not evict a victim of 0.4.
+    expect(c.chooseVictim(buf, { reason: 'prefetch', forKey: 3, candidates: [1, 6, 8] })).toBeUndefined();
+    const free = c.admission(fakeBuffer({ 1: {} }));
+    expect(free(3, 0)).toBe(true);
   });
 
   it('without request priorities is LRU', () => {
@@ -459,9 +493,11 @@ describe('moe-infinity in the serving executor', () => {
       p,
     );
     expect(log.map((x) => x.layer)).toEqual([0, 1, 2]);
+    // Priorities are urgencies, layer distance + (1 − score / best score): (1,0) scores
+    // 1 × 2/3, (2,0) 1 × 1/3 (proximity), so 1 + 0 and 2 + 0.5.
     expect(log[0]!.d.prefetch).toEqual([
       { key: 1 * E + 0, priority: 1 },
-      { key: k20, priority: 2 },
+      { key: k20, priority: 2.5 },
     ]);
     expect(log[1]!.d.cancel).toEqual([k20]);
     expect(log[1]!.d.prefetch).toEqual([{ key: k21, priority: 1 }]);
@@ -587,28 +623,33 @@ describe('moe-infinity in the serving executor', () => {
     };
     const requests = Array.from({ length: 12 }, (_, i) => ({ promptTokens: 2 + (i % 3), outputTokens: 4 + (i % 4) }));
     const summary = (raw: Record<string, unknown>): string => {
-      const p = createPolicy(raw, L, E);
-      const run = runTiny({ L, E, k: 2, route, requests, slots: 10, attentionT: 0.3, expertT: 0.05, batching: 'continuous', maxBatchSize: 3 }, p);
+      const p = createPolicy(raw, L, E, 2);
+      const run = runTiny({ L, E, k: 2, route, requests, slots: 18, attentionT: 1.5, expertT: 0.05, batching: 'continuous', maxBatchSize: 3 }, p);
       checkBytes(run.outcome);
       const c = run.outcome.counters;
       return JSON.stringify([run.outcome.endNs, c.prefetchesIssued, c.prefetchesCancelled, c.cacheHits, c.prefetchHits, c.evictions]);
     };
-    const base = summary({});
-    const variants: Record<string, unknown>[] = [
-      { requestTracing: false },
-      { eamcCapacity: 1 },
-      { eamcReplacement: 'lfu-access', eamcCapacity: 2 },
-      { topMatches: 1 },
-      { multiLayerPrefetch: false },
-      { layerProximity: false },
-      { queueOrder: 'score' },
-      { queueJump: false },
-      { cachePriorities: false },
-      { initialLayerBoost: 0 },
-      { prefetchBudget: 2 },
-      { batchMatching: 'per-batch' },
+    // Each switch against the defaults; queue order and queue jumping against always-admit
+    // prefetching (with priority admission this small world prefetches too little for them).
+    const always = { prefetchAdmission: 'always' };
+    const cases: [Record<string, unknown>, Record<string, unknown>][] = [
+      [{}, { requestTracing: false }],
+      [{}, { eamcCapacity: 1 }],
+      [{}, { eamcReplacement: 'lfu-access', eamcCapacity: 2 }],
+      [{}, { topMatches: 1 }],
+      [{}, { multiLayerPrefetch: false }],
+      [{}, { prefetchLayers: 1 }],
+      [{}, { layerProximity: false }],
+      [always, { ...always, queueOrder: 'score' }],
+      [always, { ...always, queueJump: false }],
+      [{}, { cachePriorities: false }],
+      [{}, { initialLayerBoost: 0 }],
+      [{}, { prefetchBudget: 2 }],
+      [{}, { batchMatching: 'per-batch' }],
+      [{}, always],
+      [{ requestTracing: false }, { requestTracing: false, fixedPrefetchExperts: 2 }],
     ];
-    const changed = variants.filter((v) => summary(v) !== base);
-    expect(changed.map((v) => JSON.stringify(v))).toEqual(variants.map((v) => JSON.stringify(v)));
+    const same = cases.filter(([a, b]) => summary(a) === summary(b)).map(([, b]) => JSON.stringify(b));
+    expect(same).toEqual([]);
   });
 });
