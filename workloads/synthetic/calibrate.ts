@@ -3,21 +3,25 @@
  * trace (same request lengths, phases and task labels, synthetic routing) has the trace's
  * statistics.
  *
- * Method (simulation-based method of moments):
- * 1. Stream the trace once: its statistics, request shapes, and per-layer expert ranks.
- *    Above `maxFitTokens`, fit on a random subset of whole requests (the targets are then
+ * Method (simulated method of moments):
+ * 1. Stream the trace once: its statistics, request shapes, per-layer expert ranks and the
+ *    routings of the first tokens (a start shared by ≥ 25 % of requests sets `startTokens`).
+ *    Above `maxFitTokens`, fit on a random subset of whole requests; the targets are then
  *    recomputed on that subset in a second streaming pass, so target and synthetic statistics
- *    have the same sample size and the same in-sample biases).
- * 2. Targets: popularity entropy per layer ↔ Zipf exponent per layer; mean request-level top-C
- *    share ↔ β_R; temporal locality ↔ τ; cross-layer predictability ↔ γ; within − across task
- *    similarity ↔ β_T (only with ≥ 2 task labels).
+ *    have the same sample size and the same in-sample biases.
+ * 2. Targets: popularity entropy per layer ↔ Zipf exponent per layer (a per-layer fixed point
+ *    through the Zipf entropy curve); and jointly, request-level top-C share for each C,
+ *    temporal locality, cross-layer predictability, and within/across task similarity (or the
+ *    similarity of all request pairs without task labels) ↔ requestConcentration,
+ *    temporalReuse, temporalDepth, crossLayer, sharedTokens, taskConcentration.
  * 3. Each evaluation routes the fit requests synthetically with fixed seeds (common random
  *    numbers) — replicated until it covers ≥ `minEvalTokens` tokens, statistics averaged, so a
  *    tiny trace is fitted to its expectation rather than one noisy draw — and computes the same
- *    statistics. The Zipf exponents follow a per-layer fixed-point update through the Zipf
- *    entropy curve; the four scalar knobs a Broyden iteration in transformed coordinates
- *    (log β, logit τ, logit γ), started from a finite-difference Jacobian.
- * 4. The best evaluation (smallest scaled residual) is kept.
+ *    statistics. The joint fit starts from the best of a few random points, takes a
+ *    finite-difference Jacobian in transformed coordinates (log β, logit probabilities), then
+ *    Levenberg–Marquardt steps with Broyden updates, keeping a step only if it helps.
+ * 4. The evaluation with the smallest largest error is kept. Knobs not fitted: temporalMemory
+ *    (0), latentClusters / clusterConcentration (off), sharedVocabulary (32, assumed).
  */
 import { Rng } from '../../sim/kernel/rng.ts';
 import { UserError } from '../../sim/kernel/errors.ts';

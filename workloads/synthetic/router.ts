@@ -30,6 +30,7 @@
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { RequestRouter, RequestSpec, RoutingSource } from '../../sim/workload.ts';
 import { AliasTables } from '../random/alias.ts';
+import { successiveInclusion } from '../aggregate-router.ts';
 import { dirichletInto, type SyntheticModel } from './model.ts';
 
 export class SyntheticRequestRouter implements RequestRouter {
@@ -262,8 +263,15 @@ export class SyntheticRouting implements RoutingSource {
     return this.live.get(requestId)?.deref();
   }
 
+  /** Expected share of activations per expert at `layer`: successive-sampling inclusion of g, / k. */
   popularity(layer: number): Float64Array {
-    const E = this.experts;
-    return this.model.global.weights.slice(layer * E, (layer + 1) * E);
+    let p = this.shares[layer];
+    if (!p) {
+      const E = this.experts;
+      p = successiveInclusion(this.model.global.weights.subarray(layer * E, (layer + 1) * E), this.topK).map((q) => q / this.topK);
+      this.shares[layer] = p;
+    }
+    return p.slice();
   }
+  private readonly shares: (Float64Array | undefined)[] = [];
 }

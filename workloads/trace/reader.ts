@@ -183,12 +183,26 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
   }
 
   private decodeNative(l: NumberedLine): TraceRequest {
-    const obj = parseJson(l.text, this.path, l.no);
+    // Fast path: scan the `tokens` array straight into an Int32Array and JSON.parse the rest.
+    // Anything unusual in it (or a bad line) falls back to the general path, which produces
+    // the precise error.
+    const { moeLayers: L, experts: E, topK: k } = this.header.model;
+    const fast = scanTokens(l.text, L, E, k);
+    let obj: unknown;
+    if (fast) {
+      try {
+        obj = JSON.parse(`${l.text.slice(0, fast.start)}[]${l.text.slice(fast.end)}`);
+      } catch {
+        obj = undefined;
+      }
+    }
+    const viaFast = fast !== null && obj !== undefined;
+    if (!viaFast) obj = parseJson(l.text, this.path, l.no);
     const env = TraceRequestEnvelopeSchema.safeParse(obj);
     if (!env.success) throw zodError(env.error, this.path, l.no, '');
     const d = env.data;
     const prefillRecorded = d.prefillRecorded ?? true;
-    const T = d.tokens.length;
+    const T = viaFast ? fast.tokens : d.tokens.length;
     if (prefillRecorded && d.promptTokens > T) {
       throw new UserError(`promptTokens ${d.promptTokens} exceeds the ${T} tokens listed`, this.path, `line ${l.no}: promptTokens`);
     }
@@ -203,8 +217,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
         `line ${l.no}: outputTokens`,
       );
     }
-    const experts = this.packExperts(d.tokens, l.no, 'tokens');
-    const scores = d.scores && this.opts.scores !== false ? this.packScores(d.scores, d.tokens, l.no, 'scores') : undefined;
+    const experts = viaFast ? fast.experts : this.packExperts(d.tokens, l.no, 'tokens');
+    const scores = d.scores && this.opts.scores !== false ? this.packScores(d.scores, T, l.no, 'scores') : undefined;
     const predictions =
       d.predictions && this.opts.predictions !== false ? this.packPredictions(d.predictions, T, l.no) : undefined;
     return {
@@ -223,7 +237,18 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
   }
 
   private decodeShared(l: NumberedLine): TraceRequest {
-    const obj = parseJson(l.text, this.path, l.no);
+    const { moeLayers: L0, experts: E0, topK: k0 } = this.header.model;
+    const fast = scanTokens(l.text, L0, E0, k0);
+    let obj: unknown;
+    if (fast) {
+      try {
+        obj = JSON.parse(`${l.text.slice(0, fast.start)}[]${l.text.slice(fast.end)}`);
+      } catch {
+        obj = undefined;
+      }
+    }
+    const viaFast = fast !== null && obj !== undefined;
+    if (!viaFast) obj = parseJson(l.text, this.path, l.no);
     const r = SharedLineSchema.safeParse(obj);
     if (!r.success) throw zodError(r.error, this.path, l.no, '');
     const d = r.data;
@@ -236,7 +261,7 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
     same(d.layers, m.moeLayers, 'layers');
     same(d.experts, m.experts, 'experts');
     same(d.topk, m.topK, 'topk');
-    const T = d.tokens.length;
+    const T = viaFast ? fast.tokens : d.tokens.length;
     const listedPrompt = d.prefill_recorded ? d.prompt_tokens : 0;
     if (listedPrompt + d.decode_tokens !== T) {
       throw new UserError(
@@ -245,8 +270,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
         `line ${l.no}: tokens`,
       );
     }
-    const experts = this.packExperts(d.tokens, l.no, 'tokens');
-    const scores = d.probs && this.opts.scores !== false ? this.packScores(d.probs, d.tokens, l.no, 'probs') : undefined;
+    const experts = viaFast ? fast.experts : this.packExperts(d.tokens, l.no, 'tokens');
+    const scores = d.probs && this.opts.scores !== false ? this.packScores(d.probs, T, l.no, 'probs') : undefined;
     const task = d.id.replace(/[-_]?\d+$/, '');
     return {
       id: d.id,
@@ -301,9 +326,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
     return out;
   }
 
-  private packScores(scores: readonly unknown[], tokens: readonly unknown[], lineNo: number, field: string): Float32Array {
+  private packScores(scores: readonly unknown[], T: number, lineNo: number, field: string): Float32Array {
     const { moeLayers: L, topK: k } = this.header.model;
-    const T = tokens.length;
     if (scores.length !== T) {
       throw new UserError(`has ${scores.length} tokens but tokens has ${T}`, this.path, `line ${lineNo}: ${field}`);
     }
@@ -388,6 +412,86 @@ export async function readTraceFile(path: string, opts: ReadTraceOptions = {}): 
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/**
+ * Scans the `"tokens":[…]` array of a request line (strict layout: arrays of L entries, each
+ * `null` or k distinct non-negative integers below E, optional spaces) into an Int32Array.
+ * Returns null on anything else, so the caller can fall back to JSON.parse and report the
+ * exact error. `start`/`end` delimit the array in the line.
+ */
+export function scanTokens(text: string, L: number, E: number, k: number): { experts: Int32Array; tokens: number; start: number; end: number } | null {
+  const key = text.indexOf('"tokens":');
+  if (key < 0 || text.indexOf('"tokens":', key + 9) >= 0) return null;
+  let i = key + 9;
+  const n = text.length;
+  const ws = (): void => {
+    while (i < n) {
+      const c = text.charCodeAt(i);
+      if (c === 32 || c === 9 || c === 10 || c === 13) i++;
+      else break;
+    }
+  };
+  ws();
+  if (text.charCodeAt(i) !== 91) return null; // [
+  const start = i;
+  i++;
+  // Each expert id takes at least 2 characters ("7,"), so this bounds the ids in the array.
+  let out = new Int32Array(Math.max(16, (n - i) >> 1));
+  let o = 0;
+  let T = 0;
+  ws();
+  if (text.charCodeAt(i) === 93) return { experts: new Int32Array(0), tokens: 0, start, end: i + 1 };
+  for (;;) {
+    ws();
+    if (text.charCodeAt(i) !== 91) return null;
+    i++;
+    for (let l = 0; l < L; l++) {
+      ws();
+      const c = text.charCodeAt(i);
+      if (c === 110) {
+        if (text.startsWith('null', i)) i += 4;
+        else return null;
+        for (let j = 0; j < k; j++) out[o++] = MISSING;
+      } else if (c === 91) {
+        i++;
+        const base = o;
+        for (let j = 0; j < k; j++) {
+          ws();
+          let v = 0;
+          let digits = 0;
+          for (;;) {
+            const d = text.charCodeAt(i) - 48;
+            if (d < 0 || d > 9) break;
+            v = v * 10 + d;
+            digits++;
+            i++;
+          }
+          if (digits === 0 || digits > 6 || v >= E) return null;
+          for (let q = base; q < o; q++) if (out[q] === v) return null;
+          out[o++] = v;
+          ws();
+          if (text.charCodeAt(i) !== (j + 1 < k ? 44 : 93)) return null;
+          i++;
+        }
+      } else return null;
+      ws();
+      if (text.charCodeAt(i) !== (l + 1 < L ? 44 : 93)) return null;
+      i++;
+    }
+    T++;
+    if (o + L * k > out.length) {
+      const bigger = new Int32Array(out.length * 2);
+      bigger.set(out);
+      out = bigger;
+    }
+    ws();
+    const c = text.charCodeAt(i);
+    i++;
+    if (c === 93) break;
+    if (c !== 44) return null;
+  }
+  return { experts: out.slice(0, o), tokens: T, start, end: i };
+}
 
 /** One line of the converted real traces in `../shared/traces/real` (see its README). */
 const SharedLineSchema = z.object({
