@@ -99,7 +99,7 @@ describe.skipIf(!present)('calibrated twins of the real traces', () => {
 });
 
 describe('the OLMoE aggregate (shipped, Apache-2.0) and its fitted profile', () => {
-  it('pooled popularity entropy and top-10 % share at layers 0/7/15 within 0.05; corpora differ as much as in the aggregate', async () => {
+  it('pooled popularity entropy, top-10 % share and rank-aligned successor rates within 0.05; corpora differ as much as in the aggregate', async () => {
     const r = await aggregateTwin(path.join(REPO, 'traces/olmoe-routing-aggregates.json.gz'), 'OLMoE-1B-7B-0924', 'olmoe', { requestsPerCorpus: 8 });
     const twinPooled = r.twin!.pooled;
     r.real.pooled.entropy.forEach((h, i) => expect(Math.abs(twinPooled.entropy[i]! - h)).toBeLessThan(0.05));
@@ -109,5 +109,6 @@ describe('the OLMoE aggregate (shipped, Apache-2.0) and its fitted profile', () 
       return ds.reduce((a, b) => a + b, 0) / ds.length;
     };
     expect(Math.abs(deficit(r.twin!) - deficit(r.real))).toBeLessThan(0.02);
+    for (const [pair, v] of Object.entries(r.real.pooled.rankAligned)) expect(Math.abs(twinPooled.rankAligned[pair]! - v)).toBeLessThan(0.05);
   });
 });

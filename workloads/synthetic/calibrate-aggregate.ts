@@ -8,7 +8,9 @@
  *
  * Fit: the Zipf exponent of each listed layer by a fixed point on the pooled entropy (other
  * layers interpolated linearly); the task concentration β_T by secant steps on log β_T so that
- * the mean entropy deficit of a corpus below the pooled entropy matches.
+ * the mean entropy deficit of a corpus below the pooled entropy matches; and the share of
+ * shared-vocabulary tokens ψ (deterministic paths) by secant steps on logit ψ so that the mean
+ * rank-aligned successor rate between the listed layers matches.
  */
 import { UserError } from '../../sim/kernel/errors.ts';
 import { aggregateStats, aggregateStatsOfRequests, readAggregateFile, type AggregateStats } from '../trace/aggregate-file.ts';
@@ -73,43 +75,68 @@ export async function calibrateFromAggregate(
   };
   const targetDeficit = deficit(real);
 
+  // Long-range structure: the mean rank-aligned successor rate over the listed layer pairs,
+  // fitted with the share of shared-vocabulary tokens (deterministic paths) when the file has pair counts.
+  const ranked = (s: AggregateStats): number | null => {
+    const v = Object.values(s.pooled.rankAligned);
+    return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null;
+  };
+  const targetRanked = ranked(real);
+
   let listedAlpha = real.pooled.entropy.map((h) => zipfExponentForEntropy(h, E));
   let logBetaT = Math.log(methodOfMomentsBeta(m.expert_counts, corpora, m.layers.length, E));
-  const knobsFor = (alphas: number[], lbt: number): Knobs => ({
+  let logitPsi = logit(Math.min(0.9, Math.max(0.0025, o.base.knobs.sharedTokens || 0.05)));
+  const knobsFor = (alphas: number[], lbt: number, lpsi: number): Knobs => ({
     ...o.base.knobs,
     popularity: { zipfExponent: interpolate(m.layers, alphas, L).map((a) => Math.round(a * 1e4) / 1e4), expertOrder: expertOrder(m.layers, pooled, L, E) },
     taskConcentration: Math.round(Math.exp(lbt) * 1e4) / 1e4,
+    sharedTokens: targetRanked === null ? o.base.knobs.sharedTokens : Math.round((1 / (1 + Math.exp(-lpsi))) * 1e4) / 1e4,
     startTokens: 0,
   });
   const evaluate = (knobs: Knobs): AggregateStats =>
     aggregateStatsOfRequests(generateRequests(new SyntheticRouting(new SyntheticModel(shape, knobs), 'moesim-calibrate:aggregate'), shapes), L, E, k, m.layers);
 
-  let prev: { lbt: number; d: number } | undefined;
+  let prev: { lbt: number; d: number; lpsi: number; r: number } | undefined;
   let best: { knobs: Knobs; twin: AggregateStats; err: number } | undefined;
-  for (let it = 0; it < (o.maxEvaluations ?? 10); it++) {
-    const knobs = knobsFor(listedAlpha, logBetaT);
+  for (let it = 0; it < (o.maxEvaluations ?? 12); it++) {
+    const knobs = knobsFor(listedAlpha, logBetaT, logitPsi);
     const twin = evaluate(knobs);
     const d = deficit(twin);
-    const err = Math.max(Math.abs(d - targetDeficit), ...twin.pooled.entropy.map((h, i) => Math.abs(h - real.pooled.entropy[i]!)));
-    log(`evaluation ${it + 1}: β_T ${Math.exp(logBetaT).toFixed(2)} deficit ${d.toFixed(4)}/${targetDeficit.toFixed(4)} pooled entropy ${twin.pooled.entropy.map((h) => h.toFixed(3)).join(' ')}/${real.pooled.entropy.map((h) => h.toFixed(3)).join(' ')}`);
+    const r = ranked(twin) ?? 0;
+    const err = Math.max(
+      Math.abs(d - targetDeficit),
+      targetRanked === null ? 0 : Math.abs(r - targetRanked),
+      ...twin.pooled.entropy.map((h, i) => Math.abs(h - real.pooled.entropy[i]!)),
+    );
+    log(
+      `evaluation ${it + 1}: β_T ${Math.exp(logBetaT).toFixed(2)} ψ ${knobs.sharedTokens} deficit ${d.toFixed(4)}/${targetDeficit.toFixed(4)} ` +
+        (targetRanked === null ? '' : `rank-aligned ${r.toFixed(3)}/${targetRanked.toFixed(3)} `) +
+        `pooled entropy ${twin.pooled.entropy.map((h) => h.toFixed(3)).join(' ')}/${real.pooled.entropy.map((h) => h.toFixed(3)).join(' ')}`,
+    );
     if (!best || err < best.err) best = { knobs, twin, err };
-    if (err < 0.002) break;
-    // Secant on log β_T (a larger β_T means less distinct corpora, a smaller deficit).
+    if (err < 0.003) break;
+    // Secants: log β_T for the deficit (larger β_T, less distinct corpora), logit ψ for the
+    // rank-aligned rate (more shared paths, more long-range structure).
     let slope = -0.05;
     if (prev && Math.abs(logBetaT - prev.lbt) > 1e-9) slope = (d - prev.d) / (logBetaT - prev.lbt);
     if (!(slope < -1e-4)) slope = -0.05;
-    prev = { lbt: logBetaT, d };
+    let slopePsi = 0.1;
+    if (prev && Math.abs(logitPsi - prev.lpsi) > 1e-9) slopePsi = (r - prev.r) / (logitPsi - prev.lpsi);
+    if (!(slopePsi > 1e-4)) slopePsi = 0.1;
+    prev = { lbt: logBetaT, d, lpsi: logitPsi, r };
     logBetaT = Math.min(Math.log(1e5), Math.max(Math.log(0.05), logBetaT + Math.max(-2, Math.min(2, (targetDeficit - d) / slope))));
+    if (targetRanked !== null) logitPsi = Math.min(logit(0.9), Math.max(logit(0.0025), logitPsi + Math.max(-2, Math.min(2, (targetRanked - r) / slopePsi))));
     listedAlpha = listedAlpha.map((a, i) => zipfExponentForEntropy(Math.min(1, Math.max(0.05, zipfEntropy(a, E) + real.pooled.entropy[i]! - twin.pooled.entropy[i]!)), E));
   }
   const profile: Profile = {
     name: o.name,
     model: { id: o.modelId, moeLayers: L, experts: E, topK: k },
     fittedTo:
-      `popularity (Zipf exponents at model layers ${m.layers.join('/')}, interpolated between) and task concentration (${corpora.length} corpora as tasks) ` +
+      `popularity (Zipf exponents at model layers ${m.layers.join('/')}, interpolated between), task concentration (${corpora.length} corpora as tasks) ` +
+      `and the share of shared-vocabulary tokens (rank-aligned successor rates ${Object.keys(real.pooled.rankAligned).join(', ')}) ` +
       `fitted to the ${o.aggregateModel} routing aggregates of ${path.replace(/^.*[\\/]/, '')} (${file.source ?? 'allenai/OLMoE'}, ${file.license ?? 'see traces/README.md'})`,
     assumedFrom:
-      `request-level knobs (requestConcentration, temporalReuse/Depth/Memory, crossLayer, sharedTokens) from profile "${o.base.name}" ` +
+      `request-level knobs (requestConcentration, temporalReuse/Depth/Memory, crossLayer) from profile "${o.base.name}" ` +
       `(${o.base.fittedTo ?? o.base.assumedFrom}); an aggregate has no request boundaries or token order to fit them`,
     knobs: best!.knobs,
     tasks: Object.fromEntries(corpora.map((c) => [c, 1])),
@@ -121,12 +148,15 @@ export async function calibrateFromAggregate(
       achievedPooledEntropy: best!.twin.pooled.entropy.map(r4),
       targetCorpusDeficit: r4(targetDeficit),
       achievedCorpusDeficit: r4(deficit(best!.twin)),
+      targetRankAligned: targetRanked === null ? null : r4(targetRanked),
+      achievedRankAligned: ranked(best!.twin) === null ? null : r4(ranked(best!.twin)!),
     },
   };
   return { profile, real, twin: best!.twin };
 }
 
 const r4 = (x: number): number => Math.round(x * 1e4) / 1e4;
+const logit = (p: number): number => Math.log(p / (1 - p));
 
 /** Dirichlet concentration from the spread of corpus distributions around their mean: Var(p_e) = g_e(1 − g_e)/(β + 1). */
 function methodOfMomentsBeta(counts: Record<string, number[][]>, corpora: string[], layers: number, E: number): number {
