@@ -117,6 +117,7 @@ export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Prom
   const config: ThroughputConfig = {
     phase: x.phase,
     ...(x.batchSeqs !== undefined ? { batchSeqs: x.batchSeqs } : {}),
+    ...(x.maxHostBatches !== undefined ? { maxHostBatches: x.maxHostBatches } : {}),
     ...(x.padPromptTo !== undefined ? { padPromptTo: x.padPromptTo } : {}),
     contextBucketTokens: x.contextBucketTokens,
     kvLayout: x.kvLayout,

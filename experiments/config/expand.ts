@@ -46,6 +46,9 @@ export interface RunSpec {
 
 type Json = Record<string, unknown>;
 
+/** A case's `case` key names the case (kept in the run's params, e.g. for plots); it sets no config path. */
+const CASE_LABEL = 'case';
+
 const clone = <T>(v: T): T => structuredClone(v) as T;
 
 function setPath(obj: Json, dotted: string, value: unknown, file: string | undefined): void {
@@ -161,6 +164,10 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
   for (const key of Object.keys(config.sweep)) checkKey(key, `sweep.${key}`);
   cases.forEach((c, i) => {
     for (const key of Object.keys(c)) {
+      if (key === CASE_LABEL) {
+        if (typeof c[key] !== 'string') throw new UserError('a case label must be a string', file, `cases[${i}].${key}`, c[key]);
+        continue;
+      }
       checkKey(key, `cases[${i}].${key}`);
       if (key in config.sweep) throw new UserError('a case may not set a swept path', file, `cases[${i}].${key}`);
     }
@@ -188,7 +195,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const policyOverrides: Json = {};
     for (const [key, value] of Object.entries(combo)) {
       if (key.startsWith('policy.')) policyOverrides[key.slice(7)] = value;
-      else setPath(base, key, value, file);
+      else if (key !== CASE_LABEL) setPath(base, key, value, file);
     }
     const comboLabel = Object.entries(combo).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ');
     const where = comboLabel ? ` (sweep point ${comboLabel})` : '';

@@ -71,6 +71,8 @@ export const ThroughputExecutorSchema = z
     phase: z.enum(['prefill', 'decode', 'both']).default('both'),
     /** A fixed batch B (sequences held and decoded together); each policy uses it where its memory can hold it. */
     batchSeqs: z.number().int().positive().optional(),
+    /** Simulate only the first n host batches (e.g. 1: throughput of one full batch of each policy's own size). */
+    maxHostBatches: z.number().int().positive().optional(),
     /** Prompts are padded (or truncated) to this many tokens; default: the longest prompt. */
     padPromptTo: z.number().int().positive().optional(),
     /** Memoisation granularity: decode passes are simulated once per (sequences, past KV rounded up to this). */

@@ -8,9 +8,9 @@
  *   largest pass of the phase).
  *
  * Decode: B is as large as host memory allows (capped by the workload and a fixed batch);
- * ω ∈ {0, 0.1, …, 1} (or fixed), b_a, S_expert (in experts) and b_e are searched by coordinate
- * search over candidate grids, each candidate priced by the critical path of the decode pass
- * at mid-output context; S_params is all the VRAM the other choices leave (more cached
+ * for every ω ∈ {0, 0.1, …, 1} (or the fixed ω), b_a, S_expert (in experts) and b_e are
+ * searched by coordinate search over candidate grids (from two starts), each candidate priced
+ * by the critical path of the decode pass at mid-output context; S_params is all the VRAM the other choices leave (more cached
  * parameters never slow a pass). Prefill (GPU attention, ω = 0): the sequences per pass, b_a,
  * S_expert and b_e, maximising prompt tokens / T. Inside the search the critical path is
  * extrapolated from a few MoE layers (`estimator.ts`); the chosen configuration is re-priced
@@ -55,6 +55,11 @@ const BE_GRID_DECODE = [256, 512, 1024, 2048, 4096, 8192, 16384];
 const BE_GRID_PREFILL = [1024, 2048, 4096, 8192, 16384, 32768];
 
 const searchMemo = new Map<string, PlanResult>();
+
+/** Bytes for messages: GB with two decimals, or MB below 0.1 GB. */
+function bytesText(b: number): string {
+  return b >= 1e8 ? `${(b / 1e9).toFixed(2)} GB` : `${(b / 1e6).toFixed(1)} MB`;
+}
 
 /** MLA caches one latent per token: two staging buffers suffice (MoE-Gen uses 2 for DeepSeek, 3 for Mixtral). */
 function autoKvBuffers(model: ModelProfile): number {
@@ -127,12 +132,21 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
 
   const shapesOf = (c: Candidate): { fit: PassShape; ref: PassShape } =>
     phase === 'decode' ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) } : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
+  /**
+   * The configuration of a candidate, with S_params = the VRAM it leaves; undefined if it does
+   * not fit. A micro-batch larger than the GPU share, or a GEMM chunk larger than an expert's
+   * expected tokens, builds the same DAG as the smallest such value: normalised to it, so that
+   * equivalent candidates share one evaluation and the report shows the effective sizes.
+   */
   const toConfig = (c: Candidate): PassConfig | undefined => {
+    const seqs = phase === 'decode' ? N : c.seqs;
+    const gpuSeqs = Math.max(1, seqs - Math.round(c.omega * seqs));
+    const tokensPerExpert = Math.max(1, Math.ceil((seqs * (phase === 'decode' ? 1 : P) * model.topK) / model.experts));
     const cfg0: PassConfig = {
       ...base,
       omega: c.omega,
-      attnMicroSeqs: Math.min(c.ba, phase === 'decode' ? N : c.seqs),
-      expertChunkTokens: c.be,
+      attnMicroSeqs: Math.min(c.ba, gpuSeqs),
+      expertChunkTokens: Math.min(c.be, tokensPerExpert),
       expertSlots: c.slots,
       cachedParamBytes: 0,
     };
@@ -145,41 +159,68 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
     return vramNeeded(model, fit, cfg).totalBytes <= vram ? cfg : undefined;
   };
   const tokensOf = (c: Candidate) => (phase === 'decode' ? N : c.seqs * P);
+  // Candidates that build the same DAG share one evaluation.
+  const byConfig = new Map<string, number | undefined>();
   const evaluate = (c: Candidate): number | undefined => {
     const cfg = toConfig(c);
     if (!cfg) return undefined;
-    return tokensOf(c) / predictPassNs(ctx, shapesOf(c).ref, cfg, { mode: 'extrapolate' });
+    const ref = shapesOf(c).ref;
+    const key = JSON.stringify([cfg, ref.seqs]);
+    if (byConfig.has(key)) return byConfig.get(key);
+    const v = tokensOf(c) / predictPassNs(ctx, ref, cfg, { mode: 'extrapolate' });
+    byConfig.set(key, v);
+    return v;
   };
 
   const maxSeqs = phase === 'decode' ? N : Math.min(N, s.prefillBatchSeqs ?? N);
-  const baGrid = s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(8, maxSeqs));
+  // b_a from 8 up (smaller micro-batches only trade kernel launches for staging memory), and from
+  // 1 when nothing fits otherwise.
+  const baFrom = (from: number) => (s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(from, maxSeqs)));
+  let baGrid = baFrom(8);
   const beGrid = s.be !== undefined ? [s.be] : phase === 'decode' ? BE_GRID_DECODE : BE_GRID_PREFILL;
   const slotGrid = s.expertSlots !== undefined ? [s.expertSlots] : SLOT_GRID.filter((v) => v <= 2 * model.experts);
   const omegaGrid =
     phase === 'prefill' ? [0] : omegaFixed !== undefined ? [omegaFixed] : Array.from({ length: Math.round(1 / s.omegaStep) + 1 }, (_, i) => Math.min(1, Number((i * s.omegaStep).toFixed(6))));
   const seqGrid = phase === 'decode' ? [N] : s.prefillBatchSeqs !== undefined ? [Math.min(N, s.prefillBatchSeqs)] : powersOfTwoUpTo(maxSeqs, 1);
 
-  // Start from the smallest buffers (most likely to fit), the defaults where they fit.
-  const start: Candidate = { omega: omegaGrid[0]!, ba: baGrid[0]!, be: beGrid.includes(2048) ? 2048 : beGrid[0]!, slots: slotGrid.includes(2) ? 2 : slotGrid[0]!, seqs: seqGrid[0]! };
-  const found = coordinateSearch<Candidate>({
-    start,
-    axes: [
-      { key: 'seqs', values: seqGrid },
-      { key: 'omega', values: omegaGrid },
-      { key: 'ba', values: baGrid },
-      { key: 'slots', values: slotGrid },
-      { key: 'be', values: beGrid },
-    ],
-    evaluate,
-  });
+  // ω interacts with everything (a CPU share frees PCIe from KV but serialises CPU attention
+  // with the experts unless the expert buffer prefetches the whole layer), so every ω of the grid
+  // gets its own coordinate search over the other axes, from two starts: a small expert buffer
+  // (more S_params) and one layer's experts. Evaluations are shared.
+  const memo = new Map<string, number>();
+  const be0 = beGrid.includes(2048) ? 2048 : beGrid[0]!;
+  const slotStarts = [...new Set([slotGrid.includes(2) ? 2 : slotGrid[0]!, slotGrid.filter((v) => v <= model.experts).pop() ?? slotGrid[0]!])];
+  let found: ReturnType<typeof coordinateSearch<Candidate>>;
+  const searchAll = () => {
+    for (const omega of omegaGrid) {
+      for (const slots of slotStarts) {
+        const r = coordinateSearch<Candidate>({
+          start: { omega, ba: baGrid[0]!, be: be0, slots, seqs: seqGrid[0]! },
+          axes: [
+            { key: 'seqs', values: seqGrid },
+            { key: 'ba', values: baGrid },
+            { key: 'slots', values: slotGrid },
+            { key: 'be', values: beGrid },
+          ],
+          evaluate,
+          memo,
+        });
+        if (r && (!found || r.objective > found.objective * (1 + 1e-9))) found = r;
+      }
+    }
+  };
+  searchAll();
+  if (!found && baGrid[0]! > 1) {
+    baGrid = baFrom(1);
+    searchAll();
+  }
+  if (found) found = { ...found, evaluated: memo.size };
+  const start: Candidate = { omega: omegaGrid[0]!, ba: baGrid[0]!, be: be0, slots: slotStarts[0]!, seqs: seqGrid[0]! };
   if (!found) {
-    const c = toConfig({ ...start, slots: slotGrid[0]!, ba: baGrid[0]!, be: beGrid[0]! });
     const need = vramNeeded(model, shapesOf(start).fit, { ...base, attnMicroSeqs: 1, expertSlots: 1, expertChunkTokens: beGrid[0]!, omega: start.omega });
     return {
       feasible: false,
-      reason: c
-        ? 'no configuration found'
-        : `no ${phase} configuration fits VRAM: the smallest needs ${(need.totalBytes / 1e9).toFixed(2)} GB (dense buffer ${(need.weightBufferBytes / 1e9).toFixed(2)} GB, one expert ${(need.expertBufferBytes / 1e9).toFixed(2)} GB, intermediate state ${(need.activationBytes / 1e9).toFixed(2)} GB), the GPU has ${(vram / 1e9).toFixed(2)} GB`,
+      reason: `no ${phase} configuration fits VRAM: the smallest needs ${bytesText(need.totalBytes)} (dense buffer ${bytesText(need.weightBufferBytes)}, one expert ${bytesText(need.expertBufferBytes)}, intermediate state ${bytesText(need.activationBytes)}, workspace ${bytesText(need.workspaceBytes)}), the GPU has ${bytesText(vram)}`,
     };
   }
   const cfg = toConfig(found.best)!;
@@ -187,9 +228,11 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
   const exactNs = predictPassNs(ctx, ref, cfg);
   const report: SearchReport = {
     B: ref.seqs,
-    ba: cfg.attnMicroSeqs,
+    // No GPU attention at all when ω = 1: no micro-batch to report.
+    ba: ref.seqs - Math.round(cfg.omega * ref.seqs) > 0 ? cfg.attnMicroSeqs : 0,
     be: cfg.expertChunkTokens,
-    omega: cfg.omega,
+    // The share of sequences actually on the CPU: round(ω·B) / B.
+    omega: Math.round(cfg.omega * ref.seqs) / ref.seqs,
     sExpertBytes: cfg.expertSlots * mm.expertBytes,
     sParamsBytes: cfg.cachedParamBytes,
     predictedPassS: exactNs / 1e9,

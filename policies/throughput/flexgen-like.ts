@@ -9,7 +9,8 @@
  * each routed expert over its own tokens; the KV cache lives in host memory and each
  * micro-batch's KV is copied to the GPU for attention (FlexGen's default, no CPU delegation)
  * and its new KV copied back. The block is bounded by host memory (KV) and the micro-batch by
- * GPU memory. Like FlexGen's LP policy search, the two sizes are chosen by the critical-path
+ * GPU memory; prompts are prefilled in passes of as many of the block's sequences as the GPU
+ * holds the activations of. Like FlexGen's LP policy search, the two sizes are chosen by the critical-path
  * estimator, maximising block size / pass time.
  *
  * When to use: the "weights reused across micro-batches, KV in host memory, but experts run
@@ -23,7 +24,7 @@
 import { z } from 'zod';
 import { hostInfeasibility, maxHostSeqs, vramNeeded } from '../../sim/throughput/memory-model.ts';
 import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import { coordinateSearch, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import { coordinateSearch, largestSatisfying, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
 import { defineThroughputPolicy } from './define.ts';
@@ -65,11 +66,16 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hw.hostDramBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
   const cap = Math.min(workloadCap(ctx), hostMax);
   const vram = hw.gpu.vramBytes;
+  // The block is sized for decode; prompts are prefilled in passes of as many of the block's
+  // sequences as fit on the GPU (see `prefillSeqs`).
+  const prefillSeqs = (b: number, block: number): number =>
+    largestSatisfying(1, block, (s) => vramNeeded(model, prefillShape(w, s, block), config(L, Math.min(b, s), p.kvBuffers)).totalBytes <= vram);
   const fits = (b: number, n: number): boolean => {
     const block = b * n;
     if (block > cap || b > block) return false;
     const c = config(L, b, p.kvBuffers);
-    return (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram) && (!w.phases.prefill || vramNeeded(model, prefillShape(w, block, block), c).totalBytes <= vram);
+    if (w.phases.decode) return vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram && (!w.phases.prefill || prefillSeqs(b, block) >= 1);
+    return vramNeeded(model, prefillShape(w, block, block), c).totalBytes <= vram;
   };
   const evaluate = ({ b, n }: { b: number; n: number }): number | undefined => {
     if (!fits(b, n)) return undefined;
@@ -89,11 +95,12 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const { b, n } = found.best;
   const block = b * n;
   const c = config(L, b, p.kvBuffers);
+  const bp = w.phases.prefill ? prefillSeqs(b, block) : block;
   return {
     feasible: true,
     plan: {
       hostBatchSeqs: block,
-      prefill: phasePlan(ctx, 'prefill', block, block, c),
+      prefill: phasePlan(ctx, 'prefill', bp, block, config(L, Math.min(b, bp), p.kvBuffers)),
       decode: phasePlan(ctx, 'decode', block, block, c),
       notes: [`block of ${n} micro-batches × ${b} sequences`],
     },

@@ -73,23 +73,32 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   if (hostWhy) return { feasible: false, reason: hostWhy };
   const L = model.layers;
   const cores = p.cpuCores === 'all' ? hw.cpu.cores : Math.min(p.cpuCores, hw.cpu.cores);
-  const N = workloadCap(ctx, p.nParallel);
-  const ubatchSeqs = Math.max(1, Math.min(N, Math.floor(p.ubatchTokens / w.promptTokens)));
+  // A batch the experiment fixes sets the server slots (`-np`); otherwise `nParallel`. Prompts
+  // are processed one micro-batch of `ubatchTokens` at a time: a prefill pass holds the prompts
+  // that fit in one ubatch (at least one).
+  const cap = w.fixedBatchSeqs !== undefined ? workloadCap(ctx) : workloadCap(ctx, p.nParallel);
   const vram = hw.gpu.vramBytes;
   const reserve = w.promptTokens + w.outputTokens;
-  const fits = (g: number) =>
+  const prefillSeqs = (N: number) => Math.max(1, Math.min(N, Math.floor(p.ubatchTokens / w.promptTokens)));
+  const fits = (g: number, N: number) =>
     (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, N, N), decodeConfig(ctx, g, N, cores)).totalBytes <= vram) &&
-    (!w.phases.prefill || vramNeeded(model, prefillShape(w, N, N), prefillConfig(ctx, g, cores, ubatchSeqs)).totalBytes <= vram) &&
+    (!w.phases.prefill || vramNeeded(model, prefillShape(w, prefillSeqs(N), N), prefillConfig(ctx, g, cores, prefillSeqs(N))).totalBytes <= vram) &&
     hostNeeded(model, N, reserve, g) <= hw.hostDramBytes;
-  const g = p.gpuLayers !== undefined ? (fits(Math.min(p.gpuLayers, L)) ? Math.min(p.gpuLayers, L) : -1) : largestSatisfying(0, L, fits);
-  if (g < 0) return { feasible: false, reason: `${p.gpuLayers !== undefined ? `${p.gpuLayers} GPU layers` : 'no GPU layer split'} fits: one streamed layer for prompt processing + KV exceed VRAM (${gb(vram)} GB) or host DRAM` };
+  const layersFor = (N: number) =>
+    p.gpuLayers !== undefined ? (fits(Math.min(p.gpuLayers, L), N) ? Math.min(p.gpuLayers, L) : -1) : largestSatisfying(0, L, (g) => fits(g, N));
+  // The most slots (up to the cap) for which some split fits; then as many GPU layers as fit.
+  const N = largestSatisfying(1, cap, (n) => layersFor(n) >= 0);
+  if (N < 1) {
+    return { feasible: false, reason: `${p.gpuLayers !== undefined ? `${p.gpuLayers} GPU layers` : 'no GPU layer split'} fits one sequence: a streamed layer for prompt processing + KV exceed VRAM (${gb(vram)} GB) or host DRAM` };
+  }
+  const g = layersFor(N);
   return {
     feasible: true,
     plan: {
       hostBatchSeqs: N,
-      prefill: phasePlan(ctx, 'prefill', N, N, prefillConfig(ctx, g, cores, ubatchSeqs)),
+      prefill: phasePlan(ctx, 'prefill', prefillSeqs(N), N, prefillConfig(ctx, g, cores, prefillSeqs(N))),
       decode: phasePlan(ctx, 'decode', N, N, decodeConfig(ctx, g, N, cores)),
-      notes: [`${g} of ${L} layers on the GPU`],
+      notes: [`${g} of ${L} layers on the GPU, ${N} slots`],
     },
   };
 }

@@ -87,8 +87,11 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
     return Math.max(r.cpuNs, r.gpuNs) >= r.commNs;
   };
   const notSaturated = largestSatisfying(1, cap, (n) => !saturated(n));
-  const N = w.fixedBatchSeqs !== undefined ? cap : Math.min(cap, notSaturated + 1);
   const vram = hw.gpu.vramBytes;
+  // The batch's activations stay on the GPU: no more sequences than fit beside the two layer buffers.
+  const fitsDecode = (n: number) => !w.phases.decode || vramNeeded(model, worstDecodeShape(w, n, n), config(L, Math.ceil(n / 16), 1, cores)).totalBytes <= vram;
+  const maxFit = largestSatisfying(1, cap, fitsDecode);
+  const N = Math.max(1, Math.min(maxFit, w.fixedBatchSeqs !== undefined ? cap : notSaturated + 1));
 
   const pick = (phase: 'prefill' | 'decode', seqs: number) => {
     const omega = phase === 'decode' ? 1 : 0;
@@ -126,7 +129,7 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       hostBatchSeqs: N,
       prefill: phasePlan(ctx, 'prefill', Math.max(1, Bp), N, pc),
       decode: phasePlan(ctx, 'decode', N, N, dc),
-      notes: [N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences ? `roofline batch ${N} (host memory allows ${hostMax})` : `batch ${N}`],
+      notes: [N === maxFit && N < cap ? `batch ${N} bounded by GPU memory (activations)` : N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences ? `roofline batch ${N} (host memory allows ${hostMax})` : `batch ${N}`],
     },
   };
 }

@@ -11,16 +11,18 @@
  * on unlimited hardware. The simulated pass of the same DAG can only take as long or longer
  * (property-tested).
  *
- * `estimatePassNs` in `extrapolate` mode (the search's inner loop) builds only the dense
- * leading layers plus the first k MoE layers, twice (k and k − 1), and extends linearly:
- * T ≈ T_k + (moeLayers − k)·(T_k − T_{k−1}). Every MoE layer has the same DAG under expected
- * routing, so this converges once the pipeline reaches its steady state; the chosen
- * configuration is always re-priced `exact`.
+ * `estimatePassNs` in `extrapolate` mode (the search's inner loop) builds the layers up to the
+ * last one whose modules S_params caches, then k more MoE layers (k ≥ period + 2, the period
+ * after which every buffer ring realigns with the layer boundaries), and extends linearly by
+ * the mean increment over the last period: T ≈ T_built + (MoE layers left)·(F_k − F_{k−p})/p.
+ * The layers left have the same DAG under expected routing, so this converges once the
+ * pipeline reaches its steady state; the chosen configuration is always re-priced `exact`.
  */
 import type { HardwareProfile } from '../../hardware-profiles/types.ts';
 import { bytesToNs, ceilNs } from '../kernel/time.ts';
 import { staticCriticalPath, type StaticCriticalPath } from '../taskgraph/critical-path.ts';
 import type { TaskSpec } from '../taskgraph/types.ts';
+import { cachedModules, modelModules } from './memory-model.ts';
 import { buildPassDag, type DagInput, type PassDag } from './pass-dag.ts';
 
 /** Uncontended duration of one task (see the module doc). */
@@ -72,24 +74,87 @@ export function earliestFinishes(dag: PassDag, hw: HardwareProfile): Float64Arra
 export interface EstimateOptions {
   /** `exact` (default): the whole DAG; `extrapolate`: k MoE layers, extended linearly. */
   readonly mode?: 'exact' | 'extrapolate';
-  /** MoE layers built in `extrapolate` mode (≥ 2). Default 4. */
+  /** Uncached MoE layers built in `extrapolate` mode at least (more when a buffer ring's period needs them). Default 3. */
   readonly sampleMoeLayers?: number;
+}
+
+const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b));
+const lcm = (a: number, b: number): number => (a / gcd(a, b)) * b;
+
+/**
+ * Layers after which the DAG of an uncached GPU MoE layer repeats: each buffer ring of n
+ * buffers filled f times per layer realigns every n / gcd(f, n) layers.
+ */
+export function layerPeriod(inp: Pick<DagInput, 'model' | 'shape' | 'config'>): number {
+  const { model, shape, config: c } = inp;
+  let p = 1;
+  const ring = (n: number, fillsPerLayer: number) => {
+    if (fillsPerLayer > 0) p = lcm(p, n / gcd(fillsPerLayer, n));
+  };
+  ring(c.weightSlots, 1);
+  if (c.weightGranularity === 'expert') ring(c.expertSlots, model.experts);
+  const gpuSeqs = shape.seqs - Math.round(c.omega * shape.seqs);
+  const micro = c.expertBatching === 'accumulated' ? Math.ceil(gpuSeqs / c.attnMicroSeqs) : c.omega === 0 ? Math.ceil(shape.seqs / c.attnMicroSeqs) : 0;
+  if (c.kvGpuLayers < model.layers && micro > 0) {
+    if (shape.pastTokens > 0) ring(c.kvBuffers, micro);
+    ring(2, micro);
+  }
+  return p;
 }
 
 /** Predicted pass time (ns): the critical path of the pass DAG (see the module doc). */
 export function estimatePassNs(inp: Omit<DagInput, 'layerLimit' | 'labels'>, o: EstimateOptions = {}): number {
-  const model = inp.model;
-  const k = Math.max(2, o.sampleMoeLayers ?? 4);
+  const { model, config: c } = inp;
   const moeIdx = model.moeLayerIndices;
-  // CPU layers are not periodic in the same way; the extrapolation needs every MoE layer on the GPU.
-  const gpuMoe = moeIdx.filter((l) => l < inp.config.gpuLayers).length;
-  const extrapolate = o.mode === 'extrapolate' && gpuMoe === moeIdx.length && moeIdx.length > k + 1;
-  const dag = buildPassDag(extrapolate ? { ...inp, layerLimit: moeIdx[k - 1]! + 1 } : inp);
-  const finish = earliestFinishes(dag, inp.hardware);
-  const total = finish[dag.finalId]!;
-  if (!extrapolate) return total;
-  // Per-layer increment between the last two MoE layers built, times the MoE layers not built.
-  const endK = finish[dag.layerEnds[moeIdx[k - 1]!]!]!;
-  const endK1 = finish[dag.layerEnds[moeIdx[k - 2]!]!]!;
-  return Math.round(total + (moeIdx.length - k) * Math.max(0, endK - endK1));
+  const L = model.layers;
+  // Layers differ only by what S_params caches (leading layers first), by CPU layers, and by the
+  // phase of the buffer rings; the sample is every layer up to the last one with cached modules,
+  // then enough uncached MoE layers to average the increment over one ring period.
+  if (o.mode !== 'extrapolate' || c.gpuLayers < L) return exactNs(inp);
+  const mm = modelModules(model);
+  const cm = cachedModules(mm, c.cachedParamBytes, c.cacheOrder, L);
+  const allDense = cm.denseCached.every(Boolean);
+  let lastCached = -1;
+  for (let l = 0; l < L; l++) if (cm.cachedExperts[l]! > 0 || (!allDense && cm.denseCached[l])) lastCached = l;
+  const tail = moeIdx.filter((l) => l > lastCached);
+  const period = layerPeriod(inp);
+  // After the cached layers the copy engine has run ahead; the pipeline settles a few layers
+  // later. Build until two consecutive periods take the same time, doubling the sample.
+  for (let k = Math.max(o.sampleMoeLayers ?? 3, 2 * period + 2); k + 1 < tail.length && period <= 12; k *= 2) {
+    const { dag, finish } = streamedFinishes({ ...inp, layerLimit: tail[k - 1]! + 1 });
+    const at = (i: number) => finish[dag.layerEnds[tail[i]!]!]!;
+    const last = at(k - 1) - at(k - 1 - period);
+    const before = at(k - 1 - period) - at(k - 1 - 2 * period);
+    if (Math.abs(last - before) <= 1e-4 * Math.max(last, 1)) {
+      return Math.round(finish[dag.finalId]! + ((tail.length - k) * Math.max(0, last)) / period);
+    }
+  }
+  return exactNs(inp);
+}
+
+function exactNs(inp: Omit<DagInput, 'layerLimit' | 'labels'>): number {
+  const { dag, finish } = streamedFinishes(inp);
+  return finish[dag.finalId]!;
+}
+
+/** Builds a DAG in streaming mode, computing each task's earliest finish as it is created. */
+function streamedFinishes(inp: Omit<DagInput, 'labels' | 'onTask'>): { dag: PassDag; finish: Float64Array } {
+  let finish = new Float64Array(4096);
+  const hw = inp.hardware;
+  const onTask = (t: TaskSpec): void => {
+    const i = t.id as number;
+    if (i >= finish.length) {
+      const grown = new Float64Array(finish.length * 2);
+      grown.set(finish);
+      finish = grown;
+    }
+    let start = 0;
+    for (const d of t.deps ?? []) {
+      const f = finish[d as number]!;
+      if (f > start) start = f;
+    }
+    finish[i] = start + uncontendedNs(t, hw);
+  };
+  const dag = buildPassDag({ ...inp, onTask });
+  return { dag, finish };
 }

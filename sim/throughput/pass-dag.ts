@@ -53,9 +53,20 @@ import type { PassConfig, PassShape } from './types.ts';
  */
 export type CountsFn = (moeLayer: number, tokens: number, out: Float64Array) => void;
 
-/** Expected counts under uniform routing: tokens·k/E each (the estimator's default). */
+/**
+ * Even counts (the estimator's routing): the tokens·k token-slots of a layer spread over the E
+ * experts as evenly as integers allow (⌊n/E⌋ or ⌈n/E⌉ each, the extra ones rotating with the
+ * layer), so a small batch activates min(E, n) experts, as real routing would (up to the overlap
+ * of random choices), instead of every expert with a fraction of a token.
+ */
 export function expectedCounts(topK: number): CountsFn {
-  return (_l, tokens, out) => out.fill((tokens * topK) / out.length);
+  return (layer, tokens, out) => {
+    const E = out.length;
+    const n = Math.round(tokens * topK);
+    const q = Math.floor(n / E);
+    const r = n - q * E;
+    for (let e = 0; e < E; e++) out[e] = q + ((((e - layer * r) % E) + E) % E < r ? 1 : 0);
+  };
 }
 
 export interface DagInput {
@@ -69,6 +80,11 @@ export interface DagInput {
   readonly layerLimit?: number;
   /** Give tasks readable labels (timelines, errors). Default false (ids only, faster). */
   readonly labels?: boolean;
+  /**
+   * Streaming: each task is handed to `onTask` as it is created (ids in order, deps always
+   * earlier) and not kept (`PassDag.tasks` is then empty): the estimator's allocation-light path.
+   */
+  readonly onTask?: (t: TaskSpec) => void;
 }
 
 export interface PassDag {
@@ -184,12 +200,15 @@ export function buildPassDag(inp: DagInput): PassDag {
   let activatedPairs = 0;
   let moeLayersBuilt = 0;
 
+  const onTask = inp.onTask;
+  let nextId = 0;
   const emit = (t: MutableTask): number => {
-    tasks.push(t as unknown as TaskSpec);
+    if (onTask) onTask(t as unknown as TaskSpec);
+    else tasks.push(t as unknown as TaskSpec);
     return t.id;
   };
   const base = (kind: TaskSpec['kind'], category: string, deps: number[], label: (() => string) | undefined): MutableTask => {
-    const t: MutableTask = { id: tasks.length, kind, category, deps: deps.filter((d) => d >= 0) };
+    const t: MutableTask = { id: nextId++, kind, category, deps: deps.filter((d) => d >= 0) };
     if (labels && label) t.label = label();
     return t;
   };
@@ -437,7 +456,9 @@ export function buildPassDag(inp: DagInput): PassDag {
 
   const lmInput = prevCpuLayer ? h2d('activations', actBytes(T), [layerEnd], false, () => 'hidden H2D (LM head)') : -1;
   const lm = gpu('lmHead', gpuCost({ kind: 'lmHead', tokens: shape.seqs }), [lmInput], () => 'LM head');
-  const finalId = barrier('sync', [lm, lastH2d, lastD2h, lastCpu, ...unchainedTails(tasks)], [], () => 'pass end');
+  // Every unchained copy feeds a later task in a whole pass and in a truncated one, so the chain
+  // tails cover everything; a materialised DAG also joins any task nobody depends on.
+  const finalId = barrier('sync', [lm, lastH2d, lastD2h, lastCpu, ...(onTask ? [] : unchainedTails(tasks))], [], () => 'pass end');
   return { tasks, finalId, cached, vram, routedTokenSlots, expertLayerPairs, activatedPairs, layersBuilt, moeLayersBuilt, layerEnds };
 }
 

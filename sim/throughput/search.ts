@@ -34,8 +34,10 @@ export function coordinateSearch<C extends object>(o: {
   /** Higher is better; undefined (or a non-finite number) when infeasible. */
   readonly evaluate: (c: C) => number | undefined;
   readonly rounds?: number;
+  /** Shared evaluation cache (several searches over one space); default a fresh one. */
+  readonly memo?: Map<string, number>;
 }): SearchResult<C> | undefined {
-  const memo = new Map<string, number>();
+  const memo = o.memo ?? new Map<string, number>();
   const score = (c: C): number => {
     const key = JSON.stringify(c);
     let v = memo.get(key);

@@ -49,6 +49,8 @@ export interface ThroughputConfig {
   readonly phase: 'prefill' | 'decode' | 'both';
   /** Fixed host/decode batch B (policies use it where their memory can hold it). */
   readonly batchSeqs?: number;
+  /** Simulate only the first n host batches (the rest of the workload is not run). */
+  readonly maxHostBatches?: number;
   /** Prompts are padded or truncated to this many tokens (default: the longest prompt). */
   readonly padPromptTo?: number;
   readonly contextBucketTokens: number;
@@ -103,6 +105,7 @@ export interface ThroughputOutcome {
   readonly infeasibleReason?: string;
   readonly policy: string;
   readonly plan?: RunPlan;
+  /** Sequences simulated (all of the workload's, or the first `maxHostBatches` host batches'). */
   readonly requests: number;
   readonly promptTokens: number;
   readonly outputTokensMax: number;
@@ -203,10 +206,13 @@ export class ThroughputExecutor {
     const decode = emptyTotals();
     let groups = 0;
     const outputs = reqs.map((r) => r.outputTokens);
+    let sequencesRun = 0;
     for (let g = 0; g < reqs.length; g += N) {
+      if (cfg.maxHostBatches !== undefined && groups >= cfg.maxHostBatches) break;
       groups++;
       const size = Math.min(N, reqs.length - g);
       const outs = outputs.slice(g, g + size).sort((a, b) => b - a);
+      sequencesRun += size;
       if (phases.prefill) {
         const Bp = plan.prefill.batchSeqs;
         for (let off = 0; off < size; off += Bp) {
@@ -248,6 +254,7 @@ export class ThroughputExecutor {
 
     return {
       ...base,
+      requests: sequencesRun,
       feasible: true,
       plan,
       hostBatches: groups,
