@@ -189,3 +189,22 @@ describe('trace writer', () => {
     expect(all).toEqual([]);
   });
 });
+
+describe('the fast token scanner agrees with JSON.parse', () => {
+  it.each([
+    ['[[[0,1],[2,3]],[null,[1, 0]]]', [0, 1, 2, 3, -1, -1, 1, 0]],
+    ['[ [ [0, 1] , null ] ]', [0, 1, -1, -1]],
+    ['[]', []],
+  ])('%s', async (tokens, ids) => {
+    const { scanTokens } = await import('../../workloads/trace/reader.ts');
+    const r = scanTokens(`{"id":"a","promptTokens":1,"tokens":${tokens}}`, 2, 4, 2);
+    expect(r && Array.from(r.experts)).toEqual(ids);
+  });
+  it.each(['[[[0,1],[2,3]]', '[[[0,01],[2,3]]]', '[[[0,1.0],[2,3]]]', '[[[0,4],[2,3]]]', '[[[1,1],[2,3]]]', '[[[0,1]]]', '[[[0,1],[2,-3]]]'])(
+    'leaves %s to the general path',
+    async (tokens) => {
+      const { scanTokens } = await import('../../workloads/trace/reader.ts');
+      expect(scanTokens(`{"tokens":${tokens}}`, 2, 4, 2)).toBeNull();
+    },
+  );
+});

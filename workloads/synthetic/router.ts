@@ -249,10 +249,15 @@ export class SyntheticRouting implements RoutingSource {
 
   forRequest(request: RequestSpec): SyntheticRequestRouter {
     const r = this.create(request.id, request.task);
-    if (this.live.size > 4096) for (const [id, ref] of this.live) if (!ref.deref()) this.live.delete(id);
+    if (this.live.size >= this.sweepAt) {
+      // Forget collected routers; sweep again when the map has doubled (amortised O(1)).
+      for (const [id, ref] of this.live) if (!ref.deref()) this.live.delete(id);
+      this.sweepAt = Math.max(4096, 2 * this.live.size);
+    }
     this.live.set(request.id, new WeakRef(r));
     return r;
   }
+  private sweepAt = 4096;
 
   /** A router for a request id that is not registered (calibration, trace generation, predictors). */
   create(requestId: number, task: string | undefined): SyntheticRequestRouter {

@@ -415,82 +415,76 @@ export async function readTraceFile(path: string, opts: ReadTraceOptions = {}): 
 
 /**
  * Scans the `"tokens":[…]` array of a request line (strict layout: arrays of L entries, each
- * `null` or k distinct non-negative integers below E, optional spaces) into an Int32Array.
+ * `null` or k distinct non-negative integers below E, optional spaces; charCodeAt beyond the end
+ * is NaN, which fails every check) into an Int32Array.
  * Returns null on anything else, so the caller can fall back to JSON.parse and report the
  * exact error. `start`/`end` delimit the array in the line.
  */
 export function scanTokens(text: string, L: number, E: number, k: number): { experts: Int32Array; tokens: number; start: number; end: number } | null {
   const key = text.indexOf('"tokens":');
   if (key < 0 || text.indexOf('"tokens":', key + 9) >= 0) return null;
-  let i = key + 9;
   const n = text.length;
-  const ws = (): void => {
-    while (i < n) {
-      const c = text.charCodeAt(i);
-      if (c === 32 || c === 9 || c === 10 || c === 13) i++;
-      else break;
-    }
-  };
-  ws();
-  if (text.charCodeAt(i) !== 91) return null; // [
+  let i = key + 9;
+  let c = text.charCodeAt(i);
+  while (c === 32) c = text.charCodeAt(++i);
+  if (c !== 91) return null; // [
   const start = i;
-  i++;
   // Each expert id takes at least 2 characters ("7,"), so this bounds the ids in the array.
   let out = new Int32Array(Math.max(16, (n - i) >> 1));
   let o = 0;
   let T = 0;
-  ws();
-  if (text.charCodeAt(i) === 93) return { experts: new Int32Array(0), tokens: 0, start, end: i + 1 };
+  c = text.charCodeAt(++i);
+  while (c === 32) c = text.charCodeAt(++i);
+  if (c === 93) return { experts: new Int32Array(0), tokens: 0, start, end: i + 1 };
   for (;;) {
-    ws();
-    if (text.charCodeAt(i) !== 91) return null;
-    i++;
-    for (let l = 0; l < L; l++) {
-      ws();
-      const c = text.charCodeAt(i);
-      if (c === 110) {
-        if (text.startsWith('null', i)) i += 4;
-        else return null;
-        for (let j = 0; j < k; j++) out[o++] = MISSING;
-      } else if (c === 91) {
-        i++;
-        const base = o;
-        for (let j = 0; j < k; j++) {
-          ws();
-          let v = 0;
-          let digits = 0;
-          for (;;) {
-            const d = text.charCodeAt(i) - 48;
-            if (d < 0 || d > 9) break;
-            v = v * 10 + d;
-            digits++;
-            i++;
-          }
-          if (digits === 0 || digits > 6 || v >= E) return null;
-          for (let q = base; q < o; q++) if (out[q] === v) return null;
-          out[o++] = v;
-          ws();
-          if (text.charCodeAt(i) !== (j + 1 < k ? 44 : 93)) return null;
-          i++;
-        }
-      } else return null;
-      ws();
-      if (text.charCodeAt(i) !== (l + 1 < L ? 44 : 93)) return null;
-      i++;
-    }
-    T++;
+    // c is the first character of a token: '['
+    if (c !== 91) return null;
     if (o + L * k > out.length) {
       const bigger = new Int32Array(out.length * 2);
       bigger.set(out);
       out = bigger;
     }
-    ws();
-    const c = text.charCodeAt(i);
-    i++;
+    c = text.charCodeAt(++i);
+    for (let l = 0; l < L; l++) {
+      while (c === 32) c = text.charCodeAt(++i);
+      if (c === 91) {
+        const base = o;
+        c = text.charCodeAt(++i);
+        for (let j = 0; j < k; j++) {
+          while (c === 32) c = text.charCodeAt(++i);
+          let v = c - 48;
+          if (v < 0 || v > 9) return null;
+          c = text.charCodeAt(++i);
+          if (v === 0 && c >= 48 && c <= 57) return null; // a leading zero is not JSON
+          while (c >= 48 && c <= 57) {
+            v = v * 10 + (c - 48);
+            if (v >= E) return null;
+            c = text.charCodeAt(++i);
+          }
+          if (v >= E) return null;
+          for (let q = base; q < o; q++) if (out[q] === v) return null;
+          out[o++] = v;
+          while (c === 32) c = text.charCodeAt(++i);
+          if (c !== (j + 1 < k ? 44 : 93)) return null;
+          c = text.charCodeAt(++i);
+        }
+      } else if (c === 110 && text.startsWith('null', i)) {
+        i += 4;
+        c = text.charCodeAt(i);
+        for (let j = 0; j < k; j++) out[o++] = MISSING;
+      } else return null;
+      while (c === 32) c = text.charCodeAt(++i);
+      if (c !== (l + 1 < L ? 44 : 93)) return null;
+      c = text.charCodeAt(++i);
+    }
+    T++;
+    while (c === 32) c = text.charCodeAt(++i);
     if (c === 93) break;
     if (c !== 44) return null;
+    c = text.charCodeAt(++i);
+    while (c === 32) c = text.charCodeAt(++i);
   }
-  return { experts: out.slice(0, o), tokens: T, start, end: i };
+  return { experts: out.slice(0, o), tokens: T, start, end: i + 1 };
 }
 
 /** One line of the converted real traces in `../shared/traces/real` (see its README). */
