@@ -83,7 +83,22 @@ function num(v: unknown, div: number): number | undefined {
 export function renderTable(rows: readonly TableRow[], columns: readonly Column[]): string {
   const paramKeys: string[] = [];
   for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
-  const varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
+  let varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
+  // A named case (config `cases: [{ case: ... }]`) stands for the paths it sets: hide the columns
+  // whose value the case determines.
+  if (varying.includes('case')) {
+    const determined = (k: string) => {
+      const seen = new Map<string, string>();
+      for (const r of rows) {
+        const c = JSON.stringify(r.params.case);
+        const v = JSON.stringify(r.params[k]);
+        if ((seen.get(c) ?? v) !== v) return false;
+        seen.set(c, v);
+      }
+      return true;
+    };
+    varying = varying.filter((k) => k === 'case' || !determined(k));
+  }
   const multiSeed = new Set(rows.map((r) => r.seed)).size > 1;
   const head = ['policy', ...varying, ...(multiSeed ? ['seed'] : []), ...columns.map((c) => c.header)];
   const table = new Table({ head, style: { head: [], border: [], compact: true } });

@@ -6,16 +6,16 @@
  *
  * Tasks per GPU layer (`expert` granularity, module-based batching — MoE-Gen):
  * - H2D: the layer's dense module into one of `weightSlots` dense buffers (skipped if cached);
- * - ω part (⌈ω·B⌉ sequences): GPU attention projections → D2H of Q → CPU attention over the
- *   host KV (all `cpuCores`) → H2D of its output;
+ * - ω part (round(ω·B) sequences): GPU attention projections → D2H of Q → CPU attention over
+ *   the host KV (`cpuCores` cores) → H2D of its output;
  * - GPU part, per micro-batch of b_a sequences: H2D of its past KV into one of `kvBuffers`
  *   staging buffers (decode, host KV) → GPU attention → D2H of its new KV (host KV);
  * - GPU router over every token of the pass (after both parts), shared experts or, in a dense
  *   layer, the dense FFN; the dense buffer is released after its last user;
  * - per expert in order: H2D of its weights into one of `expertSlots` slots (every expert
- *   when `streamAllExperts`, else the routed ones; none if cached) → ⌈tokens / b_e⌉ GEMM
- *   kernels; the slot is released after the last chunk, so the next expert streams while the
- *   previous one computes.
+ *   when `streamAllExperts`, else the routed ones; none if cached) → its ⌈tokens / b_e⌉ GEMM
+ *   chunks, one task (they run back to back; each chunk priced and launched on its own); the
+ *   slot is released after it, so the next expert streams while the previous one computes.
  * `layer` granularity: one H2D of the whole (uncached part of the) layer into one of
  * `weightSlots` layer buffers, released at the end of the layer. Model-based batching
  * (`perMicroBatch`): attention, router and experts run per micro-batch; with ω = 1 the GPU
@@ -34,8 +34,12 @@
  * the critical path only by contention the DAG does not express: host-DRAM bandwidth shared by
  * DMA and CPU work, the unchained copies sharing the links, memory gating.
  *
- * Ids are consecutive integers from 0 in creation order; a releaser lists its holder as its
- * last dep (the executor checks ancestry depth-first from the last dep).
+ * Routing: per-expert token counts per MoE layer from `counts` (the workload's aggregate
+ * router in simulations; `expectedCounts`, even integers, in the estimator).
+ *
+ * Ids are consecutive integers from 0 in creation order, deps always earlier (creation order is
+ * a topological order); a releaser lists its holder as its last dep (the executor checks
+ * ancestry depth-first from the last dep).
  */
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { ACTIVATION_BYTES } from '../cost/cost-model.ts';

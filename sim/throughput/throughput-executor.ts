@@ -37,9 +37,8 @@ import type { Rng } from '../kernel/rng.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { AggregateRouter, Workload } from '../workload.ts';
-import { dagCriticalPath } from './estimator.ts';
 import { hostKvBytesPerSeq, hostNeeded, vramNeeded } from './memory-model.ts';
-import { buildPassDag, passConfigProblem, type CountsFn } from './pass-dag.ts';
+import { passConfigProblem, type CountsFn } from './pass-dag.ts';
 import { simulatePass, type PassResult } from './pass-sim.ts';
 import type { ThroughputPolicy } from './policy.ts';
 import { UniformMultinomialCounts } from './routing-counts.ts';
@@ -368,9 +367,4 @@ export function offsetSink(s: TraceSink, offsetNs: number): TraceSink {
   if (s.onMemory) out.onMemory = (r) => s.onMemory!({ ...r, timeNs: t(r.timeNs) });
   if (s.onBlocked) out.onBlocked = (r) => s.onBlocked!({ ...r, startNs: t(r.startNs), endNs: t(r.endNs) });
   return out;
-}
-
-/** The exact critical path of the DAG a plan gives for a shape (tests, reports). */
-export function planCriticalPathNs(x: Pick<ThroughputInput, 'model' | 'hardware' | 'cost'>, c: PassConfig, shape: PassShape, counts: CountsFn): number {
-  return dagCriticalPath(buildPassDag({ model: x.model, hardware: x.hardware, cost: x.cost, shape, config: c, counts }), x.hardware).lengthNs;
 }
