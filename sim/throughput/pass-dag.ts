@@ -7,7 +7,8 @@
  * Tasks per GPU layer (`expert` granularity, module-based batching — MoE-Gen):
  * - H2D: the layer's dense module into one of `weightSlots` dense buffers (skipped if cached);
  * - ω part (round(ω·B) sequences): GPU attention projections → D2H of Q → CPU attention over
- *   the host KV (`cpuCores` cores) → H2D of its output;
+ *   the host KV (`cpuCores` cores; for MLA with the latent up-projection, `mlaUpProjection`)
+ *   → H2D of its output;
  * - GPU part, per micro-batch of b_a sequences: H2D of its past KV into one of `kvBuffers`
  *   staging buffers (decode, host KV) → GPU attention → D2H of its new KV (host KV);
  * - GPU router over every token of the pass (after both parts), shared experts or, in a dense
@@ -108,6 +109,24 @@ export interface PassDag {
   readonly layerEnds: readonly number[];
 }
 
+/**
+ * MLA (DeepSeek) attention on the CPU over the cached latent: per new token, the absorbed
+ * up-projections cost 2·n_h·nope·kv_lora (W_UK into the query) + 2·n_h·kv_lora·v (W_UV out of
+ * the attended latent) FLOPs, and the task reads the kv_b weights (kv_lora·n_h·(nope + v)
+ * parameters) once. Zero for other attention types. (The GPU projections kernel of the same
+ * tokens still prices the whole projection, kv_b included: a small double count.)
+ */
+export function mlaUpProjection(model: ModelProfile): { readonly flopsPerToken: number; readonly bytes: number } {
+  const a = model.attention;
+  if (a.type !== 'MLA' || a.kvLoraRank === undefined) return { flopsPerToken: 0, bytes: 0 };
+  const nope = a.headDim - (a.ropeHeadDim ?? 0);
+  const v = a.vHeadDim ?? a.headDim;
+  return {
+    flopsPerToken: 2 * a.heads * nope * a.kvLoraRank + 2 * a.heads * a.kvLoraRank * v,
+    bytes: Math.ceil(a.kvLoraRank * a.heads * (nope + v) * model.dtypes.attentionBytesPerParam),
+  };
+}
+
 /** Checks a configuration against a model; returns the first problem, or undefined. */
 export function passConfigProblem(c: PassConfig, model: ModelProfile): string | undefined {
   const posInt = (v: number) => Number.isSafeInteger(v) && v >= 1;
@@ -194,6 +213,7 @@ export function buildPassDag(inp: DagInput): PassDag {
   const cpuRate = c.cpuCores * hw.cpu.vectorFlopsPerSecPerCore * hw.cpu.vectorEfficiency;
   const cpuNs = (flops: number): Ns => ceilNs((flops / cpuRate) * 1e9);
 
+  const mlaUp = mlaUpProjection(model);
   const tasks: TaskSpec[] = [];
   let lastGpu = -1;
   let lastH2d = -1;
@@ -400,7 +420,10 @@ export function buildPassDag(inp: DagInput): PassDag {
       const proj = gpu('attnProj', gpuCost({ kind: 'attentionProj', tokens: s * nt }), [...inputs, ...extraDeps], () => `L${l} m${m} proj (CPU part)`);
       const q = d2h('activations', actBytes(s * nt), [proj], false, () => `L${l} m${m} Q D2H`);
       const ca = cost.estimate({ kind: 'cpuAttention', tokens: s * nt, contextTokens: s * ctxPerSeq, cores: c.cpuCores });
-      const ct = cpu('cpuAttention', ca.computeNs ?? ca.ns, ca.bytes, [q], () => `L${l} m${m} CPU attention`);
+      // MLA: the latent up-projection of these tokens (W_UK into the queries, W_UV out of the
+      // attended latents) runs beside the scores on the CPU, reading kv_b from host DRAM.
+      const computeNs = (ca.computeNs ?? ca.ns) + (mlaUp.flopsPerToken > 0 ? cpuNs(s * nt * mlaUp.flopsPerToken) : 0);
+      const ct = cpu('cpuAttention', computeNs as Ns, ca.bytes + mlaUp.bytes, [q], () => `L${l} m${m} CPU attention`);
       const out = h2d('activations', actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
       return [proj, out];
     };

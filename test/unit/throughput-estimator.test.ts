@@ -261,3 +261,23 @@ describe('estimator: extrapolation and routing counts', () => {
     }
   });
 });
+
+describe('CPU attention of latent-KV (MLA) models', () => {
+  it('adds the latent up-projection of its tokens to the CPU task, and reads kv_b', async () => {
+    const { mlaUpProjection } = await import('../../sim/throughput/pass-dag.ts');
+    const model = loadModel('deepseek-v2-lite');
+    const hw = loadHardware('moe-gen-c1');
+    const cost = createCostModel(model, hw);
+    const up = mlaUpProjection(model);
+    // 16 heads × (2·128·512 + 2·512·128) FLOPs per token; kv_b = 512 × 16 × (128 + 128) BF16 parameters.
+    expect(up).toEqual({ flopsPerToken: 16 * (2 * 128 * 512 + 2 * 512 * 128), bytes: 512 * 16 * 256 * 2 });
+    expect(mlaUpProjection(loadModel('mixtral-8x7b'))).toEqual({ flopsPerToken: 0, bytes: 0 });
+    const shape: PassShape = { phase: 'decode', seqs: 10, newTokens: 1, pastTokens: 99, hostSeqs: 10, reserveTokens: 120 };
+    const config = { ...defaultPassConfig(model.layers), omega: 1, cpuCores: 4 };
+    const dag = buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) });
+    const task = dag.tasks.find((t) => t.category === 'cpuAttention')!;
+    const scores = cost.estimate({ kind: 'cpuAttention', tokens: 10, contextTokens: 10 * 100, cores: 4 });
+    const rate = 4 * hw.cpu.vectorFlopsPerSecPerCore * hw.cpu.vectorEfficiency;
+    expect(task).toMatchObject({ kind: 'cpu', cores: 4, bytes: scores.bytes + up.bytes, computeNs: scores.computeNs! + Math.ceil((10 * up.flopsPerToken * 1e9) / rate) });
+  });
+});
