@@ -23,7 +23,7 @@
  *   below the prefetch's expected activation frequency (same unit: activations per token).
  *   The paper says prefetched experts have maximal priority but not when a prediction may
  *   displace a cached expert; without this rule a ranked set as large as the buffer flushes
- *   the cache (measured: hit rate from 32 % to 0.4 % on Mixtral, see the policy header).
+ *   the cache (measurements in the policy header).
  *
  * With `cachePriorities` off the cache is LRU (still never evicting the ranked set for a
  * prefetch; every prefetch is admitted) — the ablation "without activation-aware caching".
@@ -141,18 +141,20 @@ export class CachePriorities {
    * then spoken for. The executor's later `chooseVictim` calls pick the same victims, in the
    * same order, and decline if they do not.
    */
-  admission(buffer: BufferView): (key: ExpertKey, freq: number) => boolean {
+  admission(buffer: BufferView, maxAdmissions = Infinity): (key: ExpertKey, freq: number) => boolean {
     let free = buffer.slots - buffer.occupied;
-    let heap: VictimHeap | null = null;
+    let victims: ExpertKey[] | null = null;
+    let vi = 0;
     return (key, freq) => {
       if (free > 0) {
         free--;
         this.markAdmitted(key, Infinity);
         return true;
       }
-      if (!heap) heap = this.victims(buffer);
-      if (heap.size === 0 || !(heap.topPriority() < freq)) return false;
-      heap.pop();
+      if (!victims) victims = this.cheapestVictims(buffer, maxAdmissions);
+      const v = victims[vi];
+      if (v === undefined || !(this.victimPriority(v) < freq)) return false;
+      vi++;
       this.markAdmitted(key, freq);
       return true;
     };
@@ -173,15 +175,21 @@ export class CachePriorities {
     return min;
   }
 
-  /** Resident, unpinned experts outside the ranked set, as a heap in eviction order. */
-  private victims(buffer: BufferView): VictimHeap {
-    const h = new VictimHeap();
+  /**
+   * The `limit` cheapest resident, unpinned experts outside the ranked set, in eviction order
+   * (priority, last use, key): a bounded heap over the buffer, O(slots · log limit).
+   */
+  private cheapestVictims(buffer: BufferView, limit: number): ExpertKey[] {
+    const h = new VictimHeap(true);
     for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned || this.rankOf(e.key) !== undefined) continue;
-      h.add(e.key, this.victimPriority(e.key), e.lastUsedNs);
+      if (e.state !== 'resident' || e.pinned || this.rankGen[e.key] === this.gen) continue;
+      const p = this.victimPriority(e.key);
+      if (h.size < limit) h.push(e.key, p, e.lastUsedNs);
+      else if (h.size > 0 && h.ranksBeforeTop(e.key, p, e.lastUsedNs)) h.replaceTop(e.key, p, e.lastUsedNs);
     }
-    h.heapify();
-    return h;
+    const out: ExpertKey[] = [];
+    while (h.size > 0) out.push(h.pop());
+    return out.reverse();
   }
 
   /**
@@ -220,34 +228,35 @@ export class CachePriorities {
   }
 }
 
-/** A binary min-heap of eviction candidates ordered by (priority, last use, key). */
+/**
+ * A binary heap of eviction candidates ordered by (priority, last use, key): a min-heap, or
+ * with `max` a max-heap (the last of the cheapest kept on top, for bounded selection).
+ */
 class VictimHeap {
-  private keys: number[] = [];
-  private prio: number[] = [];
-  private used: number[] = [];
+  private readonly keys: number[] = [];
+  private readonly prio: number[] = [];
+  private readonly used: number[] = [];
+
+  constructor(private readonly max = false) {}
 
   get size(): number {
     return this.keys.length;
   }
 
-  add(key: number, priority: number, lastUsedNs: number): void {
-    this.keys.push(key);
-    this.prio.push(priority);
-    this.used.push(lastUsedNs);
+  /** (k, p, u) is evicted before (k2, p2, u2). */
+  private static first(k: number, p: number, u: number, k2: number, p2: number, u2: number): boolean {
+    return p !== p2 ? p < p2 : u !== u2 ? u < u2 : k < k2;
   }
 
-  topPriority(): number {
-    return this.prio[0]!;
+  /** Node a belongs above node b. */
+  private above(a: number, b: number): boolean {
+    const f = VictimHeap.first(this.keys[a]!, this.prio[a]!, this.used[a]!, this.keys[b]!, this.prio[b]!, this.used[b]!);
+    return this.max ? !f : f;
   }
 
-  private less(a: number, b: number): boolean {
-    const pa = this.prio[a]!;
-    const pb = this.prio[b]!;
-    if (pa !== pb) return pa < pb;
-    const ua = this.used[a]!;
-    const ub = this.used[b]!;
-    if (ua !== ub) return ua < ub;
-    return this.keys[a]! < this.keys[b]!;
+  /** The candidate is evicted before the top (max-heap: it belongs among the cheapest kept). */
+  ranksBeforeTop(key: number, priority: number, lastUsedNs: number): boolean {
+    return VictimHeap.first(key, priority, lastUsedNs, this.keys[0]!, this.prio[0]!, this.used[0]!);
   }
 
   private swap(a: number, b: number): void {
@@ -258,21 +267,40 @@ class VictimHeap {
     }
   }
 
+  private up(j: number): void {
+    while (j > 0) {
+      const p = (j - 1) >> 1;
+      if (!this.above(j, p)) return;
+      this.swap(j, p);
+      j = p;
+    }
+  }
+
   private down(j: number): void {
     const n = this.keys.length;
     for (;;) {
       const l = 2 * j + 1;
       if (l >= n) return;
       const r = l + 1;
-      const m = r < n && this.less(r, l) ? r : l;
-      if (!this.less(m, j)) return;
+      const m = r < n && this.above(r, l) ? r : l;
+      if (!this.above(m, j)) return;
       this.swap(m, j);
       j = m;
     }
   }
 
-  heapify(): void {
-    for (let j = (this.keys.length >> 1) - 1; j >= 0; j--) this.down(j);
+  push(key: number, priority: number, lastUsedNs: number): void {
+    this.keys.push(key);
+    this.prio.push(priority);
+    this.used.push(lastUsedNs);
+    this.up(this.keys.length - 1);
+  }
+
+  replaceTop(key: number, priority: number, lastUsedNs: number): void {
+    this.keys[0] = key;
+    this.prio[0] = priority;
+    this.used[0] = lastUsedNs;
+    this.down(0);
   }
 
   pop(): number {

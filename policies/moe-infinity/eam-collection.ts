@@ -12,10 +12,11 @@
  *   insertion); ties go to the lowest index.
  *
  * Storage (counts as Float32: exact integers below 2^24): each entry twice, entry-major
- * (`rows`, for aggregating a match's future rows) and column-major (`cols`, cell (l, e) of
- * every entry contiguous, for the matcher's per-row update), plus per entry and row the
- * squared norm and the total. That is 8·L·E bytes per entry (Arctic, 35×128: 36 KB; 10 000
- * entries: 358 MB). Storage grows by doubling up to the capacity.
+ * (`rows`, read by the batch scores of `prefetcher.ts`) and column-major (`cols`, cell (l, e)
+ * of every entry contiguous, for the matcher's per-row update and for replacement), plus per
+ * entry and row the squared norm, its prefix sum over rows 0…l, the total and the largest
+ * cell. That is 8·L·E + 32·L bytes per entry (Arctic, 35×128: 37 KB; 10 000 entries:
+ * 360 MB per phase). Storage grows by doubling up to the capacity.
  *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:
@@ -23,13 +24,22 @@
  *     sim_n = D_n / sqrt(Q_cur · Q_n),   D_n = Σ_{i∈S} cur_i · stored_n,i,
  *                                        Q_cur = Σ_{i∈S} ‖cur_i‖²,  Q_n = Σ_{i∈S} ‖stored_n,i‖²
  *
- * (one cosine over the L×E matrices with the unseen rows removed, not an average of per-row
- * cosines). When row l arrives, D_n += cur_l · stored_n,l touches only the non-zero cells of
- * cur_l (top-k of a decode token: k cells) through the column-major copy, Q_n += ‖stored_n,l‖²
- * is precomputed per entry and row, and Q_cur += ‖cur_l‖². A row update therefore costs
- * O(N · (nnz(cur_l) + 1)), never O(N · L · E), and gives exactly the brute-force value: all
- * sums are of integer products in doubles (tested). The best `topMatches` entries are kept by
- * a scan of the N similarities (ties: lowest index); entries with similarity 0 never match.
+ * — one cosine over the L×E matrices with the unseen rows removed (not an average of per-row
+ * cosines), so every seen row counts by its mass, as in a cosine of whole EAMs. Per matcher
+ * it keeps D_n for every entry, and Q_cur. When row l arrives:
+ * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a
+ *   top-k model: k cells) through the column-major copy: O(N · nnz(cur_l)), never
+ *   O(N · L · E). Rows with ≤ 2 non-zero cells are folded into the scan below (one pass);
+ *   denser rows (prefill) go four columns per pass over D.
+ * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and
+ *   Q_n is the precomputed prefix sum of entry n's row norms up to l — read, not updated;
+ *   rows in another order fall back to accumulating Q_n += ‖stored_n,l‖² per entry.
+ * - Q_cur += ‖cur_l‖².
+ * All sums are of integer products in doubles, so the result equals the brute-force cosine
+ * exactly (tested on random matrices and row orders). The best `topMatches` entries are kept
+ * in the same pass over the N entries by D_n / sqrt(Q_n) (Q_cur is common to all), rejecting
+ * most with D_n² ≤ floor²·Q_n before any square root; ties go to the lowest index; entries
+ * with similarity 0 never match.
  */
 import type { EamShape } from './eam.ts';
 

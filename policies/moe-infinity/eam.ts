@@ -6,9 +6,10 @@
  * counts the tokens routed to expert e at MoE layer l (each token adds one count per selected
  * expert, so a row of a request sums to tokens × top-k).
  *
- * - **Iteration EAM**: one request's counts in one iteration (its prompt in prefill, one token
- *   per decode step). The prefetcher consumes it row by row as layers are routed (see
- *   `eam-collection.ts`, `IncrementalMatcher`), so it is never stored whole.
+ * - **Iteration EAM**: the counts of one iteration's tokens — of the batch's requests in one
+ *   phase (default), or of one request (`batchMatching: 'per-request'`); a prompt in prefill,
+ *   one token per request per decode step. The prefetcher consumes it row by row as layers
+ *   are routed (`eam-collection.ts`, `IncrementalMatcher`), so it is never stored whole.
  * - **Request EAM**: the sum of a request's iteration EAMs, with prefill and decode kept
  *   separately (`RequestEams`): a prompt's P tokens and a decode step's single token activate
  *   experts very differently, so each phase is matched against the stored EAMs of the same

@@ -16,7 +16,15 @@
  * - an expert that is needed now jumps the queue (executor; `queueJump`);
  * - an activation-aware cache: the ranked set is never evicted for a prefetch, other experts
  *   carry their request-EAM frequency with an initial-layer boost, lowest evicted —
- *   `cache-priority.ts`.
+ *   `cache-priority.ts`;
+ * - prefetch admission (our addition, `prefetchAdmission`): into a full buffer, a ranked
+ *   expert is prefetched only if its expected activation frequency beats the cache priority
+ *   of the expert it would evict. The paper gives prefetched experts maximal priority but
+ *   does not say when a prediction may displace a cached expert; with a ranked set as large
+ *   as the buffer (the default budget) and no admission, the prefetcher flushes the cache
+ *   every layer. Measured on the synthetic Mixtral-8x7B workload (A5000, batch 1, 48
+ *   requests): buffer hit rate 32 % with admission, 0.4 % without (on-demand + LRU: 0 %);
+ *   on DeepSeek-V2-Lite (1 308 slots): 84 % vs 59 % (LRU 79 %).
  *
  * When to use: latency-oriented serving (batch 1 to a few dozen requests) of a model whose
  * experts do not fit the GPU, with workloads whose requests repeat activation patterns (task
@@ -45,8 +53,11 @@
  * - The first layer of an iteration is never prefetched (nothing of the iteration is seen
  *   yet); it relies on the cache and the initial-layer boost.
  * - Matching uses the current iteration EAM only, not the request's earlier iterations.
- * - The paper does not say how many matches are aggregated (`topMatches`, default 8), how a
- *   batch is handled, nor the exact form of the initial-layer boost (here ×(1 + b·(1 − l/L))).
+ * - The paper does not say how many matches are aggregated (`topMatches`, default 8: enough
+ *   to smooth one noisy single-token match into a distribution, few enough to stay specific
+ *   to the request's pattern; `topMatches: 1` is the released code's top-1), how a batch is
+ *   handled, when a prefetch may displace a cached expert (admission above), nor the exact
+ *   form of the initial-layer boost (here ×(1 + b·(1 − l/L))).
  * - The released code differs (reference-facts §1a): per-row cosine averaged over future rows
  *   of the request EAM, top-1, factor 1 − (i−l)/(L+1), an EAMC that is never filled, LFU /
  *   MRU-like eviction. Only its EAMC replacement rule is offered (`eamcReplacement:
@@ -70,6 +81,7 @@ import { CachePriorities } from './cache-priority.ts';
 import { RequestEams, type EamShape, type Phase } from './eam.ts';
 import { EamCollection, IncrementalMatcher } from './eam-collection.ts';
 import {
+  MaxScoreHeap,
   PrefetchQueue,
   RankScratch,
   ScoreAccumulator,
@@ -115,7 +127,7 @@ export const MoeInfinityParams = z
      * When the buffer is full, a ranked expert is prefetched only if it would evict a cached
      * expert of lower priority than its expected activation frequency (`priority`, default),
      * or always, evicting the lowest-priority cached expert (`always`: prefetched experts
-     * outrank every cached one).
+     * outrank every cached one). Without request tracing (no probabilities): always.
      */
     prefetchAdmission: z.enum(['priority', 'always']).default('priority'),
   })
@@ -125,51 +137,6 @@ export type MoeInfinityParams = z.infer<typeof MoeInfinityParams>;
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
 const EMPTY_SELECTION: Selection = { count: 0, keys: new Int32Array(0), scores: new Float64Array(0), urgency: new Float64Array(0) };
-
-/** A max-heap of selection positions by score (ties: lower key first). */
-class MaxScoreHeap {
-  private readonly a: number[];
-  constructor(
-    positions: number[],
-    private readonly score: Float64Array,
-    private readonly key: Int32Array,
-  ) {
-    this.a = positions;
-    for (let j = (this.a.length >> 1) - 1; j >= 0; j--) this.down(j);
-  }
-  get size(): number {
-    return this.a.length;
-  }
-  private better(x: number, y: number): boolean {
-    const sx = this.score[x]!;
-    const sy = this.score[y]!;
-    return sx > sy || (sx === sy && this.key[x]! < this.key[y]!);
-  }
-  private down(j: number): void {
-    const a = this.a;
-    for (;;) {
-      const l = 2 * j + 1;
-      if (l >= a.length) return;
-      const r = l + 1;
-      const m = r < a.length && this.better(a[r]!, a[l]!) ? r : l;
-      if (!this.better(a[m]!, a[j]!)) return;
-      const t = a[m]!;
-      a[m] = a[j]!;
-      a[j] = t;
-      j = m;
-    }
-  }
-  pop(): number {
-    const a = this.a;
-    const top = a[0]!;
-    const last = a.pop()!;
-    if (a.length > 0) {
-      a[0] = last;
-      this.down(0);
-    }
-    return top;
-  }
-}
 
 /** One matched iteration EAM: a request (per-request) or a phase's requests (per-batch). */
 interface MatchGroup extends MatchedGroup {
@@ -343,7 +310,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
     const candidates: number[] = [];
     for (let j = 0; j < sel.count; j++) if (sel.scores[j]! > minScore && !buffer.has(sel.keys[j]!)) candidates.push(j);
     if (candidates.length === 0) return [];
-    const gate = this.cache.admission(buffer);
+    const gate = this.cache.admission(buffer, candidates.length);
     const heap = new MaxScoreHeap(candidates, sel.scores, sel.keys);
     const out: ExpertKey[] = [];
     while (heap.size > 0) {

@@ -6,13 +6,14 @@
  * 1. Activation probabilities. After layer l is routed, each matched iteration EAM's best
  *    EAMC entries are summed and each row normalised: p(i, e) = share of the matched
  *    requests' tokens at layer i routed to e. A batch's score of (i, e) is the expected number
- *    of its tokens routed there, Σ_r tokens_r · p_r(i, e) (`ScoreAccumulator`): for one
- *    request it ranks exactly as the paper's activation ratio.
+ *    of its tokens routed there, Σ_g tokens_g · p_g(i, e) over its matched iteration EAMs
+ *    (`ScoreAccumulator`): for one request it ranks exactly as the paper's activation ratio.
  * 2. Proximity. Future layer i is scaled by 1 − (i − l)/L (`layerProximity`); layers
  *    l+1 … l+horizon are considered (horizon = all remaining layers with
  *    `multiLayerPrefetch`, else 1).
  * 3. Ranking (`selectPrefetch`). The `budget` best cells (score > 0; ties: nearer layer,
- *    then lower expert) form the ranked set, queued nearest layer first (then by score) — or
+ *    then lower expert; rows scanned nearest first, a row skipped when its score bound cannot
+ *    beat the cells already held) form the ranked set, queued nearest layer first (then by score) — or
  *    purely by score with `queueOrder: 'score'`. The queue position is encoded in the H2D
  *    priority (lower is more urgent, ≥ 1) without sorting: nearest-first
  *    u = (i − l) + (1 − s/s_max), by score u = 1 + (1 − s/s_max).
@@ -23,8 +24,9 @@
  *    issued (admission: `cache-priority.ts`). Resident members of the set are protected from
  *    eviction (cache priority maximal).
  *
- * Without request tracing (`dependencyRanking`): the first n experts of layer l+1 in expert
- * order — DeepSpeed-style dependency prefetch, the first row of the paper's ablation.
+ * Without request tracing (`dependencySelection`): the first n experts of layer l+1 in expert
+ * order — DeepSpeed-style dependency prefetch, the first row of the paper's ablation (still
+ * re-ranked per layer: stale next-layer prefetches are cancelled).
  */
 import type { BufferView, ExpertKey, PolicyDecision, PrefetchRequest } from '../../sim/serving/policy.ts';
 import type { EamShape } from './eam.ts';
@@ -260,14 +262,16 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
       }
     }
   } else {
-    // A min-heap (worst on top) of the best `cap` cells.
+    // The best `cap` cells: appended in row order until `cap` are held (no heap work when
+    // fewer exist: already in layer order), then a min-heap (worst on top).
     const hk = scratch.keys;
     const hv = scratch.vals;
     let size = 0;
+    let isHeap = false;
     for (let i = from; i < to; i++) {
       const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
       if (source) {
-        if (size === cap && !(source.bound(i) * f > hv[0]!)) continue;
+        if (isHeap && !(source.bound(i) * f > hv[0]!)) continue;
         source.fill(i, scores);
       }
       const base = i * E;
@@ -276,32 +280,34 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
         if (!(raw > 0)) continue;
         const s = raw * f;
         const key = base + e;
-        if (size === cap) {
-          // Worse than (or tied after) the worst kept: skip.
-          if (!before(s, key, hv[0]!, hk[0]!)) continue;
-          hk[0] = key;
-          hv[0] = s;
-          siftDown(hk, hv, size, 0);
-        } else {
-          let j = size++;
-          hk[j] = key;
-          hv[j] = s;
-          while (j > 0) {
-            const p = (j - 1) >> 1;
-            if (!before(hv[p]!, hk[p]!, hv[j]!, hk[j]!)) break; // parent is worse: heap holds
-            swap(hk, hv, j, p);
-            j = p;
+        if (!isHeap) {
+          hk[size] = key;
+          hv[size] = s;
+          if (++size === cap) {
+            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
+            isHeap = true;
           }
+          continue;
         }
+        // Worse than (or tied after) the worst kept: skip.
+        if (!before(s, key, hv[0]!, hk[0]!)) continue;
+        hk[0] = key;
+        hv[0] = s;
+        siftDown(hk, hv, size, 0);
       }
     }
-    // Layer order = key order.
-    const byKey = scratch.byKey;
-    for (let j = 0; j < size; j++) byKey[hk[j]!] = hv[j]!;
-    const sorted = hk.subarray(0, size).slice().sort();
-    for (let j = 0; j < size; j++) {
-      ok[j] = sorted[j]!;
-      os[j] = byKey[sorted[j]!]!;
+    if (!isHeap) {
+      ok.set(hk.subarray(0, size));
+      os.set(hv.subarray(0, size));
+    } else {
+      // Layer order = key order.
+      const byKey = scratch.byKey;
+      for (let j = 0; j < size; j++) byKey[hk[j]!] = hv[j]!;
+      const sorted = hk.subarray(0, size).slice().sort();
+      for (let j = 0; j < size; j++) {
+        ok[j] = sorted[j]!;
+        os[j] = byKey[sorted[j]!]!;
+      }
     }
     n = size;
   }
@@ -375,6 +381,51 @@ export function dependencyRanking(layer: number, layers: number, experts: number
 export function dependencySelection(layer: number, layers: number, experts: number, count: number, budget: number): Selection {
   const keys = Int32Array.from(dependencyRanking(layer, layers, experts, count, budget));
   return { count: keys.length, keys, scores: new Float64Array(keys.length).fill(1), urgency: Float64Array.from(keys, (_, j) => 1 + j) };
+}
+
+/** A max-heap of selection positions by score (ties: lower key first): the admission order. */
+export class MaxScoreHeap {
+  private readonly a: number[];
+  constructor(
+    positions: number[],
+    private readonly score: Float64Array,
+    private readonly key: Int32Array,
+  ) {
+    this.a = positions;
+    for (let j = (this.a.length >> 1) - 1; j >= 0; j--) this.down(j);
+  }
+  get size(): number {
+    return this.a.length;
+  }
+  private better(x: number, y: number): boolean {
+    const sx = this.score[x]!;
+    const sy = this.score[y]!;
+    return sx > sy || (sx === sy && this.key[x]! < this.key[y]!);
+  }
+  private down(j: number): void {
+    const a = this.a;
+    for (;;) {
+      const l = 2 * j + 1;
+      if (l >= a.length) return;
+      const r = l + 1;
+      const m = r < a.length && this.better(a[r]!, a[l]!) ? r : l;
+      if (!this.better(a[m]!, a[j]!)) return;
+      const t = a[m]!;
+      a[m] = a[j]!;
+      a[j] = t;
+      j = m;
+    }
+  }
+  pop(): number {
+    const a = this.a;
+    const top = a[0]!;
+    const last = a.pop()!;
+    if (a.length > 0) {
+      a[0] = last;
+      this.down(0);
+    }
+    return top;
+  }
 }
 
 /**

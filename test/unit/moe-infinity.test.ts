@@ -13,7 +13,6 @@ import type { PacketRecord, TraceSink, TransferRecord } from '../../sim/observe/
 import type {
   BufferEntryView,
   BufferView,
-  ExpertKey,
   LayerRouting,
   PolicyDecision,
   ServingPolicy,
