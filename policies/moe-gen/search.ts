@@ -102,10 +102,10 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
     if (!d.feasible) return d;
     decode = d.plan;
     if (s.omega !== 'auto') {
-      const auto = searchPhase(ctx, { ...s, omega: 'auto' }, base, 'decode', N);
-      if (auto.feasible && auto.plan.search) {
-        decode = { ...decode, search: { ...decode.search!, omegaAuto: auto.plan.search.omega, predictedPassSAuto: auto.plan.search.predictedPassS } };
-      }
+      // The unconstrained search of the same run (memoised: a sweep over ω runs it once).
+      const auto = moeGenPlan(ctx, { ...s, omega: 'auto' });
+      const a = auto.feasible ? auto.plan.decode.search : undefined;
+      if (a) decode = { ...decode, search: { ...decode.search!, omegaAuto: a.omega, predictedPassSAuto: a.predictedPassS } };
     }
   }
   let prefill: PhasePlan | undefined;
