@@ -82,7 +82,7 @@ async function assemble(
   const cost = createCostModel(model, hardware, o.onWarning);
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
-  const workload = await buildWorkload(spec.workload, shape, streams);
+  const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
   const w = wire({ rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload }, model);
   const x = spec.executor;
   const config: ServingConfig = {
@@ -112,7 +112,7 @@ export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Prom
   const cost = createCostModel(model, hardware, o.onWarning);
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
-  const workload = await buildWorkload(spec.workload, shape, streams);
+  const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
   const policy = def.createThroughput(spec.policy.params, { rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload });
   const config: ThroughputConfig = {
     phase: x.phase,

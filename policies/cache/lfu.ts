@@ -28,7 +28,7 @@
  */
 import { z } from 'zod';
 import type { ExpertKey, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
-import { firstBy, trimToCaps, victimPool, type CapOf } from '../prefetch/victims.ts';
+import { firstBy, trimToCaps, victimPool, type CapOf } from './victims.ts';
 import { definePolicy } from '../types.ts';
 import { LruParams, lruSlots } from './lru.ts';
 
@@ -68,6 +68,6 @@ export const lfu = definePolicy({
   family: 'serving',
   summary: 'LFU expert cache (uses since start or since entering the buffer; global or per-layer capacity), no prefetch',
   params: LfuParams,
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p) => createLfu('lfu', p),
 });

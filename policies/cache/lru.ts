@@ -6,14 +6,18 @@
  * the GPU buffer; when a slot is needed the least recently used resident expert is evicted.
  *
  * Capacity: `capacitySlots` (global), or `capacityBytes` (converted to whole slots), sets the
- * executor's expert buffer; `perLayerSlots` additionally caps each MoE layer (Mixtral-
- * Offloading keeps 4 of 8 experts per layer) by evicting that layer's least recent expert when
- * a new one of the layer is routed. Without any, the buffer is `executor.bufferSlots`.
+ * executor's expert buffer; `perLayerSlots` makes it one LRU cache per MoE layer (Mixtral-
+ * Offloading keeps 4 of 8 experts per layer): a miss at layer l evicts layer l's own least
+ * recent expert (see `victims.ts`), and a layer that overshot its cap (more activated experts
+ * than slots) gives back its least recent ones as soon as it has computed. Without any, the buffer is
+ * `executor.bufferSlots`.
  * LRU is a stack algorithm: its hit rate never falls as the capacity grows (tested).
  */
 import { z } from 'zod';
 import type { ExpertKey, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { evictable, firstBy, trimToCaps, victimPool, type CapOf } from './victims.ts';
 
 export const LruParams = z
   .object({
@@ -37,6 +41,9 @@ export class LruOrder {
   remove(key: ExpertKey): void {
     this.order.delete(key);
   }
+  keys(): IterableIterator<ExpertKey> {
+    return this.order.keys();
+  }
   /** Least recently used key satisfying `ok`. */
   oldest(ok: (k: ExpertKey) => boolean): ExpertKey | undefined {
     for (const k of this.order.keys()) if (ok(k)) return k;
@@ -44,43 +51,46 @@ export class LruOrder {
   }
 }
 
-/** Buffer slots implied by the capacity parameters, if any. */
-export function lruSlots(p: LruParams, bytesPerExpert: number, moeLayers: number): number | undefined {
+/**
+ * Buffer slots implied by the capacity parameters, if any. A per-layer cache also gets top-k
+ * staging slots (Mixtral-Offloading's `buffer_size`): a layer whose cache is full still needs
+ * somewhere to load its misses before it gives back its least recent experts, and without the
+ * staging slots that load would evict another layer's cached expert.
+ */
+export function lruSlots(p: LruParams, model: Pick<ModelProfile, 'moeLayers' | 'topK' | 'derived'>): number | undefined {
   if (p.capacitySlots !== undefined) return p.capacitySlots;
-  if (p.capacityBytes !== undefined) return Math.max(1, Math.floor(p.capacityBytes / bytesPerExpert));
-  if (p.perLayerSlots !== undefined) return p.perLayerSlots * moeLayers;
+  if (p.capacityBytes !== undefined) return Math.max(1, Math.floor(p.capacityBytes / model.derived.bytesPerExpert));
+  if (p.perLayerSlots !== undefined) return p.perLayerSlots * model.moeLayers + model.topK;
   return undefined;
 }
 
 export function createLru(name: string, p: LruParams): ServingPolicy {
   const lru = new LruOrder();
+  const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
+  // Least recently used first; keys never touched (absent from the order) first of all.
+  const rank = new Map<ExpertKey, number>();
+  const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => {
+    rank.clear();
+    let i = 0;
+    for (const k of lru.keys()) rank.set(k, i++);
+    return firstBy(pool, (a, b) => (rank.get(a) ?? -1) - (rank.get(b) ?? -1) || a - b)!;
+  };
   return {
     name,
     onLayerRouted(view, routing) {
+      // Touch in the order the executor computes them (expert order), so the last computed is the most recent.
       for (const e of routing.activated) lru.touch(view.keyOf(routing.layer, e));
-      if (p.perLayerSlots === undefined) return;
-      let inLayer = 0;
-      for (const ent of view.buffer.entries()) if (view.layerOf(ent.key) === routing.layer) inLayer++;
-      const evict: ExpertKey[] = [];
-      while (inLayer > p.perLayerSlots) {
-        const v = lru.oldest((k) => {
-          if (view.layerOf(k) !== routing.layer || evict.includes(k)) return false;
-          const ent = view.buffer.entry(k);
-          return ent !== undefined && ent.state === 'resident' && !ent.pinned;
-        });
-        if (v === undefined) break;
-        evict.push(v);
-        inLayer--;
-      }
-      return { evict };
+    },
+    onLayerDone(view) {
+      // Per-layer caches: once a layer has computed, layers over their cap (it activated more
+      // experts than its slots) give back their least recent experts.
+      if (capOf) return { evict: trimToCaps(view, capOf, oldestOf) };
     },
     chooseVictim(view, q) {
-      // Candidates are exactly the resident, unpinned entries: test that directly instead of building a set.
-      const v =
-        lru.oldest((k) => {
-          const e = view.buffer.entry(k);
-          return e !== undefined && e.state === 'resident' && !e.pinned;
-        }) ?? q.candidates[0];
+      if (capOf) return oldestOf(victimPool(view, q.candidates, q.forKey, capOf));
+      // Global: candidates are exactly the resident, unpinned entries; test that directly
+      // instead of building a set.
+      const v = lru.oldest((k) => evictable(view.buffer, k)) ?? q.candidates[0];
       // Evicted keys leave the order (they re-enter when routed again), which keeps the scan short.
       if (v !== undefined) lru.remove(v);
       return v;
@@ -93,6 +103,6 @@ export const lru = definePolicy({
   family: 'serving',
   summary: 'LRU expert cache (global or per-layer capacity), on-demand fetches, no prefetch',
   params: LruParams,
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p) => createLru('lru', p),
 });

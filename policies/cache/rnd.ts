@@ -18,7 +18,7 @@
 import type { z } from 'zod';
 import type { ExpertKey, ServingPolicy } from '../../sim/serving/policy.ts';
 import type { Rng } from '../../sim/kernel/rng.ts';
-import { trimToCaps, victimPool, type CapOf } from '../prefetch/victims.ts';
+import { trimToCaps, victimPool, type CapOf } from './victims.ts';
 import { definePolicy } from '../types.ts';
 import { LruParams, lruSlots } from './lru.ts';
 
@@ -45,6 +45,6 @@ export const rnd = definePolicy({
   family: 'serving',
   summary: 'random-eviction expert cache (global or per-layer capacity; seeded policy stream), no prefetch',
   params: RndParams,
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => createRnd('rnd', p, ctx.rng),
 });

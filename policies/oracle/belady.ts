@@ -31,7 +31,7 @@
 import type { z } from 'zod';
 import type { ExpertKey, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { LruParams, lruSlots } from '../cache/lru.ts';
-import { firstBy, trimToCaps, victimPool, type CapOf } from '../prefetch/victims.ts';
+import { firstBy, trimToCaps, victimPool, type CapOf } from '../cache/victims.ts';
 import { definePolicy, type NeedTrace } from '../types.ts';
 
 export const BeladyParams = LruParams;
@@ -161,7 +161,7 @@ export const belady = definePolicy({
   summary: "oracle cache: evict the expert used furthest in the future (record-and-replay of the run's needs), no prefetch",
   params: BeladyParams,
   oracle: 'needs',
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => {
     if (!ctx.oracle) {
       throw new Error("belady needs the recorded need sequence (ctx.oracle): build it through experiments/world.ts, which records it for definitions with oracle: 'needs'");

@@ -32,7 +32,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { allocateSlots, equalSlots, LayerStats } from './adapmoe-allocator.ts';
-import { firstBy, trimToCaps, victimPool } from './victims.ts';
+import { firstBy, trimToCaps, victimPool } from '../cache/victims.ts';
 
 export const AdapMoeParams = z
   .object({

@@ -30,7 +30,7 @@ import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
-import { evictable, firstBy } from './victims.ts';
+import { evictable, firstBy } from '../cache/victims.ts';
 
 export const DependencyPrefetchParams = z
   .object({
@@ -92,6 +92,6 @@ export const dependencyPrefetch = definePolicy({
   family: 'serving',
   summary: 'DeepSpeed-style: prefetch the whole next MoE layer; no cache (release after use) or LRU cache',
   params: DependencyPrefetchParams,
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p) => createDependencyPrefetch('dependency-prefetch', p),
 });

@@ -30,7 +30,7 @@
 import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
-import { firstBy, trimToCaps, victimPool } from './victims.ts';
+import { firstBy, trimToCaps, victimPool } from '../cache/victims.ts';
 
 export const MixtralOffloadingParams = z
   .object({

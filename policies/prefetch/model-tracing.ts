@@ -28,7 +28,7 @@ import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
-import { firstBy } from './victims.ts';
+import { firstBy } from '../cache/victims.ts';
 
 export const ModelTracingParams = z
   .object({
@@ -114,6 +114,6 @@ export const modelTracing = definePolicy({
   family: 'serving',
   summary: 'BrainStorm/DeepUM-style: prefetch and cache by activation counts since start; cancels unnecessary prefetches',
   params: ModelTracingParams,
-  bufferSlots: (p, model) => lruSlots(p, model.derived.bytesPerExpert, model.moeLayers),
+  bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => createModelTracing('model-tracing', p, ctx.model.topK),
 });

@@ -142,6 +142,8 @@ export interface ServingPolicy {
   onIterationStart?(view: ServingView): PolicyDecision | void;
   /** MoE layer `routing.layer`'s router has run. Typically prefetches for later layers. */
   onLayerRouted?(view: ServingView, routing: LayerRouting): PolicyDecision | void;
+  /** Every activated expert of MoE layer `layer` has computed (the GPU moves on to the next layer). */
+  onLayerDone?(view: ServingView, layer: number): PolicyDecision | void;
   /** An expert finished computing. Return `false` to release its slot now (no cache), `true` or nothing to keep it. */
   afterUse?(view: ServingView, key: ExpertKey): boolean | void;
   /** A prefetch completed. */

@@ -659,6 +659,8 @@ export class ServingExecutor {
       return;
     }
     if (it.remaining === 0) {
+      const layer = it.moeLayer;
+      this.apply('onLayerDone', this.callPolicy('onLayerDone', () => this.policy.onLayerDone?.(this.view, layer)));
       this.startLayer(it.layer + 1);
       return;
     }

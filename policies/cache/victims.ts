@@ -1,5 +1,5 @@
 /**
- * Victim selection shared by the expert caches of this folder and `policies/cache/{lfu,rnd}`
+ * Victim selection shared by the expert caches (`policies/cache/{lru,lfu,rnd}`), the prefetchers
  * and `policies/oracle/belady`: a "which first" rule applied to the executor's eviction
  * candidates, with optional per-layer capacities (the buffer partitioned by MoE layer, as in
  * Mixtral-Offloading's per-layer LRU and AdapMoE's per-layer cache sizes).
