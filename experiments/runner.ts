@@ -20,7 +20,7 @@ import { expandRuns, type RunSpec } from './config/expand.ts';
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
-import { renderTable, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
+import { renderSeedSummary, renderTable, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
 import { renderPlot } from './outputs/plot.ts';
 import type { ExperimentConfig } from './config/schema.ts';
@@ -153,7 +153,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
         const t0 = performance.now();
         const outcome = executor.run();
         wallS = (performance.now() - t0) / 1000;
-        metrics = servingMetrics(outcome);
+        metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest } : {});
         events = outcome.events;
         endNs = outcome.endNs;
       }
@@ -187,7 +187,8 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
   const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
   const base = config.executor.kind === 'throughput' ? THROUGHPUT_COLUMNS : SERVING_COLUMNS;
-  const table = renderTable(tableRows, [...base, ...extra, ...rel]);
+  let table = renderTable(tableRows, [...base, ...extra, ...rel]);
+  if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary)}`;
   return { runs, timing, table, outDir };
 }
 

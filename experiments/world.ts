@@ -93,6 +93,7 @@ async function assemble(
     bufferSlots: w.bufferSlots ?? x.bufferSlots,
     packetBytes: Math.round(x.packetMiB * 1024 * 1024),
     preloadAllExperts: w.preloadAllExperts,
+    releaseAfterUse: x.releaseAfterUse,
   };
   return new ServingExecutor({ model, hardware, cost, workload, policy: w.policy, config, sink });
 }

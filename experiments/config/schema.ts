@@ -52,6 +52,8 @@ export const ServingExecutorSchema = z
     bufferSlots: z.union([z.literal('auto'), z.number().int().positive()]).default('auto'),
     /** PCIe packet size in MiB (a higher priority overtakes at packet boundaries). */
     packetMiB: z.number().positive().default(16),
+    /** Caching disabled: release every expert right after it computed (prefetch-only comparisons). */
+    releaseAfterUse: z.boolean().default(false),
   })
   .strict();
 export type ServingExecutorConfig = z.infer<typeof ServingExecutorSchema>;
@@ -116,6 +118,8 @@ export const ExperimentSchema = z
       .object({
         /** Columns (metric paths) to add to the printed table. */
         columns: z.array(z.string()).default([]),
+        /** Metric paths summarised over seeds (min / mean / max) in a second table. */
+        seedSummary: z.array(z.string()).default([]),
         /**
          * Metrics relative to a baseline policy: for each run, metric / the same metric of the
          * baseline's run at the same sweep point and seed (e.g. PCIe bytes relative to on-demand).
@@ -128,7 +132,7 @@ export const ExperimentSchema = z
         plots: z.array(PlotSchema).default([]),
       })
       .strict()
-      .default({ columns: [], plots: [] }),
+      .default({ columns: [], seedSummary: [], plots: [] }),
   })
   .strict();
 

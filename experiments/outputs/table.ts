@@ -107,3 +107,32 @@ export function renderTable(rows: readonly TableRow[], columns: readonly Column[
   }
   return table.toString();
 }
+
+/**
+ * One row per (policy, sweep point): min / mean / max over seeds of each metric path
+ * (`output.seedSummary`; e.g. requests to recover after a workload shift).
+ */
+export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly string[]): string {
+  const groups = new Map<string, TableRow[]>();
+  for (const r of rows) {
+    const key = JSON.stringify([r.policy, r.params]);
+    let g = groups.get(key);
+    if (!g) groups.set(key, (g = []));
+    g.push(r);
+  }
+  const paramKeys: string[] = [];
+  for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
+  const varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
+  const head = ['policy', ...varying, 'seeds', ...metrics.flatMap((m) => [`${m} min`, `${m} mean`, `${m} max`])];
+  const table = new Table({ head, style: { head: [], border: [], compact: true } });
+  for (const g of groups.values()) {
+    const first = g[0]!;
+    const cells = metrics.flatMap((m) => {
+      const v = g.map((r) => metricAt(r.metrics, m)).filter((x): x is number => typeof x === 'number');
+      if (v.length === 0) return ['-', '-', '-'];
+      return [fmt(Math.min(...v)), fmt(v.reduce((a, b) => a + b, 0) / v.length), fmt(Math.max(...v))];
+    });
+    table.push([first.policy, ...varying.map((k) => fmt(first.params[k])), String(g.length), ...cells]);
+  }
+  return table.toString();
+}

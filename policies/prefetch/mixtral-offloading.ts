@@ -31,6 +31,7 @@ import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { firstBy, trimToCaps, victimPool } from '../cache/victims.ts';
+import { lruSlots } from '../cache/lru.ts';
 
 export const MixtralOffloadingParams = z
   .object({
@@ -93,6 +94,7 @@ export const mixtralOffloading = definePolicy({
   family: 'serving',
   summary: 'Mixtral-Offloading: per-layer LRU (default 4 of 8) + speculative prefetch of the predicted next-layer experts',
   params: MixtralOffloadingParams,
-  bufferSlots: (p, model) => (p.perLayerSlots ?? defaultPerLayerSlots(model.experts)) * model.moeLayers,
+  // Per-layer caches plus top-k staging slots for a layer's misses (Mixtral-Offloading's buffer_size).
+  bufferSlots: (p, model) => lruSlots({ perLayerSlots: p.perLayerSlots ?? defaultPerLayerSlots(model.experts) }, model),
   create: (p, ctx) => createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK),
 });

@@ -8,7 +8,8 @@
  * - throughputTokPerS: output tokens / makespan; prefillTokPerS: prompt tokens / makespan;
  *   decodeTokPerS: decode-generated tokens (output − 1 per request) / makespan. The serving
  *   family interleaves phases, so all three are over the whole makespan.
- * - makespanS: time of the last event (the last request's finish).
+ * - makespanS: the last request's finish (prefetches still landing afterwards do not count).
+ * - shiftRecoveryRequests (workloads with a `shift`): see `shiftRecovery`.
  * - gpuBusyFrac / gpuBlockedFrac: GPU compute busy / blocked-on-expert-fetch time over makespan;
  *   gpuBlockedS the blocked time itself.
  * - h2dBytes / d2hBytes: bytes moved over PCIe; h2dUtil: H2D link busy time / makespan.
@@ -63,7 +64,42 @@ export function poolPeaks(pools: readonly MemoryPool[]): PeakBytes {
   return out;
 }
 
-export function servingMetrics(o: ServingOutcome): RunMetrics {
+export interface ServingMetricOptions {
+  /** The workload's shift point (first request of the new task mix), for the recovery metrics. */
+  readonly shiftAtRequest?: number;
+  /** Rolling window (requests) of the recovery metric. Default 8. */
+  readonly recoveryWindow?: number;
+}
+
+/**
+ * Recovery after a workload shift (MoE-Infinity §6): requests, in arrival order from the shift
+ * on, until the rolling mean TPOT (window `w`) comes within 10 % of the new steady state and
+ * stays there. The steady state is the mean TPOT of the last quarter of the post-shift requests.
+ * Requests with a single output token have no TPOT and are skipped.
+ */
+export function shiftRecovery(
+  requests: readonly { readonly id: number; readonly outputTokens: number; readonly firstTokenNs: number; readonly finishNs: number }[],
+  shiftAt: number,
+  w = 8,
+): { requests: number; beforeMs: number; steadyMs: number } {
+  const tpot = (r: (typeof requests)[number]) => (r.finishNs - r.firstTokenNs) / 1e6 / (r.outputTokens - 1);
+  const ordered = [...requests].filter((r) => r.outputTokens > 1).sort((a, b) => a.id - b.id);
+  const before = ordered.filter((r) => r.id < shiftAt).map(tpot);
+  const after = ordered.filter((r) => r.id >= shiftAt).map(tpot);
+  const mean = (a: readonly number[]) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length : 0);
+  const tail = after.slice(Math.floor(after.length * 0.75));
+  const steady = mean(tail);
+  const lastStart = Math.max(0, after.length - w);
+  let recovered = lastStart;
+  for (let k = lastStart; k >= 0; k--) {
+    const m = mean(after.slice(k, k + w));
+    if (steady > 0 && Math.abs(m - steady) / steady > 0.1) break;
+    recovered = k;
+  }
+  return { requests: recovered, beforeMs: mean(before.slice(Math.floor(before.length / 2))), steadyMs: steady };
+}
+
+export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {}): RunMetrics {
   const ttft: number[] = [];
   const tpot: number[] = [];
   const e2e: number[] = [];
@@ -78,7 +114,12 @@ export function servingMetrics(o: ServingOutcome): RunMetrics {
     promptTokens += r.promptTokens;
     decodeTokens += r.emittedTokens - 1;
   }
-  const makespanS = o.endNs / 1e9;
+  // The workload is done when its last request finishes (prefetches still on the link after
+  // that do not count); utilisations are over the same span.
+  let lastFinishNs = 0;
+  for (const r of o.requests) if (r.finishNs > lastFinishNs) lastFinishNs = r.finishNs;
+  const spanNs = lastFinishNs > 0 ? lastFinishNs : o.endNs;
+  const makespanS = spanNs / 1e9;
   const c = o.counters;
   // The buffer hit rate is the sum of its two reported parts, not rounded on its own: rounding
   // each of the three separately broke `bufferHitRate = cacheHitRate + prefetchHitRate` by up
@@ -94,12 +135,12 @@ export function servingMetrics(o: ServingOutcome): RunMetrics {
     prefillTokPerS: round6(safeDiv(promptTokens, makespanS)),
     decodeTokPerS: round6(safeDiv(decodeTokens, makespanS)),
     makespanS: round6(makespanS),
-    gpuBusyFrac: round6(safeDiv(res.gpu.busyTimeNs(), o.endNs)),
-    gpuBlockedFrac: round6(safeDiv(c.blockedNs, o.endNs)),
+    gpuBusyFrac: round6(Math.min(1, safeDiv(res.gpu.busyTimeNs(), spanNs))),
+    gpuBlockedFrac: round6(safeDiv(c.blockedNs, spanNs)),
     gpuBlockedS: round6(c.blockedNs / 1e9),
     h2dBytes: res.h2d.bytesMoved,
     d2hBytes: res.d2h.bytesMoved,
-    h2dUtil: round6(safeDiv(res.h2d.busyTimeNs(), o.endNs)),
+    h2dUtil: round6(Math.min(1, safeDiv(res.h2d.busyTimeNs(), spanNs))),
     bufferHitRate: cacheHitRate + prefetchHitRate,
     cacheHitRate,
     prefetchHitRate,
@@ -113,5 +154,11 @@ export function servingMetrics(o: ServingOutcome): RunMetrics {
     requests: o.requests.length,
     outputTokens,
     peakBytes: poolPeaks([res.vram, res.host]),
+    ...(opts.shiftAtRequest !== undefined ? shiftMetrics(o, opts.shiftAtRequest, opts.recoveryWindow) : {}),
   };
+}
+
+function shiftMetrics(o: ServingOutcome, shiftAt: number, w?: number): Record<string, number> {
+  const r = shiftRecovery(o.requests, shiftAt, w);
+  return { shiftRecoveryRequests: r.requests, shiftTpotBeforeMs: round6(r.beforeMs), shiftTpotSteadyMs: round6(r.steadyMs) };
 }

@@ -55,6 +55,12 @@ export interface ServingConfig {
   readonly packetBytes: number;
   /** gpu-rich reference: every expert resident from the start, VRAM unbounded. */
   readonly preloadAllExperts: boolean;
+  /**
+   * Caching disabled (MoE-Infinity's prefetch-only experiments): every expert is released as
+   * soon as it has computed, whatever the policy's `afterUse` says; prefetched experts stay
+   * until they are used (or evicted / cancelled).
+   */
+  readonly releaseAfterUse?: boolean;
 }
 
 export type ServingEvent =
@@ -676,7 +682,8 @@ export class ServingExecutor {
     e.uses++;
     e.lastUsedNs = this.sim.now;
     e.origin = 'cache';
-    const keep = this.cfg.preloadAllExperts || this.callPolicy('afterUse', () => this.policy.afterUse?.(this.view, key)) !== false;
+    const policyKeeps = this.callPolicy('afterUse', () => this.policy.afterUse?.(this.view, key)) !== false;
+    const keep = this.cfg.preloadAllExperts || (policyKeeps && this.cfg.releaseAfterUse !== true);
     if (!keep) this.evict(key, false);
     this.serveSlotWaiters();
     this.pumpExperts();
