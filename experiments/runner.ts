@@ -126,11 +126,11 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const timing: TimingRecord[] = [];
   const rows: TableRow[] = [];
   const outDir = o.outDir;
-  const write = (complete: boolean) => {
+  const write = async (complete: boolean): Promise<void> => {
     if (!outDir) return;
-    writeFileAtomic(path.join(outDir, 'results.json'), toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
-    writeFileAtomic(path.join(outDir, 'timing.json'), toJson({ name: config.name, runs: timing }));
-    writeFileAtomic(path.join(outDir, 'runs.csv'), runsToCsv(runs));
+    await writeFileAtomic(path.join(outDir, 'results.json'), toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
+    await writeFileAtomic(path.join(outDir, 'timing.json'), toJson({ name: config.name, runs: timing }));
+    await writeFileAtomic(path.join(outDir, 'runs.csv'), runsToCsv(runs));
   };
   try {
     for (const spec of specs) {
@@ -171,17 +171,17 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
       rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS });
       if (outDir && timeline) {
-        writeFileAtomic(path.join(outDir, `timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`), timeline.toJson());
+        await writeFileAtomic(path.join(outDir, `timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`), timeline.toJson());
       }
-      write(false);
+      await write(false);
     }
   } finally {
     progress.stop();
   }
   const relCols = addRelative(config, runs);
-  write(true);
+  await write(true);
   if (outDir) {
-    for (const plot of config.output.plots) writeFileAtomic(path.join(outDir, `${plot.name}.svg`), await renderPlot(plot, runs));
+    for (const plot of config.output.plots) await writeFileAtomic(path.join(outDir, `${plot.name}.svg`), await renderPlot(plot, runs));
   }
   const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
   const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));

@@ -65,6 +65,17 @@ async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace>
   return trace!;
 }
 
+/** What both families build the same way: profiles, cost model, the run's rng streams and the workload. */
+async function commonParts(spec: RunSpec, o: WorldOptions) {
+  const model = loadModel(spec.model);
+  const hardware = loadHardware(spec.hardware);
+  const cost = createCostModel(model, hardware, o.onWarning);
+  const streams = new RngStreams(spec.seed);
+  const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
+  const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
+  return { model, hardware, cost, streams, workload };
+}
+
 interface PolicyWiring {
   readonly policy: ServingPolicy;
   readonly bufferSlots: number | undefined;
@@ -77,12 +88,7 @@ async function assemble(
   wire: (ctx: PolicyContext, model: PolicyContext['model']) => PolicyWiring,
   sink: TraceSink | undefined,
 ): Promise<ServingExecutor> {
-  const model = loadModel(spec.model);
-  const hardware = loadHardware(spec.hardware);
-  const cost = createCostModel(model, hardware, o.onWarning);
-  const streams = new RngStreams(spec.seed);
-  const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
-  const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
+  const { model, hardware, cost, streams, workload } = await commonParts(spec, o);
   const w = wire({ rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload }, model);
   const x = spec.executor;
   const config: ServingConfig = {
@@ -108,12 +114,7 @@ export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Prom
   const x = spec.throughput;
   const def = spec.policy.definition;
   if (!x || !def.createThroughput) throw new Error(`run ${spec.index} (${spec.policy.label}) does not select the throughput executor and a throughput policy`);
-  const model = loadModel(spec.model);
-  const hardware = loadHardware(spec.hardware);
-  const cost = createCostModel(model, hardware, o.onWarning);
-  const streams = new RngStreams(spec.seed);
-  const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
-  const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
+  const { model, hardware, cost, streams, workload } = await commonParts(spec, o);
   const policy = def.createThroughput(spec.policy.params, { rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload });
   const config: ThroughputConfig = {
     phase: x.phase,

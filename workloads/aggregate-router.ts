@@ -147,32 +147,8 @@ export function roundToTotal(x: Float64Array, n: number, total: number, cap: num
   }
 }
 
-/** Binomial(n, p): exact inversion for small means, rounded normal above. */
-export function binomial(n: number, p: number, rng: Rng): number {
-  if (n <= 0 || p <= 0) return 0;
-  if (p >= 1) return n;
-  if (p > 0.5) return n - binomial(n, 1 - p, rng);
-  const mean = n * p;
-  if (mean < 30) {
-    // Inversion (BINV): walk the pmf from 0; expected O(mean) steps.
-    const q = 1 - p;
-    const s = p / q;
-    const a = (n + 1) * s;
-    let r = Math.pow(q, n);
-    let u = rng.next();
-    let x = 0;
-    while (u > r) {
-      u -= r;
-      x++;
-      if (x > n) return n;
-      r *= a / x - s;
-      if (r <= 0) break;
-    }
-    return Math.min(x, n);
-  }
-  const v = Math.round(mean + Math.sqrt(mean * (1 - p)) * rng.normal());
-  return Math.min(n, Math.max(0, v));
-}
+/** Binomial(n, p) from `rng` (see `Rng.binomial`). */
+export const binomial = (n: number, p: number, rng: Rng): number => rng.binomial(n, p);
 
 /** Inclusion probabilities of a per-token sampler, estimated from `samples` tokens per layer. */
 export function estimateInclusion(L: number, E: number, k: number, sampler: TokenSampler, rng: Rng, samples = 65536): Float64Array {

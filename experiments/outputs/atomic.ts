@@ -1,21 +1,9 @@
 /**
- * Atomic file output: write to a temporary file in the same folder, then rename over the
- * target (rename is atomic on POSIX), so a reader — or a killed run — never sees a partial file.
+ * Atomic outputs of the experiment runner: the shared temp-file-then-rename writer of
+ * `workloads/io/atomic.ts` (a reader, or a killed run, never sees a partial file), plus the
+ * stable JSON form of results.
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import path from 'node:path';
-
-export function writeFileAtomic(file: string, data: string): void {
-  mkdirSync(path.dirname(file), { recursive: true });
-  const tmp = `${file}.tmp-${process.pid}`;
-  try {
-    writeFileSync(tmp, data);
-    renameSync(tmp, file);
-  } catch (err) {
-    rmSync(tmp, { force: true });
-    throw err;
-  }
-}
+export { writeFileAtomic } from '../../workloads/io/atomic.ts';
 
 /** Stable JSON: 2-space indentation and a final newline. */
 export const toJson = (v: unknown): string => `${JSON.stringify(v, null, 2)}\n`;

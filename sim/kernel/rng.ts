@@ -73,6 +73,36 @@ export class Rng {
     }
   }
 
+  /**
+   * Binomial(n, p): exact inversion (BINV, expected O(mean) steps) for means below 30, a rounded
+   * normal approximation above (clamped to 0..n). Used to draw multinomial counts as sequential
+   * conditional binomials (aggregate routing).
+   */
+  binomial(n: number, p: number): number {
+    if (n <= 0 || p <= 0) return 0;
+    if (p >= 1) return n;
+    if (p > 0.5) return n - this.binomial(n, 1 - p);
+    const mean = n * p;
+    if (mean < 30) {
+      const q = 1 - p;
+      const s = p / q;
+      const a = (n + 1) * s;
+      let r = Math.pow(q, n);
+      let u = this.prng();
+      let x = 0;
+      while (u > r) {
+        u -= r;
+        x++;
+        if (x > n) return n;
+        r *= a / x - s;
+        if (r <= 0) break;
+      }
+      return Math.min(x, n);
+    }
+    const v = Math.round(mean + Math.sqrt(mean * (1 - p)) * this.normal());
+    return Math.min(n, Math.max(0, v));
+  }
+
   /** Index drawn from unnormalised non-negative weights (linear scan). */
   weighted(weights: ArrayLike<number>, total?: number): number {
     let sum = total ?? 0;

@@ -11,31 +11,8 @@
 import type { Rng } from '../kernel/rng.ts';
 import type { AggregateRouter } from '../workload.ts';
 
-/** Binomial(n, p): exact inversion for small means, rounded normal above. */
-export function binomialSample(n: number, p: number, rng: Rng): number {
-  if (n <= 0 || p <= 0) return 0;
-  if (p >= 1) return n;
-  if (p > 0.5) return n - binomialSample(n, 1 - p, rng);
-  const mean = n * p;
-  if (mean < 30) {
-    const q = 1 - p;
-    const s = p / q;
-    const a = (n + 1) * s;
-    let r = Math.pow(q, n);
-    let u = rng.next();
-    let x = 0;
-    while (u > r) {
-      u -= r;
-      x++;
-      if (x >= n) return n;
-      r *= a / x - s;
-      if (r <= 0) break;
-    }
-    return x;
-  }
-  const v = Math.round(mean + Math.sqrt(mean * (1 - p)) * rng.normal());
-  return Math.min(n, Math.max(0, v));
-}
+/** Binomial(n, p) from `rng` (see `Rng.binomial`). */
+export const binomialSample = (n: number, p: number, rng: Rng): number => rng.binomial(n, p);
 
 export class UniformMultinomialCounts implements AggregateRouter {
   constructor(

@@ -493,7 +493,7 @@ describe('model-tracing', () => {
 describe('mixtral-offloading', () => {
   it('defaults to 4 of 8 experts per layer (the released demo) and prefetches the top-k predicted experts of the next layer', () => {
     const model = tinyModel(32, 8, 2);
-    expect(mixtralOffloading.bufferSlots?.(MixtralOffloadingParams.parse({}), model)).toBe(4 * 32);
+    expect(mixtralOffloading.bufferSlots?.(MixtralOffloadingParams.parse({}), model)).toBe(4 * 32 + 2); // per-layer caches plus top-k staging slots
     const v = stubView({ layers: 3, experts: 8, topK: 2, predict: (l) => (l === 1 ? [5, 2, 7, 0] : []) });
     const p = createMixtralOffloading('mo', MixtralOffloadingParams.parse({}), 8, 2);
     p.init?.(v);
