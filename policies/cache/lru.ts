@@ -33,10 +33,15 @@ export type LruParams = z.infer<typeof LruParams>;
  * the most-recent end, and the first key is the least recent.
  */
 export class LruOrder {
-  private readonly order = new Map<ExpertKey, true>();
+  private readonly order = new Map<ExpertKey, number>();
+  private clock = 0;
   touch(key: ExpertKey): void {
     this.order.delete(key);
-    this.order.set(key, true);
+    this.order.set(key, ++this.clock);
+  }
+  /** When `key` was last touched (larger is more recent); 0 if never (or removed). */
+  stampOf(key: ExpertKey): number {
+    return this.order.get(key) ?? 0;
   }
   remove(key: ExpertKey): void {
     this.order.delete(key);
@@ -68,23 +73,18 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
   const lru = new LruOrder();
   const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
   // Least recently used first; keys never touched (absent from the order) first of all.
-  const rank = new Map<ExpertKey, number>();
-  const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => {
-    rank.clear();
-    let i = 0;
-    for (const k of lru.keys()) rank.set(k, i++);
-    return firstBy(pool, (a, b) => (rank.get(a) ?? -1) - (rank.get(b) ?? -1) || a - b)!;
-  };
+  const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => firstBy(pool, (a, b) => lru.stampOf(a) - lru.stampOf(b) || a - b)!;
   return {
     name,
     onLayerRouted(view, routing) {
       // Touch in the order the executor computes them (expert order), so the last computed is the most recent.
       for (const e of routing.activated) lru.touch(view.keyOf(routing.layer, e));
     },
-    onLayerDone(view) {
-      // Per-layer caches: once a layer has computed, layers over their cap (it activated more
-      // experts than its slots) give back their least recent experts.
-      if (capOf) return { evict: trimToCaps(view, capOf, oldestOf) };
+    onLayerDone(view, layer) {
+      // Per-layer caches: once a layer has computed, if it is over its cap (it activated more
+      // experts than its slots) it gives back its least recent experts. Other layers were
+      // trimmed when they finished.
+      if (capOf) return { evict: trimToCaps(view, capOf, oldestOf, layer) };
     },
     chooseVictim(view, q) {
       if (capOf) return oldestOf(victimPool(view, q.candidates, q.forKey, capOf));

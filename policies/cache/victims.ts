@@ -65,9 +65,26 @@ export const evictable = (buffer: BufferView, key: ExpertKey): boolean => {
 
 /**
  * Evictions that bring every layer to at most its cap (resident, unpinned experts only; the
- * victim of each layer chosen by `choose` among that layer's evictable experts).
+ * victim of each layer chosen by `choose` among that layer's evictable experts). With
+ * `onlyLayer`, just that layer is trimmed (one pass over the buffer, no per-layer counts).
  */
-export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose): ExpertKey[] {
+export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose, onlyLayer?: number): ExpertKey[] {
+  if (onlyLayer !== undefined) {
+    let count = 0;
+    const pool: ExpertKey[] = [];
+    for (const e of view.buffer.entries()) {
+      if (view.layerOf(e.key) !== onlyLayer) continue;
+      count++;
+      if (e.state === 'resident' && !e.pinned) pool.push(e.key);
+    }
+    const out: ExpertKey[] = [];
+    for (let excess = count - capOf(onlyLayer); excess > 0 && pool.length > 0; excess--) {
+      const v = choose(pool);
+      pool.splice(pool.indexOf(v), 1);
+      out.push(v);
+    }
+    return out;
+  }
   const counts = layerCounts(view);
   const out: ExpertKey[] = [];
   let byLayer: Map<number, ExpertKey[]> | null = null;
