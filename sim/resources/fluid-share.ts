@@ -24,7 +24,8 @@ interface Flow {
 }
 
 export class FluidShare {
-  private readonly flows = new Map<number, Flow>();
+  /** Running flows in start order (a handful at most: a plain array beats a Map here). */
+  private readonly flows: Flow[] = [];
   private nextId = 0;
   private lastUpdateNs = 0 as Ns;
   /** Bytes served so far (integral of the allocated rates). */
@@ -42,7 +43,7 @@ export class FluidShare {
   }
 
   get activeFlows(): number {
-    return this.flows.size;
+    return this.flows.length;
   }
 
   /** Starts a flow of `bytes` capped at `capBytesPerSec`; `onDone` runs when its last byte is served. */
@@ -51,18 +52,21 @@ export class FluidShare {
     if (!(capBytesPerSec > 0)) throw new RangeError(`${this.name}: flow cap must be > 0, got ${capBytesPerSec}`);
     this.advance();
     const id = this.nextId++;
-    this.flows.set(id, { id, remainingBytes: bytes, capBytesPerSec, rateBytesPerSec: 0, handle: null, onDone });
+    this.flows.push({ id, remainingBytes: bytes, capBytesPerSec, rateBytesPerSec: 0, handle: null, onDone });
     this.rebalance();
     return id;
   }
 
   /** Handler of `fluid.flowDone`. */
   onFlowDone(flowId: number): void {
-    const flow = this.flows.get(flowId);
+    const flows = this.flows;
+    let i = 0;
+    while (i < flows.length && flows[i]!.id !== flowId) i++;
+    const flow = flows[i];
     if (!flow) throw new SimError(`unknown flow ${flowId}`, this.sched.now, this.name);
     this.advance();
-    this.flows.delete(flowId);
-    if (this.flows.size > 0) this.rebalance();
+    flows.splice(i, 1);
+    if (flows.length > 0) this.rebalance();
     else this.contended = false;
     flow.onDone();
   }
@@ -83,7 +87,7 @@ export class FluidShare {
     const now = this.sched.now;
     const dtNs = now - this.lastUpdateNs;
     if (dtNs > 0) {
-      for (const f of this.flows.values()) {
+      for (const f of this.flows) {
         const progressed = Math.min(f.remainingBytes, (f.rateBytesPerSec * dtNs) / 1e9);
         f.remainingBytes -= progressed;
         this.servedBytes += progressed;
@@ -96,14 +100,14 @@ export class FluidShare {
   /** Max-min fair (water-filling) allocation under per-flow caps; reschedules flows whose rate changed. */
   private rebalance(): void {
     let demand = 0;
-    for (const f of this.flows.values()) demand += f.capBytesPerSec;
+    for (const f of this.flows) demand += f.capBytesPerSec;
     this.contended = demand > this.capacityBytesPerSec * (1 + 1e-12);
     if (!this.contended) {
       // Fast path (the common case): everyone runs at its cap.
-      for (const f of this.flows.values()) this.setRate(f, f.capBytesPerSec);
+      for (const f of this.flows) this.setRate(f, f.capBytesPerSec);
       return;
     }
-    const flows = [...this.flows.values()].sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.id - b.id);
+    const flows = [...this.flows].sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.id - b.id);
     let capacity = this.capacityBytesPerSec;
     for (let i = 0; i < flows.length; i++) {
       const f = flows[i]!;
