@@ -15,18 +15,36 @@ import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { ResourceEvent } from './events.ts';
 
 interface Flow {
+  /** Index of this record in `records`; the `flowId` of its completion event. */
   readonly id: number;
+  /** The completion event of this record, built once: it names the record, not one use of it. */
+  readonly doneEvent: ResourceEvent;
+  /** Start order among running flows (ties of the water-filling order are broken by it). */
+  seq: number;
+  /** False while the record is on the free list. */
+  running: boolean;
   remainingBytes: number;
-  readonly capBytesPerSec: number;
+  capBytesPerSec: number;
   rateBytesPerSec: number;
   handle: EventHandle | null;
-  readonly onDone: () => void;
+  onDone: (() => void) | null;
 }
 
 export class FluidShare {
   /** Running flows in start order (a handful at most: a plain array beats a Map here). */
   private readonly flows: Flow[] = [];
-  private nextId = 0;
+  /**
+   * Every flow record ever made, by id, and the ids of those not running. A finished flow's
+   * record (and its completion event) is reused by the next flow to start: a DMA stream starts
+   * one flow per packet, so this saves two allocations per event. Reuse is safe because a
+   * record has at most one live completion event: a reschedule cancels the previous one, and a
+   * record is only freed once its event has run.
+   */
+  private readonly records: Flow[] = [];
+  private readonly free: number[] = [];
+  /** Scratch array of the contended rebalance (no allocation per rebalance). */
+  private readonly byCap: Flow[] = [];
+  private nextSeq = 0;
   private lastUpdateNs = 0 as Ns;
   /** Bytes served so far (integral of the allocated rates). */
   private servedBytes = 0;
@@ -46,29 +64,61 @@ export class FluidShare {
     return this.flows.length;
   }
 
-  /** Starts a flow of `bytes` capped at `capBytesPerSec`; `onDone` runs when its last byte is served. */
+  /**
+   * Starts a flow of `bytes` capped at `capBytesPerSec`; `onDone` runs when its last byte is
+   * served. Returns the flow's id (valid while it runs: ids of finished flows are reused).
+   */
   start(bytes: number, capBytesPerSec: number, onDone: () => void): number {
     if (!(bytes > 0)) throw new RangeError(`${this.name}: flow bytes must be > 0, got ${bytes}`);
     if (!(capBytesPerSec > 0)) throw new RangeError(`${this.name}: flow cap must be > 0, got ${capBytesPerSec}`);
     this.advance();
-    const id = this.nextId++;
-    this.flows.push({ id, remainingBytes: bytes, capBytesPerSec, rateBytesPerSec: 0, handle: null, onDone });
+    let f: Flow;
+    const freeId = this.free.pop();
+    if (freeId === undefined) {
+      const id = this.records.length;
+      f = { id, doneEvent: { kind: 'fluid.flowDone', flowId: id }, seq: 0, running: false, remainingBytes: 0, capBytesPerSec: 0, rateBytesPerSec: 0, handle: null, onDone: null };
+      this.records.push(f);
+    } else {
+      f = this.records[freeId]!;
+    }
+    f.seq = this.nextSeq++;
+    f.running = true;
+    f.remainingBytes = bytes;
+    f.capBytesPerSec = capBytesPerSec;
+    f.rateBytesPerSec = 0;
+    f.handle = null;
+    f.onDone = onDone;
+    this.flows.push(f);
+    if (this.flows.length === 1) {
+      // Alone (the common case of a DMA stream): it runs at its cap unless that exceeds the
+      // capacity, which the general rebalance handles.
+      this.contended = capBytesPerSec > this.capacityBytesPerSec * (1 + 1e-12);
+      if (!this.contended) {
+        this.setRate(f, capBytesPerSec);
+        return f.id;
+      }
+    }
     this.rebalance();
-    return id;
+    return f.id;
   }
 
   /** Handler of `fluid.flowDone`. */
   onFlowDone(flowId: number): void {
+    const flow = this.records[flowId];
+    if (!flow || !flow.running) throw new SimError(`unknown flow ${flowId}`, this.sched.now, this.name);
     const flows = this.flows;
-    let i = 0;
-    while (i < flows.length && flows[i]!.id !== flowId) i++;
-    const flow = flows[i];
-    if (!flow) throw new SimError(`unknown flow ${flowId}`, this.sched.now, this.name);
     this.advance();
-    flows.splice(i, 1);
+    // Usually the first (or only) one.
+    flows.splice(flows.indexOf(flow), 1);
     if (flows.length > 0) this.rebalance();
     else this.contended = false;
-    flow.onDone();
+    const onDone = flow.onDone!;
+    // Freed before `onDone`, which often starts the next flow (the next packet) on this record.
+    flow.running = false;
+    flow.handle = null;
+    flow.onDone = null;
+    this.free.push(flow.id);
+    onDone();
   }
 
   /** Bytes served so far, including the progress of running flows up to now. */
@@ -87,7 +137,9 @@ export class FluidShare {
     const now = this.sched.now;
     const dtNs = now - this.lastUpdateNs;
     if (dtNs > 0) {
-      for (const f of this.flows) {
+      const flows = this.flows;
+      for (let i = 0; i < flows.length; i++) {
+        const f = flows[i]!;
         const progressed = Math.min(f.remainingBytes, (f.rateBytesPerSec * dtNs) / 1e9);
         f.remainingBytes -= progressed;
         this.servedBytes += progressed;
@@ -107,7 +159,10 @@ export class FluidShare {
       for (const f of this.flows) this.setRate(f, f.capBytesPerSec);
       return;
     }
-    const flows = [...this.flows].sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.id - b.id);
+    const flows = this.byCap;
+    flows.length = 0;
+    for (const f of this.flows) flows.push(f);
+    flows.sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.seq - b.seq);
     let capacity = this.capacityBytesPerSec;
     for (let i = 0; i < flows.length; i++) {
       const f = flows[i]!;
@@ -115,6 +170,7 @@ export class FluidShare {
       capacity -= rate;
       this.setRate(f, rate);
     }
+    flows.length = 0;
   }
 
   private setRate(f: Flow, rate: number): void {
@@ -122,6 +178,6 @@ export class FluidShare {
     f.rateBytesPerSec = rate;
     if (f.handle) this.sched.cancel(f.handle);
     const at = (this.sched.now + ceilNs((f.remainingBytes / rate) * 1e9)) as Ns;
-    f.handle = this.sched.schedule(at, { kind: 'fluid.flowDone', flowId: f.id }, EventPriority.completion);
+    f.handle = this.sched.schedule(at, f.doneEvent, EventPriority.completion);
   }
 }

@@ -70,11 +70,20 @@ export class PcieLink {
   private readonly sink: TraceSink | undefined;
   private readonly queue: Transfer[] = [];
   private nextId = 0;
-  private current: { transfer: Transfer; bytes: number; startNs: Ns } | null = null;
+  /**
+   * The packet on the wire: its transfer (null when none), size and start. Plain fields rather
+   * than an object per packet: packets are most of the simulator's events.
+   */
+  private curTransfer: Transfer | null = null;
+  private curBytes = 0;
+  private curStartNs = 0 as Ns;
   private latencyFor: Transfer | null = null;
   private busySinceNs: Ns | -1 = -1;
   /** Bound once: passed to the DRAM share for every packet (no closure per packet). */
   private readonly packetDoneCallback = (): void => this.onPacketDone();
+  /** This link's events, built once (plain immutable data, so one object serves every packet). */
+  private readonly packetDoneEvent: ResourceEvent;
+  private readonly latencyDoneEvent: ResourceEvent;
 
   /** Bytes of packets completed on the wire. */
   bytesMoved = 0;
@@ -98,6 +107,8 @@ export class PcieLink {
     this.sched = o.sched;
     this.dram = o.dram;
     this.sink = o.sink;
+    this.packetDoneEvent = { kind: 'link.packetDone', link: o.name };
+    this.latencyDoneEvent = { kind: 'link.latencyDone', link: o.name };
   }
 
   /** Transfers waiting or running, in no particular order. */
@@ -106,7 +117,7 @@ export class PcieLink {
   }
 
   get idle(): boolean {
-    return this.current === null && this.latencyFor === null;
+    return this.curTransfer === null && this.latencyFor === null;
   }
 
   submit(spec: TransferSpec): Transfer {
@@ -145,7 +156,7 @@ export class PcieLink {
     this.cancelledTransfers++;
     this.cancelledSentBytes += t.sentBytes;
     // A packet in flight is accounted when it lands (see onPacketDone).
-    if (this.current?.transfer !== t && this.latencyFor !== t) this.recordTransfer(t, 'cancelled');
+    if (this.curTransfer !== t && this.latencyFor !== t) this.recordTransfer(t, 'cancelled');
     return true;
   }
 
@@ -171,15 +182,15 @@ export class PcieLink {
 
   /** Handler of `link.packetDone` (or the flow completion in the DRAM share). */
   onPacketDone(): void {
-    const cur = this.current;
-    if (!cur) throw new SimError('packet done while idle', this.sched.now, `link ${this.name}`);
-    this.current = null;
-    const t = cur.transfer;
-    this.bytesMoved += cur.bytes;
-    t.sentBytes += cur.bytes;
-    this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes: cur.bytes, startNs: cur.startNs, endNs: this.sched.now });
+    const t = this.curTransfer;
+    if (!t) throw new SimError('packet done while idle', this.sched.now, `link ${this.name}`);
+    const bytes = this.curBytes;
+    this.curTransfer = null;
+    this.bytesMoved += bytes;
+    t.sentBytes += bytes;
+    this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes, startNs: this.curStartNs, endNs: this.sched.now });
     if (t.state === 'cancelled') {
-      this.cancelledSentBytes += cur.bytes;
+      this.cancelledSentBytes += bytes;
       this.recordTransfer(t, 'cancelled');
     } else if (t.sentBytes === t.bytes) {
       t.state = 'done';
@@ -204,12 +215,14 @@ export class PcieLink {
   }
 
   private pump(): void {
-    if (this.current || this.latencyFor) return;
-    let best: Transfer | undefined;
-    for (const t of this.queue) {
-      if (!best || t.priority < best.priority || (t.priority === best.priority && t.seq < best.seq)) best = t;
+    if (this.curTransfer || this.latencyFor) return;
+    const queue = this.queue;
+    if (queue.length === 0) return;
+    let best = queue[0]!;
+    for (let i = 1; i < queue.length; i++) {
+      const t = queue[i]!;
+      if (t.priority < best.priority || (t.priority === best.priority && t.seq < best.seq)) best = t;
     }
-    if (!best) return;
     if (this.busySinceNs < 0) this.busySinceNs = this.sched.now;
     if (best.state === 'queued') {
       best.state = 'active';
@@ -217,7 +230,7 @@ export class PcieLink {
     }
     if (!best.latencyPaid && this.latencyNs > 0) {
       this.latencyFor = best;
-      this.sched.schedule((this.sched.now + this.latencyNs) as Ns, { kind: 'link.latencyDone', link: this.name }, EventPriority.completion);
+      this.sched.schedule((this.sched.now + this.latencyNs) as Ns, this.latencyDoneEvent, EventPriority.completion);
       return;
     }
     best.latencyPaid = true;
@@ -226,17 +239,19 @@ export class PcieLink {
 
   private startPacket(t: Transfer): void {
     const bytes = Math.min(this.packetBytes, t.bytes - t.sentBytes);
-    this.current = { transfer: t, bytes, startNs: this.sched.now };
+    this.curTransfer = t;
+    this.curBytes = bytes;
+    this.curStartNs = this.sched.now;
     if (this.dram) {
       this.dram.start(bytes, this.bytesPerSec, this.packetDoneCallback);
     } else {
       const at = (this.sched.now + bytesToNs(bytes, this.bytesPerSec)) as Ns;
-      this.sched.schedule(at, { kind: 'link.packetDone', link: this.name }, EventPriority.completion);
+      this.sched.schedule(at, this.packetDoneEvent, EventPriority.completion);
     }
   }
 
   private markIdleIfDone(): void {
-    if (this.current || this.latencyFor) return;
+    if (this.curTransfer || this.latencyFor) return;
     if (this.busySinceNs >= 0) {
       this.busyNs += this.sched.now - this.busySinceNs;
       this.busySinceNs = -1;

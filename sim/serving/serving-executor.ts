@@ -25,10 +25,11 @@ import { PolicyError, SimError, UserError } from '../kernel/errors.ts';
 import { EventPriority, Simulation } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import type { CostModel, Operation } from '../cost/types.ts';
+import type { CostModel } from '../cost/types.ts';
 import type { ResourceEvent } from '../resources/events.ts';
 import { createResources, resourceHandlers, type Resources } from '../resources/index.ts';
 import type { Allocation } from '../resources/memory-pool.ts';
+import type { Transfer } from '../resources/pcie-link.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../workload.ts';
 import { ExpertBuffer, type BufferEntry } from './expert-buffer.ts';
@@ -147,8 +148,13 @@ interface IterationState {
   remaining: number;
   tokensPerExpert: Int32Array;
   computing: boolean;
+  /** The expert whose kernel is running (when `computing` for an expert), for its completion. */
+  computingKey: ExpertKey;
   blockedSinceNs: number;
 }
+
+/** Kernels whose duration depends on their token count only. */
+type TokenOp = 'expert' | 'sharedExperts' | 'denseFfn' | 'router' | 'lmHead';
 
 const DEMAND_PRIORITY = 0;
 
@@ -179,7 +185,32 @@ export class ServingExecutor {
   private decidePending = false;
   private timerAtNs = -1;
   private readonly waitingForSlot: ExpertKey[] = [];
-  private readonly costCache = new Map<string, Ns>();
+  /**
+   * Kernel durations, memoised by numeric keys (no key string per kernel): by token count per
+   * kind, and for attention by token count then context.
+   */
+  private readonly tokenOpCost: Record<TokenOp, Map<number, Ns>> = {
+    expert: new Map(),
+    sharedExperts: new Map(),
+    denseFfn: new Map(),
+    router: new Map(),
+    lmHead: new Map(),
+  };
+  private readonly attentionCost = new Map<number, Map<number, Ns>>();
+  /** Kernel and transfer labels, built once per layer / expert rather than per submission. */
+  private readonly layerLabels: { readonly attention: string; readonly dense: string; readonly router: string; readonly shared: string }[];
+  private readonly expertLabels: string[] = [];
+  /**
+   * Expert key of each fetch in flight, by H2D transfer id. With it one stored `onDone` serves
+   * every fetch: a closure per transfer costs an allocation plus (under tsx, which keeps
+   * function names) a `defineProperty` for its name.
+   */
+  private readonly fetchKeys = new Map<number, ExpertKey>();
+  private readonly onFetchDone = (t: Transfer): void => {
+    const key = this.fetchKeys.get(t.id)!;
+    this.fetchKeys.delete(t.id);
+    this.onExpertArrived(key);
+  };
   private scratch = new Int32Array(1024);
   private perRequestCounts: Int32Array[] = [];
   private readonly activationReserveBytes: number;
@@ -222,6 +253,12 @@ export class ServingExecutor {
     }
     this.moeIndexOfLayer = new Int32Array(model.layers).fill(-1);
     model.moeLayerIndices.forEach((li, mi) => (this.moeIndexOfLayer[li] = mi));
+    this.layerLabels = Array.from({ length: model.layers }, (_, layer) => ({
+      attention: `L${layer} attention`,
+      dense: `L${layer} dense ffn`,
+      router: `L${layer} router`,
+      shared: this.moeIndexOfLayer[layer]! >= 0 ? `M${this.moeIndexOfLayer[layer]} shared experts` : '',
+    }));
 
     const d = model.derived;
     const maxPrompt = workload.requests.reduce((a, q) => Math.max(a, q.promptTokens), 1);
@@ -478,41 +515,69 @@ export class ServingExecutor {
       remaining: 0,
       tokensPerExpert: new Int32Array(this.E),
       computing: false,
+      computingKey: -1,
       blockedSinceNs: -1,
     };
     this.apply('onIterationStart', this.callPolicy('onIterationStart', () => this.policy.onIterationStart?.(this.view)));
     this.startLayer(0);
   }
 
-  private opNs(op: Operation): Ns {
-    let key: string;
-    switch (op.kind) {
-      case 'attention':
-        key = `a${op.tokens}:${op.contextTokens}`;
-        break;
-      case 'expert':
-        key = `e${op.tokens}`;
-        break;
-      default:
-        key = `${op.kind}${'tokens' in op ? op.tokens : 0}`;
-    }
-    let t = this.costCache.get(key);
+  private tokenOpNs(kind: TokenOp, tokens: number): Ns {
+    const cache = this.tokenOpCost[kind];
+    let t = cache.get(tokens);
     if (t === undefined) {
-      t = this.cost.estimate(op).ns;
-      this.costCache.set(key, t);
+      t = this.cost.estimate({ kind, tokens }).ns;
+      cache.set(tokens, t);
     }
     return t;
   }
 
-  private kernel(op: Operation, label: string, category: string, onDone: () => void): void {
-    this.res.gpu.submit({ stream: 0, durationNs: this.opNs(op), label, category, onDone });
+  private attentionNs(tokens: number, contextTokens: number): Ns {
+    let byContext = this.attentionCost.get(tokens);
+    if (byContext === undefined) this.attentionCost.set(tokens, (byContext = new Map()));
+    let t = byContext.get(contextTokens);
+    if (t === undefined) {
+      t = this.cost.estimate({ kind: 'attention', tokens, contextTokens }).ns;
+      byContext.set(contextTokens, t);
+    }
+    return t;
   }
+
+  /** `expert M<layer>E<expert>`, built once per key. */
+  private expertLabel(key: ExpertKey): string {
+    return (this.expertLabels[key] ??= `expert M${Math.floor(key / this.E)}E${key % this.E}`);
+  }
+
+  private kernel(durationNs: Ns, label: string, category: string, onDone: () => void): void {
+    this.res.gpu.submit({ stream: 0, durationNs, label, category, onDone });
+  }
+
+  // Kernel completions. The executor has at most one kernel on the GPU at a time, and the
+  // iteration state says where it stands (layer, expert), so each kind of kernel has one stored
+  // callback rather than a closure per submission.
+  private readonly afterAttention = (): void => {
+    const it = this.iter!;
+    const labels = this.layerLabels[it.layer]!;
+    if (this.moeIndexOfLayer[it.layer]! < 0) {
+      this.kernel(this.tokenOpNs('denseFfn', it.totalTokens), labels.dense, 'dense', this.afterDenseFfn);
+    } else {
+      this.kernel(this.tokenOpNs('router', it.totalTokens), labels.router, 'router', this.afterRouter);
+    }
+  };
+  private readonly afterDenseFfn = (): void => this.startLayer(this.iter!.layer + 1);
+  private readonly afterRouter = (): void => this.routeLayer(this.moeIndexOfLayer[this.iter!.layer]!);
+  private readonly afterSharedExperts = (): void => {
+    this.iter!.computing = false;
+    this.pumpExperts();
+  };
+  private readonly afterExpertKernel = (): void => this.afterExpert(this.iter!.computingKey);
+  private readonly afterLmHead = (): void => this.finishIteration();
 
   private startLayer(layer: number): void {
     const it = this.iter!;
     it.layer = layer;
     if (layer === this.m.layers) {
-      this.kernel({ kind: 'lmHead', tokens: it.totalTokens }, 'lm head', 'lmHead', () => this.finishIteration());
+      this.kernel(this.tokenOpNs('lmHead', it.totalTokens), 'lm head', 'lmHead', this.afterLmHead);
       return;
     }
     let contextTokens = 0;
@@ -522,14 +587,7 @@ export class ServingExecutor {
       // Causal attention: token at position p attends to p + 1 positions.
       contextTokens += n * s.processed + (n * (n + 1)) / 2;
     }
-    this.kernel({ kind: 'attention', tokens: it.totalTokens, contextTokens }, `L${layer} attention`, 'attention', () => {
-      const mi = this.moeIndexOfLayer[layer]!;
-      if (mi < 0) {
-        this.kernel({ kind: 'denseFfn', tokens: it.totalTokens }, `L${layer} dense ffn`, 'dense', () => this.startLayer(layer + 1));
-      } else {
-        this.kernel({ kind: 'router', tokens: it.totalTokens }, `L${layer} router`, 'router', () => this.routeLayer(mi));
-      }
-    });
+    this.kernel(this.attentionNs(it.totalTokens, contextTokens), this.layerLabels[layer]!.attention, 'attention', this.afterAttention);
   }
 
   private routeLayer(moeLayer: number): void {
@@ -578,10 +636,7 @@ export class ServingExecutor {
     this.apply('onLayerRouted', this.callPolicy('onLayerRouted', () => this.policy.onLayerRouted?.(this.view, routing)));
     if (this.m.sharedExperts > 0) {
       it.computing = true;
-      this.kernel({ kind: 'sharedExperts', tokens: it.totalTokens }, `M${moeLayer} shared experts`, 'sharedExpert', () => {
-        it.computing = false;
-        this.pumpExperts();
-      });
+      this.kernel(this.tokenOpNs('sharedExperts', it.totalTokens), this.layerLabels[it.layer]!.shared, 'sharedExpert', this.afterSharedExperts);
     } else {
       this.pumpExperts();
     }
@@ -627,10 +682,11 @@ export class ServingExecutor {
     e.transfer = this.res.h2d.submit({
       bytes: this.m.derived.bytesPerExpert,
       priority,
-      label: `expert M${Math.floor(key / this.E)}E${key % this.E}`,
+      label: this.expertLabel(key),
       category: origin === 'demand' ? 'expert-demand' : 'expert-prefetch',
-      onDone: () => this.onExpertArrived(key),
+      onDone: this.onFetchDone,
     });
+    this.fetchKeys.set(e.transfer.id, key);
   }
 
   private onExpertArrived(key: ExpertKey): void {
@@ -658,10 +714,9 @@ export class ServingExecutor {
       const entry = this.buffer.entry(key);
       this.sink?.onExpertCompute?.(key, this.sim.now, entry?.state === 'resident');
       it.computing = true;
+      it.computingKey = key;
       const tokens = it.tokensPerExpert[key % this.E]!;
-      this.kernel({ kind: 'expert', tokens }, `expert M${Math.floor(key / this.E)}E${key % this.E} ×${tokens}`, 'expert', () =>
-        this.afterExpert(key),
-      );
+      this.kernel(this.tokenOpNs('expert', tokens), `${this.expertLabel(key)} ×${tokens}`, 'expert', this.afterExpertKernel);
       return;
     }
     if (it.remaining === 0) {
@@ -768,6 +823,7 @@ export class ServingExecutor {
     const e = this.buffer.entry(key)!;
     const t = e.transfer!;
     this.res.h2d.cancel(t);
+    this.fetchKeys.delete(t.id);
     this.counters.prefetchesCancelled++;
     // The bytes it already sent (and the packet on the wire, when it lands) are counted by the
     // link as cancelledSentBytes; the metrics add them to the wasted bytes.
