@@ -108,8 +108,10 @@ export class FluidShare {
     if (!flow || !flow.running) throw new SimError(`unknown flow ${flowId}`, this.sched.now, this.name);
     const flows = this.flows;
     this.advance();
-    // Usually the first (or only) one.
-    flows.splice(flows.indexOf(flow), 1);
+    // Removed in place, keeping start order (`splice` would allocate the array of removed items).
+    let i = flows.indexOf(flow);
+    for (; i < flows.length - 1; i++) flows[i] = flows[i + 1]!;
+    flows.pop();
     if (flows.length > 0) this.rebalance();
     else this.contended = false;
     const onDone = flow.onDone!;

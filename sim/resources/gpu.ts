@@ -48,6 +48,8 @@ export class Gpu {
   private runningCount = 0;
   private seq = 0;
   private readonly names: readonly string[];
+  /** Each stream's completion event, built once (plain immutable data). */
+  private readonly doneEvents: readonly ResourceEvent[];
   /** Busy ns per stream (completed kernels). */
   readonly busyNsByStream: number[];
   /** Busy ns per kernel category (completed kernels). */
@@ -67,6 +69,7 @@ export class Gpu {
     this.running = Array.from({ length: o.streams }, () => null);
     this.busyNsByStream = Array.from({ length: o.streams }, () => 0);
     this.names = o.streamNames ?? Array.from({ length: o.streams }, (_, i) => `gpu.stream${i}`);
+    this.doneEvents = Array.from({ length: o.streams }, (_, stream) => ({ kind: 'gpu.kernelDone', stream }));
   }
 
   streamName(stream: number): string {
@@ -139,7 +142,7 @@ export class Gpu {
       this.running[bestStream] = { spec, startNs: this.sched.now };
       if (this.runningCount === 0) this.engineBusySince = this.sched.now;
       this.runningCount++;
-      this.sched.schedule((this.sched.now + spec.durationNs) as Ns, { kind: 'gpu.kernelDone', stream: bestStream }, EventPriority.completion);
+      this.sched.schedule((this.sched.now + spec.durationNs) as Ns, this.doneEvents[bestStream]!, EventPriority.completion);
     }
   }
 }

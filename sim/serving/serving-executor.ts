@@ -632,8 +632,16 @@ export class ServingExecutor {
       else absent.push(key);
     }
     for (const key of absent) this.need(key);
-    const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
-    this.apply('onLayerRouted', this.callPolicy('onLayerRouted', () => this.policy.onLayerRouted?.(this.view, routing)));
+    if (this.policy.onLayerRouted) {
+      const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
+      let d: PolicyDecision | void;
+      try {
+        d = this.policy.onLayerRouted(this.view, routing);
+      } catch (err) {
+        throw this.policyFailure('onLayerRouted', err);
+      }
+      this.apply('onLayerRouted', d);
+    }
     if (this.m.sharedExperts > 0) {
       it.computing = true;
       this.kernel(this.tokenOpNs('sharedExperts', it.totalTokens), this.layerLabels[it.layer]!.shared, 'sharedExpert', this.afterSharedExperts);
@@ -721,7 +729,15 @@ export class ServingExecutor {
     }
     if (it.remaining === 0) {
       const layer = it.moeLayer;
-      this.apply('onLayerDone', this.callPolicy('onLayerDone', () => this.policy.onLayerDone?.(this.view, layer)));
+      if (this.policy.onLayerDone) {
+        let d: PolicyDecision | void;
+        try {
+          d = this.policy.onLayerDone(this.view, layer);
+        } catch (err) {
+          throw this.policyFailure('onLayerDone', err);
+        }
+        this.apply('onLayerDone', d);
+      }
       this.startLayer(it.layer + 1);
       return;
     }
@@ -737,7 +753,14 @@ export class ServingExecutor {
     e.uses++;
     e.lastUsedNs = this.sim.now;
     e.origin = 'cache';
-    const policyKeeps = this.callPolicy('afterUse', () => this.policy.afterUse?.(this.view, key)) !== false;
+    let policyKeeps = true;
+    if (this.policy.afterUse) {
+      try {
+        policyKeeps = this.policy.afterUse(this.view, key) !== false;
+      } catch (err) {
+        throw this.policyFailure('afterUse', err);
+      }
+    }
     const keep = this.cfg.preloadAllExperts || (policyKeeps && this.cfg.releaseAfterUse !== true);
     if (!keep) this.evict(key, false);
     this.serveSlotWaiters();
@@ -847,12 +870,21 @@ export class ServingExecutor {
     try {
       return f();
     } catch (err) {
-      if (err instanceof PolicyError || err instanceof SimError) throw err;
-      const msg = err instanceof Error ? err.message : String(err);
-      const wrapped = new PolicyError(msg, this.sim.now, this.policy.name, hook);
-      if (err instanceof Error && err.stack) wrapped.stack = `${wrapped.name}: ${wrapped.message}\n${err.stack}`;
-      throw wrapped;
+      throw this.policyFailure(hook, err);
     }
+  }
+
+  /**
+   * What to throw when a policy hook threw `err`: simulator errors as they are, anything else
+   * wrapped in a PolicyError naming the hook. (The per-expert and per-layer hooks call the
+   * policy inline with this in their `catch`, saving `callPolicy` a closure per call.)
+   */
+  private policyFailure(hook: string, err: unknown): unknown {
+    if (err instanceof PolicyError || err instanceof SimError) return err;
+    const msg = err instanceof Error ? err.message : String(err);
+    const wrapped = new PolicyError(msg, this.sim.now, this.policy.name, hook);
+    if (err instanceof Error && err.stack) wrapped.stack = `${wrapped.name}: ${wrapped.message}\n${err.stack}`;
+    return wrapped;
   }
 
   private validKey(key: unknown, hook: string): key is ExpertKey {
