@@ -28,6 +28,8 @@ export interface BufferEntry extends BufferEntryView {
 
 export class ExpertBuffer implements BufferView {
   private readonly map = new Map<ExpertKey, BufferEntry>();
+  /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
+  private readonly labels: string[] = [];
 
   constructor(
     readonly slots: number,
@@ -65,7 +67,7 @@ export class ExpertBuffer implements BufferView {
       throw new InvariantError(`expert buffer full (${this.slots} slots) when occupying ${key}`, this.clock.now, 'expert buffer');
     }
     if (this.map.has(key)) throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
-    const allocation = this.vram.allocate(this.bytesPerExpert, 'expertCache', `expert ${key}`);
+    const allocation = this.vram.allocate(this.bytesPerExpert, 'expertCache', (this.labels[key] ??= `expert ${key}`));
     const e: BufferEntry = {
       key,
       state: resident ? 'resident' : 'loading',
