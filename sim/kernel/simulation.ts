@@ -12,6 +12,7 @@
  * (no global state), so equal (time, priority) events run in scheduling order and two
  * simulations never influence each other.
  */
+import { Heap } from 'heap-js';
 import { SimError } from './errors.ts';
 import type { Ns } from './time.ts';
 
@@ -77,73 +78,19 @@ export interface KernelObserver<E> {
   onEvent?(time: Ns, event: E): void;
 }
 
-/** Strict `(time, priority, seq)` order; `seq` is unique, so this is a total order. */
-function before<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): boolean {
-  return a.time < b.time || (a.time === b.time && (a.priority < b.priority || (a.priority === b.priority && a.seq < b.seq)));
-}
-
 /**
- * A binary min-heap of scheduled events in a plain array. Written out rather than taken from a
- * generic heap library: the comparison is inlined instead of called through a comparator, and
- * the kernel's own loop does nothing else per event, so this is most of its cost. Because the
- * order is total (unique `seq`), any correct heap pops events in exactly the same order.
+ * Strict `(time, priority, seq)` order; `seq` is unique, so this is a total order and the heap
+ * pops events in exactly one order. Written as one expression so the comparator stays cheap.
  */
-class EventQueue<E> {
-  private readonly a: ScheduledEvent<E>[] = [];
-
-  get size(): number {
-    return this.a.length;
-  }
-
-  peek(): ScheduledEvent<E> | undefined {
-    return this.a[0];
-  }
-
-  push(entry: ScheduledEvent<E>): void {
-    const a = this.a;
-    let i = a.length;
-    a.push(entry);
-    // Sift up: move parents down until the entry's place is found.
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      const p = a[parent]!;
-      if (!before(entry, p)) break;
-      a[i] = p;
-      i = parent;
-    }
-    a[i] = entry;
-  }
-
-  /** Removes and returns the head (the caller has checked that the queue is not empty). */
-  pop(): ScheduledEvent<E> {
-    const a = this.a;
-    const head = a[0]!;
-    const last = a.pop()!;
-    const n = a.length;
-    if (n > 0) {
-      // Sift the last entry down from the root.
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        if (l >= n) break;
-        const r = l + 1;
-        const c = r < n && before(a[r]!, a[l]!) ? r : l;
-        const child = a[c]!;
-        if (!before(child, last)) break;
-        a[i] = child;
-        i = c;
-      }
-      a[i] = last;
-    }
-    return head;
-  }
+function compare<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): number {
+  return a.time - b.time || a.priority - b.priority || a.seq - b.seq;
 }
 
 export class Simulation<E extends EventBase> implements Scheduler<E> {
   private _now = 0 as Ns;
   private seq = 0;
   private processed = 0;
-  private readonly queue = new EventQueue<E>();
+  private readonly queue = new Heap<ScheduledEvent<E>>(compare);
   private handlers: Handlers<E> | null = null;
   private readonly observers: KernelObserver<E>[] = [];
 
@@ -158,7 +105,7 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
 
   /** Events waiting in the queue (including cancelled ones not yet discarded). */
   get pending(): number {
-    return this.queue.size;
+    return this.queue.size();
   }
 
   /** Installs the handler table. Separate from the constructor so handlers can close over the simulation. */
@@ -186,8 +133,8 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
   /** Processes the next non-cancelled event. Returns false when the queue is empty. */
   step(): boolean {
     for (;;) {
-      if (this.queue.size === 0) return false;
       const entry = this.queue.pop();
+      if (!entry) return false;
       if (entry.cancelled) continue;
       this.dispatch(entry);
       return true;
