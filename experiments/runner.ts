@@ -20,7 +20,7 @@ import { expandRuns, type RunSpec } from './config/expand.ts';
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
-import { renderSeedSummary, renderTable, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
+import { renderSeedSummary, renderTable, type TableStyle, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
 import { renderPlot } from './outputs/plot.ts';
 import type { ExperimentConfig } from './config/schema.ts';
@@ -69,6 +69,8 @@ export interface RunnerOptions {
   readonly log?: (message: string) => void;
   /** Extra sinks for every run (tests: invariant checkers). */
   readonly sinks?: (spec: RunSpec) => readonly TraceSink[];
+  /** Style of the returned table (default box). */
+  readonly tableStyle?: TableStyle;
   /** Called once every run has passed preflight, before the first one starts (nothing is called when the input is bad). */
   readonly onReady?: (runs: number) => void;
 }
@@ -187,8 +189,8 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
   const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
   const base = config.executor.kind === 'throughput' ? THROUGHPUT_COLUMNS : SERVING_COLUMNS;
-  let table = renderTable(tableRows, [...base, ...extra, ...rel]);
-  if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary)}`;
+  let table = renderTable(tableRows, [...base, ...extra, ...rel], o.tableStyle);
+  if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
   return { runs, timing, table, outDir };
 }
 

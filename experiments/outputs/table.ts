@@ -80,7 +80,7 @@ function num(v: unknown, div: number): number | undefined {
 }
 
 /** Renders rows: policy, the swept parameters that vary, seed (when several), then the columns. */
-export function renderTable(rows: readonly TableRow[], columns: readonly Column[]): string {
+export function renderTable(rows: readonly TableRow[], columns: readonly Column[], style: TableStyle = 'box'): string {
   const paramKeys: string[] = [];
   for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
   let varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
@@ -101,18 +101,15 @@ export function renderTable(rows: readonly TableRow[], columns: readonly Column[
   }
   const multiSeed = new Set(rows.map((r) => r.seed)).size > 1;
   const head = ['policy', ...varying, ...(multiSeed ? ['seed'] : []), ...columns.map((c) => c.header)];
-  const table = new Table({ head, style: { head: [], border: [], compact: true } });
-  for (const r of rows) {
-    table.push([r.policy, ...varying.map((k) => fmt(r.params[k])), ...(multiSeed ? [String(r.seed)] : []), ...columns.map((c) => fmt(c.get(r), c.digits))]);
-  }
-  return table.toString();
+  const body = rows.map((r) => [r.policy, ...varying.map((k) => fmt(r.params[k])), ...(multiSeed ? [String(r.seed)] : []), ...columns.map((c) => fmt(c.get(r), c.digits))]);
+  return layout(head, body, style);
 }
 
 /**
  * One row per (policy, sweep point): min / mean / max over seeds of each metric path
  * (`output.seedSummary`; e.g. requests to recover after a workload shift).
  */
-export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly string[]): string {
+export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly string[], style: TableStyle = 'box'): string {
   const groups = new Map<string, TableRow[]>();
   for (const r of rows) {
     const key = JSON.stringify([r.policy, r.params]);
@@ -124,7 +121,7 @@ export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly s
   for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
   const varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
   const head = ['policy', ...varying, 'seeds', ...metrics.flatMap((m) => [`${m} min`, `${m} mean`, `${m} max`])];
-  const table = new Table({ head, style: { head: [], border: [], compact: true } });
+  const body: string[][] = [];
   for (const g of groups.values()) {
     const first = g[0]!;
     const cells = metrics.flatMap((m) => {
@@ -132,7 +129,20 @@ export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly s
       if (v.length === 0) return ['-', '-', '-'];
       return [fmt(Math.min(...v)), fmt(v.reduce((a, b) => a + b, 0) / v.length), fmt(Math.max(...v))];
     });
-    table.push([first.policy, ...varying.map((k) => fmt(first.params[k])), String(g.length), ...cells]);
+    body.push([first.policy, ...varying.map((k) => fmt(first.params[k])), String(g.length), ...cells]);
   }
+  return layout(head, body, style);
+}
+
+/** `box`: a boxed terminal table (cli-table3); `markdown`: a GitHub-flavoured table for notes and reports. */
+export type TableStyle = 'box' | 'markdown';
+
+function layout(head: readonly string[], body: readonly (readonly string[])[], style: TableStyle): string {
+  if (style === 'markdown') {
+    const row = (cells: readonly string[]) => `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
+    return [row(head), `|${head.map(() => '---|').join('')}`, ...body.map(row)].join('\n');
+  }
+  const table = new Table({ head: [...head], style: { head: [], border: [], compact: true } });
+  for (const r of body) table.push([...r]);
   return table.toString();
 }

@@ -18,6 +18,7 @@ interface ExperimentArgs {
   out?: string;
   timeline: boolean;
   progress: boolean;
+  table: 'box' | 'markdown';
 }
 
 export const experimentCommand: CommandModule<object, ExperimentArgs> = {
@@ -28,14 +29,15 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       .positional('config', { type: 'string', describe: 'YAML or JSON experiment config' })
       .option('out', { type: 'string', describe: 'output folder (default: results/<name>)' })
       .option('timeline', { type: 'boolean', default: false, describe: 'also write a Perfetto/Chrome trace per run' })
-      .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' }) as never,
+      .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' })
+      .option('table', { choices: ['box', 'markdown'] as const, default: 'box' as const, describe: 'table style on stdout' }) as never,
   handler: async (args) => {
     const file = args.config ?? QUICKSTART;
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', loaded.config.name);
     // The banner waits for preflight: bad input must print exactly one line (the error).
     const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
-    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, log: (m) => process.stderr.write(`moesim: ${m}\n`), onReady: banner });
+    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, tableStyle: args.table, log: (m) => process.stderr.write(`moesim: ${m}\n`), onReady: banner });
     process.stdout.write(`${result.table}\n`);
     process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
   },
