@@ -182,12 +182,14 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
     return r;
   }
 
-  private decodeNative(l: NumberedLine): TraceRequest {
-    // Fast path: scan the `tokens` array straight into an Int32Array and JSON.parse the rest.
-    // Anything unusual in it (or a bad line) falls back to the general path, which produces
-    // the precise error.
-    const { moeLayers: L, experts: E, topK: k } = this.header.model;
-    const fast = scanTokens(l.text, L, E, k);
+  /**
+   * Fast path shared by both line formats: scan the `tokens` array straight into an Int32Array
+   * and JSON.parse the rest with an empty array in its place. Anything unusual (or a bad line)
+   * falls back to parsing the whole line, which produces the precise error.
+   */
+  private scanLine(l: NumberedLine): { viaFast: true; fast: NonNullable<ReturnType<typeof scanTokens>>; obj: unknown } | { viaFast: false; fast: null; obj: unknown } {
+    const { moeLayers, experts, topK } = this.header.model;
+    const fast = scanTokens(l.text, moeLayers, experts, topK);
     let obj: unknown;
     if (fast) {
       try {
@@ -196,8 +198,15 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
         obj = undefined;
       }
     }
-    const viaFast = fast !== null && obj !== undefined;
-    if (!viaFast) obj = parseJson(l.text, this.path, l.no);
+    if (fast !== null && obj !== undefined) return { viaFast: true, fast, obj };
+    return { viaFast: false, fast: null, obj: parseJson(l.text, this.path, l.no) };
+  }
+
+  private decodeNative(l: NumberedLine): TraceRequest {
+    // Fast path: scan the `tokens` array straight into an Int32Array and JSON.parse the rest.
+    // Anything unusual in it (or a bad line) falls back to the general path, which produces
+    // the precise error.
+    const { fast, viaFast, obj } = this.scanLine(l);
     const env = TraceRequestEnvelopeSchema.safeParse(obj);
     if (!env.success) throw zodError(env.error, this.path, l.no, '');
     const d = env.data;
@@ -237,18 +246,7 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
   }
 
   private decodeShared(l: NumberedLine): TraceRequest {
-    const { moeLayers: L0, experts: E0, topK: k0 } = this.header.model;
-    const fast = scanTokens(l.text, L0, E0, k0);
-    let obj: unknown;
-    if (fast) {
-      try {
-        obj = JSON.parse(`${l.text.slice(0, fast.start)}[]${l.text.slice(fast.end)}`);
-      } catch {
-        obj = undefined;
-      }
-    }
-    const viaFast = fast !== null && obj !== undefined;
-    if (!viaFast) obj = parseJson(l.text, this.path, l.no);
+    const { fast, viaFast, obj } = this.scanLine(l);
     const r = SharedLineSchema.safeParse(obj);
     if (!r.success) throw zodError(r.error, this.path, l.no, '');
     const d = r.data;
