@@ -20,8 +20,9 @@ import { z } from 'zod';
 import { hostInfeasibility, vramNeeded } from '../../sim/throughput/memory-model.ts';
 import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
 import { largestSatisfying, prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
-import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
-import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
+import type { PassConfig, PlanResult } from '../../sim/throughput/types.ts';
+import { gb, phasePlan, workloadCap } from './common.ts';
+import { deepspeedConfig } from './deepspeed-like.ts';
 import { defineThroughputPolicy } from './define.ts';
 
 const Params = z
@@ -32,18 +33,9 @@ const Params = z
   })
   .strict();
 
+/** DeepSpeed-like model-based passes, but one layer buffer and no weight prefetch: weights are read over PCIe each pass without overlap. */
 function config(layers: number, B: number): PassConfig {
-  return {
-    ...defaultPassConfig(layers),
-    attnMicroSeqs: B,
-    expertBatching: 'perMicroBatch',
-    expertChunkTokens: NO_CHUNKING_TOKENS,
-    weightGranularity: 'layer',
-    weightSlots: 1,
-    prefetch: false,
-    streamAllExperts: true,
-    kvGpuLayers: layers,
-  };
+  return { ...deepspeedConfig(layers, B), weightSlots: 1, prefetch: false };
 }
 
 function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
