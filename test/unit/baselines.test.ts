@@ -4,8 +4,6 @@
  * 1 GB/s zero-latency link — one expert = 1 ms — stub kernel times, stub routing and predictor).
  */
 import { describe, expect, it } from 'vitest';
-import { loadHardware } from '../../hardware-profiles/load.ts';
-import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
@@ -42,6 +40,7 @@ import { buildServingWorld } from '../../experiments/world.ts';
 import type { RunSpec } from '../../experiments/config/expand.ts';
 import { ServingExecutorSchema } from '../../experiments/config/schema.ts';
 import { WorkloadSchema } from '../../workloads/config.ts';
+import { MB, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
 
 // ------------------------------------------------------------------ stub view (pure decisions)
@@ -131,59 +130,6 @@ const prefetchKeys = (d: PolicyDecision | void): ExpertKey[] => (d?.prefetch ?? 
 
 // ------------------------------------------------------------------ tiny executor world
 
-const MB = 1_000_000;
-
-function tinyModel(layers: number, experts: number, topK: number): ModelProfile {
-  return {
-    id: `tiny-${layers}l${experts}e${topK}k`,
-    name: 'tiny',
-    arch: 'decoder-only',
-    layers,
-    moeLayers: layers,
-    moeLayerIndices: Array.from({ length: layers }, (_, i) => i),
-    hiddenSize: 64,
-    expertIntermediateSize: 128,
-    experts,
-    topK,
-    sharedExperts: 0,
-    sharedIntermediateSize: 0,
-    denseIntermediateSize: 0,
-    ffnMatrices: 3,
-    attention: { type: 'GQA', heads: 1, kvHeads: 1, headDim: 64 },
-    vocabSize: 100,
-    tiedEmbeddings: false,
-    dtypes: { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 },
-    sources: ['test'],
-    derived: {
-      paramsPerExpert: MB / 2,
-      bytesPerExpert: MB,
-      sharedExpertBytesPerLayer: 0,
-      attentionBytesPerLayer: 0,
-      routerBytesPerLayer: 0,
-      denseFfnBytesPerLayer: 0,
-      embeddingBytes: 0,
-      lmHeadBytes: 0,
-      nonExpertBytes: 10 * MB,
-      allExpertBytes: layers * experts * MB,
-      totalBytes: (10 + layers * experts) * MB,
-      kvBytesPerTokenPerLayer: 500,
-      kvBytesPerToken: 500 * layers,
-      expertFlopsPerToken: MB,
-      sharedExpertFlopsPerToken: 0,
-      denseFfnFlopsPerToken: 0,
-      attentionProjFlopsPerToken: 0,
-      attentionScoreFlopsPerContextToken: 0,
-      routerFlopsPerToken: 0,
-      lmHeadFlopsPerToken: 0,
-    },
-  };
-}
-
-/** A real testbed with a 1 GB/s zero-latency link (1 MB expert = 1 ms) and 200 MB of VRAM. */
-function tinyHardware(): HardwareProfile {
-  const base = loadHardware('a5000-pcie4-1tb');
-  return { ...base, id: 'tiny-hw', gpu: { ...base.gpu, vramBytes: 200 * MB }, pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 }, pinnedHostMemory: true };
-}
 
 function stubCost(expertNs: number): CostModel {
   const ns: Record<Operation['kind'], number> = {

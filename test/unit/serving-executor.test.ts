@@ -14,8 +14,7 @@
  * A pass with both experts resident: 2 × (10 000 + 1 000 + 100 000) + 5 000 = 227 000.
  */
 import { describe, expect, it } from 'vitest';
-import { loadHardware } from '../../hardware-profiles/load.ts';
-import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import { PolicyError } from '../../sim/kernel/errors.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
@@ -26,66 +25,13 @@ import { ServingExecutor, type ServingConfig, type ServingOutcome } from '../../
 import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
 import { fanout } from '../../sim/observe/trace-sink.ts';
+import { MB, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
 
-const MB = 1_000_000;
 const EXPERTS = 4;
 
-const model: ModelProfile = {
-  id: 'tiny',
-  name: 'tiny',
-  arch: 'decoder-only',
-  layers: 2,
-  moeLayers: 2,
-  moeLayerIndices: [0, 1],
-  hiddenSize: 64,
-  expertIntermediateSize: 128,
-  experts: EXPERTS,
-  topK: 1,
-  sharedExperts: 0,
-  sharedIntermediateSize: 0,
-  denseIntermediateSize: 0,
-  ffnMatrices: 3,
-  attention: { type: 'GQA', heads: 1, kvHeads: 1, headDim: 64 },
-  vocabSize: 100,
-  tiedEmbeddings: false,
-  dtypes: { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 },
-  sources: ['test'],
-  derived: {
-    paramsPerExpert: MB / 2,
-    bytesPerExpert: MB,
-    sharedExpertBytesPerLayer: 0,
-    attentionBytesPerLayer: 0,
-    routerBytesPerLayer: 0,
-    denseFfnBytesPerLayer: 0,
-    embeddingBytes: 0,
-    lmHeadBytes: 0,
-    nonExpertBytes: 10 * MB,
-    allExpertBytes: 8 * MB,
-    totalBytes: 18 * MB,
-    kvBytesPerTokenPerLayer: 500,
-    kvBytesPerToken: 1000,
-    expertFlopsPerToken: MB,
-    sharedExpertFlopsPerToken: 0,
-    denseFfnFlopsPerToken: 0,
-    attentionProjFlopsPerToken: 0,
-    attentionScoreFlopsPerContextToken: 0,
-    routerFlopsPerToken: 0,
-    lmHeadFlopsPerToken: 0,
-  },
-};
+const model: ModelProfile = { ...tinyModel(2, EXPERTS, 1), id: 'tiny' };
 
-/** A real testbed with a 1 GB/s, zero-latency link and 100 MB of VRAM. */
-function tinyHardware(): HardwareProfile {
-  const base = loadHardware('a5000-pcie4-1tb');
-  return {
-    ...base,
-    id: 'tiny-hw',
-    gpu: { ...base.gpu, vramBytes: 100 * MB },
-    pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 },
-    pinnedHostMemory: true,
-  };
-}
 
 const KERNEL_NS: Record<Operation['kind'], number> = {
   attention: 10_000,
@@ -157,7 +103,7 @@ function run(policy: ServingPolicy, o: { cfg?: Partial<ServingConfig>; requests?
   const checker = new InvariantChecker({ experts: EXPERTS, bytesPerExpert: MB });
   const executor = new ServingExecutor({
     model,
-    hardware: tinyHardware(),
+    hardware: tinyHardware(100 * MB),
     cost: stubCost,
     workload: workload(o.requests),
     policy,

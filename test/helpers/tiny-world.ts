@@ -1,0 +1,60 @@
+/**
+ * Hand-made worlds for executor unit tests: a model with 1 MB experts (zero compute FLOPs
+ * except experts) and a real testbed reduced to a 1 GB/s zero-latency link (1 MB = 1 ms).
+ */
+import { loadHardware } from '../../hardware-profiles/load.ts';
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+
+export const MB = 1_000_000;
+
+export function tinyModel(layers: number, experts: number, topK: number): ModelProfile {
+  return {
+    id: `tiny-${layers}l${experts}e${topK}k`,
+    name: 'tiny',
+    arch: 'decoder-only',
+    layers,
+    moeLayers: layers,
+    moeLayerIndices: Array.from({ length: layers }, (_, i) => i),
+    hiddenSize: 64,
+    expertIntermediateSize: 128,
+    experts,
+    topK,
+    sharedExperts: 0,
+    sharedIntermediateSize: 0,
+    denseIntermediateSize: 0,
+    ffnMatrices: 3,
+    attention: { type: 'GQA', heads: 1, kvHeads: 1, headDim: 64 },
+    vocabSize: 100,
+    tiedEmbeddings: false,
+    dtypes: { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 },
+    sources: ['test'],
+    derived: {
+      paramsPerExpert: MB / 2,
+      bytesPerExpert: MB,
+      sharedExpertBytesPerLayer: 0,
+      attentionBytesPerLayer: 0,
+      routerBytesPerLayer: 0,
+      denseFfnBytesPerLayer: 0,
+      embeddingBytes: 0,
+      lmHeadBytes: 0,
+      nonExpertBytes: 10 * MB,
+      allExpertBytes: layers * experts * MB,
+      totalBytes: (10 + layers * experts) * MB,
+      kvBytesPerTokenPerLayer: 500,
+      kvBytesPerToken: 500 * layers,
+      expertFlopsPerToken: MB,
+      sharedExpertFlopsPerToken: 0,
+      denseFfnFlopsPerToken: 0,
+      attentionProjFlopsPerToken: 0,
+      attentionScoreFlopsPerContextToken: 0,
+      routerFlopsPerToken: 0,
+      lmHeadFlopsPerToken: 0,
+    },
+  };
+}
+
+/** A real testbed with a 1 GB/s zero-latency link (1 MB expert = 1 ms) and `vramBytes` of VRAM. */
+export function tinyHardware(vramBytes = 200 * MB): HardwareProfile {
+  const base = loadHardware('a5000-pcie4-1tb');
+  return { ...base, id: 'tiny-hw', gpu: { ...base.gpu, vramBytes }, pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 }, pinnedHostMemory: true };
+}
