@@ -10,7 +10,6 @@
  *
  * The OLMoE aggregate (Apache-2.0) ships in traces/, so its check always runs.
  */
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -24,12 +23,14 @@ import { generateRequests, shapeOf, type RequestShape } from '../../workloads/sy
 import { calibrateTrace } from '../../workloads/synthetic/calibrate.ts';
 import { seedFrom } from '../../workloads/random/hash-rng.ts';
 import { aggregateTwin } from '../../workloads/trace-tools.ts';
+import { sharedData } from '../helpers/shared-data.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(here, '../..');
-const REAL = path.resolve(REPO, '../shared/traces/real');
-const present = existsSync(REAL);
-if (!present) console.warn(`workloads calibration tests skipped: ${REAL} is absent (the unlicensed real traces are read only where they lie)`);
+// The unlicensed real traces are read only where they lie (../shared, beside the checkout).
+const shared = sharedData('traces/real/mixtral-8x7b-fp8_speculative-moe.jsonl.gz', 'traces/real/deepseek-v2-lite_moe-beyond_prefill.jsonl.gz');
+const REAL = shared.path('traces/real');
+const present = shared.present;
 
 /** Every compared statistic as a flat name → value map. */
 function flat(s: ExtendedTraceStats): Record<string, number> {
@@ -75,7 +76,7 @@ const CASES = [
   { file: 'deepseek-v2-lite_moe-beyond_prefill.jsonl.gz', profile: 'deepseek-v2-lite', seeds: 2 },
 ];
 
-describe.skipIf(!present)('calibrated twins of the real traces', () => {
+describe.skipIf(!present)(shared.title('calibrated twins of the real traces'), () => {
   for (const c of CASES) {
     it(`${c.file}: the shipped profile "${c.profile}" reproduces every statistic`, async () => {
       const { requests, info } = await readTraceFile(path.join(REAL, c.file), { scores: false });
