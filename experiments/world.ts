@@ -8,7 +8,7 @@
  * passed read-only as `ctx.oracle`. It is cached per run spec, so the runner's preflight and
  * run share one recording pass.
  */
-import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
+import { loadHardware, loadModel, loadRuntime } from '../hardware-profiles/load.ts';
 import { createCostModel } from '../sim/cost/cost-model.ts';
 import { RngStreams } from '../sim/kernel/rng.ts';
 import { msToNs } from '../sim/kernel/time.ts';
@@ -69,11 +69,12 @@ async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace>
 async function commonParts(spec: RunSpec, o: WorldOptions) {
   const model = loadModel(spec.model);
   const hardware = loadHardware(spec.hardware);
-  const cost = createCostModel(model, hardware, o.onWarning);
+  const runtime = loadRuntime(spec.runtime, o.baseDir);
+  const cost = createCostModel(model, hardware, { ...(o.onWarning ? { onWarning: o.onWarning } : {}), runtime });
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
   const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);
-  return { model, hardware, cost, streams, workload };
+  return { model, hardware, runtime, cost, streams, workload };
 }
 
 interface PolicyWiring {
@@ -88,7 +89,7 @@ async function assemble(
   wire: (ctx: PolicyContext, model: PolicyContext['model']) => PolicyWiring,
   sink: TraceSink | undefined,
 ): Promise<ServingExecutor> {
-  const { model, hardware, cost, streams, workload } = await commonParts(spec, o);
+  const { model, hardware, runtime, cost, streams, workload } = await commonParts(spec, o);
   const w = wire({ rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload }, model);
   const x = spec.executor;
   const config: ServingConfig = {
@@ -101,7 +102,7 @@ async function assemble(
     preloadAllExperts: w.preloadAllExperts,
     releaseAfterUse: x.releaseAfterUse,
   };
-  return new ServingExecutor({ model, hardware, cost, workload, policy: w.policy, config, sink });
+  return new ServingExecutor({ model, hardware, cost, workload, policy: w.policy, config, sink, runtime });
 }
 
 /**

@@ -21,14 +21,16 @@ import {
   GpuFileSchema,
   ModelFileSchema,
   PcieFileSchema,
+  RuntimeFileSchema,
   TestbedFileSchema,
   type CpuFile,
   type GpuFile,
   type ModelFile,
   type PcieFile,
+  type RuntimeFile,
   type TestbedFile,
 } from './schema.ts';
-import type { CpuProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile } from './types.ts';
+import type { CpuProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile, RuntimeProfile } from './types.ts';
 
 /** The folder holding `models/`, `gpus/`, `cpus/`, `pcie/`, `testbeds/`. */
 export const PROFILES_DIR: string = fileURLToPath(new URL('.', import.meta.url));
@@ -41,8 +43,8 @@ export interface LoadedModelProfile extends ModelProfile {
   readonly notes?: string;
 }
 
-type Kind = 'model' | 'gpu' | 'cpu' | 'pcie' | 'hardware';
-const FOLDER: Record<Kind, string> = { model: 'models', gpu: 'gpus', cpu: 'cpus', pcie: 'pcie', hardware: 'testbeds' };
+type Kind = 'model' | 'gpu' | 'cpu' | 'pcie' | 'hardware' | 'runtime';
+const FOLDER: Record<Kind, string> = { model: 'models', gpu: 'gpus', cpu: 'cpus', pcie: 'pcie', hardware: 'testbeds', runtime: 'runtimes' };
 
 // ---------------------------------------------------------------------------------------
 // Listing
@@ -71,6 +73,8 @@ export const listGpus = (): string[] => listIds('gpu');
 export const listCpus = (): string[] => listIds('cpu');
 /** Ids of the shipped PCIe link profiles, sorted. */
 export const listPcie = (): string[] => listIds('pcie');
+/** Ids of the shipped runtime profiles, sorted. */
+export const listRuntimes = (): string[] => listIds('runtime');
 
 // ---------------------------------------------------------------------------------------
 // Files
@@ -342,4 +346,39 @@ export function resolveTestbed(f: TestbedFile, path: string): HardwareProfile & 
 export function loadHardware(idOrPath: string): HardwareProfile & { readonly notes?: string } {
   const { path, byId } = locate('hardware', idOrPath, process.cwd());
   return memo(`hardware:${path}`, () => resolveTestbed(readValidated(TestbedFileSchema, path, byId), path));
+}
+
+// ---------------------------------------------------------------------------------------
+// Runtimes
+// ---------------------------------------------------------------------------------------
+
+/** The runtime a config gets when it names none: today's fused-kernel roofline. */
+export const DEFAULT_RUNTIME = 'fused';
+
+/** Resolves a validated runtime file (µs → ns). */
+export function resolveRuntime(f: RuntimeFile): RuntimeProfile {
+  return {
+    id: f.id,
+    name: f.name,
+    dispatchNs: f.dispatchUs === null ? null : f.dispatchUs * 1e3,
+    syncNs: f.syncUs * 1e3,
+    modules: Object.fromEntries(Object.entries(f.modules).map(([k, w]) => [k, { ops: w.ops, syncs: w.syncs }])) as RuntimeProfile['modules'],
+    expertLoop: f.expertLoop,
+    expertOrder: f.expertOrder,
+    attention: f.attention,
+    ...(f.gemmEfficiency && { gemmEfficiency: { ...f.gemmEfficiency } }),
+    cpuAttention: { ...f.cpuAttention },
+    calibration: f.calibration.map((c) => ({ ...c })),
+    sources: [...f.sources],
+  };
+}
+
+/**
+ * Loads a runtime profile by id (`hf-eager`) or `.json` path (relative to `baseDir`, default
+ * the current directory). Cached and deeply frozen.
+ * @throws UserError (unknown id with the known ones; invalid field with its path and value)
+ */
+export function loadRuntime(idOrPath: string = DEFAULT_RUNTIME, baseDir: string = process.cwd()): RuntimeProfile {
+  const { path, byId } = locate('runtime', idOrPath, baseDir);
+  return memo(`runtime:${path}`, () => resolveRuntime(readValidated(RuntimeFileSchema, path, byId)));
 }

@@ -327,3 +327,71 @@ export const TestbedFileSchema = z.strictObject({
   notes,
 });
 export type TestbedFile = z.infer<typeof TestbedFileSchema>;
+
+// ---------------------------------------------------------------------------------------
+// Runtimes (the software stack beside the hardware; see `runtimes/README.md`)
+// ---------------------------------------------------------------------------------------
+
+/** Host-side work of one module call: eager ops dispatched and device→host synchronisations. */
+const ModuleWorkSchema = z.strictObject({
+  /** Ops (kernels, views, Python-level tensor calls) dispatched by the host for one call. */
+  ops: z.number().nonnegative(),
+  /** Device→host synchronisations in one call (`.item()`, `.any()`, boolean-mask indexing, `torch.where` / `nonzero`). */
+  syncs: z.number().nonnegative().default(0),
+});
+
+/** The GPU modules a runtime prices (`sim/cost/types.ts` op kinds, plus cross-attention and idle loop iterations). */
+export const RUNTIME_MODULES = ['attention', 'crossAttention', 'attentionProj', 'router', 'expert', 'idleExpert', 'sharedExperts', 'denseFfn', 'lmHead'] as const;
+export type RuntimeModule = (typeof RUNTIME_MODULES)[number];
+
+/** One calibration figure: a measurement of this runtime with everything resident, and what the profile gives. */
+export const CalibrationFigureSchema = z.strictObject({
+  /** What is measured, e.g. "all-resident decode TPOT at batch 1". */
+  figure: z.string().min(1),
+  model: z.string().min(1),
+  hardware: z.string().min(1),
+  /** The measured value and its unit. */
+  value: positiveNumber,
+  unit: z.enum(['ms', 'us']),
+  /** Relative tolerance the test allows (e.g. 0.5 = ±50 %), with the reason in `source`/`notes`. */
+  tolerance: positiveNumber,
+  source: z.string().min(1),
+  notes: z.string().optional(),
+});
+
+export const RuntimeFileSchema = z.strictObject({
+  id: profileId,
+  name: z.string().min(1),
+  /**
+   * Host cost of dispatching one op (µs): Python + framework dispatcher + kernel launch. `null`
+   * = the GPU profile's `kernelLaunchUs` (a fused runtime launches one kernel per module).
+   */
+  dispatchUs: z.number().nonnegative().nullable(),
+  /** Cost of one device→host synchronisation round trip (µs). */
+  syncUs: z.number().nonnegative(),
+  /** Host work per module call (ops, syncs). */
+  modules: z.strictObject(Object.fromEntries(RUNTIME_MODULES.map((m) => [m, ModuleWorkSchema])) as Record<RuntimeModule, typeof ModuleWorkSchema>),
+  /** `all`: an MoE layer loops over every expert, paying `idleExpert` for each one no token chose (HF Switch / NLLB / Mixtral); `active`: only chosen experts. */
+  expertLoop: z.enum(['active', 'all']),
+  /** `index`: experts of a layer run in index order (a Python loop: a missing expert blocks the ones after it); `ready-first`: resident experts first (a scheduler). */
+  expertOrder: z.enum(['index', 'ready-first']),
+  /** `eager`: attention scores are materialised in HBM in FP32 (written, read by softmax, written, read by AV); `fused`: flash-style, scores stay on chip. */
+  attention: z.enum(['eager', 'fused']),
+  /** Overrides the GPU's GEMM efficiency curve (e.g. a runtime with poorer kernels). */
+  gemmEfficiency: z.strictObject({ maxFraction: fraction, halfSaturationTokens: positiveNumber }).optional(),
+  /** The CPU attention kernel this runtime ships (throughput family, CPU-attention systems). */
+  cpuAttention: z
+    .strictObject({
+      kernel: z.string().min(1),
+      /** Fraction of the CPU's FP32 FMA peak the kernel reaches; `null` = the CPU profile's `vectorEfficiency`. */
+      fmaPeakFraction: fraction.nullable(),
+      /** Threads the system runs it on; `null` = the cores the executor gives it. */
+      threads: positiveInt.nullable(),
+    })
+    .default({ kernel: 'cpu profile default', fmaPeakFraction: null, threads: null }),
+  /** Measurements of this runtime with everything resident that the profile must reproduce (tested). */
+  calibration: z.array(CalibrationFigureSchema).default([]),
+  sources,
+  notes,
+});
+export type RuntimeFile = z.infer<typeof RuntimeFileSchema>;

@@ -153,3 +153,38 @@ export interface HardwareProfile {
   };
   readonly sources: readonly string[];
 }
+
+/** Host-side work of one module call under a runtime. */
+export interface ModuleWork {
+  readonly ops: number;
+  readonly syncs: number;
+}
+
+/**
+ * A runtime profile (DESIGN §5): how a software stack turns a module into work. Resolved from
+ * `runtimes/<id>.json` (µs → ns); see `runtimes/README.md` for the calibration rule.
+ */
+export interface RuntimeProfile {
+  readonly id: string;
+  readonly name: string;
+  /** Host cost of one dispatched op; `null` = the GPU's kernel launch cost. */
+  readonly dispatchNs: number | null;
+  readonly syncNs: number;
+  readonly modules: Readonly<Record<'attention' | 'crossAttention' | 'attentionProj' | 'router' | 'expert' | 'idleExpert' | 'sharedExperts' | 'denseFfn' | 'lmHead', ModuleWork>>;
+  readonly expertLoop: 'active' | 'all';
+  readonly expertOrder: 'index' | 'ready-first';
+  readonly attention: 'eager' | 'fused';
+  readonly gemmEfficiency?: { readonly maxFraction: number; readonly halfSaturationTokens: number };
+  readonly cpuAttention: { readonly kernel: string; readonly fmaPeakFraction: number | null; readonly threads: number | null };
+  readonly calibration: readonly {
+    readonly figure: string;
+    readonly model: string;
+    readonly hardware: string;
+    readonly value: number;
+    readonly unit: 'ms' | 'us';
+    readonly tolerance: number;
+    readonly source: string;
+    readonly notes?: string;
+  }[];
+  readonly sources: readonly string[];
+}

@@ -12,6 +12,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import { WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
 import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
+import { DEFAULT_RUNTIME } from '../../hardware-profiles/load.ts';
 import { zodToUserError } from './load.ts';
 import {
   ExecutorSchema,
@@ -34,6 +35,8 @@ export interface RunSpec {
   readonly policy: ResolvedPolicy;
   readonly model: string;
   readonly hardware: string;
+  /** Runtime profile id or path (`fused` when the config names none). */
+  readonly runtime?: string;
   readonly seed: number;
   readonly workload: WorkloadConfig;
   /** The serving executor's options (its defaults when the run uses the throughput executor). */
@@ -101,6 +104,8 @@ async function loadPlugin(entryPath: string, baseDir: string, file: string | und
 
 interface PolicyTemplate {
   readonly label: string;
+  /** The entry's own runtime, overriding the experiment's. */
+  readonly runtime?: string;
   readonly definition: PolicyDefinition<unknown>;
   readonly rawParams: Json;
   readonly index: number;
@@ -117,7 +122,7 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
       const d = builtinPolicy(e.name);
       if (!d) throw new UserError(`unknown policy (known: ${builtinPolicyNames().join(', ')})`, file, `policies[${i}].name`, e.name);
       definition = d;
-      const { name: _n, label: _l, ...rest } = e;
+      const { name: _n, label: _l, runtime: _r, ...rest } = e;
       rawParams = rest;
     } else {
       definition = await loadPlugin(e.path, baseDir, file, `policies[${i}].path`);
@@ -136,7 +141,9 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
     const label = e.label ?? definition.name;
     if (labels.has(label)) throw new UserError('two policies report the same name; give one a `label`', file, `policies[${i}].label`, label);
     labels.add(label);
-    out.push({ label, definition, rawParams, index: i });
+    const runtime = 'name' in e ? e['runtime'] : e.runtime;
+    if (runtime !== undefined && typeof runtime !== 'string') throw new UserError('runtime must be a runtime id or a .json path', file, `policies[${i}].runtime`, runtime);
+    out.push({ label, definition, rawParams, index: i, ...(runtime !== undefined ? { runtime } : {}) });
   }
   return out;
 }
@@ -150,12 +157,12 @@ function acceptsParam(def: PolicyDefinition<unknown>, key: string): boolean {
 export async function expandRuns(config: ExperimentConfig, baseDir: string, file?: string): Promise<RunSpec[]> {
   const executorKind = config.executor.kind;
   const templates = await resolveTemplates(config.policies, baseDir, file, executorKind);
-  const known = new Set(['model', 'hardware', 'workload', 'executor', 'policy', 'seeds']);
+  const known = new Set(['model', 'hardware', 'runtime', 'workload', 'executor', 'policy', 'seeds']);
   const cases = config.cases ?? [];
   const checkKey = (key: string, field: string) => {
     const head = key.split('.')[0]!;
     if (!known.has(head) || key === 'seeds' || key === 'executor.kind') {
-      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, field);
+      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, runtime, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, field);
     }
     if (head === 'policy' && !templates.some((t) => acceptsParam(t.definition, key.slice('policy.'.length)))) {
       throw new UserError('no policy of this experiment has this parameter', file, field);
@@ -191,7 +198,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
   const done = new Set<string>();
   const points = (cases.length > 0 ? cases : [{}]).flatMap((c) => cartesian(config.sweep as Record<string, readonly unknown[]>).map((s) => ({ ...c, ...s })));
   for (const combo of points) {
-    const base: Json = clone({ model: config.model, hardware: config.hardware, workload: config.workload, executor: config.executor }) as Json;
+    const base: Json = clone({ model: config.model, hardware: config.hardware, runtime: config.runtime, workload: config.workload, executor: config.executor }) as Json;
     const policyOverrides: Json = {};
     for (const [key, value] of Object.entries(combo)) {
       if (key.startsWith('policy.')) policyOverrides[key.slice(7)] = value;
@@ -207,6 +214,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const throughputX: ThroughputExecutorConfig | undefined = x.data.kind === 'throughput' ? x.data : undefined;
     if (typeof base.model !== 'string') throw new UserError('model must be a string', file, 'sweep.model', base.model);
     if (typeof base.hardware !== 'string') throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
+    if (base.runtime !== undefined && typeof base.runtime !== 'string') throw new UserError('runtime must be a string', file, 'sweep.runtime', base.runtime);
 
     for (const t of templates) {
       const raw: Json = { ...t.rawParams };
@@ -219,7 +227,10 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       }
       // A policy without a swept parameter runs once per remaining combination, not once per value.
       const params: Record<string, unknown> = { model: base.model, hardware: base.hardware };
-      for (const [k, v] of Object.entries(combo)) if (!k.startsWith('policy.') && k !== 'model' && k !== 'hardware') params[k] = v;
+      const runtime = t.runtime ?? (base.runtime as string | undefined);
+      // Named only when chosen, so results of configs that name no runtime are unchanged.
+      if (runtime !== undefined) params['runtime'] = runtime;
+      for (const [k, v] of Object.entries(combo)) if (!k.startsWith('policy.') && k !== 'model' && k !== 'hardware' && k !== 'runtime') params[k] = v;
       Object.assign(params, applied);
       const dedupe = `${t.label}|${JSON.stringify(params)}`;
       if (done.has(dedupe)) continue;
@@ -232,6 +243,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
           policy: { label: t.label, definition: t.definition, params: p.data },
           model: base.model,
           hardware: base.hardware,
+          runtime: runtime ?? DEFAULT_RUNTIME,
           seed,
           workload: w.data,
           executor: servingX,

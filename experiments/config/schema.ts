@@ -32,6 +32,8 @@ export const PolicyEntrySchema = z.union([
     .object({
       path: z.string().min(1),
       label: z.string().min(1).optional(),
+      /** The software stack this policy's system ran on (overrides the experiment's `runtime`). */
+      runtime: z.string().min(1).optional(),
       params: z.record(z.string(), z.unknown()).default({}),
     })
     .strict(),
@@ -102,6 +104,11 @@ export const ExperimentSchema = z
     description: z.string().optional(),
     model: z.string().min(1),
     hardware: z.string().min(1),
+    /**
+     * Runtime profile (the software stack: `moesim list runtimes`, or a .json path): `fused`
+     * when absent. A policy entry's own `runtime` overrides it for that policy.
+     */
+    runtime: z.string().min(1).optional(),
     seeds: z.array(z.number().int().nonnegative()).min(1).default([1]),
     workload: WorkloadSchema,
     executor: ExecutorSchema.default(ServingExecutorSchema.parse({})),

@@ -29,6 +29,25 @@
  * (`attentionProj`, on the GPU). This makes DeepSeek CPU attention FLOP-bound on every
  * shipped CPU, which is why MoE-Gen leaves it on the GPU (ω = 0).
  *
+ * Runtime (`RuntimeProfile`, DESIGN §5; default: the `fused` behaviour below). Each GPU module
+ * call costs the host `ops` dispatched ops and `syncs` device→host synchronisations
+ * (`runtime.modules[module]`). Asynchronous dispatch overlaps the GPU body; a sync does not:
+ *
+ *     ns = max(ops · dispatchNs, kernelLaunchNs + body) + syncs · syncNs
+ *
+ * with dispatchNs = the runtime's, or the GPU's kernel launch when it names none (`fused`: one
+ * op, no sync, so ns = kernelLaunchNs + body exactly as before runtimes existed). `bound` is
+ * 'dispatch' when ops · dispatchNs exceeds the launch + body, 'sync' when the syncs alone exceed
+ * that max; `runtimeNs` reports the host part whenever it is more than one launch. An `eager`
+ * attention runtime also writes and reads the FP32 score matrix in HBM (16 B per head per
+ * context token: written, read by softmax, written, read by AV). A runtime may override the
+ * GPU's GEMM efficiency curve. `idleExperts` prices `count` loop iterations over experts no token
+ * chose (runtimes with `expertLoop: all`): count · (ops · dispatchNs + syncs · syncNs) of the
+ * `idleExpert` module, no GPU body. `crossAttention` (encoder-decoder decoder layers) is priced
+ * like `attention` with the encoder's K/V as its context. CPU attention uses the runtime's
+ * kernel efficiency (`cpuAttention.fmaPeakFraction`, else the CPU's `vectorEfficiency`) and
+ * thread count (`cpuAttention.threads`, else the op's cores, capped at the CPU's cores).
+ *
  * Transfers: ns = latencyNs + bytes / (direction's effective pinned bandwidth ×
  * (pinnedHostMemory ? 1 : pageableFactor)); bound 'pcie'. Zero bytes take zero time.
  *
@@ -52,7 +71,7 @@
  * two or three Map lookups and no allocation; the memo is cleared when it holds more than
  * 2^20 entries (estimates are pure, so clearing never changes a result).
  */
-import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { HardwareProfile, ModelProfile, ModuleWork, RuntimeProfile } from '../../hardware-profiles/types.ts';
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { Bound, Cost, CostModel, Operation } from './types.ts';
 
@@ -65,10 +84,20 @@ const MAX_MEMO_ENTRIES = 1 << 20;
 export interface CostModelOptions {
   /** Receives each distinct warning text once per cost model (e.g. a measured table extrapolated). Default: none. */
   readonly onWarning?: (message: string) => void;
+  /** The software stack (`hardware-profiles/runtimes`); default: the fused roofline. */
+  readonly runtime?: RuntimeProfile;
 }
 
+/** The work of one module call when no runtime is given: one launch, no sync (the `fused` runtime). */
+const ONE_LAUNCH: ModuleWork = Object.freeze({ ops: 1, syncs: 0 });
+const NO_WORK: ModuleWork = Object.freeze({ ops: 0, syncs: 0 });
+type RuntimeModule = keyof RuntimeProfile['modules'];
+
 /** The GEMM efficiency eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens); 0 for 0 tokens. */
-export function gemmEfficiency(gpu: HardwareProfile['gpu'], tokens: number): number {
+export function gemmEfficiency(
+  gpu: { readonly gemmEfficiency: { readonly maxFraction: number; readonly halfSaturationTokens: number } },
+  tokens: number,
+): number {
   const { maxFraction, halfSaturationTokens } = gpu.gemmEfficiency;
   return tokens > 0 ? (maxFraction * tokens) / (tokens + halfSaturationTokens) : 0;
 }
@@ -92,7 +121,15 @@ export function createCostModel(
   options: CostModelOptions | ((message: string) => void) = {},
 ): CostModel {
   const onWarning = typeof options === 'function' ? options : options.onWarning;
+  const runtime = typeof options === 'function' ? undefined : options.runtime;
   const { gpu, cpu, pcie } = hw;
+  const gemm = runtime?.gemmEfficiency ? { gemmEfficiency: runtime.gemmEfficiency } : gpu;
+  const dispatchNs = runtime?.dispatchNs ?? gpu.kernelLaunchNs;
+  const syncNs = runtime?.syncNs ?? 0;
+  const work = (m: RuntimeModule): ModuleWork => (runtime ? runtime.modules[m] : m === 'idleExpert' ? NO_WORK : ONE_LAUNCH);
+  const eagerScoreBytesPerContextToken = runtime?.attention === 'eager' && model.attention.type !== 'MLA' ? 16 * model.attention.heads : 0;
+  const cpuEfficiency = runtime?.cpuAttention.fmaPeakFraction ?? cpu.vectorEfficiency;
+  const cpuThreads = runtime?.cpuAttention.threads ?? null;
   const dv = model.derived;
   const h = model.hiddenSize;
   const actInOut = 2 * h * ACTIVATION_BYTES; // per token: input + output hidden state
@@ -119,17 +156,27 @@ export function createCostModel(
     onWarning?.(text);
   };
 
-  /** Roofline (or table) cost of a GPU op. */
-  function gpuCost(kind: GpuKind | 'attention', tokens: number, flops: number, bytes: number, scale = 1): Cost {
+  /** Roofline (or table) cost of a GPU op, plus the runtime's host work for one call of `module`. */
+  function gpuCost(kind: GpuKind | 'attention', tokens: number, flops: number, bytes: number, scale = 1, module: RuntimeModule = kind): Cost {
     if (tokens === 0) return ZERO_COST_GPU;
-    const flopNs = flops > 0 ? (flops / (flopsPerSec * gemmEfficiency(gpu, tokens))) * 1e9 : 0;
+    const flopNs = flops > 0 ? (flops / (flopsPerSec * gemmEfficiency(gemm, tokens))) * 1e9 : 0;
     const memNs = (bytes / hbmBytesPerSec) * 1e9;
     const bodyNs = Math.max(flopNs, memNs);
-    const bound: Bound = launchNs > bodyNs ? 'launch' : flopNs >= memNs ? 'flops' : 'hbm';
+    const w = work(module);
     const table = kind === 'attention' ? undefined : tables[kind];
     if (table === undefined) {
-      return Object.freeze({ ns: ceilNs(launchNs + bodyNs), bound, source: 'roofline', flops, bytes });
+      const dispatch = w.ops * dispatchNs;
+      const gpuNs = launchNs + bodyNs;
+      const syncs = w.syncs * syncNs;
+      let bound: Bound = launchNs > bodyNs ? 'launch' : flopNs >= memNs ? 'flops' : 'hbm';
+      if (dispatch > gpuNs) bound = 'dispatch';
+      if (syncs > Math.max(dispatch, gpuNs)) bound = 'sync';
+      const ns = ceilNs(Math.max(dispatch, gpuNs) + syncs);
+      const host = dispatch + syncs;
+      if (host > launchNs) return Object.freeze({ ns, bound, source: 'roofline', flops, bytes, runtimeNs: host });
+      return Object.freeze({ ns, bound, source: 'roofline', flops, bytes });
     }
+    const bound: Bound = launchNs > bodyNs ? 'launch' : flopNs >= memNs ? 'flops' : 'hbm';
     const { ns: tableNs, warning } = interpolate(table, tokens, kind);
     const ns = ceilNs(Math.max(1, tableNs * scale));
     if (warning !== undefined) {
@@ -163,8 +210,25 @@ export function createCostModel(
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
         const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
-        const bytes = projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer;
+        const bytes = projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes);
+      }
+      case 'crossAttention': {
+        const t = checkCount(op.tokens, 'tokens');
+        const c = checkCount(op.contextTokens, 'contextTokens');
+        const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
+        const bytes = projWeightBytes + t * actInOut + c * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
+        return gpuCost('attention', t, flops, bytes, 1, 'crossAttention');
+      }
+      case 'idleExperts': {
+        const n = checkCount(op.count, 'count');
+        const w = work('idleExpert');
+        const dispatch = n * w.ops * dispatchNs;
+        const syncs = n * w.syncs * syncNs;
+        const bound: Bound = syncs > dispatch ? 'sync' : 'dispatch';
+        const host = dispatch + syncs;
+        if (host === 0) return Object.freeze({ ns: 0 as Ns, bound, source: 'roofline', flops: 0, bytes: 0 });
+        return Object.freeze({ ns: ceilNs(host), bound, source: 'roofline', flops: 0, bytes: 0, runtimeNs: host });
       }
       case 'router': {
         const t = checkCount(op.tokens, 'tokens');
@@ -180,13 +244,13 @@ export function createCostModel(
       case 'cpuAttention': {
         const c = checkCount(op.contextTokens, 'contextTokens');
         checkCount(op.tokens, 'tokens');
-        const cores = op.cores;
-        if (!Number.isInteger(cores) || cores < 1 || cores > cpu.cores) {
-          throw new RangeError(`cpuAttention cores must be an integer in 1..${cpu.cores} (${cpu.id}), got ${cores}`);
+        if (!Number.isInteger(op.cores) || op.cores < 1 || op.cores > cpu.cores) {
+          throw new RangeError(`cpuAttention cores must be an integer in 1..${cpu.cores} (${cpu.id}), got ${op.cores}`);
         }
+        const cores = cpuThreads === null ? op.cores : Math.min(cpuThreads, cpu.cores);
         const flops = c * dv.attentionScoreFlopsPerContextToken;
         const bytes = c * dv.kvBytesPerTokenPerLayer;
-        const computeReal = (flops / (cores * cpu.vectorFlopsPerSecPerCore * cpu.vectorEfficiency)) * 1e9;
+        const computeReal = (flops / (cores * cpu.vectorFlopsPerSecPerCore * cpuEfficiency)) * 1e9;
         const memReal = (bytes / Math.min(cpu.dramBytesPerSec, cores * cpu.perCoreDramBytesPerSec)) * 1e9;
         const bound: Bound = computeReal >= memReal ? 'cpuFlops' : 'hostMem';
         return Object.freeze({
@@ -221,9 +285,11 @@ export function createCostModel(
     lmHead: new Map<number, Cost>(),
     h2d: new Map<number, Cost>(),
     d2h: new Map<number, Cost>(),
+    idleExperts: new Map<number, Cost>(),
   };
   const expertMemo = new Map<number, Map<number, Cost>>(); // fraction → tokens
   const attentionMemo = new Map<number, Map<number, Cost>>(); // tokens → contextTokens
+  const crossMemo = new Map<number, Map<number, Cost>>(); // tokens → contextTokens
   const cpuMemo = new Map<number, Map<number, Cost>>(); // cores → contextTokens
 
   function clearIfFull(): void {
@@ -231,6 +297,7 @@ export function createCostModel(
     for (const m of Object.values(oneD)) m.clear();
     expertMemo.clear();
     attentionMemo.clear();
+    crossMemo.clear();
     cpuMemo.clear();
     entries = 1;
   }
@@ -266,6 +333,10 @@ export function createCostModel(
           return get2(expertMemo, op.fraction ?? 1, op.tokens, op);
         case 'attention':
           return get2(attentionMemo, op.tokens, op.contextTokens, op);
+        case 'crossAttention':
+          return get2(crossMemo, op.tokens, op.contextTokens, op);
+        case 'idleExperts':
+          return get1(oneD.idleExperts, op.count, op);
         case 'cpuAttention':
           // tokens do not enter the price (see header); key by cores and context only.
           return get2(cpuMemo, op.cores, op.contextTokens, op);

@@ -1,11 +1,11 @@
 /**
- * The cost model's contract: one function from (operation, shape, hardware) to a duration
+ * The cost model's contract: one function from (operation, shape, hardware, runtime) to a duration
  * and its provenance. Implemented in `cost-model.ts`.
  */
 import type { Ns } from '../kernel/time.ts';
 
 /** Which bound decided the duration. */
-export type Bound = 'flops' | 'hbm' | 'pcie' | 'hostMem' | 'cpuFlops' | 'launch';
+export type Bound = 'flops' | 'hbm' | 'pcie' | 'hostMem' | 'cpuFlops' | 'launch' | 'dispatch' | 'sync';
 
 /** An operation whose duration the cost model prices. Token counts are of the whole batch. */
 export type Operation =
@@ -19,6 +19,10 @@ export type Operation =
   | { readonly kind: 'attention'; readonly tokens: number; readonly contextTokens: number }
   /** Only the attention projections (QKV + O) of one layer on the GPU (when scores run on the CPU). */
   | { readonly kind: 'attentionProj'; readonly tokens: number }
+  /** Cross-attention of one encoder-decoder decoder layer: Q/O projections over `tokens`, scores over `contextTokens` (Σ source tokens attended), encoder K/V read from HBM. */
+  | { readonly kind: 'crossAttention'; readonly tokens: number; readonly contextTokens: number }
+  /** The host work of `count` iterations of an MoE layer's expert loop over experts no token chose (runtimes with `expertLoop: all`). */
+  | { readonly kind: 'idleExperts'; readonly count: number }
   /** Attention scores of one layer on the CPU over `contextTokens`, reading `kvBytes` of KV from host DRAM (MLA: includes latent up-projection FLOPs). */
   | { readonly kind: 'cpuAttention'; readonly tokens: number; readonly contextTokens: number; readonly cores: number }
   /** Router (gate) of one MoE layer. */
@@ -38,6 +42,12 @@ export interface Cost {
   readonly bytes: number;
   /** For CPU ops: the FLOP-bound time alone (the memory part is shared fluidly at run time). */
   readonly computeNs?: Ns;
+  /**
+   * The runtime's host-side part (ns), present when the runtime adds more than one kernel launch:
+   * ops × dispatch (overlapping the GPU body) plus syncs × sync. `bound` is 'dispatch' or 'sync'
+   * when it decided the duration.
+   */
+  readonly runtimeNs?: number;
   /** Set when a measured table was extrapolated beyond its points. */
   readonly warning?: string;
 }

@@ -16,6 +16,18 @@
  * by the policy overlap compute on the H2D link. Buffer hits are counted at routing time
  * (DESIGN §7).
  *
+ * Encoder-decoder models (Switch, NLLB): the encoder runs once per request, in its prefill
+ * iteration, over the prompt (bidirectional self-attention); every iteration then walks the
+ * decoder layers with one token per request (self-attention over the tokens generated so far,
+ * cross-attention over the prompt's encoder states). An iteration without a prefill skips the
+ * encoder entirely.
+ *
+ * Runtime (`ServingInput.runtime`, DESIGN §5): the cost model prices each kernel under it; the
+ * executor follows its expert loop. `expertOrder: index` runs a layer's experts in index order, as
+ * a Python loop over the experts does (a missing expert blocks the ones after it, even resident
+ * ones); `ready-first` runs resident experts first. `expertLoop: all` also pays, in the same
+ * order, the loop iterations over experts no token chose (`idleExperts` kernels).
+ *
  * Simplifications: prefill is not chunked (a prompt is processed in one iteration); KV is
  * reserved for the full output at admission (no preemption: admission waits instead);
  * activations are one allocation per iteration sized from its token count; the LM head and
@@ -30,7 +42,7 @@ import type { ResourceEvent } from '../resources/events.ts';
 import { createResources, resourceHandlers, type Resources } from '../resources/index.ts';
 import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
-import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../workload.ts';
 import { ExpertBuffer, type BufferEntry } from './expert-buffer.ts';
 import type {
@@ -78,6 +90,8 @@ export interface ServingInput {
   readonly policy: ServingPolicy;
   readonly config: ServingConfig;
   readonly sink?: TraceSink;
+  /** The software stack (expert loop order and idle iterations); default: fused (ready-first, active experts only). */
+  readonly runtime?: RuntimeProfile;
   /** Safety net against runaway runs. */
   readonly maxEvents?: number;
 }
@@ -138,6 +152,20 @@ interface IterationState {
   readonly batch: RequestState[];
   readonly tokens: number[];
   readonly totalTokens: number;
+  /** Encoder-decoder models: encoder tokens per request (its prompt in its prefill iteration, else 0) and their sum. */
+  readonly encTokens: number[];
+  readonly encTotal: number;
+  /** Tokens per request and their sum at the current layer (encoder or decoder side). */
+  layerTokens: number[];
+  layerTotal: number;
+  /** Encoder-decoder decoder layer: cross-attention still to run after self-attention. */
+  crossPending: boolean;
+  /** Index-order expert loop: position in `order`, and whether the idle iterations before it were paid. */
+  order: number[];
+  orderPos: number;
+  gapPaid: boolean;
+  trailingPaid: boolean;
+  readyMask: Uint8Array;
   readonly views: RequestView[];
   activations: Allocation | null;
   layer: number;
@@ -185,6 +213,10 @@ export class ServingExecutor {
   private decidePending = false;
   private timerAtNs = -1;
   private readonly waitingForSlot: ExpertKey[] = [];
+  /** Encoder layers (0 for decoder-only models): layers below this index form the encoder. */
+  private readonly encoderLayers: number;
+  private readonly indexOrder: boolean;
+  private readonly loopAll: boolean;
   /**
    * Kernel durations, memoised by numeric keys (no key string per kernel): by token count per
    * kind, and for attention by token count then context.
@@ -243,6 +275,11 @@ export class ServingExecutor {
     this.workload = workload;
     this.sink = input.sink;
     this.E = model.experts;
+    // Loaded profiles carry the decoder depth in `details`; a hand-built encoder-decoder profile without it splits evenly.
+    const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? Math.ceil(model.layers / 2);
+    this.encoderLayers = model.arch === 'encoder-decoder' ? Math.max(0, model.layers - decoderLayers) : 0;
+    this.indexOrder = input.runtime?.expertOrder === 'index';
+    this.loopAll = input.runtime?.expertLoop === 'all';
     const r = workload.routing;
     if (r.moeLayers !== model.moeLayers || r.experts !== model.experts || r.topK !== model.topK) {
       throw new UserError(
@@ -490,6 +527,10 @@ export class ServingExecutor {
     const batch = this.active.slice();
     const tokens = batch.map((s) => (s.processed === 0 ? s.spec.promptTokens : 1));
     const totalTokens = tokens.reduce((a, b) => a + b, 0);
+    const encDec = this.encoderLayers > 0;
+    const encTokens = encDec ? batch.map((s) => (s.processed === 0 ? s.spec.promptTokens : 0)) : [];
+    const encTotal = encTokens.reduce((a, b) => a + b, 0);
+    const decTokens = encDec ? batch.map(() => 1) : tokens;
     const views: RequestView[] = batch.map((s, i) => ({
       spec: s.spec,
       processedTokens: s.processed,
@@ -507,6 +548,16 @@ export class ServingExecutor {
       batch,
       tokens,
       totalTokens,
+      encTokens,
+      encTotal,
+      layerTokens: decTokens,
+      layerTotal: encDec ? batch.length : totalTokens,
+      crossPending: false,
+      order: [],
+      orderPos: 0,
+      gapPaid: false,
+      trailingPaid: false,
+      readyMask: new Uint8Array(this.E),
       views,
       activations,
       layer: -1,
@@ -519,7 +570,7 @@ export class ServingExecutor {
       blockedSinceNs: -1,
     };
     this.apply('onIterationStart', this.callPolicy('onIterationStart', () => this.policy.onIterationStart?.(this.view)));
-    this.startLayer(0);
+    this.startLayer(encDec && encTotal === 0 ? this.encoderLayers : 0);
   }
 
   private tokenOpNs(kind: TokenOp, tokens: number): Ns {
@@ -558,11 +609,22 @@ export class ServingExecutor {
   private readonly afterAttention = (): void => {
     const it = this.iter!;
     const labels = this.layerLabels[it.layer]!;
-    if (this.moeIndexOfLayer[it.layer]! < 0) {
-      this.kernel(this.tokenOpNs('denseFfn', it.totalTokens), labels.dense, 'dense', this.afterDenseFfn);
-    } else {
-      this.kernel(this.tokenOpNs('router', it.totalTokens), labels.router, 'router', this.afterRouter);
+    if (it.crossPending) {
+      it.crossPending = false;
+      let cross = 0;
+      for (let i = 0; i < it.batch.length; i++) cross += it.batch[i]!.spec.promptTokens;
+      this.kernel(this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: cross }).ns, `L${it.layer} cross-attention`, 'attention', this.afterAttention);
+      return;
     }
+    if (this.moeIndexOfLayer[it.layer]! < 0) {
+      this.kernel(this.tokenOpNs('denseFfn', it.layerTotal), labels.dense, 'dense', this.afterDenseFfn);
+    } else {
+      this.kernel(this.tokenOpNs('router', it.layerTotal), labels.router, 'router', this.afterRouter);
+    }
+  };
+  private readonly afterIdleExperts = (): void => {
+    this.iter!.computing = false;
+    this.pumpExperts();
   };
   private readonly afterDenseFfn = (): void => this.startLayer(this.iter!.layer + 1);
   private readonly afterRouter = (): void => this.routeLayer(this.moeIndexOfLayer[this.iter!.layer]!);
@@ -577,17 +639,32 @@ export class ServingExecutor {
     const it = this.iter!;
     it.layer = layer;
     if (layer === this.m.layers) {
-      this.kernel(this.tokenOpNs('lmHead', it.totalTokens), 'lm head', 'lmHead', this.afterLmHead);
+      this.kernel(this.tokenOpNs('lmHead', this.encoderLayers > 0 ? it.batch.length : it.totalTokens), 'lm head', 'lmHead', this.afterLmHead);
       return;
     }
     let contextTokens = 0;
-    for (let i = 0; i < it.batch.length; i++) {
-      const s = it.batch[i]!;
-      const n = it.tokens[i]!;
-      // Causal attention: token at position p attends to p + 1 positions.
-      contextTokens += n * s.processed + (n * (n + 1)) / 2;
+    if (this.encoderLayers === 0) {
+      for (let i = 0; i < it.batch.length; i++) {
+        const s = it.batch[i]!;
+        const n = it.tokens[i]!;
+        // Causal attention: token at position p attends to p + 1 positions.
+        contextTokens += n * s.processed + (n * (n + 1)) / 2;
+      }
+    } else if (layer < this.encoderLayers) {
+      // Encoder: bidirectional self-attention over the prompts of the requests in prefill.
+      it.layerTokens = it.encTokens;
+      it.layerTotal = it.encTotal;
+      for (const n of it.encTokens) contextTokens += n * n;
+    } else {
+      // Decoder: one token per request over the tokens generated so far, then cross-attention.
+      if (layer === this.encoderLayers) {
+        it.layerTokens = it.batch.map(() => 1);
+        it.layerTotal = it.batch.length;
+      }
+      for (const s of it.batch) contextTokens += s.emitted + 1;
+      it.crossPending = true;
     }
-    this.kernel(this.attentionNs(it.totalTokens, contextTokens), this.layerLabels[layer]!.attention, 'attention', this.afterAttention);
+    this.kernel(this.attentionNs(it.layerTotal, contextTokens), this.layerLabels[layer]!.attention, 'attention', this.afterAttention);
   }
 
   private routeLayer(moeLayer: number): void {
@@ -597,13 +674,18 @@ export class ServingExecutor {
     const k = this.m.topK;
     const total = it.tokensPerExpert;
     total.fill(0);
+    const encDec = this.encoderLayers > 0;
+    const encoderSide = encDec && it.layer < this.encoderLayers;
     for (let i = 0; i < it.batch.length; i++) {
       const s = it.batch[i]!;
-      const n = it.tokens[i]!;
-      if (this.scratch.length < n * k) this.scratch = new Int32Array(n * k * 2);
-      s.router!.route(moeLayer, s.processed, s.processed + n, this.scratch);
+      const n = it.layerTokens[i]!;
       const counts = this.perRequestCounts[i]!;
       counts.fill(0);
+      if (n === 0) continue;
+      if (this.scratch.length < n * k) this.scratch = new Int32Array(n * k * 2);
+      // Positions: the prompt's in the encoder, the output token's in the decoder.
+      const from = !encDec ? s.processed : encoderSide ? 0 : s.spec.promptTokens + s.emitted;
+      s.router!.route(moeLayer, from, from + n, this.scratch);
       for (let j = 0; j < n * k; j++) {
         const e = this.scratch[j]!;
         if (!(e >= 0 && e < E)) {
@@ -621,6 +703,13 @@ export class ServingExecutor {
     // Needs first (hits, queue-jumps, on-demand fetches), then the policy's prefetches.
     it.ready.length = 0;
     it.remaining = activated.length;
+    if (this.indexOrder) {
+      it.order = activated;
+      it.orderPos = 0;
+      it.gapPaid = false;
+      it.trailingPaid = false;
+      it.readyMask.fill(0);
+    }
     // Experts already in the buffer (resident or loading) are claimed (pinned) before any miss
     // looks for a slot, so a miss can never evict — or cancel the prefetch of — an expert this
     // same layer needs (the router's choices are known all at once, as in Mixtral-Offloading's
@@ -644,7 +733,7 @@ export class ServingExecutor {
     }
     if (this.m.sharedExperts > 0) {
       it.computing = true;
-      this.kernel(this.tokenOpNs('sharedExperts', it.totalTokens), this.layerLabels[it.layer]!.shared, 'sharedExpert', this.afterSharedExperts);
+      this.kernel(this.tokenOpNs('sharedExperts', it.layerTotal), this.layerLabels[it.layer]!.shared, 'sharedExpert', this.afterSharedExperts);
     } else {
       this.pumpExperts();
     }
@@ -664,6 +753,7 @@ export class ServingExecutor {
       }
       e.pinned = true;
       it.ready.push(key);
+      it.readyMask[key % this.E] = 1;
       return;
     }
     if (e) {
@@ -702,6 +792,7 @@ export class ServingExecutor {
     if (e.origin === 'prefetch') this.counters.prefetchesCompleted++;
     if (e.pinned) {
       this.iter!.ready.push(key);
+      this.iter!.readyMask[key % this.E] = 1;
       this.pumpExperts();
     } else {
       this.apply('onPrefetchDone', this.callPolicy('onPrefetchDone', () => this.policy.onPrefetchDone?.(this.view, key)));
@@ -712,6 +803,10 @@ export class ServingExecutor {
   private pumpExperts(): void {
     const it = this.iter!;
     if (it.computing) return;
+    if (this.indexOrder) {
+      this.pumpInOrder(it);
+      return;
+    }
     const key = it.ready.shift();
     if (key !== undefined) {
       if (it.blockedSinceNs >= 0) {
@@ -742,6 +837,75 @@ export class ServingExecutor {
       return;
     }
     if (it.blockedSinceNs < 0) it.blockedSinceNs = this.sim.now;
+  }
+
+  /** Index-order loop (`expertOrder: index`): idle iterations before each chosen expert, the expert once resident, then the trailing idle ones. */
+  private pumpInOrder(it: IterationState): void {
+    const E = this.E;
+    if (it.orderPos < it.order.length) {
+      const e = it.order[it.orderPos]!;
+      if (this.loopAll && !it.gapPaid) {
+        it.gapPaid = true;
+        const gap = e - (it.orderPos > 0 ? it.order[it.orderPos - 1]! + 1 : 0);
+        if (gap > 0) {
+          this.closeBlocked(it);
+          it.computing = true;
+          this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+          return;
+        }
+      }
+      if (it.readyMask[e] === 1) {
+        it.readyMask[e] = 0;
+        const key = it.moeLayer * E + e;
+        const idx = it.ready.indexOf(key);
+        if (idx >= 0) it.ready.splice(idx, 1);
+        it.orderPos++;
+        it.gapPaid = false;
+        this.closeBlocked(it);
+        const entry = this.buffer.entry(key);
+        this.sink?.onExpertCompute?.(key, this.sim.now, entry?.state === 'resident');
+        it.computing = true;
+        it.computingKey = key;
+        const tokens = it.tokensPerExpert[e]!;
+        this.kernel(this.tokenOpNs('expert', tokens), `${this.expertLabel(key)} ×${tokens}`, 'expert', this.afterExpertKernel);
+        return;
+      }
+      if (it.blockedSinceNs < 0) it.blockedSinceNs = this.sim.now;
+      return;
+    }
+    if (this.loopAll && !it.trailingPaid) {
+      it.trailingPaid = true;
+      const last = it.order.length > 0 ? it.order[it.order.length - 1]! : -1;
+      const gap = E - 1 - last;
+      if (gap > 0) {
+        it.computing = true;
+        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+        return;
+      }
+    }
+    this.finishMoeLayer(it);
+  }
+
+  private closeBlocked(it: IterationState): void {
+    if (it.blockedSinceNs >= 0) {
+      this.counters.blockedNs += this.sim.now - it.blockedSinceNs;
+      this.sink?.onBlocked?.({ stream: 'gpu.compute', reason: 'expert fetch', startNs: it.blockedSinceNs as Ns, endNs: this.sim.now });
+      it.blockedSinceNs = -1;
+    }
+  }
+
+  private finishMoeLayer(it: IterationState): void {
+    const layer = it.moeLayer;
+    if (this.policy.onLayerDone) {
+      let d: PolicyDecision | void;
+      try {
+        d = this.policy.onLayerDone(this.view, layer);
+      } catch (err) {
+        throw this.policyFailure('onLayerDone', err);
+      }
+      this.apply('onLayerDone', d);
+    }
+    this.startLayer(it.layer + 1);
   }
 
   private afterExpert(key: ExpertKey): void {

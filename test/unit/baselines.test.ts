@@ -134,6 +134,8 @@ const prefetchKeys = (d: PolicyDecision | void): ExpertKey[] => (d?.prefetch ?? 
 function stubCost(expertNs: number): CostModel {
   const ns: Record<Operation['kind'], number> = {
     attention: 10_000,
+    crossAttention: 0,
+    idleExperts: 0,
     router: 1_000,
     expert: expertNs,
     lmHead: 5_000,

@@ -35,6 +35,8 @@ const model: ModelProfile = { ...tinyModel(2, EXPERTS, 1), id: 'tiny' };
 
 const KERNEL_NS: Record<Operation['kind'], number> = {
   attention: 10_000,
+  crossAttention: 0,
+  idleExperts: 0,
   router: 1_000,
   expert: 100_000,
   lmHead: 5_000,
