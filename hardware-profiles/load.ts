@@ -252,6 +252,7 @@ export function resolveGpu(f: GpuFile): GpuProfile {
     vramBytes: Math.round(f.vramGiB * GIB),
     hbmBytesPerSec: f.hbmGBPerSec * 1e9,
     bf16FlopsPerSec: f.bf16DenseTflops * 1e12,
+    ...(f.fp32DenseTflops !== undefined && { fp32FlopsPerSec: f.fp32DenseTflops * 1e12 }),
     kernelLaunchNs: Math.round(f.kernelLaunchUs * 1e3),
     gemmEfficiency: { ...f.gemmEfficiency },
     hbmEfficiency: f.hbmEfficiency,

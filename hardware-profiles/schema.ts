@@ -233,6 +233,8 @@ export const GpuFileSchema = z.strictObject({
   hbmGBPerSec: positiveNumber,
   /** Dense (no 2:4 sparsity) BF16 tensor TFLOP/s with FP32 accumulate. */
   bf16DenseTflops: positiveNumber,
+  /** Dense FP32 TFLOP/s without tensor cores (PyTorch's default for FP32 matmul: TF32 off); used for FP32 checkpoints (Switch, NLLB). */
+  fp32DenseTflops: positiveNumber.optional(),
   kernelLaunchUs: z.number().nonnegative(),
   gemmEfficiency: z.strictObject({
     maxFraction: fraction,

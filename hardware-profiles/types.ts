@@ -91,6 +91,8 @@ export interface GpuProfile {
   readonly hbmBytesPerSec: number;
   /** Dense BF16 tensor FLOP/s (no sparsity). */
   readonly bf16FlopsPerSec: number;
+  /** Dense FP32 FLOP/s (CUDA cores), when the profile gives it; FP32 models use it. */
+  readonly fp32FlopsPerSec?: number;
   readonly kernelLaunchNs: number;
   /** GEMM efficiency: eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens). */
   readonly gemmEfficiency: { readonly maxFraction: number; readonly halfSaturationTokens: number };

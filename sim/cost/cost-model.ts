@@ -3,10 +3,12 @@
  *
  * GPU operations (expert, sharedExperts, denseFfn, attentionProj, attention, router, lmHead):
  *
- *     ns = kernelLaunchNs + max(flops / (bf16FlopsPerSec · eff(tokens)),
+ *     ns = kernelLaunchNs + max(flops / (flopsPerSec · eff(tokens)),
  *                               bytes / (hbmBytesPerSec · hbmEfficiency))
  *     eff(tokens) = maxFraction · tokens / (tokens + halfSaturationTokens)
  *
+ * - flopsPerSec = the GPU's dense BF16 rate, or its FP32 CUDA-core rate (`fp32FlopsPerSec`) for an
+ *   FP32 checkpoint (expertBytesPerParam 4: Switch, NLLB as released).
  * - flops = 2 × parameters touched per token × tokens (`ModelDerived.*FlopsPerToken`), plus
  *   for `attention` the scores: contextTokens × attentionScoreFlopsPerContextToken.
  * - bytes = weights read once per op + activations in and out (tokens × 2 × hidden × 2 B,
@@ -134,7 +136,8 @@ export function createCostModel(
   const h = model.hiddenSize;
   const actInOut = 2 * h * ACTIVATION_BYTES; // per token: input + output hidden state
 
-  const flopsPerSec = gpu.bf16FlopsPerSec;
+  // FP32 checkpoints (4 bytes per expert parameter) run on the CUDA cores when the GPU profile gives that rate.
+  const flopsPerSec = model.dtypes.expertBytesPerParam >= 4 && gpu.fp32FlopsPerSec !== undefined ? gpu.fp32FlopsPerSec : gpu.bf16FlopsPerSec;
   const hbmBytesPerSec = gpu.hbmBytesPerSec * gpu.hbmEfficiency;
   const launchNs = gpu.kernelLaunchNs;
   const projWeightBytes = Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);

@@ -219,7 +219,8 @@ describe.skipIf(!reference.present)(reference.title('derived sizes agree with re
       }
       const kvRef = r.kv_cache_bytes_per_token_bf16 ?? r.kv_cache_bytes_per_token_bf16_decoder_self_attn;
       expect(kvRef).toBeDefined();
-      expect(m.derived.kvBytesPerToken).toBe(kvRef);
+      // The reference counts BF16 (2-byte) KV; FP32 checkpoints (Switch, NLLB) cache 4-byte elements.
+      expect(m.derived.kvBytesPerToken).toBe((kvRef! * m.dtypes.kvBytesPerElement) / 2);
     });
 
     it('total parameters within 0.01 % (exact for decoder-only models)', () => {
@@ -246,15 +247,16 @@ describe.skipIf(!reference.present)(reference.title('derived sizes agree with re
     expect(loadModel('nllb-moe-128').name).toBe('NLLB-MoE-54B (128 experts)');
   });
 
-  it('Switch expert sizes: 9.4 MB (base) and 16.8 MB (large) in BF16; the "≈ 33 MB" figure is switch-large in FP32', () => {
+  it('Switch and NLLB ship in FP32 as released: 18.9 MB (base), 33.5 MB (large, the paper\'s "33MB"); 9.4 / 16.8 MB in BF16', () => {
     const base = loadModel('switch-base-128');
     const large = loadModel('switch-large-128');
     expect(base.ffnMatrices).toBe(2);
-    expect(base.derived.bytesPerExpert).toBe(2 * 768 * 3072 * 2); // 9 437 184
-    expect(large.derived.bytesPerExpert).toBe(2 * 1024 * 4096 * 2); // 16 777 216
-    const fp32 = { expertBytesPerParam: 4, attentionBytesPerParam: 4, embeddingBytesPerParam: 4, kvBytesPerElement: 4 };
-    expect(deriveModel({ ...base, dtypes: fp32 }).bytesPerExpert).toBe(18_874_368); // Pre-gated MoE's switch-base size
-    expect(deriveModel({ ...large, dtypes: fp32 }).bytesPerExpert).toBe(33_554_432); // ≈ 33.5 MB
+    expect(base.derived.bytesPerExpert).toBe(18_874_368); // Pre-gated MoE's switch-base size
+    expect(large.derived.bytesPerExpert).toBe(33_554_432); // ≈ 33.5 MB, MoE-Infinity §2.1
+    expect(loadModel('nllb-moe-128').derived.bytesPerExpert).toBe(4 * 33_564_672);
+    const bf16 = { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 };
+    expect(deriveModel({ ...base, dtypes: bf16 }).bytesPerExpert).toBe(2 * 768 * 3072 * 2); // 9 437 184
+    expect(deriveModel({ ...large, dtypes: bf16 }).bytesPerExpert).toBe(2 * 1024 * 4096 * 2); // 16 777 216
   });
 
   it('MLA: latent KV and absorbed score FLOPs', () => {
