@@ -4,8 +4,9 @@
  *
  * Reproduces: the dependency-based prefetch baseline of MoE-Infinity and MoEpic (DeepSpeed-
  * Inference / ZeRO-Infinity fetch the parameters of the next module in execution order), and
- * Pre-gated MoE's "SE-MoE / MoE-Prefetch" baseline (`fetch_all`). Layer 0 of each iteration is
- * prefetched when the iteration starts (during its attention). Transfers go in expert order at
+ * Pre-gated MoE's "SE-MoE / MoE-Prefetch" baseline (`fetch_all`). The first MoE layer of each
+ * iteration (`view.firstLayer`: the first decoder MoE layer of an encoder-decoder model in decode)
+ * is prefetched when the iteration starts (during its attention). Transfers go in expert order at
  * one priority; nothing is ever cancelled: moving whole layers is the point of this baseline
  * (PCIe bytes ≈ layers × experts × expert bytes per iteration, at most).
  *
@@ -62,7 +63,7 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
       stamp = new Float64Array(shape.moeLayers * shape.experts);
     },
     onIterationStart(view) {
-      if (view.moeLayers > 0) return { prefetch: wholeLayer(view, 0) };
+      if (view.moeLayers > 0) return { prefetch: wholeLayer(view, view.firstLayer) };
     },
     onLayerRouted(view, routing) {
       const l = routing.layer;

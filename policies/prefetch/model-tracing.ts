@@ -89,7 +89,7 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
       counts = new Float64Array(shape.moeLayers * shape.experts);
     },
     onIterationStart(view) {
-      return plan(view, 0, -1);
+      return plan(view, view.firstLayer, view.firstLayer - 1);
     },
     onLayerRouted(view, routing) {
       const base = routing.layer * view.experts;

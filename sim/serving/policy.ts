@@ -85,6 +85,11 @@ export interface ServingView extends ModelShapeView {
   /** Current iteration number (0-based), and MoE layer being processed (−1 before the first). */
   readonly iteration: number;
   readonly layer: number;
+  /**
+   * The first MoE layer the current iteration routes: 0, except for an encoder-decoder model in
+   * an iteration without a prefill, which skips the encoder (its first decoder MoE layer).
+   */
+  readonly firstLayer: number;
   keyOf(layer: number, expert: number): ExpertKey;
   layerOf(key: ExpertKey): number;
   expertOf(key: ExpertKey): number;

@@ -158,6 +158,8 @@ interface IterationState {
   /** Tokens per request and their sum at the current layer (encoder or decoder side). */
   layerTokens: number[];
   layerTotal: number;
+  /** The first MoE layer this iteration routes. */
+  readonly firstMoeLayer: number;
   /** Encoder-decoder decoder layer: cross-attention still to run after self-attention. */
   crossPending: boolean;
   /** Index-order expert loop: position in `order`, and whether the idle iterations before it were paid. */
@@ -215,6 +217,7 @@ export class ServingExecutor {
   private readonly waitingForSlot: ExpertKey[] = [];
   /** Encoder layers (0 for decoder-only models): layers below this index form the encoder. */
   private readonly encoderLayers: number;
+  private readonly firstDecoderMoeLayer: number;
   private readonly indexOrder: boolean;
   private readonly loopAll: boolean;
   /**
@@ -278,6 +281,7 @@ export class ServingExecutor {
     // Loaded profiles carry the decoder depth in `details`; a hand-built encoder-decoder profile without it splits evenly.
     const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? Math.ceil(model.layers / 2);
     this.encoderLayers = model.arch === 'encoder-decoder' ? Math.max(0, model.layers - decoderLayers) : 0;
+    this.firstDecoderMoeLayer = Math.max(0, model.moeLayerIndices.findIndex((li) => li >= this.encoderLayers));
     this.indexOrder = input.runtime?.expertOrder === 'index';
     this.loopAll = input.runtime?.expertLoop === 'all';
     const r = workload.routing;
@@ -381,6 +385,9 @@ export class ServingExecutor {
       },
       get layer() {
         return self.iter ? self.iter.moeLayer : -1;
+      },
+      get firstLayer() {
+        return self.iter ? self.iter.firstMoeLayer : 0;
       },
       keyOf: (layer: number, expert: number) => layer * E + expert,
       layerOf: (key: number) => Math.floor(key / E),
@@ -550,6 +557,7 @@ export class ServingExecutor {
       totalTokens,
       encTokens,
       encTotal,
+      firstMoeLayer: encDec && encTotal === 0 ? this.firstDecoderMoeLayer : 0,
       layerTokens: decTokens,
       layerTotal: encDec ? batch.length : totalTokens,
       crossPending: false,

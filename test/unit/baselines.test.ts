@@ -98,6 +98,7 @@ function stubView(o: { layers: number; experts: number; topK?: number; slots?: n
     experts: E,
     topK: o.topK ?? 1,
     bytesPerExpert: 1,
+    firstLayer: 0,
     slots,
     nowNs: 0 as Ns,
     buffer: new StubBuffer(slots),
