@@ -49,8 +49,10 @@
  * `cachePriorities` (off: LRU), `initialLayerBoost`, `prefetchBudget`, `prefetchAdmission`.
  *
  * Known gaps versus the paper:
- * - The EAMC starts empty and learns online (no offline trace loading; `preload` exists for
- *   benchmarks and tests). Until a phase's collection holds EAMs, it does not prefetch.
+ * - The EAMC starts empty and learns online unless `eamcWarmup` loads the EAMs of that many
+ *   held-out requests of the same workload first (the paper's EAMC holds past requests' EAMs;
+ *   the released code's offline `trace_path` loading is the same idea). Until a phase's
+ *   collection holds EAMs, it does not prefetch.
  * - The first layer of an iteration is never prefetched (nothing of the iteration is seen
  *   yet); it relies on the cache and the initial-layer boost.
  * - Matching uses the current iteration EAM only, not the request's earlier iterations.
@@ -75,7 +77,7 @@
  */
 import { z } from 'zod';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import type { RequestSpec } from '../../sim/workload.ts';
+import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
 import type {
   EvictionQuery,
   ExpertKey,
@@ -109,6 +111,12 @@ export const MoeInfinityParams = z
     fixedPrefetchExperts: z.number().int().positive().optional(),
     /** EAMs stored per phase (prefill, decode). */
     eamcCapacity: z.number().int().positive().default(1000),
+    /**
+     * Held-out requests whose EAMs are loaded into the EAMC before the run (0: it starts empty and
+     * learns online). They are fresh draws of the same workload: the run's request specs (task,
+     * prompt and output lengths) cycled, under new request ids, so their routing is new.
+     */
+    eamcWarmup: z.number().int().nonnegative().default(0),
     /** Full EAMC: replace the most similar stored EAM (paper) or the least matched one (released code). */
     eamcReplacement: z.enum(['most-similar', 'lfu-access']).default('most-similar'),
     /** Best EAMC matches aggregated into activation probabilities. */
@@ -390,5 +398,50 @@ export const moeInfinity = definePolicy({
   family: 'serving',
   summary: 'MoE-Infinity: request-level EAM tracing, EAMC matching, multi-layer ranked prefetch with cancellation, activation-aware cache',
   params: MoeInfinityParams,
-  create: (p, ctx) => new MoeInfinityPolicy('moe-infinity', p, ctx.model),
+  create: (p, ctx) => {
+    const policy = new MoeInfinityPolicy('moe-infinity', p, ctx.model);
+    if (p.eamcWarmup > 0) warmEamc(policy, p.eamcWarmup, ctx.model, ctx.workload);
+    return policy;
+  },
 });
+
+/**
+ * Loads the prefill and decode EAMs of `n` held-out requests into the policy's EAMC: the run's
+ * request specs cycled under ids past the run's, routed as the serving executor routes them
+ * (encoder-decoder models: encoder MoE layers over the prompt, decoder MoE layers one token per
+ * output position; decoder-only: every layer over the prompt, then each decode input token).
+ */
+export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfile, workload: Workload): void {
+  const specs = workload.requests;
+  if (specs.length === 0) return;
+  const { layers: L, experts: E } = policy.shape;
+  const k = model.topK;
+  const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? model.layers;
+  const encoderLayers = model.arch === 'encoder-decoder' ? model.layers - decoderLayers : 0;
+  const firstDecoderMoe = encoderLayers > 0 ? Math.max(0, model.moeLayerIndices.findIndex((li) => li >= encoderLayers)) : 0;
+  let scratch = new Int32Array(1024);
+  const route = (router: RequestRouter, layer: number, from: number, to: number, into: Float64Array): void => {
+    const need = (to - from) * k;
+    if (need <= 0) return;
+    if (scratch.length < need) scratch = new Int32Array(need * 2);
+    router.route(layer, from, to, scratch);
+    for (let j = 0; j < need; j++) into[layer * E + scratch[j]!]! += 1;
+  };
+  for (let i = 0; i < n; i++) {
+    const base = specs[i % specs.length]!;
+    const spec: RequestSpec = { ...base, id: specs.length + i };
+    const router = workload.routing.forRequest(spec);
+    const prefill = new Float64Array(L * E);
+    const decode = new Float64Array(L * E);
+    const P = spec.promptTokens;
+    if (encoderLayers > 0) {
+      for (let l = 0; l < L; l++) route(router, l, l < firstDecoderMoe ? 0 : P, l < firstDecoderMoe ? P : P + 1, prefill);
+      for (let t = 1; t < spec.outputTokens; t++) for (let l = firstDecoderMoe; l < L; l++) route(router, l, P + t, P + t + 1, decode);
+    } else {
+      for (let l = 0; l < L; l++) route(router, l, 0, P, prefill);
+      for (let t = P; t < P + spec.outputTokens - 1; t++) for (let l = 0; l < L; l++) route(router, l, t, t + 1, decode);
+    }
+    policy.preload('prefill', [prefill]);
+    if (spec.outputTokens > 1) policy.preload('decode', [decode]);
+  }
+}
