@@ -10,8 +10,11 @@
  */
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
 import cliProgress from 'cli-progress';
-import { UserError } from '../sim/kernel/errors.ts';
+import { PolicyError, UserError } from '../sim/kernel/errors.ts';
+import type { PolicyDecision, ServingPolicy, ServingView } from '../sim/serving/policy.ts';
+import type { PolicyDefinition } from '../policies/types.ts';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
 import { fanout } from '../sim/observe/trace-sink.ts';
 import { servingMetrics, type RunMetrics } from '../sim/metrics/serving-metrics.ts';
@@ -22,6 +25,7 @@ import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
 import { renderSeedSummary, renderTable, type TableStyle, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
+import { makeOutDir } from './outputs/out-dir.ts';
 import { renderPlot } from './outputs/plot.ts';
 import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld, buildThroughputWorld } from './world.ts';
@@ -98,10 +102,34 @@ class LazyProgress implements TraceSink {
   }
 }
 
+/**
+ * Everything `experiment` checks before it simulates, and all that `validate` does: expands
+ * the runs and builds the world of every one of them (profiles, the feasibility of the model on
+ * the GPU and the host, the workload and its files, the policy's factory) without running it.
+ * Returns the runs ready to run: model and hardware `.json` paths resolved against the config's
+ * folder, plugin policies wrapped in the contract guard.
+ * @throws UserError (sizes human-readable, naming the config file) or PluginError
+ */
+export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: string) => void } = {}): Promise<RunSpec[]> {
+  const { config, baseDir, file } = loaded;
+  const expanded = await expandRuns(config, baseDir, file);
+  const plugins = await pluginFiles(config, baseDir);
+  const specs = expanded.map((s) => prepareSpec(s, baseDir, plugins));
+  const onWarning = o.onWarning ?? (() => {});
+  for (const spec of specs) {
+    try {
+      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
+      else await buildServingWorld(spec, { baseDir, onWarning });
+    } catch (err) {
+      throw asReported(err, spec, file);
+    }
+  }
+  return specs;
+}
+
 export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {}): Promise<ExperimentResult> {
   const { config, baseDir, file } = loaded;
   const log = o.log ?? (() => {});
-  const specs = await expandRuns(config, baseDir, file);
   const warnings = new Set<string>();
   const onWarning = (m: string) => {
     if (!warnings.has(m)) {
@@ -110,16 +138,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     }
   };
   // Preflight: every run's world must build (profiles, capacities, workload, policy) before anything is written.
-  try {
-    for (const spec of specs) {
-      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
-      else await buildServingWorld(spec, { baseDir, onWarning });
-    }
-  } catch (err) {
-    // Profile and capacity errors know their field but not the config file they came from.
-    if (err instanceof UserError && !err.file) throw new UserError(err.message, file, err.field, err.value);
-    throw err;
-  }
+  const specs = await preflight(loaded, { onWarning });
   o.onReady?.(specs.length);
 
   const totalRequests = specs.reduce((a, s) => a + s.workload.requests, 0);
@@ -128,11 +147,22 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const timing: TimingRecord[] = [];
   const rows: TableRow[] = [];
   const outDir = o.outDir;
+  if (outDir) makeOutDir(outDir);
+  /** Writes one output file; a failure is the user's folder, not a bug. */
+  const put = async (name: string, text: string): Promise<void> => {
+    const target = path.join(outDir!, name);
+    try {
+      await writeFileAtomic(target, text);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new UserError(`cannot write ${target} (${code ?? String(err)})`, undefined, '--out', outDir);
+    }
+  };
   const write = async (complete: boolean): Promise<void> => {
     if (!outDir) return;
-    await writeFileAtomic(path.join(outDir, 'results.json'), toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
-    await writeFileAtomic(path.join(outDir, 'timing.json'), toJson({ name: config.name, runs: timing }));
-    await writeFileAtomic(path.join(outDir, 'runs.csv'), runsToCsv(runs));
+    await put('results.json', toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
+    await put('timing.json', toJson({ name: config.name, runs: timing }));
+    await put('runs.csv', runsToCsv(runs));
   };
   try {
     for (const spec of specs) {
@@ -143,17 +173,17 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       let endNs: number;
       let wallS: number;
       if (spec.throughput) {
-        const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
+        const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
         const t0 = performance.now();
-        const outcome = executor.run();
+        const outcome = guarded(spec, file, () => executor.run());
         wallS = (performance.now() - t0) / 1000;
         metrics = throughputMetrics(outcome);
         events = outcome.events;
         endNs = outcome.endNs;
       } else {
-        const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) });
+        const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
         const t0 = performance.now();
-        const outcome = executor.run();
+        const outcome = guarded(spec, file, () => executor.run());
         wallS = (performance.now() - t0) / 1000;
         metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest } : {});
         events = outcome.events;
@@ -173,7 +203,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
       rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS });
       if (outDir && timeline) {
-        await writeFileAtomic(path.join(outDir, `timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`), timeline.toJson());
+        await put(`timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`, timeline.toJson());
       }
       await write(false);
     }
@@ -183,7 +213,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const relCols = addRelative(config, runs);
   await write(true);
   if (outDir) {
-    for (const plot of config.output.plots) await writeFileAtomic(path.join(outDir, `${plot.name}.svg`), await renderPlot(plot, runs));
+    for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
   }
   const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
   const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
@@ -219,4 +249,224 @@ function addRelative(config: ExperimentConfig, runs: RunRecord[]): string[] {
     r.relative = out;
   }
   return rel.metrics;
+}
+
+// ---------------------------------------------------------------------------------------
+// Paths, plugins and how their failures are reported
+// ---------------------------------------------------------------------------------------
+
+/**
+ * A plugin policy failed: it threw, or broke a rule of the hook contract. Reported as the
+ * plugin's error, not moesim's (the CLI prints `oneLine()` and exits 3).
+ */
+export class PluginError extends Error {
+  override readonly name = 'PluginError';
+  constructor(
+    /** The policy's label in the config. */
+    readonly policy: string,
+    /** The plugin module: relative to the current directory when inside it, else absolute. */
+    readonly file: string,
+    /** The hook (or `create`, the factory) that failed. */
+    readonly hook: string,
+    /** Simulated time of the failure, when a run was under way. */
+    readonly simTimeNs: number | undefined,
+    /** What went wrong: the plugin's own message, or what it asked for. */
+    readonly detail: string,
+    /** The contract rule it broke; undefined when the plugin threw. */
+    readonly rule: string | undefined,
+    /** The plugin's original error (its stack, for `--debug`). */
+    readonly original: unknown,
+  ) {
+    super(detail);
+  }
+
+  oneLine(): string {
+    const at = this.simTimeNs === undefined ? '' : ` at t=${(this.simTimeNs / 1e9).toFixed(3)} s`;
+    const head = `policy '${this.policy}' (${this.file})`;
+    const line = this.rule
+      ? `${head} broke a rule in hook '${this.hook}'${at}: ${this.rule}: ${this.detail}`
+      : `${head} threw in hook '${this.hook}'${at}: ${this.detail}`;
+    return line.replace(/\s*\n\s*/g, ' ');
+  }
+}
+
+/** The rules of the serving hook contract that moesim enforces on plugins (docs/PLUGINS.md). */
+export const CONTRACT_RULES = {
+  key: 'expert keys must name existing experts (0 ≤ key < MoE layers × experts)',
+  pinned: 'a policy may not evict an expert in use (pinned: computing, or awaited by the current layer)',
+  victim: 'chooseVictim must return one of query.candidates, or undefined',
+  demandVictim: 'chooseVictim must free a slot for an on-demand fetch (it may decline only for a prefetch)',
+  budget: 'one decision may prefetch at most as many experts as the buffer has slots',
+  plan: 'a throughput plan must fit the machine (valid configuration; VRAM and host DRAM within capacity)',
+} as const;
+
+/** Contract checks the executor itself makes, by the message of its PolicyError. */
+const EXECUTOR_RULES: readonly [RegExp, string][] = [
+  [/^invalid expert key/, CONTRACT_RULES.key],
+  [/^declined to evict for an on-demand fetch/, CONTRACT_RULES.demandVictim],
+  [/which is not an evictable candidate/, CONTRACT_RULES.victim],
+  [/^invalid plan/, CONTRACT_RULES.plan],
+];
+
+interface GuardState {
+  /** The last rule the guard saw broken (the executor wraps the guard's throw in a PolicyError). */
+  violation: string | undefined;
+}
+
+interface PluginInfo {
+  readonly file: string;
+  readonly guard: GuardState;
+}
+
+/** Prepared runs that use a plugin, with its file and guard. */
+const pluginOfSpec = new WeakMap<RunSpec, PluginInfo>();
+
+/** Plugin definitions of the config's `policies[].path` entries → absolute module path. */
+async function pluginFiles(config: ExperimentConfig, baseDir: string): Promise<Map<unknown, string>> {
+  const out = new Map<unknown, string>();
+  for (const e of config.policies) {
+    if ('name' in e || typeof e.path !== 'string') continue;
+    const abs = path.resolve(baseDir, e.path);
+    // Already imported (and checked) by expandRuns: this is the cached module.
+    const mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+    out.set(mod.default ?? mod.policy, abs);
+  }
+  return out;
+}
+
+/** A model or hardware reference: an id, or a `.json` file relative to `baseDir`. */
+const resolveProfileRef = (ref: string, baseDir: string): string => (ref.endsWith('.json') ? path.resolve(baseDir, ref) : ref);
+
+/**
+ * The run as it is built: profile files resolved against the config's folder (the one rule for
+ * paths inside a config), and a plugin's factory wrapped so its policy is checked against the
+ * hook contract. `params` keep the values as written, so results do not depend on the
+ * working directory.
+ */
+function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, string>): RunSpec {
+  const model = resolveProfileRef(spec.model, baseDir);
+  const hardware = resolveProfileRef(spec.hardware, baseDir);
+  const file = plugins.get(spec.policy.definition);
+  if (!file) return { ...spec, model, hardware };
+  const guard: GuardState = { violation: undefined };
+  const def = spec.policy.definition;
+  const definition: PolicyDefinition<unknown> =
+    def.family === 'serving' ? { ...def, create: (params, ctx) => guardPolicy(def.create(params, ctx), guard) } : def;
+  const prepared: RunSpec = { ...spec, model, hardware, policy: { ...spec.policy, definition } };
+  pluginOfSpec.set(prepared, { file, guard });
+  return prepared;
+}
+
+/** Runs `f` (a run of `spec`), reporting a plugin's failure as the plugin's. */
+function guarded<T>(spec: RunSpec, file: string, f: () => T): T {
+  try {
+    return f();
+  } catch (err) {
+    throw asReported(err, spec, file);
+  }
+}
+
+/** Multiples of 1024 → human-readable ("34235267072 B" → "31.9 GiB"). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let v = n;
+  let u = 0;
+  while (Math.abs(v) >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return u === 0 ? `${n} B` : `${v.toFixed(1)} ${units[u]}`;
+}
+
+/** Rewrites every raw byte count ("25769803776 B") of a message in human units. */
+export const humanizeSizes = (message: string): string => message.replace(/\b(\d{4,}) B\b/g, (_m, n: string) => formatBytes(Number(n)));
+
+/**
+ * What to report for an error of a run's preflight or run: user errors name the config file
+ * (profile and capacity errors know their field but not the file) with readable sizes; a
+ * plugin's failure becomes a `PluginError`; anything else (a built-in policy's PolicyError
+ * included) is a fault of moesim and is passed on as it is.
+ */
+function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
+  if (err instanceof UserError) {
+    const message = humanizeSizes(err.message);
+    if (err.file && message === err.message) return err;
+    return new UserError(message, err.file ?? configFile, err.field, err.value);
+  }
+  const plugin = pluginOfSpec.get(spec);
+  if (!plugin) return err;
+  const rel = path.relative(process.cwd(), plugin.file);
+  const shown = rel && !rel.startsWith('..') && !path.isAbsolute(rel) ? rel : plugin.file;
+  if (err instanceof PolicyError) {
+    const detail = err.message.replace(/^\[t=\d+ns [^\]]*\] /, '');
+    const rule = plugin.guard.violation ?? EXECUTOR_RULES.find(([re]) => re.test(detail))?.[1];
+    plugin.guard.violation = undefined;
+    return new PluginError(spec.policy.label, shown, err.hook, err.simTimeNs, detail, rule, err);
+  }
+  // Thrown outside a hook (the factory, or code the executor does not wrap): the plugin's if its
+  // own file is on top of the stack.
+  const stack = err instanceof Error ? (err.stack ?? '') : '';
+  const firstFrame = stack.split('\n').find((l) => /^\s+at /.test(l)) ?? '';
+  if (firstFrame.includes(plugin.file) || firstFrame.includes(pathToFileURL(plugin.file).href)) {
+    return new PluginError(spec.policy.label, shown, 'create', undefined, err instanceof Error ? err.message : String(err), undefined, err);
+  }
+  return err;
+}
+
+/**
+ * Wraps a plugin's serving policy so that every decision is checked against the hook contract
+ * before the executor sees it. A broken rule throws (inside the hook, so the executor reports
+ * the hook and the time) and is remembered in `state` for the report.
+ */
+function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy {
+  const violate = (rule: string, detail: string): never => {
+    state.violation = rule;
+    throw new Error(detail);
+  };
+  const checkKey = (view: ServingView, key: unknown, what: string): void => {
+    const n = view.moeLayers * view.experts;
+    if (!(typeof key === 'number' && Number.isInteger(key) && key >= 0 && key < n)) {
+      violate(CONTRACT_RULES.key, `${what} expert key ${String(key)}, but this model has keys 0…${n - 1} (${view.moeLayers} MoE layers × ${view.experts} experts)`);
+    }
+  };
+  const checkDecision = (view: ServingView, d: PolicyDecision | void): PolicyDecision | void => {
+    if (!d) return d;
+    const prefetch = d.prefetch ?? [];
+    for (const r of prefetch) checkKey(view, (r as { key?: unknown } | null)?.key, 'asked to prefetch');
+    for (const k of d.cancel ?? []) checkKey(view, k, 'asked to cancel');
+    for (const k of d.evict ?? []) {
+      checkKey(view, k, 'asked to evict');
+      if (view.buffer.entry(k)?.pinned) {
+        violate(CONTRACT_RULES.pinned, `asked to evict expert ${view.expertOf(k)} of MoE layer ${view.layerOf(k)} (key ${k}) while the current layer uses it`);
+      }
+    }
+    const distinct = new Set(prefetch.map((r) => r.key)).size;
+    if (distinct > view.slots) violate(CONTRACT_RULES.budget, `asked to prefetch ${distinct} experts into a buffer of ${view.slots} slots`);
+    return d;
+  };
+  const g: { -readonly [K in keyof ServingPolicy]: ServingPolicy[K] } = { name: p.name };
+  if (p.queueJump !== undefined) g.queueJump = p.queueJump;
+  if (p.init) g.init = (shape) => p.init!(shape);
+  if (p.onIterationStart) g.onIterationStart = (view) => checkDecision(view, p.onIterationStart!(view));
+  if (p.onLayerRouted) g.onLayerRouted = (view, routing) => checkDecision(view, p.onLayerRouted!(view, routing));
+  if (p.onLayerDone) g.onLayerDone = (view, layer) => checkDecision(view, p.onLayerDone!(view, layer));
+  if (p.onPrefetchDone) g.onPrefetchDone = (view, key) => checkDecision(view, p.onPrefetchDone!(view, key));
+  if (p.onIterationEnd) g.onIterationEnd = (view) => checkDecision(view, p.onIterationEnd!(view));
+  if (p.afterUse) g.afterUse = (view, key) => p.afterUse!(view, key);
+  if (p.onRequestFinished) g.onRequestFinished = (view, request) => p.onRequestFinished!(view, request);
+  if (p.chooseVictim) {
+    g.chooseVictim = (view, query) => {
+      const victim = p.chooseVictim!(view, query);
+      if (victim === undefined) {
+        if (query.reason === 'demand') violate(CONTRACT_RULES.demandVictim, `returned undefined when expert key ${query.forKey} had to be fetched on demand`);
+        return victim;
+      }
+      if (!query.candidates.includes(victim)) {
+        checkKey(view, victim, 'chose');
+        violate(CONTRACT_RULES.victim, `chose key ${victim}, which is not among the ${query.candidates.length} candidates (resident and not in use)`);
+      }
+      return victim;
+    };
+  }
+  return g;
 }

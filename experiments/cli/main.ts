@@ -1,21 +1,41 @@
 #!/usr/bin/env node
 /**
- * The `moesim` command line. Results go to stdout, diagnostics to stderr. Bad input (config,
- * profile, trace, argument) prints one line naming the file, field and value, and exits 2;
- * internal errors print their stack and exit 1.
+ * The `moesim` command line. Results go to stdout, diagnostics to stderr. Exit codes:
+ * - 2: bad input (config, profile, trace, argument, output folder): one line naming the file,
+ *   field and value;
+ * - 3: a policy plugin failed (threw, or broke a rule of the hook contract): one line naming
+ *   the policy, its file, the hook and the simulated time;
+ * - 1: a fault inside moesim itself: the stack, and how to report it.
+ * `--debug` adds the stack to every error.
  */
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { UserError } from '../../sim/kernel/errors.ts';
+import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
 import { traceCommand } from './commands/trace.ts';
 
-export function reportError(err: unknown): number {
+/** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
+const isPluginError = (err: unknown): err is PluginError => err instanceof Error && err.name === 'PluginError' && typeof (err as Partial<PluginError>).oneLine === 'function';
+
+const stackOf = (err: unknown): string => (err instanceof Error ? (err.stack ?? err.message) : String(err));
+
+export function reportError(err: unknown, debug = false): number {
   if (err instanceof UserError) {
     process.stderr.write(`moesim: ${err.oneLine()}\n`);
+    if (debug) process.stderr.write(`${stackOf(err)}\n`);
     return 2;
   }
-  process.stderr.write(`moesim: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  if (isPluginError(err)) {
+    process.stderr.write(`moesim: ${err.oneLine()}\n`);
+    if (debug) process.stderr.write(`${stackOf(err.original)}\n`);
+    return 3;
+  }
+  process.stderr.write(
+    `moesim: internal error: this is a bug in moesim, not in your input.\n` +
+      `Please report it to the moesim maintainers (an issue in the project's tracker) with the config file, the command line and everything below.\n` +
+      `${stackOf(err)}\n`,
+  );
   return 1;
 }
 
@@ -27,6 +47,7 @@ export async function main(argv: string[]): Promise<number> {
       .command(validateCommand)
       .command(listCommand)
       .command(traceCommand)
+      .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
       .demandCommand(1, 'name a command (experiment, validate, list, trace)')
       .strict()
       .fail((msg, err) => {
@@ -39,7 +60,7 @@ export async function main(argv: string[]): Promise<number> {
       .parseAsync();
     return 0;
   } catch (err) {
-    return reportError(err);
+    return reportError(err, argv.includes('--debug'));
   }
 }
 

@@ -5,8 +5,7 @@
  * `metrics.` (e.g. `metrics.tpotMs.mean`); relative columns (`rel:<metric>`) come from
  * `output.relative`. Several seeds of one point are averaged by Vega-Lite's `mean`.
  */
-import * as vega from 'vega';
-import * as vl from 'vega-lite';
+import type * as vl from 'vega-lite';
 import { z } from 'zod';
 import { metricAt } from './table.ts';
 
@@ -68,7 +67,10 @@ export async function renderPlot(spec: PlotSpec, runs: readonly PlotRun[]): Prom
     ? { data: { values }, facet: { field: 'facet', type: 'nominal', title: spec.facet }, columns: 3, spec: { width: 260, height: 180, ...unit }, resolve: { scale: { y: 'independent' } } }
     : { data: { values }, width: 480, height: 300, ...unit };
   const full = { $schema: 'https://vega.github.io/schema/vega-lite/v5.json', title: spec.title ?? spec.name, ...top } as unknown as vl.TopLevelSpec;
-  const view = new vega.View(vega.parse(vl.compile(full).spec), { renderer: 'none' });
+  // Imported here, not at the top: vega takes about a second to load, and the schema above is
+  // imported by every command (a CLI that only reports an error must answer at once).
+  const [vega, vegaLite] = await Promise.all([import('vega'), import('vega-lite')]);
+  const view = new vega.View(vega.parse(vegaLite.compile(full).spec), { renderer: 'none' });
   try {
     return await view.toSVG();
   } finally {

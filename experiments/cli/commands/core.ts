@@ -2,12 +2,8 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
-import { UserError } from '../../../sim/kernel/errors.ts';
-import { listHardware, listModels, loadHardware, loadModel } from '../../../hardware-profiles/load.ts';
-import { BUILTIN_POLICIES } from '../../../policies/registry.ts';
-import { expandRuns } from '../../config/expand.ts';
 import { loadConfigFile } from '../../config/load.ts';
-import { runExperiment } from '../../runner.ts';
+import { checkOutDir } from '../../outputs/out-dir.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The built-in default experiment. */
@@ -35,6 +31,10 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     const file = args.config ?? QUICKSTART;
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', loaded.config.name);
+    // Before anything is simulated: a folder that cannot be written fails now, not after the first run.
+    checkOutDir(outDir);
+    // The simulator is loaded only now, so that the checks above answer at once.
+    const { runExperiment } = await import('../../runner.ts');
     // The banner waits for preflight: bad input must print exactly one line (the error).
     const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
     const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, tableStyle: args.table, log: (m) => process.stderr.write(`moesim: ${m}\n`), onReady: banner });
@@ -45,25 +45,13 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
 
 export const validateCommand: CommandModule<object, { config: string }> = {
   command: 'validate <config>',
-  describe: 'check an experiment config (schema, profiles, policies, sweeps) without running it',
+  describe: 'check an experiment config without running it: schema, profiles, policies, sweeps, files, and that every run fits the machine',
   builder: (y) => y.positional('config', { type: 'string', demandOption: true }) as never,
   handler: async (args) => {
     const loaded = loadConfigFile(args.config);
-    const runs = await expandRuns(loaded.config, loaded.baseDir, loaded.file);
-    for (const r of runs) {
-      try {
-        loadModel(r.model);
-      } catch (e) {
-        if (e instanceof UserError) throw new UserError(e.message, loaded.file, 'model', r.model);
-        throw e;
-      }
-      try {
-        loadHardware(r.hardware);
-      } catch (e) {
-        if (e instanceof UserError) throw new UserError(e.message, loaded.file, 'hardware', r.hardware);
-        throw e;
-      }
-    }
+    // Exactly what `experiment` checks before its first run (the same function, the same messages).
+    const { preflight } = await import('../../runner.ts');
+    const runs = await preflight(loaded, { onWarning: (m) => process.stderr.write(`moesim: warning: ${m}\n`) });
     process.stdout.write(`${args.config}: valid (${runs.length} run${runs.length === 1 ? '' : 's'})\n`);
   },
 };
@@ -72,7 +60,9 @@ export const listCommand: CommandModule<object, { what: string }> = {
   command: 'list <what>',
   describe: 'list models | hardware | policies',
   builder: (y) => y.positional('what', { type: 'string', choices: ['models', 'hardware', 'policies'], demandOption: true }) as never,
-  handler: (args) => {
+  handler: async (args) => {
+    const { listHardware, listModels, loadHardware, loadModel } = await import('../../../hardware-profiles/load.ts');
+    const { BUILTIN_POLICIES } = await import('../../../policies/registry.ts');
     const lines: string[] = [];
     if (args.what === 'models') {
       for (const id of listModels()) {
