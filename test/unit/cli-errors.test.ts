@@ -102,7 +102,8 @@ policies:
   let v: CliResult;
   let e: CliResult;
   beforeAll(async () => {
-    [v, e] = await pooled([() => runCliIn(REPO_ROOT, ['validate', r1]), () => runCliIn(REPO_ROOT, ['experiment', r1, '--out', out])], 2);
+    const r = await pooled([() => runCliIn(REPO_ROOT, ['validate', r1]), () => runCliIn(REPO_ROOT, ['experiment', r1, '--out', out])], 2);
+    [v, e] = [r[0]!, r[1]!];
   }, 120_000);
 
   it('DeepSeek-R1 on an L4 fails validate with exit 2 and the line experiment gives', () => {
@@ -157,10 +158,10 @@ policies:
     const outB = path.join(dir, 'paths-out-b');
     // From the repository root, and from the config's grandparent folder, each naming the config
     // (a command-line path) relative to its own working directory.
-    const [a, b] = await pooled(
+    const [a, b] = (await pooled(
       [() => runCliIn(REPO_ROOT, ['experiment', path.relative(REPO_ROOT, cfg), '--out', outA]), () => runCliIn(root, ['experiment', 'exp/paths.yaml', '--out', outB])],
       2,
-    );
+    )) as [CliResult, CliResult];
     expect(a.status, a.stderr).toBe(0);
     expect(b.status, b.stderr).toBe(0);
     const ra = readFileSync(path.join(outA, 'results.json'), 'utf8');
