@@ -1,10 +1,18 @@
 /**
  * A bandwidth shared fluidly by concurrent flows: host DRAM, drawn on by H2D/D2H DMA and by
- * CPU attention (DESIGN §4). Each flow has a number of bytes and a cap on its own rate (a
- * PCIe link cannot go faster than its bandwidth; a CPU task cannot draw more than its cores
- * can). Rates are the max-min fair allocation of the capacity under those caps, recomputed
+ * CPU attention (DESIGN §4). Each flow has a number of bytes and a cap on its own rate, its
+ * demand (a PCIe link cannot go faster than its bandwidth; a CPU task cannot draw more than its
+ * cores can, nor faster than its FLOPs let it consume bytes). When the demands fit the
+ * capacity every flow runs at its cap and nobody is rescheduled. When they exceed it, every
+ * flow gets a share **in proportion to its demand**: rate = cap × capacity / Σ caps, the same
+ * slowdown factor for all (DESIGN §4: the memory controller serves outstanding requests as they
+ * come, so a flow's share follows the requests it issues). A max-min fair share would instead
+ * leave a 25 GB/s DMA flow untouched beside a 150 GB/s CPU demand; MoE-Lens measured weight
+ * transfers slowing from ~5 s to ~6 s per pass under heavy CPU attention (arXiv 2504.09345 §8,
+ * "The Bandwidth Competition between CPU Attention and CPU-GPU Weight Transfer"), which the
+ * proportional share reproduces (test/unit/resources-fluid.test.ts). Rates are recomputed
  * whenever a flow starts or finishes; flows whose rate changes get their completion event
- * rescheduled. When total demand fits, every flow runs at its cap and nobody is rescheduled.
+ * rescheduled.
  *
  * Progress is tracked in float bytes between events; completion times are rounded up to
  * integer ns once per (re)scheduling.
@@ -19,8 +27,6 @@ interface Flow {
   readonly id: number;
   /** The completion event of this record, built once: it names the record, not one use of it. */
   readonly doneEvent: ResourceEvent;
-  /** Start order among running flows (ties of the water-filling order are broken by it). */
-  seq: number;
   /** False while the record is on the free list. */
   running: boolean;
   remainingBytes: number;
@@ -42,9 +48,6 @@ export class FluidShare {
    */
   private readonly records: Flow[] = [];
   private readonly free: number[] = [];
-  /** Scratch array of the contended rebalance (no allocation per rebalance). */
-  private readonly byCap: Flow[] = [];
-  private nextSeq = 0;
   private lastUpdateNs = 0 as Ns;
   /** Bytes served so far (integral of the allocated rates). */
   private servedBytes = 0;
@@ -76,12 +79,11 @@ export class FluidShare {
     const freeId = this.free.pop();
     if (freeId === undefined) {
       const id = this.records.length;
-      f = { id, doneEvent: { kind: 'fluid.flowDone', flowId: id }, seq: 0, running: false, remainingBytes: 0, capBytesPerSec: 0, rateBytesPerSec: 0, handle: null, onDone: null };
+      f = { id, doneEvent: { kind: 'fluid.flowDone', flowId: id }, running: false, remainingBytes: 0, capBytesPerSec: 0, rateBytesPerSec: 0, handle: null, onDone: null };
       this.records.push(f);
     } else {
       f = this.records[freeId]!;
     }
-    f.seq = this.nextSeq++;
     f.running = true;
     f.remainingBytes = bytes;
     f.capBytesPerSec = capBytesPerSec;
@@ -151,7 +153,7 @@ export class FluidShare {
     this.lastUpdateNs = now;
   }
 
-  /** Max-min fair (water-filling) allocation under per-flow caps; reschedules flows whose rate changed. */
+  /** Every flow at its cap when the demands fit; otherwise shares proportional to demand. Reschedules flows whose rate changed. */
   private rebalance(): void {
     let demand = 0;
     for (const f of this.flows) demand += f.capBytesPerSec;
@@ -161,18 +163,9 @@ export class FluidShare {
       for (const f of this.flows) this.setRate(f, f.capBytesPerSec);
       return;
     }
-    const flows = this.byCap;
-    flows.length = 0;
-    for (const f of this.flows) flows.push(f);
-    flows.sort((a, b) => a.capBytesPerSec - b.capBytesPerSec || a.seq - b.seq);
-    let capacity = this.capacityBytesPerSec;
-    for (let i = 0; i < flows.length; i++) {
-      const f = flows[i]!;
-      const rate = Math.min(f.capBytesPerSec, capacity / (flows.length - i));
-      capacity -= rate;
-      this.setRate(f, rate);
-    }
-    flows.length = 0;
+    // Oversubscribed: every flow slowed by the same factor capacity / demand (< 1).
+    const factor = this.capacityBytesPerSec / demand;
+    for (const f of this.flows) this.setRate(f, f.capBytesPerSec * factor);
   }
 
   private setRate(f: Flow, rate: number): void {

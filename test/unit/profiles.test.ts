@@ -146,7 +146,7 @@ describe('shipped profiles load', () => {
       expect.arrayContaining(['t4', 'l4', 'rtx3090', 'rtx4090', 'rtx-a5000', 'rtx-a6000', 'a40', 'a100-40gb-pcie', 'a100-80gb-pcie', 'a100-80gb-sxm', 'h100-pcie', 'h100-sxm', 'h200-sxm', 'l40s']),
     );
     expect(listCpus()).toEqual(expect.arrayContaining(['epyc-7453', 'epyc-7313p', 'xeon-8380', 'xeon-8358p', 'desktop-16c']));
-    expect(listPcie()).toEqual(['gen3-x16', 'gen4-x16', 'gen5-x16']);
+    expect(listPcie()).toEqual(['gen3-x16', 'gen4-x16', 'gen4-x16-measured-19p5', 'gen5-x16']);
   });
 
   it('converts units: GiB, GB/s, TFLOP/s, µs', () => {
@@ -156,7 +156,7 @@ describe('shipped profiles load', () => {
     expect(hw.cpu.cores).toBe(28);
     // 8 channels × 3200 MT/s × 8 B × 0.8 sustained.
     expect(hw.cpu.dramBytesPerSec).toBeCloseTo(163.84e9, -3);
-    expect(hw.pcie).toMatchObject({ generation: 4, h2dBytesPerSec: 25e9, latencyNs: 10_000 });
+    expect(hw.pcie).toMatchObject({ generation: 4, h2dBytesPerSec: 19.5e9, latencyNs: 10_000 }); // MoE-Lens's measured 19.5 GB/s (pcie/gen4-x16-measured-19p5.json)
     expect(hw.hostDramBytes).toBe(256 * GIB);
     expect(loadHardware('moe-gen-c3')).toMatchObject({ hostDramBytes: 480 * GIB, gpu: { id: 'rtx-a6000' }, cpu: { id: 'epyc-7313p', cores: 16 } });
     expect(loadHardware('a40-xeon8380-750gb')).toMatchObject({ hostDramBytes: 750 * GIB, gpu: { id: 'a40' }, cpu: { id: 'xeon-8380' } });
