@@ -38,6 +38,15 @@ export const DependencyPrefetchParams = z
     cache: z.enum(['none', 'lru']).default('none'),
     capacitySlots: z.number().int().positive().optional(),
     capacityBytes: z.number().int().positive().optional(),
+    /**
+     * Each new plan replaces the prefetch queue: loading prefetches of the layer that just routed
+     * which it did not choose are cancelled (an in-flight packet still lands). This is the engine
+     * MoE-Infinity's paper ran every prefetching strategy in (`replace_cache_candidates` clears the
+     * queued prefetch tasks on every new prediction, reference-facts §1a.5): the paper's Table 3
+     * "dependency" row moves 1.4–2.4× on-demand's bytes, not whole layers. Default false (DeepSpeed
+     * itself keeps fetching the whole module).
+     */
+    replaceQueue: z.boolean().default(false),
   })
   .strict();
 export type DependencyPrefetchParams = z.infer<typeof DependencyPrefetchParams>;
@@ -69,11 +78,16 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
       const l = routing.layer;
       for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
       const evict: ExpertKey[] = [];
+      const cancel: ExpertKey[] = [];
+      if (p.replaceQueue) {
+        // The router has spoken for layer l: its unchosen prefetches still queued are stale.
+        for (const ent of view.buffer.entries()) if (ent.state === 'loading' && !ent.pinned && view.layerOf(ent.key) <= l) cancel.push(ent.key);
+      }
       if (!keep) {
         // No cache: whatever is resident and not being computed is garbage, except the next layer.
         for (const ent of view.buffer.entries()) if (evictable(view.buffer, ent.key) && view.layerOf(ent.key) !== l + 1) evict.push(ent.key);
       }
-      return { evict, prefetch: l + 1 < view.moeLayers ? wholeLayer(view, l + 1) : [] };
+      return { evict, cancel, prefetch: l + 1 < view.moeLayers ? wholeLayer(view, l + 1) : [] };
     },
     afterUse: () => keep,
     onPrefetchDone(view, key) {
