@@ -15,6 +15,8 @@ interface ExperimentArgs {
   timeline: boolean;
   progress: boolean;
   table: 'box' | 'markdown';
+  columns?: string;
+  wide: boolean;
 }
 
 export const experimentCommand: CommandModule<object, ExperimentArgs> = {
@@ -26,7 +28,9 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       .option('out', { type: 'string', describe: 'output folder (default: results/<name>)' })
       .option('timeline', { type: 'boolean', default: false, describe: 'also write a Perfetto/Chrome trace per run' })
       .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' })
-      .option('table', { choices: ['box', 'markdown'] as const, default: 'box' as const, describe: 'table style on stdout' }) as never,
+      .option('table', { choices: ['box', 'markdown'] as const, default: 'box' as const, describe: 'table style on stdout' })
+      .option('columns', { type: 'string', describe: 'table columns, comma-separated: column ids (ttft.p50, tpot.p50, tok/s, hit, blocked, pcie, vram, sim, queue.p50, ...) or metric paths (ttftQueueMs.p99)' })
+      .option('wide', { type: 'boolean', default: false, describe: 'show every column of the table (it may be wider than the terminal)' }) as never,
   handler: async (args) => {
     const file = args.config ?? QUICKSTART;
     const loaded = loadConfigFile(file);
@@ -37,8 +41,20 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     const { runExperiment } = await import('../../runner.ts');
     // The banner waits for preflight: bad input must print exactly one line (the error).
     const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
-    const result = await runExperiment(loaded, { outDir, timeline: args.timeline, progress: args.progress, tableStyle: args.table, log: (m) => process.stderr.write(`moesim: ${m}\n`), onReady: banner });
+    const columns = args.columns?.split(',').map((c) => c.trim()).filter((c) => c.length > 0);
+    const result = await runExperiment(loaded, {
+      outDir,
+      timeline: args.timeline,
+      progress: args.progress,
+      tableStyle: args.table,
+      columns: { wide: args.wide, ...(columns ? { columns } : {}) },
+      log: (m) => process.stderr.write(`moesim: ${m}\n`),
+      onReady: banner,
+    });
     process.stdout.write(`${result.table}\n`);
+    const wallS = result.timing.reduce((a, t) => a + t.wallS, 0);
+    const events = result.runs.reduce((a, r) => a + r.sim.events, 0);
+    process.stderr.write(`moesim: simulated in ${wallS.toFixed(2)} s of wall time (${(wallS > 0 ? events / wallS : 0).toExponential(2)} events/s; per run in timing.json)\n`);
     process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
   },
 };
@@ -58,10 +74,10 @@ export const validateCommand: CommandModule<object, { config: string }> = {
 
 export const listCommand: CommandModule<object, { what: string }> = {
   command: 'list <what>',
-  describe: 'list models | hardware | policies',
-  builder: (y) => y.positional('what', { type: 'string', choices: ['models', 'hardware', 'policies'], demandOption: true }) as never,
+  describe: 'list models | hardware | runtimes | policies',
+  builder: (y) => y.positional('what', { type: 'string', choices: ['models', 'hardware', 'runtimes', 'policies'], demandOption: true }) as never,
   handler: async (args) => {
-    const { listHardware, listModels, loadHardware, loadModel } = await import('../../../hardware-profiles/load.ts');
+    const { listHardware, listModels, listRuntimes, loadHardware, loadModel, loadRuntime } = await import('../../../hardware-profiles/load.ts');
     const { BUILTIN_POLICIES } = await import('../../../policies/registry.ts');
     const lines: string[] = [];
     if (args.what === 'models') {
@@ -73,6 +89,12 @@ export const listCommand: CommandModule<object, { what: string }> = {
       for (const id of listHardware()) {
         const h = loadHardware(id);
         lines.push(`${id.padEnd(22)} ${h.name} — ${h.gpu.name} ${(h.gpu.vramBytes / 2 ** 30).toFixed(0)} GiB, PCIe gen${h.pcie.generation} ${(h.pcie.h2dBytesPerSec / 1e9).toFixed(1)} GB/s, ${h.cpu.cores} cores, ${(h.hostDramBytes / 2 ** 30).toFixed(0)} GiB DRAM`);
+      }
+    } else if (args.what === 'runtimes') {
+      for (const id of listRuntimes()) {
+        const r = loadRuntime(id);
+        const dispatch = r.dispatchNs === null ? 'GPU launch' : `${(r.dispatchNs / 1e3).toFixed(0)} µs`;
+        lines.push(`${id.padEnd(22)} ${r.name} — dispatch ${dispatch}/op, sync ${(r.syncNs / 1e3).toFixed(0)} µs, experts ${r.expertLoop} in ${r.expertOrder} order, ${r.attention} attention, ${r.calibration.length} calibration figure(s)`);
       }
     } else {
       for (const [name, d] of Object.entries(BUILTIN_POLICIES)) lines.push(`${name.padEnd(22)} [${d.family}] ${d.summary}`);
