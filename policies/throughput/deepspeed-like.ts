@@ -6,7 +6,12 @@
  * layer ahead (two layer buffers); the whole batch runs each module together (one micro-batch:
  * attention, router, then each expert over the batch's tokens routed to it); the KV cache stays
  * on the GPU, so the batch is bounded by what GPU memory leaves for KV and activations after
- * the two layer buffers.
+ * the two layer buffers. Model-based batching (MoE-Gen, arXiv 2503.09716, §3 and Figure 2: "a
+ * single, unified batch size throughout the entire forward pass"): the batch that decodes is
+ * the batch that was prefilled as one unit, so B must also fit the prefill of all its prompts
+ * through every module at once (its activations and the attention and expert working sets) —
+ * even in a decode-only experiment, whose batch was prefilled by the same system. This is the
+ * paper's "batch size in DeepSpeed is bounded by attention peak memory" (§5.3).
  *
  * When to use: the "model-based batching with GPU-resident KV" point of comparison; it shows
  * why small batches cannot amortise streaming whole layers over PCIe.
@@ -50,9 +55,10 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
   if (hostWhy) return { feasible: false, reason: hostWhy };
   const L = model.layers;
+  // Model-based batching: the decoding batch is prefilled as one unit, so its prefill must fit too.
   const fits = (B: number) =>
     (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes) &&
-    (!w.phases.prefill || vramNeeded(model, prefillShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes);
+    vramNeeded(model, prefillShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes;
   const B = largestSatisfying(1, workloadCap(ctx, p.maxBatchSeqs), fits);
   if (B < 1) {
     const need = vramNeeded(model, worstDecodeShape(w, 1, 1), deepspeedConfig(L, 1));
@@ -68,7 +74,7 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       hostBatchSeqs: B,
       prefill: phasePlan(ctx, 'prefill', B, B, c),
       decode: phasePlan(ctx, 'decode', B, B, c),
-      notes: [`batch ${B} bounded by GPU memory for KV`],
+      notes: [`batch ${B} bounded by GPU memory (its KV, and its prefill as one batch)`],
     },
   };
 }

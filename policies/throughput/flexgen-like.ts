@@ -13,6 +13,15 @@
  * holds the activations of. Like FlexGen's LP policy search, the two sizes are chosen by the critical-path
  * estimator, maximising block size / pass time.
  *
+ * `batching: model` (default, the MoE-Gen paper's FlexGen*, its own re-implementation with
+ * model-based batching, arXiv 2503.09716 §3, §5.1): the block is one unified batch — its prompts
+ * are prefilled together through every module and the same block decodes — so the block is
+ * bounded by what that prefill keeps on the GPU (activations of every prompt token, the
+ * attention and expert working sets) beside the two layer buffers; MoE-Gen §4.1: "the batch
+ * size for model-based batching is constrained by the module with the highest memory usage".
+ * `batching: block`: FlexGen's own zig-zag block, bounded only by host memory for its KV, with
+ * prompts prefilled in passes of as many sequences as the GPU holds (FlexGen, ICML'23).
+ *
  * When to use: the "weights reused across micro-batches, KV in host memory, but experts run
  * per micro-batch" point of comparison: expert GEMMs stay small however large the block.
  *
@@ -38,6 +47,8 @@ const Params = z
     gpuBatches: positiveInt.optional(),
     maxGpuBatches: positiveInt.default(64),
     kvBuffers: positiveInt.default(2),
+    /** `model`: MoE-Gen's FlexGen* (the block prefilled as one batch on the GPU); `block`: FlexGen's own block, bounded by host memory. */
+    batching: z.enum(['model', 'block']).default('model'),
   })
   .strict();
 
@@ -74,6 +85,8 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
     const block = b * n;
     if (block > cap || b > block) return false;
     const c = config(L, b, p.kvBuffers);
+    // Model-based batching: the block's prompts go through each module together.
+    if (p.batching === 'model' && vramNeeded(model, prefillShape(w, block, block), c).totalBytes > vram) return false;
     if (w.phases.decode) return vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram && (!w.phases.prefill || prefillSeqs(b, block) >= 1);
     return vramNeeded(model, prefillShape(w, block, block), c).totalBytes <= vram;
   };
@@ -85,7 +98,12 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       ? block / predictPassNs(ctx, refDecodeShape(w, block, block), c, { mode: 'extrapolate' })
       : (block * w.promptTokens) / predictPassNs(ctx, prefillShape(w, block, block), c, { mode: 'extrapolate' });
   };
-  const bGrid = p.gpuBatchSeqs !== undefined ? [p.gpuBatchSeqs] : powersOfTwoUpTo(Math.min(cap, 1024));
+  let bGrid = p.gpuBatchSeqs !== undefined ? [p.gpuBatchSeqs] : powersOfTwoUpTo(Math.min(cap, 1024));
+  if (p.batching === 'model' && p.gpuBatchSeqs === undefined) {
+    // The largest unified batch (one micro-batch) whose prefill fits: the grid's powers of two may straddle it.
+    const one = largestSatisfying(1, Math.min(cap, 1 << 16), (x) => fits(x, 1));
+    if (one >= 1 && !bGrid.includes(one)) bGrid = [...bGrid.filter((v) => v < one), one];
+  }
   const nGrid = p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
   const found = coordinateSearch({ start: { b: bGrid[0]!, n: nGrid[0]! }, axes: [{ key: 'b', values: bGrid }, { key: 'n', values: nGrid }], evaluate });
   if (!found) {
@@ -95,14 +113,14 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const { b, n } = found.best;
   const block = b * n;
   const c = config(L, b, p.kvBuffers);
-  const bp = w.phases.prefill ? prefillSeqs(b, block) : block;
+  const bp = w.phases.prefill ? (p.batching === 'model' ? block : prefillSeqs(b, block)) : block;
   return {
     feasible: true,
     plan: {
       hostBatchSeqs: block,
       prefill: phasePlan(ctx, 'prefill', bp, block, config(L, Math.min(b, bp), p.kvBuffers)),
       decode: phasePlan(ctx, 'decode', block, block, c),
-      notes: [`block of ${n} micro-batches × ${b} sequences`],
+      notes: [`block of ${n} micro-batches × ${b} sequences${p.batching === 'model' ? ' (prefilled as one batch on the GPU)' : ''}`],
     },
   };
 }

@@ -13,13 +13,28 @@
  * memory capacity fully, which is MoE-Gen's and MoE-Lens's criticism. The number of
  * micro-batches is chosen by the critical-path estimator. Prefill runs attention on the GPU.
  *
- * When to use: the "CPU attention, layer-pipelined weights, roofline-sized batch" point of
- * comparison (MoE-Gen and MoE-Lens baselines).
+ * Two batch policies (`batching`):
+ * - `model` (default): the MoE-Gen paper's MoE-Lightning*, MoE-Gen's own re-implementation on
+ *   its engine (arXiv 2503.09716 §5.1; MoE-Lightning's code was not public then) with
+ *   model-based batching: the batch that decodes was prefilled as one batch through every module
+ *   on the GPU, so N is the largest batch whose prefill fits beside the two layer buffers (§4.1:
+ *   "the batch size for model-based batching is constrained by the module with the highest
+ *   memory usage"; §5.3: FlexGen and MoE-Lightning "have the same problem" as DeepSpeed). Run it
+ *   with runtime `moe-gen` (MoE-Gen's CPU kernel).
+ * - `released`: MoE-Lightning's released optimiser (caoshiyi/artifacts
+ *   fastmoe/backend/optimizer.py, reference-facts §1e), for the MoE-Lens comparisons: per-layer
+ *   T = max(T_comm, T_cpu, T_gpu); N grows until T_cpu or T_gpu reaches T_comm (throughput stops
+ *   rising) or memory runs out, with its limits: GPU peak ≤ 0.86 × VRAM, host ≤ 0.8 × host
+ *   memory. Run it with runtime `moe-lightning` (its flash-decode kernel).
  *
- * Known gaps: the MILP over (N, μ, A_g, F_g, r_w, r_c) is reduced to the roofline choice of N
- * and a search of μ; no partial residency of weights or KV on the GPU (r_w = r_c = 0); paged
- * weights and the page table are a plain two-layer buffer; CPU attention kernel efficiency is
- * the profile's, not MoE-Lightning's hand-tuned kernel.
+ * When to use: the "CPU attention, layer-pipelined weights" point of comparison (MoE-Gen and
+ * MoE-Lens baselines).
+ *
+ * Known gaps: the released LP over (N, μ, A_g, F_g, r_w, r_c) is reduced to the roofline choice
+ * of N under its memory limits and a search of μ on our estimator; no partial residency of
+ * weights or KV on the GPU (r_w = r_c = 0); paged weights and the page table are a plain
+ * two-layer buffer; the CPU kernel's rate is the runtime profile's (no measurement of
+ * MoE-Lightning's own kernel exists in the references, see runtimes/moe-lightning.json).
  */
 import { z } from 'zod';
 import { hostInfeasibility, layerBytes, maxHostSeqs, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
@@ -34,6 +49,8 @@ const Params = z
     /** Micro-batches per layer (CGOPipe); default searched in 1 … 16. */
     microBatches: z.number().int().positive().optional(),
     cpuCores: z.union([z.literal('all'), z.number().int().positive()]).default('all'),
+    /** `model`: MoE-Gen's MoE-Lightning* (batch = its prefill on the GPU); `released`: MoE-Lightning's own optimiser. */
+    batching: z.enum(['model', 'released']).default('model'),
   })
   .strict();
 
@@ -52,6 +69,10 @@ function config(layers: number, microSeqs: number, omega: 0 | 1, cores: number):
     kvGpuLayers: 0,
   };
 }
+
+/** MoE-Lightning's optimiser limits (fastmoe/backend/optimizer.py, reference-facts §1e): GPU peak ≤ 0.86 × GPU memory, host ≤ 0.8 × host memory. */
+export const RELEASED_GPU_MEMORY_FRACTION = 0.86;
+export const RELEASED_HOST_MEMORY_FRACTION = 0.8;
 
 /** The roofline's per-layer times for a decode batch of N (ns): weight transfer, CPU attention, GPU FFN. */
 export function lightningRoofline(ctx: PlanContext, N: number, cores: number): { commNs: number; cpuNs: number; gpuNs: number } {
@@ -77,21 +98,35 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   if (hostWhy) return { feasible: false, reason: hostWhy };
   const L = model.layers;
   const cores = p.cpuCores === 'all' ? hw.cpu.cores : Math.min(p.cpuCores, hw.cpu.cores);
+  const released = p.batching === 'released';
   const reserve = w.promptTokens + w.outputTokens;
-  const hostMax = maxHostSeqs(model, hw.hostDramBytes, reserve, 0);
-  if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hw.hostDramBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
+  const hostBytes = released ? Math.floor(hw.hostDramBytes * RELEASED_HOST_MEMORY_FRACTION) : hw.hostDramBytes;
+  const hostMax = maxHostSeqs(model, hostBytes, reserve, 0);
+  if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hostBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
   const cap = Math.min(workloadCap(ctx), hostMax);
-  // Roofline turning point: the smallest N whose CPU or GPU time reaches the transfer time.
-  const saturated = (n: number) => {
-    const r = lightningRoofline(ctx, n, cores);
-    return Math.max(r.cpuNs, r.gpuNs) >= r.commNs;
-  };
-  const notSaturated = largestSatisfying(1, cap, (n) => !saturated(n));
-  const vram = hw.gpu.vramBytes;
+  const vram = released ? Math.floor(hw.gpu.vramBytes * RELEASED_GPU_MEMORY_FRACTION) : hw.gpu.vramBytes;
   // The batch's activations stay on the GPU: no more sequences than fit beside the two layer buffers.
   const fitsDecode = (n: number) => !w.phases.decode || vramNeeded(model, worstDecodeShape(w, n, n), config(L, Math.ceil(n / 16), 1, cores)).totalBytes <= vram;
-  const maxFit = largestSatisfying(1, cap, fitsDecode);
-  const N = Math.max(1, Math.min(maxFit, w.fixedBatchSeqs !== undefined ? cap : notSaturated + 1));
+  let N: number;
+  let maxFit: number;
+  let why: string;
+  if (released) {
+    // Roofline turning point: the smallest N whose CPU or GPU time reaches the transfer time.
+    const saturated = (n: number) => {
+      const r = lightningRoofline(ctx, n, cores);
+      return Math.max(r.cpuNs, r.gpuNs) >= r.commNs;
+    };
+    const notSaturated = largestSatisfying(1, cap, (n) => !saturated(n));
+    maxFit = largestSatisfying(1, cap, fitsDecode);
+    N = Math.max(1, Math.min(maxFit, w.fixedBatchSeqs !== undefined ? cap : notSaturated + 1));
+    why = N === maxFit && N < cap ? `batch ${N} bounded by GPU memory (activations)` : N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences ? `roofline batch ${N} (host memory allows ${hostMax})` : `batch ${N}`;
+  } else {
+    // Model-based batching: the batch is prefilled as one batch (GPU attention) and decodes together.
+    const fitsPrefill = (n: number) => vramNeeded(model, prefillShape(w, n, n), config(L, n, 0, cores)).totalBytes <= vram;
+    maxFit = largestSatisfying(1, cap, (n) => fitsPrefill(n) && fitsDecode(n));
+    N = Math.max(1, maxFit);
+    why = N < cap ? `batch ${N} bounded by GPU memory (its prefill as one batch)` : `batch ${N}`;
+  }
 
   const pick = (phase: 'prefill' | 'decode', seqs: number) => {
     const omega = phase === 'decode' ? 1 : 0;
@@ -129,14 +164,14 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       hostBatchSeqs: N,
       prefill: phasePlan(ctx, 'prefill', Math.max(1, Bp), N, pc),
       decode: phasePlan(ctx, 'decode', N, N, dc),
-      notes: [N === maxFit && N < cap ? `batch ${N} bounded by GPU memory (activations)` : N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences ? `roofline batch ${N} (host memory allows ${hostMax})` : `batch ${N}`],
+      notes: [why],
     },
   };
 }
 
 export const moeLightningLike = defineThroughputPolicy({
   name: 'moe-lightning-like',
-  summary: 'CPU attention over host KV, GPU FFN, layer weights pipelined (CGOPipe), batch from a CPU/GPU/PCIe roofline',
+  summary: 'CPU attention over host KV, GPU FFN, layer weights pipelined (CGOPipe); batch: its prefill as one batch on the GPU (MoE-Gen’s MoE-Lightning*) or its released optimiser',
   params: Params,
   createThroughput: (p): ThroughputPolicy => ({ name: 'moe-lightning-like', plan: (ctx) => plan(ctx, p) }),
 });
