@@ -23,7 +23,7 @@ import { expandRuns, type RunSpec } from './config/expand.ts';
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
-import { renderSeedSummary, renderTable, type TableStyle, SERVING_COLUMNS, THROUGHPUT_COLUMNS, metricAt, type Column, type TableRow } from './outputs/table.ts';
+import { chooseColumns, columnById, metricAt, metricColumn, renderSeedSummary, renderTable, type Column, type ColumnChoice, type TableRow, type TableStyle } from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
 import { makeOutDir } from './outputs/out-dir.ts';
 import { renderPlot } from './outputs/plot.ts';
@@ -75,6 +75,10 @@ export interface RunnerOptions {
   readonly sinks?: (spec: RunSpec) => readonly TraceSink[];
   /** Style of the returned table (default box). */
   readonly tableStyle?: TableStyle;
+  /** Which columns (`--columns`, `--wide`); default: the family's key columns, fitted to `maxWidth`. */
+  readonly columns?: ColumnChoice;
+  /** Width the default box table must fit (default 120). */
+  readonly maxWidth?: number;
   /** Called once every run has passed preflight, before the first one starts (nothing is called when the input is bad). */
   readonly onReady?: (runs: number) => void;
 }
@@ -130,6 +134,13 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
 export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {}): Promise<ExperimentResult> {
   const { config, baseDir, file } = loaded;
   const log = o.log ?? (() => {});
+  const family = config.executor.kind === 'throughput' ? 'throughput' : 'serving';
+  // The columns are known before any run: a bad --columns fails now.
+  try {
+    chooseColumns(family, o.columns ?? {});
+  } catch (err) {
+    throw new UserError((err as Error).message, undefined, '--columns', o.columns?.columns?.join(','));
+  }
   const warnings = new Set<string>();
   const onWarning = (m: string) => {
     if (!warnings.has(m)) {
@@ -201,7 +212,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       runs.push(record);
       const eventsPerS = wallS > 0 ? events / wallS : 0;
       timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
-      rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS });
+      rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS, simulatedS });
       if (outDir && timeline) {
         await put(`timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`, timeline.toJson());
       }
@@ -215,11 +226,16 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   if (outDir) {
     for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
   }
-  const extra: Column[] = config.output.columns.map((c) => ({ header: c, get: (r: TableRow) => metricAt(r.metrics, c) }));
-  const rel: Column[] = relCols.map((m) => ({ header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
+  const extra: Column[] = config.output.columns.map((c) => columnById(family, c) ?? metricColumn(c));
+  const rel: Column[] = relCols.map((m) => ({ id: `rel:${m}`, header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
   const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
-  const base = config.executor.kind === 'throughput' ? THROUGHPUT_COLUMNS : SERVING_COLUMNS;
-  let table = renderTable(tableRows, [...base, ...extra, ...rel], o.tableStyle);
+  const { columns, fit } = chooseColumns(family, o.columns ?? {}, [...extra, ...rel]);
+  let table = renderTable(tableRows, columns, o.tableStyle, fit ? { maxWidth: o.maxWidth ?? 120, hideEmpty: true } : {});
+  // A --columns metric path that no run has is most likely a typo: say so (the files are written).
+  for (const id of o.columns?.columns ?? []) {
+    const c = columns.find((x) => x.id === id);
+    if (c && tableRows.every((r) => c.get(r) === undefined)) log(`warning: --columns: no run has a metric '${id}' (the table shows '-')`);
+  }
   if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
   return { runs, timing, table, outDir };
 }

@@ -5,6 +5,9 @@
  * Definitions:
  * - ttftMs: first token − arrival; tpotMs: (finish − first token) / (output tokens − 1), over
  *   requests with ≥ 2 output tokens; e2eMs: finish − arrival.
+ * - ttftQueueMs: admission − arrival (waiting for the batcher, a batch slot or KV room);
+ *   ttftServiceMs: first token − admission (the prefill iteration, its expert fetches included).
+ *   Per request ttft = queue + service; the distributions are of each part on its own.
  * - throughputTokPerS: output tokens / makespan; prefillTokPerS: prompt tokens / makespan;
  *   decodeTokPerS: decode-generated tokens (output − 1 per request) / makespan. The serving
  *   family interleaves phases, so all three are over the whole makespan.
@@ -12,7 +15,8 @@
  * - shiftRecoveryRequests (workloads with a `shift`): see `shiftRecovery`.
  * - gpuBusyFrac / gpuBlockedFrac: GPU compute busy / blocked-on-expert-fetch time over makespan;
  *   gpuBlockedS the blocked time itself.
- * - h2dBytes / d2hBytes: bytes moved over PCIe; h2dUtil: H2D link busy time / makespan.
+ * - h2dBytes / d2hBytes: bytes moved over PCIe; h2dUtil: H2D link busy time / makespan;
+ *   pcieGBps: (h2dBytes + d2hBytes) / makespan, in GB/s (10^9 bytes per simulated second).
  * - bufferHitRate = cacheHitRate + prefetchHitRate: hits over expert needs (DESIGN §7); the two
  *   parts are rounded to 6 significant digits and the total is exactly their sum.
  * - prefetchPrecision: prefetches used (needed before eviction) / prefetches issued.
@@ -28,6 +32,8 @@ export type PeakBytes = Record<string, Record<string, number>>;
 
 export interface RunMetrics {
   ttftMs: Distribution;
+  ttftQueueMs: Distribution;
+  ttftServiceMs: Distribution;
   tpotMs: Distribution;
   e2eMs: Distribution;
   throughputTokPerS: number;
@@ -40,6 +46,7 @@ export interface RunMetrics {
   h2dBytes: number;
   d2hBytes: number;
   h2dUtil: number;
+  pcieGBps: number;
   bufferHitRate: number;
   cacheHitRate: number;
   prefetchHitRate: number;
@@ -101,6 +108,8 @@ export function shiftRecovery(
 
 export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {}): RunMetrics {
   const ttft: number[] = [];
+  const ttftQueue: number[] = [];
+  const ttftService: number[] = [];
   const tpot: number[] = [];
   const e2e: number[] = [];
   let outputTokens = 0;
@@ -108,6 +117,8 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
   let decodeTokens = 0;
   for (const r of o.requests) {
     ttft.push((r.firstTokenNs - r.arrivalNs) / 1e6);
+    ttftQueue.push((r.admitNs - r.arrivalNs) / 1e6);
+    ttftService.push((r.firstTokenNs - r.admitNs) / 1e6);
     e2e.push((r.finishNs - r.arrivalNs) / 1e6);
     if (r.outputTokens > 1) tpot.push((r.finishNs - r.firstTokenNs) / 1e6 / (r.outputTokens - 1));
     outputTokens += r.emittedTokens;
@@ -129,6 +140,8 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
   const res = o.resources;
   return {
     ttftMs: roundDist(distribution(ttft)),
+    ttftQueueMs: roundDist(distribution(ttftQueue)),
+    ttftServiceMs: roundDist(distribution(ttftService)),
     tpotMs: roundDist(distribution(tpot)),
     e2eMs: roundDist(distribution(e2e)),
     throughputTokPerS: round6(safeDiv(outputTokens, makespanS)),
@@ -141,6 +154,7 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
     h2dBytes: res.h2d.bytesMoved,
     d2hBytes: res.d2h.bytesMoved,
     h2dUtil: round6(Math.min(1, safeDiv(res.h2d.busyTimeNs(), spanNs))),
+    pcieGBps: round6(safeDiv(res.h2d.bytesMoved + res.d2h.bytesMoved, makespanS) / 1e9),
     bufferHitRate: cacheHitRate + prefetchHitRate,
     cacheHitRate,
     prefetchHitRate,

@@ -64,7 +64,7 @@ beforeAll(async () => {
 
 const readJson = (file: string): Record<string, unknown> => JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
 
-const DISTRIBUTIONS = ['ttftMs', 'tpotMs', 'e2eMs'] as const;
+const DISTRIBUTIONS = ['ttftMs', 'ttftQueueMs', 'ttftServiceMs', 'tpotMs', 'e2eMs'] as const;
 const SCALARS = [
   'throughputTokPerS',
   'prefillTokPerS',
@@ -75,6 +75,7 @@ const SCALARS = [
   'h2dBytes',
   'd2hBytes',
   'h2dUtil',
+  'pcieGBps',
   'bufferHitRate',
   'cacheHitRate',
   'prefetchHitRate',
@@ -87,6 +88,7 @@ describe('moesim experiment (default config)', () => {
     expect(a.stdout).toMatch(/│\s*policy\s*│/);
     expect(a.stdout).toMatch(/│\s*on-demand\s*│/);
     expect(a.stdout).toMatch(/│\s*lru\s*│/);
+    expect(a.stdout).toMatch(/│\s*moe-infinity\s*│/);
     // Diagnostics go to stderr, never into the table.
     expect(a.stdout).not.toMatch(/moesim:/);
     expect(a.stderr).toMatch(/quickstart/);
@@ -98,7 +100,7 @@ describe('moesim experiment (default config)', () => {
     expect(r.config).toMatchObject({ name: 'quickstart', model: expect.any(String), hardware: expect.any(String) });
     expect(r.complete).toBe(true);
     const runs = r.runs as Record<string, unknown>[];
-    expect(runs.map((x) => x.policy)).toEqual(['on-demand', 'lru']);
+    expect(runs.map((x) => x.policy)).toEqual(['on-demand', 'lru', 'moe-infinity']);
     for (const run of runs) {
       expect(run).toMatchObject({ policy: expect.any(String), seed: expect.any(Number) });
       expect(run.params).toMatchObject({ model: 'mixtral-8x7b', hardware: 'a5000-pcie4-1tb' });
@@ -115,9 +117,9 @@ describe('moesim experiment (default config)', () => {
 
   it('writes timing.json and runs.csv', () => {
     const timing = readJson(path.join(outA, 'timing.json'));
-    expect((timing.runs as unknown[]).length).toBe(2);
+    expect((timing.runs as unknown[]).length).toBe(3);
     const csv = readFileSync(path.join(outA, 'runs.csv'), 'utf8').trim().split('\n');
-    expect(csv).toHaveLength(3);
+    expect(csv).toHaveLength(4);
     expect(csv[0]).toMatch(/^policy,/);
     expect(csv[0]).toContain('ttftMs.mean');
   });
