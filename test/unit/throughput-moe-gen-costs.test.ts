@@ -1,0 +1,173 @@
+/**
+ * Each cost term of the MoE-Gen reproduction against its source figure (issue 17):
+ * - CPU attention per kernel and thread count (runtimes moe-gen / moe-lightning) against the
+ *   cpu-attention-bench measurements (reference/cpu-attention-bench/README.md);
+ * - PCIe on the MoE-Gen testbeds against MoE-Lens's measured 19.5 GB/s;
+ * - the baselines' batch limits from model-based batching (the decoding batch fits its own
+ *   prefill on the GPU), checked against the batches the MoE-Gen paper's Table 6 implies;
+ * - the ω sweep's two-resource bound (CPU KV rate vs PCIe) on the testbeds.
+ * Host-DRAM sharing against MoE-Lens's ~5 s → ~6 s is in resources-fluid.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
+import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
+import { deepspeedLike } from '../../policies/throughput/deepspeed-like.ts';
+import { flexgenLike } from '../../policies/throughput/flexgen-like.ts';
+import { moeLightningLike } from '../../policies/throughput/moe-lightning-like.ts';
+import { createCostModel } from '../../sim/cost/cost-model.ts';
+import { vramNeeded } from '../../sim/throughput/memory-model.ts';
+import type { PlanContext } from '../../sim/throughput/policy.ts';
+import { prefillShape } from '../../sim/throughput/search.ts';
+import type { RunPlan, WorkloadSummary } from '../../sim/throughput/types.ts';
+import type { PolicyDefinition } from '../../policies/types.ts';
+
+const mixtral = loadModel('mixtral-8x7b');
+const c2 = loadHardware('moe-gen-c2');
+const c3 = loadHardware('moe-gen-c3');
+const moeGen = loadRuntime('moe-gen');
+const lightning = loadRuntime('moe-lightning');
+
+/** Bench figure (README, Zen 3 at ~3.1 GHz): fastest ns per context token per layer per thread. */
+const BENCH_CLOCK_GHZ = 3.1;
+const KERNEL_A_NS = [1650, 2400] as const; // MoE-Gen-like
+const KERNEL_B_NS = [1130, 1260] as const; // plain GQA-aware AVX2
+
+/** ns per context token per layer per thread the cost model gives (Mixtral shapes). */
+function nsPerCtxTokenPerThread(hw: HardwareProfile, runtime: RuntimeProfile, cores: number): number {
+  const cm = createCostModel(mixtral, hw, { runtime });
+  const ctx = 1_000_000;
+  const c = cm.estimate({ kind: 'cpuAttention', tokens: 1000, contextTokens: ctx, cores });
+  const threads = Math.min(runtime.cpuAttention.threads ?? cores, hw.cpu.cores);
+  return ((c.computeNs ?? c.ns) * threads) / ctx;
+}
+
+describe('CPU attention per kernel (cpu-attention-bench)', () => {
+  it('Mixtral decode attention is 16 384 FLOP per context token per layer, as the bench counts it', () => {
+    expect(mixtral.derived.attentionScoreFlopsPerContextToken).toBe(16384);
+    expect(mixtral.derived.kvBytesPerTokenPerLayer).toBe(4096);
+  });
+
+  it('moe-gen on the EPYC 7453: the bench’s fastest kernel-A time scaled from 3.1 GHz to the profile clock', () => {
+    const got = nsPerCtxTokenPerThread(c2, moeGen, c2.cpu.cores);
+    const clock = c2.cpu.vectorFlopsPerSecPerCore / 32 / 1e9; // 2.75 GHz
+    expect(clock).toBeCloseTo(2.75, 6);
+    // 16 384 / (0.10 × 32 FLOP/cycle × 2.75 GHz) = 1 862 ns; the bench's 1 650 ns at 3.1 GHz is 1 860 ns at 2.75.
+    expect(got).toBeCloseTo((KERNEL_A_NS[0] * BENCH_CLOCK_GHZ) / clock, -1);
+    // Within the bench's range (scaled), i.e. ~1.5–2.2 GB/s of KV per core at 2.75 GHz.
+    expect(got).toBeGreaterThanOrEqual(((KERNEL_A_NS[0] * BENCH_CLOCK_GHZ) / clock) * 0.99);
+    expect(got).toBeLessThanOrEqual((KERNEL_A_NS[1] * BENCH_CLOCK_GHZ) / clock);
+    const gbPerCore = 4096 / got;
+    expect(gbPerCore).toBeGreaterThan(1.5);
+    expect(gbPerCore).toBeLessThan(2.5);
+  });
+
+  it('moe-lightning: the bench’s kernel B (the same GQA-aware structure) scaled to the clock', () => {
+    const got = nsPerCtxTokenPerThread(c2, lightning, c2.cpu.cores);
+    expect(got).toBeCloseTo((KERNEL_B_NS[0] * BENCH_CLOCK_GHZ) / 2.75, -1);
+  });
+
+  it('is bound by the kernel’s arithmetic, not by DRAM: 16 threads read ~35 GB/s of the 164 GB/s', () => {
+    const cm = createCostModel(mixtral, c2, { runtime: moeGen });
+    const c = cm.estimate({ kind: 'cpuAttention', tokens: 4533, contextTokens: 4533 * 641, cores: 28 });
+    expect(c.bound).toBe('cpuFlops');
+    const kvRate = c.bytes / (c.ns / 1e9);
+    expect(kvRate).toBeGreaterThan(30e9);
+    expect(kvRate).toBeLessThan(40e9);
+    expect(kvRate).toBeLessThan(c2.cpu.dramBytesPerSec / 4);
+  });
+
+  it('thread count and CPU type change its time', () => {
+    const op = { kind: 'cpuAttention' as const, tokens: 1000, contextTokens: 640_000, cores: 16 };
+    const t16 = createCostModel(mixtral, c2, { runtime: moeGen }).estimate(op).ns;
+    const t8 = createCostModel(mixtral, c2, { runtime: { ...moeGen, cpuAttention: { ...moeGen.cpuAttention, threads: 8 } } }).estimate(op).ns;
+    expect(t8 / t16).toBeCloseTo(2, 3);
+    // C3's EPYC 7313P runs the same 16 threads at 3.0 GHz instead of 2.75.
+    const tc3 = createCostModel(mixtral, c3, { runtime: moeGen }).estimate(op).ns;
+    expect(t16 / tc3).toBeCloseTo(3.0 / 2.75, 3);
+    // The same kernel on the CPU profile's default efficiency (0.5, the `fused` runtime) is 5× faster: the old price.
+    const fused = createCostModel(mixtral, c2).estimate({ ...op, cores: 16 }).computeNs!;
+    expect(createCostModel(mixtral, c2, { runtime: moeGen }).estimate(op).computeNs! / fused).toBeCloseTo(5, 3);
+  });
+});
+
+describe('PCIe on the MoE-Gen testbeds', () => {
+  it('is MoE-Lens’s measured 19.5 GB/s (1 GB pinned copies, PCIe 4.0, GA102), both directions', () => {
+    for (const id of ['moe-gen-c1', 'moe-gen-c2', 'moe-gen-c3']) {
+      const hw = loadHardware(id);
+      expect(hw.pcie.h2dBytesPerSec).toBe(19.5e9);
+      expect(hw.pcie.d2hBytesPerSec).toBe(19.5e9);
+      const cm = createCostModel(mixtral, hw);
+      // 1 GB: 10 µs + 1e9 / 19.5e9 s.
+      expect(cm.estimate({ kind: 'transfer', bytes: 1e9, direction: 'h2d' }).ns).toBe(Math.ceil(10_000 + 1e18 / 19.5e9));
+    }
+  });
+});
+
+/** Plans a throughput-family policy with parsed default params. */
+function planOf(def: PolicyDefinition<unknown>, params: Record<string, unknown>, model: ModelProfile, hw: HardwareProfile, w: WorkloadSummary, runtime?: RuntimeProfile): RunPlan {
+  const p = def.params.parse(params);
+  const pol = def.createThroughput!(p, {} as never);
+  const ctx: PlanContext = { model, hardware: hw, cost: createCostModel(model, hw, runtime ? { runtime } : {}), workload: w };
+  const r = pol.plan(ctx);
+  if (!r.feasible) throw new Error(r.reason);
+  return r.plan;
+}
+
+describe('baseline batch limits: model-based batching (MoE-Gen §3, §4.1, §5.3)', () => {
+  const decodeOnly: WorkloadSummary = { sequences: 100_000, promptTokens: 512, outputTokens: 256, phases: { prefill: false, decode: true } };
+  const both: WorkloadSummary = { ...decodeOnly, phases: { prefill: true, decode: true } };
+  // Table 6 (C2, Mixtral-8x7B, prompt 512, decode 256): DeepSpeed 27, FlexGen* 33, MoE-Lightning* 89 tok/s.
+  // Each streams every weight once per decode pass: 93.4 GB / 19.5 GB/s = 4.79 s, so the batches
+  // the paper implies are ≈ 27 × 4.79 = 129, 33 × 4.79 = 158 (less its KV traffic), 89 × 4.79 = 426.
+  // These are checks on the mechanism, not settings.
+  const passS = mixtral.derived.totalBytes / 19.5e9;
+
+  it('deepspeed-like: KV of the batch on the GPU and its prefill as one batch: ≈ the batch Table 6 implies', () => {
+    const plan = planOf(deepspeedLike as never, {}, mixtral, c2, decodeOnly);
+    expect(plan.hostBatchSeqs).toBe(planOf(deepspeedLike as never, {}, mixtral, c2, both).hostBatchSeqs);
+    const B = plan.hostBatchSeqs;
+    // Its own prefill (one batch of B prompts) just fits, B + 1 does not.
+    const c = plan.decode.config;
+    expect(vramNeeded(mixtral, prefillShape(both, B, B), c).totalBytes).toBeLessThanOrEqual(c2.gpu.vramBytes);
+    expect(vramNeeded(mixtral, prefillShape(both, B + 1, B + 1), { ...c, attnMicroSeqs: B + 1 }).totalBytes).toBeGreaterThan(c2.gpu.vramBytes);
+    expect(B / (27 * passS)).toBeGreaterThan(0.8);
+    expect(B / (27 * passS)).toBeLessThan(1.25);
+  });
+
+  it('moe-lightning-like (model): KV stays in host DRAM, the batch is bounded by its prefill: ≈ Table 6’s implied 426', () => {
+    const plan = planOf(moeLightningLike as never, {}, mixtral, c2, decodeOnly, moeGen);
+    const B = plan.hostBatchSeqs;
+    expect(B / (89 * passS)).toBeGreaterThan(0.75);
+    expect(B / (89 * passS)).toBeLessThan(1.25);
+    // The released optimiser, bounded by the CPU/GPU/PCIe roofline and host memory instead, takes far more.
+    const released = planOf(moeLightningLike as never, { batching: 'released' }, mixtral, c2, decodeOnly, lightning).hostBatchSeqs;
+    expect(released).toBeGreaterThan(5 * B);
+  });
+
+  it('flexgen-like (model): its block is bounded by the same prefill; FlexGen’s own block only by host memory', () => {
+    const model = planOf(flexgenLike as never, {}, mixtral, c2, decodeOnly).hostBatchSeqs;
+    const ml = planOf(moeLightningLike as never, {}, mixtral, c2, decodeOnly, moeGen).hostBatchSeqs;
+    expect(model).toBeLessThanOrEqual(ml);
+    expect(model).toBeGreaterThan(0.8 * ml);
+    const block = planOf(flexgenLike as never, { batching: 'block' }, mixtral, c2, decodeOnly).hostBatchSeqs;
+    expect(block).toBeGreaterThan(5 * model);
+  });
+});
+
+describe('ω: the two-resource bound (CPU KV rate vs PCIe)', () => {
+  it('on C2, MoE-Gen’s kernel reads KV slower than PCIe × KV bytes / (weight + KV bytes) allows for ω = 1', () => {
+    // Decode pass at mid-output (context 640) with B = 4533: K = KV bytes, W = streamed weights
+    // (all weights less ~21 GiB cached). PCIe time (W + (1 − ω)K) / bw equals CPU time ωK / r at
+    // ω* = (W + K) r / (K (bw + r)); ω* < 1 iff r < bw K / W... here r ≈ 35 GB/s gives ω* ≈ 0.75.
+    const B = 4533;
+    const K = B * 640 * 4096 * 32;
+    const W = mixtral.derived.totalBytes - 21 * 2 ** 30;
+    const cm = createCostModel(mixtral, c2, { runtime: moeGen });
+    const c = cm.estimate({ kind: 'cpuAttention', tokens: B, contextTokens: B * 640, cores: 28 });
+    const r = c.bytes / (c.ns / 1e9);
+    const bw = c2.pcie.h2dBytesPerSec;
+    const omegaStar = ((W + K) * r) / (K * (bw + r));
+    expect(omegaStar).toBeGreaterThan(0.6);
+    expect(omegaStar).toBeLessThan(0.85);
+  });
+});
