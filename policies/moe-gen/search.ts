@@ -16,9 +16,10 @@
  * extrapolated from a few MoE layers (`estimator.ts`); the chosen configuration is re-priced
  * on the full DAG and that is the reported `predictedPassS`.
  *
- * Searches are pure functions of (model, machine, workload summary, parameters) and memoised
- * per process, so a sweep over ω repeats the unconstrained search (reported as `omegaAuto`)
- * only once.
+ * Searches are pure functions of (model, machine, cost model, workload summary, parameters)
+ * and memoised per process (the cost model by a fingerprint of its prices, so a runtime with
+ * another CPU kernel or thread count searches anew), so a sweep over ω repeats the
+ * unconstrained search (reported as `omegaAuto`) only once.
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import { cachedModules, hostInfeasibility, maxHostSeqs, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
@@ -66,8 +67,29 @@ function autoKvBuffers(model: ModelProfile): number {
   return model.attention.type === 'MLA' ? 2 : 3;
 }
 
+/**
+ * A fingerprint of the cost model (which carries the runtime: kernel rates, thread count): the
+ * prices of a few probe operations. Runs of one sweep with the same profiles and runtime share
+ * a memoised search; a different runtime (e.g. fewer CPU attention threads) never does.
+ */
+function costFingerprint(ctx: PlanContext): number[] {
+  const c = ctx.cost;
+  const cores = ctx.hardware.cpu.cores;
+  return [
+    c.estimate({ kind: 'cpuAttention', tokens: 1, contextTokens: 1_000_000, cores: 1 }).ns,
+    c.estimate({ kind: 'cpuAttention', tokens: 1, contextTokens: 1_000_000, cores }).ns,
+    c.estimate({ kind: 'expert', tokens: 1 }).ns,
+    c.estimate({ kind: 'expert', tokens: 1024 }).ns,
+    c.estimate({ kind: 'attention', tokens: 1, contextTokens: 1000 }).ns,
+    c.estimate({ kind: 'attentionProj', tokens: 64 }).ns,
+    c.estimate({ kind: 'router', tokens: 64 }).ns,
+    c.estimate({ kind: 'transfer', bytes: 1e9, direction: 'h2d' }).ns,
+    c.estimate({ kind: 'transfer', bytes: 1e9, direction: 'd2h' }).ns,
+  ];
+}
+
 export function moeGenPlan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
-  const key = JSON.stringify([ctx.model.id, ctx.model.derived.totalBytes, ctx.hardware.id, ctx.hardware.gpu.vramBytes, ctx.hardware.hostDramBytes, ctx.workload, s]);
+  const key = JSON.stringify([ctx.model.id, ctx.model.derived.totalBytes, ctx.hardware.id, ctx.hardware.gpu.vramBytes, ctx.hardware.hostDramBytes, costFingerprint(ctx), ctx.workload, s]);
   let r = searchMemo.get(key);
   if (!r) {
     r = plan(ctx, s);
