@@ -422,7 +422,11 @@ export function buildPassDag(inp: DagInput): PassDag {
       const ca = cost.estimate({ kind: 'cpuAttention', tokens: s * nt, contextTokens: s * ctxPerSeq, cores: c.cpuCores });
       // MLA: the latent up-projection of these tokens (W_UK into the queries, W_UV out of the
       // attended latents) runs beside the scores on the CPU, reading kv_b from host DRAM.
-      const computeNs = (ca.computeNs ?? ca.ns) + (mlaUp.flopsPerToken > 0 ? cpuNs(s * nt * mlaUp.flopsPerToken) : 0);
+      // Priced at the FLOP rate of the runtime's CPU kernel (its efficiency and threads), as the
+      // scores are: the system's own CPU code does both.
+      const caNs = ca.computeNs ?? ca.ns;
+      const upNs = mlaUp.flopsPerToken > 0 && ca.flops > 0 && caNs > 0 ? ceilNs(((s * nt * mlaUp.flopsPerToken) / ca.flops) * caNs) : 0;
+      const computeNs = caNs + upNs;
       const ct = cpu('cpuAttention', computeNs as Ns, ca.bytes + mlaUp.bytes, [q], () => `L${l} m${m} CPU attention`);
       const out = h2d('activations', actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
       return [proj, out];

@@ -10,7 +10,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import { loadHardware, loadModel } from '../../hardware-profiles/load.ts';
+import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
 import type { Cost, CostModel, Operation } from '../../sim/cost/types.ts';
 import { ns, type Ns } from '../../sim/kernel/time.ts';
@@ -277,7 +277,25 @@ describe('CPU attention of latent-KV (MLA) models', () => {
     const dag = buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) });
     const task = dag.tasks.find((t) => t.category === 'cpuAttention')!;
     const scores = cost.estimate({ kind: 'cpuAttention', tokens: 10, contextTokens: 10 * 100, cores: 4 });
+    // The up-projection runs at the FLOP rate of the runtime's CPU kernel, as the scores do
+    // (default runtime: the CPU profile's efficiency on the task's 4 cores).
     const rate = 4 * hw.cpu.vectorFlopsPerSecPerCore * hw.cpu.vectorEfficiency;
-    expect(task).toMatchObject({ kind: 'cpu', cores: 4, bytes: scores.bytes + up.bytes, computeNs: scores.computeNs! + Math.ceil((10 * up.flopsPerToken * 1e9) / rate) });
+    expect(scores.flops / scores.computeNs! / (rate / 1e9)).toBeCloseTo(1, 4); // computeNs is rounded up
+    const upNs = Math.ceil(((10 * up.flopsPerToken) / scores.flops) * scores.computeNs!);
+    expect(Math.abs(upNs - (10 * up.flopsPerToken * 1e9) / rate)).toBeLessThan(2);
+    expect(task).toMatchObject({ kind: 'cpu', cores: 4, bytes: scores.bytes + up.bytes, computeNs: scores.computeNs! + upNs });
+  });
+
+  it('prices the up-projection with the runtime’s kernel: MoE-Gen’s (0.10 of peak, 16 threads) is slower per thread', async () => {
+    const model = loadModel('deepseek-v2-lite');
+    const hw = loadHardware('moe-gen-c1');
+    const shape: PassShape = { phase: 'decode', seqs: 10, newTokens: 1, pastTokens: 99, hostSeqs: 10, reserveTokens: 120 };
+    const config = { ...defaultPassConfig(model.layers), omega: 1, cpuCores: 16 };
+    const task = (cost: ReturnType<typeof createCostModel>) =>
+      buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) }).tasks.find((t) => t.category === 'cpuAttention')!;
+    const fused = task(createCostModel(model, hw));
+    const moeGen = task(createCostModel(model, hw, { runtime: loadRuntime('moe-gen') }));
+    // Same 16 threads; efficiency 0.10 instead of the profile's 0.5: 5× the compute time (± ceil rounding).
+    expect((moeGen as { computeNs: number }).computeNs / (fused as { computeNs: number }).computeNs).toBeCloseTo(5, 3);
   });
 });
