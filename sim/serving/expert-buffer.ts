@@ -11,7 +11,7 @@ import type { Scheduler } from '../kernel/simulation.ts';
 import type { Allocation, MemoryPool } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import type { BufferEntryView, BufferView, EntryOrigin, ExpertKey } from './policy.ts';
+import type { BufferEntryView, BufferView, EntryOrigin, ExpertKey, SegmentCacheView } from './policy.ts';
 
 export interface BufferEntry extends BufferEntryView {
   state: 'loading' | 'resident';
@@ -24,6 +24,8 @@ export interface BufferEntry extends BufferEntryView {
   transfer: Transfer | null;
   /** Set when a prefetch was issued for it and it has not been used yet (for precision / waste). */
   prefetchUnused: boolean;
+  part: 'whole' | 'bottom';
+  bytes: number;
 }
 
 export class ExpertBuffer implements BufferView {
@@ -61,13 +63,18 @@ export class ExpertBuffer implements BufferView {
     return this.map.values();
   }
 
-  /** Occupies a free slot for `key` (state loading, or resident when `resident`). Throws if none is free. */
-  occupy(key: ExpertKey, origin: EntryOrigin, resident = false): BufferEntry {
+  /**
+   * Occupies a free slot for `key` (state loading, or resident when `resident`). Throws if none
+   * is free. `bottomBytes` (split experts): the slot holds only the expert's bottom segment of
+   * that many bytes (its residency is reported under the key + 2 × `segmentKeySpan`).
+   */
+  occupy(key: ExpertKey, origin: EntryOrigin, resident = false, bottomBytes?: number): BufferEntry {
     if (this.map.size >= this.slots) {
       throw new InvariantError(`expert buffer full (${this.slots} slots) when occupying ${key}`, this.clock.now, 'expert buffer');
     }
     if (this.map.has(key)) throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
-    const allocation = this.vram.allocate(this.bytesPerExpert, 'expertCache', (this.labels[key] ??= `expert ${key}`));
+    const bytes = bottomBytes ?? this.bytesPerExpert;
+    const allocation = this.vram.allocate(bytes, 'expertCache', (this.labels[key] ??= `expert ${key}`));
     const e: BufferEntry = {
       key,
       state: resident ? 'resident' : 'loading',
@@ -79,10 +86,22 @@ export class ExpertBuffer implements BufferView {
       allocation,
       transfer: null,
       prefetchUnused: origin === 'prefetch',
+      part: bottomBytes === undefined ? 'whole' : 'bottom',
+      bytes,
     };
     this.map.set(key, e);
-    if (resident) this.sink?.onExpertResidency?.(key, true, this.clock.now);
+    if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
+  }
+
+  /**
+   * Key under which residency and compute of an entry are reported to trace sinks: the expert
+   * key for a whole expert; for split experts, key + span (top) or key + 2·span (bottom), where
+   * span = `segmentKeySpan` (moeLayers × experts).
+   */
+  segmentKeySpan = 0;
+  reportKey(e: { key: ExpertKey; part: 'whole' | 'bottom' }): number {
+    return e.part === 'whole' ? e.key : e.key + 2 * this.segmentKeySpan;
   }
 
   /** Marks a loading entry resident (its transfer completed). */
@@ -92,7 +111,7 @@ export class ExpertBuffer implements BufferView {
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
     e.transfer = null;
-    this.sink?.onExpertResidency?.(key, true, this.clock.now);
+    this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
   }
 
@@ -103,7 +122,7 @@ export class ExpertBuffer implements BufferView {
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.map.delete(key);
     this.vram.free(e.allocation);
-    if (e.state === 'resident') this.sink?.onExpertResidency?.(key, false, this.clock.now);
+    if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
     return e;
   }
 
@@ -112,5 +131,100 @@ export class ExpertBuffer implements BufferView {
     const out: ExpertKey[] = [];
     for (const e of this.map.values()) if (e.state === 'resident' && !e.pinned) out.push(e.key);
     return out;
+  }
+}
+
+/** A top segment in the segment cache (split experts, MoEpic). */
+export interface TopEntry {
+  readonly key: ExpertKey;
+  state: 'loading' | 'resident';
+  /** Fraction of the expert (bytes and compute) it holds. */
+  readonly fraction: number;
+  readonly bytes: number;
+  pinned: boolean;
+  allocation: Allocation;
+  transfer: Transfer | null;
+}
+
+/**
+ * The top-segment cache of split experts: one allocation per top segment in the VRAM pool
+ * (category `expertCache`), within a byte capacity the executor enforces. Residency is reported
+ * to sinks under key + `span` (see `ExpertBuffer.reportKey`).
+ */
+export class TopSegmentCache implements SegmentCacheView {
+  private readonly map = new Map<ExpertKey, TopEntry>();
+  usedBytes = 0;
+
+  constructor(
+    readonly capacityBytes: number,
+    private readonly bytesPerExpert: number,
+    private readonly span: number,
+    private readonly vram: MemoryPool,
+    private readonly clock: Pick<Scheduler<unknown>, 'now'>,
+    private readonly sink?: TraceSink,
+  ) {}
+
+  topBytes(fraction: number): number {
+    return Math.min(this.bytesPerExpert, Math.max(0, Math.round(fraction * this.bytesPerExpert)));
+  }
+  get freeBytes(): number {
+    return this.capacityBytes - this.usedBytes;
+  }
+  entry(key: ExpertKey): TopEntry | undefined {
+    return this.map.get(key);
+  }
+  topFraction(key: ExpertKey): number {
+    return this.map.get(key)?.fraction ?? 0;
+  }
+  topState(key: ExpertKey): 'loading' | 'resident' | undefined {
+    return this.map.get(key)?.state;
+  }
+  topPinned(key: ExpertKey): boolean {
+    return this.map.get(key)?.pinned ?? false;
+  }
+  keys(): IterableIterator<ExpertKey> {
+    return this.map.keys();
+  }
+  entries(): IterableIterator<TopEntry> {
+    return this.map.values();
+  }
+  get size(): number {
+    return this.map.size;
+  }
+
+  /** Adds a top of `fraction` (loading, or resident without a transfer when `resident`). Throws past the capacity. */
+  add(key: ExpertKey, fraction: number, resident: boolean): TopEntry {
+    if (!(fraction > 0 && fraction <= 1)) throw new InvariantError(`top fraction ${fraction} of expert ${key} outside (0, 1]`, this.clock.now, 'segment cache');
+    if (this.map.has(key)) throw new InvariantError(`top of expert ${key} already cached`, this.clock.now, 'segment cache');
+    const bytes = this.topBytes(fraction);
+    if (this.usedBytes + bytes > this.capacityBytes) {
+      throw new InvariantError(`segment cache full (${this.usedBytes} + ${bytes} B > ${this.capacityBytes} B) adding the top of ${key}`, this.clock.now, 'segment cache');
+    }
+    const allocation = this.vram.allocate(bytes, 'expertCache', `top ${key}`);
+    const t: TopEntry = { key, state: resident ? 'resident' : 'loading', fraction, bytes, pinned: false, allocation, transfer: null };
+    this.map.set(key, t);
+    this.usedBytes += bytes;
+    if (resident) this.sink?.onExpertResidency?.(key + this.span, true, this.clock.now);
+    return t;
+  }
+
+  arrived(key: ExpertKey): TopEntry {
+    const t = this.map.get(key);
+    if (!t || t.state !== 'loading') throw new InvariantError(`arrival of top ${key}, which is not loading`, this.clock.now, 'segment cache');
+    t.state = 'resident';
+    t.transfer = null;
+    this.sink?.onExpertResidency?.(key + this.span, true, this.clock.now);
+    return t;
+  }
+
+  release(key: ExpertKey): TopEntry {
+    const t = this.map.get(key);
+    if (!t) throw new InvariantError(`release of absent top ${key}`, this.clock.now, 'segment cache');
+    if (t.pinned) throw new InvariantError(`release of pinned top ${key}`, this.clock.now, 'segment cache');
+    this.map.delete(key);
+    this.usedBytes -= t.bytes;
+    this.vram.free(t.allocation);
+    if (t.state === 'resident') this.sink?.onExpertResidency?.(key + this.span, false, this.clock.now);
+    return t;
   }
 }

@@ -22,6 +22,7 @@
  *   prefetch priorities are clamped to ≥ 1.
  */
 import type { Ns } from '../kernel/time.ts';
+import type { Operation } from '../cost/types.ts';
 import type { RequestSpec } from '../workload.ts';
 
 export type ExpertKey = number;
@@ -40,6 +41,13 @@ export interface BufferEntryView {
   readonly lastUsedNs: number;
   /** Times it has been used while in the buffer. */
   readonly uses: number;
+  /**
+   * What the slot holds: the whole expert, or (split experts, MoEpic) only its bottom segment,
+   * the part its cached top segment lacks. Always 'whole' for policies without a segment cache.
+   */
+  readonly part?: 'whole' | 'bottom';
+  /** Bytes the entry holds (one expert's bytes for a whole entry). */
+  readonly bytes?: number;
 }
 
 export interface BufferView {
@@ -53,6 +61,35 @@ export interface BufferView {
   entry(key: ExpertKey): BufferEntryView | undefined;
   /** All entries in insertion order. */
   entries(): Iterable<BufferEntryView>;
+}
+
+/**
+ * Split experts (MoEpic, DESIGN §8): the top-segment cache beside the slot buffer. An expert
+ * key may have a *top* segment (the first `fraction` of its bytes and of its compute) in this
+ * cache; its *bottom* (the rest) is then what a slot of the buffer holds when it is fetched.
+ * Present only for policies that declare `segmentCacheBytes`.
+ */
+export interface SegmentCacheView {
+  /** Byte capacity of the top-segment cache, and bytes it holds now (loading + resident). */
+  readonly capacityBytes: number;
+  readonly usedBytes: number;
+  /** Fraction of `key`'s expert its top segment holds; 0 when it has none. */
+  topFraction(key: ExpertKey): number;
+  /** State of `key`'s top segment; undefined when it has none. */
+  topState(key: ExpertKey): 'loading' | 'resident' | undefined;
+  /** Being computed or awaited by the current layer: cannot be dropped. */
+  topPinned(key: ExpertKey): boolean;
+  /** Keys with a top segment, in insertion order. */
+  keys(): Iterable<ExpertKey>;
+  /** Bytes of a top segment of `fraction` (what the executor allocates and transfers). */
+  topBytes(fraction: number): number;
+}
+
+/** A top segment to load (or resize) into the segment cache. */
+export interface TopRequest {
+  readonly key: ExpertKey;
+  /** Fraction of the expert, in (0, 1]. */
+  readonly fraction: number;
 }
 
 /** Static facts, given once to `init`. */
@@ -95,6 +132,14 @@ export interface ServingView extends ModelShapeView {
   expertOf(key: ExpertKey): number;
   /** Ranked predicted experts of `layer` for the current batch, best first (speculative prefetchers); empty if the workload has no predictor. */
   predict(layer: number): readonly number[];
+  /** The top-segment cache (split experts); undefined for policies without one. */
+  readonly segments?: SegmentCacheView;
+  /**
+   * The uncontended duration (ns) of an operation under the run's cost model and runtime: what
+   * a profiler of the deployment measures with everything resident (MoEpic's configurator
+   * takes its per-module times T_att, T_moe, T_head, T_load this way).
+   */
+  estimateNs?(op: Operation): number;
 }
 
 /** Routing of one MoE layer of the current iteration, given to `onLayerRouted`. */
@@ -121,6 +166,28 @@ export interface PolicyDecision {
   readonly cancel?: readonly ExpertKey[];
   /** Resident, unpinned experts to drop from the buffer now. */
   readonly evict?: readonly ExpertKey[];
+  /**
+   * Segment cache only. Top segments to drop (cancelled if loading; pinned ones are ignored).
+   * Dropping a top also drops the expert's bottom entry from the buffer (cancelled if loading)
+   * unless that is pinned, in which case the drop is ignored.
+   */
+  readonly dropTops?: readonly ExpertKey[];
+  /**
+   * Segment cache only. Top segments to load over the H2D link at `topPriority` (default the
+   * least urgent). A key whose top exists with another fraction is dropped and reloaded (the
+   * reload moves the new top's bytes). Requests that do not fit the cache's free bytes are
+   * ignored: drop first.
+   */
+  readonly loadTops?: readonly TopRequest[];
+  readonly topPriority?: number;
+}
+
+/** `afterUse` result that keeps a top segment of the expert just computed (split experts). */
+export interface KeepTop {
+  /** Fraction of the expert kept as its top segment (in (0, 1]); the rest is released. */
+  readonly keepTop: number;
+  /** Tops dropped first to make room (same rules as `PolicyDecision.dropTops`). */
+  readonly dropTops?: readonly ExpertKey[];
 }
 
 export interface EvictionQuery {
@@ -141,6 +208,29 @@ export interface ServingPolicy {
    * are not loading always use priority 0.
    */
   readonly queueJump?: boolean;
+  /**
+   * Split experts (MoEpic): bytes of VRAM for a top-segment cache beside the slot buffer.
+   * When set, the executor keeps per (layer, expert) a top segment (in this cache) and a
+   * whole-or-bottom entry (in a slot); prefetches and on-demand fetches of an expert whose top
+   * is cached move only its bottom; each segment computes as soon as it is resident (its kernel
+   * is the `expert` op with the segment's `fraction`); and `afterUse` may keep a top. Absent:
+   * whole experts only (every existing policy).
+   */
+  readonly segmentCacheBytes?: number;
+  /**
+   * Tops resident before the run starts (loaded with the model, like `preloadAllExperts`; no
+   * transfer). Must fit `segmentCacheBytes`.
+   */
+  initialTops?(shape: ModelShapeView): readonly TopRequest[];
+  /**
+   * `ready-first`: this policy's engine computes whatever experts or segments of the layer are
+   * resident while the missing ones load (MoEpic §3.2), overriding a runtime's `expertOrder:
+   * index`. A runtime that loops over all experts still pays the idle iterations, once per
+   * layer after the activated experts.
+   */
+  readonly computeOrder?: 'ready-first';
+  /** Policy-specific results merged into the run's metrics under `policy` (e.g. MoEpic's chosen configuration). */
+  report?(): Record<string, unknown>;
   /** Before the run. */
   init?(shape: ModelShapeView): void;
   /** A new iteration's batch is known; nothing has been routed yet. */
@@ -149,8 +239,13 @@ export interface ServingPolicy {
   onLayerRouted?(view: ServingView, routing: LayerRouting): PolicyDecision | void;
   /** Every activated expert of MoE layer `layer` has computed (the GPU moves on to the next layer). */
   onLayerDone?(view: ServingView, layer: number): PolicyDecision | void;
-  /** An expert finished computing. Return `false` to release its slot now (no cache), `true` or nothing to keep it. */
-  afterUse?(view: ServingView, key: ExpertKey): boolean | void;
+  /**
+   * An expert finished computing (every segment of it, for split experts). Return `false` to
+   * release its slot now (no cache), `true` or nothing to keep it; with a segment cache, a
+   * `KeepTop` keeps the first `keepTop` of a whole expert as its top segment and releases the
+   * slot (no bytes move).
+   */
+  afterUse?(view: ServingView, key: ExpertKey): boolean | void | KeepTop;
   /** A prefetch completed. */
   onPrefetchDone?(view: ServingView, key: ExpertKey): PolicyDecision | void;
   /**

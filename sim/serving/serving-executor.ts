@@ -44,10 +44,11 @@ import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
 import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../workload.ts';
-import { ExpertBuffer, type BufferEntry } from './expert-buffer.ts';
+import { ExpertBuffer, TopSegmentCache, type BufferEntry } from './expert-buffer.ts';
 import type {
   EvictionQuery,
   ExpertKey,
+  KeepTop,
   LayerRouting,
   ModelShapeView,
   PolicyDecision,
@@ -125,6 +126,11 @@ export interface ServingCounters {
   iterations: number;
   activationRatioSum: number;
   layerRoutings: number;
+  /** Split experts: needs whose top segment was resident at routing but not the rest (MoEpic's β). */
+  partialHits: number;
+  /** Split experts: top segments loaded over the link (reshaping) and their bytes. */
+  topLoads: number;
+  topLoadBytes: number;
 }
 
 export interface ServingOutcome {
@@ -134,6 +140,8 @@ export interface ServingOutcome {
   readonly endNs: Ns;
   readonly events: number;
   readonly slots: number;
+  /** The policy's own report (`ServingPolicy.report`), when it has one. */
+  readonly policyReport?: Record<string, unknown>;
 }
 
 interface RequestState {
@@ -181,6 +189,8 @@ interface IterationState {
   /** The expert whose kernel is running (when `computing` for an expert), for its completion. */
   computingKey: ExpertKey;
   blockedSinceNs: number;
+  /** Activated experts of the current MoE layer (split experts / ready-first idle iterations). */
+  activatedCount: number;
 }
 
 /** Kernels whose duration depends on their token count only. */
@@ -220,6 +230,16 @@ export class ServingExecutor {
   private readonly firstDecoderMoeLayer: number;
   private readonly indexOrder: boolean;
   private readonly loopAll: boolean;
+  /** Split experts (policy `segmentCacheBytes`): the top-segment cache; null otherwise. */
+  private readonly tops: TopSegmentCache | null;
+  private readonly segCapBytes: number;
+  /** moeLayers × experts: a piece id ≥ span is the top segment of expert (id − span). */
+  private readonly span: number;
+  /** Pieces (top, whole/bottom) of each expert of the current layer still to compute (split experts). */
+  private piecesLeft = new Int8Array(0);
+  /** A ready-first policy (`computeOrder`) on a runtime that loops over every expert pays the idle iterations once per layer. */
+  private readonly payIdleReadyFirst: boolean;
+  private readonly segmentLabels: string[] = [];
   /**
    * Kernel durations, memoised by numeric keys (no key string per kernel): by token count per
    * kind, and for attention by token count then context.
@@ -267,6 +287,9 @@ export class ServingExecutor {
     iterations: 0,
     activationRatioSum: 0,
     layerRoutings: 0,
+    partialHits: 0,
+    topLoads: 0,
+    topLoadBytes: 0,
   };
 
   constructor(private readonly input: ServingInput) {
@@ -282,8 +305,13 @@ export class ServingExecutor {
     const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? Math.ceil(model.layers / 2);
     this.encoderLayers = model.arch === 'encoder-decoder' ? Math.max(0, model.layers - decoderLayers) : 0;
     this.firstDecoderMoeLayer = Math.max(0, model.moeLayerIndices.findIndex((li) => li >= this.encoderLayers));
-    this.indexOrder = input.runtime?.expertOrder === 'index';
+    this.segCapBytes = input.policy.segmentCacheBytes ?? 0;
+    const split = input.policy.segmentCacheBytes !== undefined;
+    const readyFirst = split || input.policy.computeOrder === 'ready-first';
+    this.indexOrder = input.runtime?.expertOrder === 'index' && !readyFirst;
     this.loopAll = input.runtime?.expertLoop === 'all';
+    this.payIdleReadyFirst = this.loopAll && readyFirst;
+    this.span = model.moeLayers * model.experts;
     const r = workload.routing;
     if (r.moeLayers !== model.moeLayers || r.experts !== model.experts || r.topK !== model.topK) {
       throw new UserError(
@@ -315,7 +343,7 @@ export class ServingExecutor {
       vramBytes = d.nonExpertBytes + allExperts * d.bytesPerExpert + this.activationReserveBytes + config.maxBatchSize * maxKv;
     } else if (config.bufferSlots === 'auto') {
       const kvReserve = config.maxBatchSize * maxKv;
-      slots = Math.min(allExperts, Math.floor((vramBytes - d.nonExpertBytes - this.activationReserveBytes - kvReserve) / d.bytesPerExpert));
+      slots = Math.min(allExperts, Math.floor((vramBytes - d.nonExpertBytes - this.activationReserveBytes - kvReserve - this.segCapBytes) / d.bytesPerExpert));
       if (!(slots >= 1)) {
         throw new UserError(
           `${model.id} does not fit ${hardware.id}: ${vramBytes} B of VRAM cannot hold dense weights (${d.nonExpertBytes} B), activations (${this.activationReserveBytes} B), KV for ${config.maxBatchSize} requests (${kvReserve} B) and one expert (${d.bytesPerExpert} B)`,
@@ -326,10 +354,10 @@ export class ServingExecutor {
       }
     } else {
       slots = config.bufferSlots;
-      const need = d.nonExpertBytes + slots * d.bytesPerExpert + this.activationReserveBytes + maxKv;
+      const need = d.nonExpertBytes + slots * d.bytesPerExpert + this.segCapBytes + this.activationReserveBytes + maxKv;
       if (need > vramBytes) {
         throw new UserError(
-          `${slots} expert slots do not fit ${hardware.id}: dense ${d.nonExpertBytes} B + experts ${slots * d.bytesPerExpert} B + activations ${this.activationReserveBytes} B + one request's KV ${maxKv} B = ${need} B > VRAM ${vramBytes} B`,
+          `${slots} expert slots${this.segCapBytes > 0 ? ` and a ${this.segCapBytes} B segment cache` : ''} do not fit ${hardware.id}: dense ${d.nonExpertBytes} B + experts ${slots * d.bytesPerExpert} B + activations ${this.activationReserveBytes} B + one request's KV ${maxKv} B = ${need} B > VRAM ${vramBytes} B`,
           undefined,
           'executor.bufferSlots',
           slots,
@@ -356,6 +384,11 @@ export class ServingExecutor {
     this.res.host.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights (host copy)');
     this.res.vram.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights');
     this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim, this.sink);
+    this.tops = split ? new TopSegmentCache(this.segCapBytes, d.bytesPerExpert, this.span, this.res.vram, this.sim, this.sink) : null;
+    if (split) {
+      this.buffer.segmentKeySpan = this.span;
+      this.piecesLeft = new Int8Array(this.E);
+    }
 
     this.states = workload.requests.map((spec) => ({
       spec,
@@ -393,6 +426,8 @@ export class ServingExecutor {
       layerOf: (key: number) => Math.floor(key / E),
       expertOf: (key: number) => key % E,
       predict: (layer: number) => self.predict(layer),
+      segments: this.tops ?? undefined,
+      estimateNs: (op) => self.cost.estimate(op).ns,
     };
 
     this.sim.setHandlers({
@@ -423,6 +458,17 @@ export class ServingExecutor {
     if (this.cfg.preloadAllExperts) {
       for (let k = 0; k < this.m.moeLayers * this.E; k++) this.buffer.occupy(k, 'cache', true);
     }
+    if (this.tops && this.policy.initialTops) {
+      const initial = this.callPolicy('initialTops', () => this.policy.initialTops!(this.shape));
+      for (const t of initial) {
+        if (!this.validKey(t.key, 'initialTops')) continue;
+        if (this.tops.entry(t.key)) throw new PolicyError(`initial top of ${t.key} given twice`, this.sim.now, this.policy.name, 'initialTops');
+        if (this.tops.topBytes(t.fraction) > this.tops.freeBytes) {
+          throw new PolicyError(`initial tops exceed the segment cache (${this.segCapBytes} B)`, this.sim.now, this.policy.name, 'initialTops');
+        }
+        if (this.tops.topBytes(t.fraction) > 0) this.tops.add(t.key, t.fraction, true);
+      }
+    }
     if (this.states.length > 0) {
       this.sim.schedule(this.states[0]!.spec.arrivalNs, { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
     }
@@ -439,8 +485,9 @@ export class ServingExecutor {
       );
     }
     // Prefetched experts never used by the end of the run were wasted.
-    for (const e of this.buffer.entries()) if (e.prefetchUnused) this.counters.prefetchWastedBytes += this.m.derived.bytesPerExpert;
+    for (const e of this.buffer.entries()) if (e.prefetchUnused) this.counters.prefetchWastedBytes += e.bytes;
     this.counters.iterations = this.iterations;
+    const policyReport = this.policy.report ? this.callPolicy('report', () => this.policy.report!()) : undefined;
     this.sink?.onEnd?.(this.sim.now);
     return {
       requests: this.states.map((s) => ({
@@ -458,6 +505,7 @@ export class ServingExecutor {
       endNs: this.sim.now,
       events: this.sim.eventsProcessed,
       slots: this.slots,
+      ...(policyReport ? { policyReport } : {}),
     };
   }
 
@@ -483,7 +531,8 @@ export class ServingExecutor {
   /** Admits the head of the queue if its KV fits without eating the expert buffer's free slots or the activation reserve. */
   private tryAdmit(s: RequestState): boolean {
     const kv = this.kvBytes(s);
-    const reserved = this.buffer.free * this.m.derived.bytesPerExpert + this.activationReserveBytes;
+    let reserved = this.buffer.free * this.m.derived.bytesPerExpert + this.activationReserveBytes;
+    if (this.tops) reserved += this.tops.freeBytes;
     if (this.res.vram.freeBytes - reserved < kv) return false;
     s.kv = this.res.vram.allocate(kv, 'kvCache', `kv r${s.spec.id}`);
     s.admitNs = this.sim.now;
@@ -576,6 +625,7 @@ export class ServingExecutor {
       computing: false,
       computingKey: -1,
       blockedSinceNs: -1,
+      activatedCount: 0,
     };
     this.apply('onIterationStart', this.callPolicy('onIterationStart', () => this.policy.onIterationStart?.(this.view)));
     this.startLayer(encDec && encTotal === 0 ? this.encoderLayers : 0);
@@ -722,13 +772,26 @@ export class ServingExecutor {
     // looks for a slot, so a miss can never evict — or cancel the prefetch of — an expert this
     // same layer needs (the router's choices are known all at once, as in Mixtral-Offloading's
     // `load_experts`, which marks every requested expert used before loading).
-    const absent: ExpertKey[] = [];
-    for (const e of activated) {
-      const key = moeLayer * E + e;
-      if (this.buffer.has(key)) this.need(key);
-      else absent.push(key);
+    it.activatedCount = activated.length;
+    if (this.payIdleReadyFirst) it.trailingPaid = false;
+    if (this.tops) {
+      // Split experts: every segment already cached or in flight is claimed before any fetch.
+      it.remaining = 0;
+      const fetches: ExpertKey[] = [];
+      for (const e of activated) if (this.needSplit(moeLayer * E + e)) fetches.push(moeLayer * E + e);
+      for (const key of fetches) {
+        if (this.acquireSlot(key, 'demand')) this.fetch(key, 'demand', DEMAND_PRIORITY, true);
+        else this.waitingForSlot.push(key);
+      }
+    } else {
+      const absent: ExpertKey[] = [];
+      for (const e of activated) {
+        const key = moeLayer * E + e;
+        if (this.buffer.has(key)) this.need(key);
+        else absent.push(key);
+      }
+      for (const key of absent) this.need(key);
     }
-    for (const key of absent) this.need(key);
     if (this.policy.onLayerRouted) {
       const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
       let d: PolicyDecision | void;
@@ -775,20 +838,80 @@ export class ServingExecutor {
     else this.waitingForSlot.push(key);
   }
 
+  /**
+   * One activated expert of the current layer, split experts: pins its top segment (if cached)
+   * and its whole/bottom entry (if in the buffer), queues the resident pieces, counts the need.
+   * Returns true when its whole/bottom part must be fetched on demand (done by the caller after
+   * every present piece of the layer is claimed).
+   */
+  private needSplit(key: ExpertKey): boolean {
+    const it = this.iter!;
+    const tops = this.tops!;
+    this.counters.needs++;
+    const e = this.buffer.entry(key);
+    // A whole expert in the buffer is computed whole (a top cached meanwhile is not used for it).
+    const t = e?.part === 'whole' ? undefined : tops.entry(key);
+    let pieces = 0;
+    let allResident = true;
+    let fromPrefetch = false;
+    let mustFetch = false;
+    if (t) {
+      t.pinned = true;
+      pieces++;
+      if (t.state === 'resident') it.ready.push(key + this.span);
+      else allResident = false;
+    }
+    if (!t || t.fraction < 1) {
+      pieces++;
+      if (e) {
+        e.pinned = true;
+        if (e.prefetchUnused) {
+          fromPrefetch = e.state === 'resident';
+          this.markPrefetchUsed(e);
+        }
+        if (e.state === 'resident') it.ready.push(key);
+        else {
+          allResident = false;
+          if (e.transfer && this.policy.queueJump !== false) this.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+        }
+      } else {
+        allResident = false;
+        mustFetch = true;
+      }
+    }
+    this.piecesLeft[key % this.E] = pieces;
+    it.remaining += pieces;
+    if (allResident) {
+      if (fromPrefetch) this.counters.prefetchHits++;
+      else this.counters.cacheHits++;
+    } else if (t && t.state === 'resident') {
+      this.counters.partialHits++;
+    }
+    return mustFetch;
+  }
+
+  /** Transfer label of a segment: `expert M<l>E<e> top|bottom`. */
+  private segmentLabel(key: ExpertKey, top: boolean): string {
+    const i = top ? 2 * key : 2 * key + 1;
+    return (this.segmentLabels[i] ??= `${this.expertLabel(key)} ${top ? 'top' : 'bottom'}`);
+  }
+
   private markPrefetchUsed(e: BufferEntry): void {
     e.prefetchUnused = false;
     this.counters.prefetchesUsed++;
   }
 
   private fetch(key: ExpertKey, origin: 'demand' | 'prefetch', priority: number, pinned: boolean): void {
-    const e = this.buffer.occupy(key, origin);
+    // Split experts: with its top cached (or loading), only the bottom moves.
+    const top = this.tops?.entry(key);
+    const e = top ? this.buffer.occupy(key, origin, false, this.m.derived.bytesPerExpert - top.bytes) : this.buffer.occupy(key, origin);
     e.pinned = pinned;
     if (origin === 'demand') this.counters.demandFetches++;
     else this.counters.prefetchesIssued++;
     e.transfer = this.res.h2d.submit({
-      bytes: this.m.derived.bytesPerExpert,
+      bytes: e.bytes,
       priority,
-      label: this.expertLabel(key),
+      label: top ? this.segmentLabel(key, false) : this.expertLabel(key),
       category: origin === 'demand' ? 'expert-demand' : 'expert-prefetch',
       onDone: this.onFetchDone,
     });
@@ -796,6 +919,15 @@ export class ServingExecutor {
   }
 
   private onExpertArrived(key: ExpertKey): void {
+    if (key >= this.span) {
+      // A top segment (split experts) finished loading.
+      const t = this.tops!.arrived(key - this.span);
+      if (t.pinned) {
+        this.iter!.ready.push(key);
+        this.pumpExperts();
+      }
+      return;
+    }
     const e = this.buffer.arrived(key);
     if (e.origin === 'prefetch') this.counters.prefetchesCompleted++;
     if (e.pinned) {
@@ -822,6 +954,10 @@ export class ServingExecutor {
         this.sink?.onBlocked?.({ stream: 'gpu.compute', reason: 'expert fetch', startNs: it.blockedSinceNs as Ns, endNs: this.sim.now });
         it.blockedSinceNs = -1;
       }
+      if (this.tops) {
+        this.computePiece(it, key);
+        return;
+      }
       const entry = this.buffer.entry(key);
       this.sink?.onExpertCompute?.(key, this.sim.now, entry?.state === 'resident');
       it.computing = true;
@@ -829,6 +965,16 @@ export class ServingExecutor {
       const tokens = it.tokensPerExpert[key % this.E]!;
       this.kernel(this.tokenOpNs('expert', tokens), `${this.expertLabel(key)} ×${tokens}`, 'expert', this.afterExpertKernel);
       return;
+    }
+    if (it.remaining === 0 && this.payIdleReadyFirst && !it.trailingPaid) {
+      // A runtime looping over every expert still visits the ones no token chose.
+      it.trailingPaid = true;
+      const gap = this.E - it.activatedCount;
+      if (gap > 0) {
+        it.computing = true;
+        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+        return;
+      }
     }
     if (it.remaining === 0) {
       const layer = it.moeLayer;
@@ -916,7 +1062,131 @@ export class ServingExecutor {
     this.startLayer(it.layer + 1);
   }
 
+  /** Split experts: runs one resident piece (a top segment, a bottom, or a whole expert). */
+  private computePiece(it: IterationState, piece: number): void {
+    const isTop = piece >= this.span;
+    const key = isTop ? piece - this.span : piece;
+    const t = this.tops!.entry(key);
+    const e = isTop ? undefined : this.buffer.entry(key);
+    let fraction = 1;
+    let label: string;
+    if (isTop) {
+      fraction = t!.fraction;
+      label = this.segmentLabel(key, true);
+      this.sink?.onExpertCompute?.(piece, this.sim.now, t!.state === 'resident');
+    } else {
+      if (e!.part === 'bottom') fraction = 1 - t!.fraction;
+      label = e!.part === 'bottom' ? this.segmentLabel(key, false) : this.expertLabel(key);
+      this.sink?.onExpertCompute?.(this.buffer.reportKey(e!), this.sim.now, e!.state === 'resident');
+    }
+    it.computing = true;
+    it.computingKey = piece;
+    const tokens = it.tokensPerExpert[key % this.E]!;
+    const ns = fraction === 1 ? this.tokenOpNs('expert', tokens) : this.cost.estimate({ kind: 'expert', tokens, fraction }).ns;
+    this.kernel(ns, `${label} ×${tokens}`, 'expert', this.afterExpertKernel);
+  }
+
+  /** Split experts: a piece finished; once every piece of the expert has, the policy's `afterUse`. */
+  private afterPiece(piece: number): void {
+    const it = this.iter!;
+    const tops = this.tops!;
+    it.computing = false;
+    it.remaining--;
+    const isTop = piece >= this.span;
+    const key = isTop ? piece - this.span : piece;
+    if (isTop) {
+      tops.entry(key)!.pinned = false;
+    } else {
+      const e = this.buffer.entry(key)!;
+      e.pinned = false;
+      e.uses++;
+      e.lastUsedNs = this.sim.now;
+      e.origin = 'cache';
+    }
+    const ex = key % this.E;
+    if (--this.piecesLeft[ex]! > 0) {
+      this.pumpExperts();
+      return;
+    }
+    let r: boolean | void | KeepTop = true;
+    if (this.policy.afterUse) {
+      try {
+        r = this.policy.afterUse(this.view, key);
+      } catch (err) {
+        throw this.policyFailure('afterUse', err);
+      }
+    }
+    const e = this.buffer.entry(key);
+    if (typeof r === 'object' && r !== null) {
+      for (const k of r.dropTops ?? []) if (this.validKey(k, 'afterUse')) this.dropTop(k);
+      if (e && !e.pinned) {
+        const whole = e.part === 'whole' && e.state === 'resident';
+        this.evict(key, false);
+        if (whole && !tops.entry(key)) {
+          const f = r.keepTop;
+          if (!(f > 0 && f <= 1)) throw new PolicyError(`keepTop ${f} outside (0, 1]`, this.sim.now, this.policy.name, 'afterUse');
+          const bytes = tops.topBytes(f);
+          if (bytes > tops.freeBytes) {
+            throw new PolicyError(`keepTop of ${key} needs ${bytes} B, the segment cache has ${tops.freeBytes} B free`, this.sim.now, this.policy.name, 'afterUse');
+          }
+          // The top's bytes are already on the GPU (they were part of the whole expert): no transfer.
+          if (bytes > 0) tops.add(key, f, true);
+        }
+      }
+    } else if (e && !e.pinned) {
+      const keep = r !== false && this.cfg.releaseAfterUse !== true;
+      if (!keep) this.evict(key, false);
+    }
+    this.serveSlotWaiters();
+    this.pumpExperts();
+  }
+
+  /** Drops the top segment of `key` (and its bottom entry); ignored while either is pinned. */
+  private dropTop(key: ExpertKey): void {
+    const tops = this.tops!;
+    const t = tops.entry(key);
+    if (!t || t.pinned) return;
+    const e = this.buffer.entry(key);
+    if (e && e.part === 'bottom') {
+      if (e.pinned) return;
+      if (e.state === 'loading') this.cancelPrefetch(key);
+      else this.evict(key, true);
+    }
+    if (t.transfer) {
+      this.res.h2d.cancel(t.transfer);
+      this.fetchKeys.delete(t.transfer.id);
+      t.transfer = null;
+    }
+    tops.release(key);
+  }
+
+  /** Loads a top segment of `fraction` for `key` over the link (reshaping); see `PolicyDecision.loadTops`. */
+  private loadTop(key: ExpertKey, fraction: number, priority: number): void {
+    const tops = this.tops!;
+    if (!(fraction > 0 && fraction <= 1)) throw new PolicyError(`top fraction ${fraction} outside (0, 1]`, this.sim.now, this.policy.name, 'loadTops');
+    const cur = tops.entry(key);
+    if (cur) {
+      if (cur.fraction === fraction) return;
+      this.dropTop(key);
+      if (tops.entry(key)) return;
+    }
+    // A whole expert in the buffer already has these bytes on the GPU; it becomes the top's source later (afterUse).
+    const e = this.buffer.entry(key);
+    if (e && e.part === 'whole') return;
+    const bytes = tops.topBytes(fraction);
+    if (bytes === 0 || bytes > tops.freeBytes) return;
+    const t = tops.add(key, fraction, false);
+    this.counters.topLoads++;
+    this.counters.topLoadBytes += bytes;
+    t.transfer = this.res.h2d.submit({ bytes, priority, label: this.segmentLabel(key, true), category: 'expert-reshape', onDone: this.onFetchDone });
+    this.fetchKeys.set(t.transfer.id, key + this.span);
+  }
+
   private afterExpert(key: ExpertKey): void {
+    if (this.tops) {
+      this.afterPiece(key);
+      return;
+    }
     const it = this.iter!;
     it.computing = false;
     it.remaining--;
@@ -1010,7 +1280,7 @@ export class ServingExecutor {
 
   private evict(key: ExpertKey, countEviction: boolean): void {
     const e = this.buffer.release(key);
-    if (e.prefetchUnused) this.counters.prefetchWastedBytes += this.m.derived.bytesPerExpert;
+    if (e.prefetchUnused) this.counters.prefetchWastedBytes += e.bytes;
     if (countEviction) this.counters.evictions++;
   }
 
@@ -1079,9 +1349,12 @@ export class ServingExecutor {
     // Once every request has finished nobody can use a prefetch. Dropping them lets the run end:
     // a policy that prefetches again from onPrefetchDone would otherwise keep the link busy forever.
     const workloadDone = this.finishedRequests === this.states.length;
+    if (this.tops) for (const key of d.dropTops ?? []) if (this.validKey(key, hook)) this.dropTop(key);
     for (const p of d.prefetch ?? []) {
       if (!this.validKey(p.key, hook)) continue;
       if (workloadDone) continue;
+      // Split experts: an expert whose top is all of it needs nothing more.
+      if (this.tops && this.tops.topFraction(p.key) === 1) continue;
       const priority = Math.max(1, Number.isFinite(p.priority) ? p.priority : 1);
       const e = this.buffer.entry(p.key);
       if (e) {
@@ -1090,7 +1363,11 @@ export class ServingExecutor {
       }
       if (this.acquireSlot(p.key, 'prefetch')) this.fetch(p.key, 'prefetch', priority, false);
     }
-    if ((d.cancel?.length ?? 0) + (d.evict?.length ?? 0) > 0) this.serveSlotWaiters();
+    if (this.tops && d.loadTops && !workloadDone) {
+      const priority = Math.max(1, Number.isFinite(d.topPriority) ? d.topPriority! : Number.MAX_SAFE_INTEGER);
+      for (const t of d.loadTops) if (this.validKey(t.key, hook)) this.loadTop(t.key, t.fraction, priority);
+    }
+    if ((d.cancel?.length ?? 0) + (d.evict?.length ?? 0) + (d.dropTops?.length ?? 0) > 0) this.serveSlotWaiters();
   }
 
   // ---------------------------------------------------------------- prediction
