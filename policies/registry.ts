@@ -13,6 +13,7 @@ import { mixtralOffloading } from './prefetch/mixtral-offloading.ts';
 import { preGated } from './prefetch/pre-gated.ts';
 import { adapMoe } from './prefetch/adapmoe.ts';
 import { belady } from './oracle/belady.ts';
+import { oraclePrefetch } from './oracle/oracle-prefetch.ts';
 import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
 // Throughput family (executor.kind: throughput): MoE-Gen and the baselines it is compared with.
@@ -37,6 +38,7 @@ export const BUILTIN_POLICIES = {
   'pre-gated': preGated,
   adapmoe: adapMoe,
   belady,
+  'oracle-prefetch': oraclePrefetch,
   'gpu-rich': gpuRich,
   'moe-infinity': moeInfinity,
   'moe-gen-g': moeGenG,
