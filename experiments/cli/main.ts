@@ -13,6 +13,7 @@ import { hideBin } from 'yargs/helpers';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
+import { newCommand } from './commands/new.ts';
 import { traceCommand } from './commands/trace.ts';
 
 /** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
@@ -47,8 +48,9 @@ export async function main(argv: string[]): Promise<number> {
       .command(validateCommand)
       .command(listCommand)
       .command(traceCommand)
+      .command(newCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
-      .demandCommand(1, 'name a command (experiment, validate, list, trace)')
+      .demandCommand(1, 'name a command (experiment, validate, list, trace, new)')
       .strict()
       .fail((msg, err) => {
         if (err) throw err;

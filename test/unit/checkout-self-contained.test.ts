@@ -18,9 +18,15 @@ const TEXT = /\.(ts|mjs|js|json|ya?ml|md|txt|csv|sh)$|^run$/;
 
 function* files(dir: string): Generator<string> {
   for (const name of readdirSync(dir)) {
-    if (SKIP_DIRS.has(name)) continue;
+    // Hidden folders other than .ci are tools' or other tests' scratch space, not content.
+    if (SKIP_DIRS.has(name) || (name.startsWith('.') && name !== '.ci')) continue;
     const full = path.join(dir, name);
-    const st = statSync(full);
+    let st;
+    try {
+      st = statSync(full);
+    } catch {
+      continue; // removed while we walk (another test's temporary folder)
+    }
     if (st.isDirectory()) yield* files(full);
     else if (TEXT.test(name) && st.size < 2_000_000) yield full;
   }
