@@ -146,7 +146,7 @@ describe('shipped profiles load', () => {
       expect.arrayContaining(['t4', 'l4', 'rtx3090', 'rtx4090', 'rtx-a5000', 'rtx-a6000', 'a40', 'a100-40gb-pcie', 'a100-80gb-pcie', 'a100-80gb-sxm', 'h100-pcie', 'h100-sxm', 'h200-sxm', 'l40s']),
     );
     expect(listCpus()).toEqual(expect.arrayContaining(['epyc-7453', 'epyc-7313p', 'xeon-8380', 'xeon-8358p', 'desktop-16c']));
-    expect(listPcie()).toEqual(['gen3-x16', 'gen4-x16', 'gen4-x16-measured-19p5', 'gen5-x16']);
+    expect(listPcie()).toEqual(expect.arrayContaining(['gen3-x16', 'gen4-x16', 'gen4-x16-measured-19p5', 'gen5-x16']));
   });
 
   it('converts units: GiB, GB/s, TFLOP/s, µs', () => {
