@@ -65,9 +65,9 @@ describe('createResources', () => {
     r.h2d.submit({ bytes: 1000, priority: 0, label: 'up', category: 'x', onDone: () => done.push(`h2d@${sim.now}`) });
     r.d2h.submit({ bytes: 1000, priority: 0, label: 'down', category: 'x', onDone: () => done.push(`d2h@${sim.now}`) });
     sim.run();
-    // From 100: caps 1 and 0.5 B/ns on 1 B/ns of DRAM → d2h gets 0.5 (its cap), h2d the other 0.5.
-    // Both finish their 1000 B after 2000 ns: at 2100 (h2d alone would be done at 1100).
-    // (Their same-instant order is an artefact of rescheduling, so it is not asserted.)
-    expect(done.sort()).toEqual(['d2h@2100', 'h2d@2100']);
+    // From 100: caps 1 and 0.5 B/ns on 1 B/ns of DRAM → shares in proportion to demand (DESIGN §4),
+    // factor 1/1.5: h2d 0.667, d2h 0.333 B/ns. h2d's 1000 B end at 100 + 1500 = 1600 (alone: 1100);
+    // d2h has then 500 B left, alone at its cap 0.5 B/ns: 2600.
+    expect(done.sort()).toEqual(['d2h@2600', 'h2d@1600']);
   });
 });
