@@ -22,6 +22,10 @@
  * - prefetchPrecision: prefetches used (needed before eviction) / prefetches issued.
  * - prefetchWastedBytes: bytes of prefetches never used (evicted, cancelled, or unused at the end).
  * - expertActivationRatio: mean over (iteration, MoE layer) of activated experts / experts.
+ * - decodeCacheHitRate / decodeBufferHitRate: the hit rates over the needs of iterations without a
+ *   prefill (a prefill activates nearly every expert of a layer, so its needs hit at ≈ the cached
+ *   fraction whatever the policy; MoEpic's Table 1 compares policies on decoding).
+ * - policy: the policy's own report, when it has one (MoEpic's chosen configuration).
  * - peakBytes: peak per pool, total and per category.
  */
 import type { ServingOutcome } from '../serving/serving-executor.ts';
@@ -165,10 +169,13 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
     demandFetches: c.demandFetches,
     evictions: c.evictions,
     bufferSlots: o.slots,
+    decodeCacheHitRate: round6(safeDiv(c.decodeCacheHits, c.decodeNeeds)),
+    decodeBufferHitRate: round6(safeDiv(c.decodeCacheHits + c.decodePrefetchHits, c.decodeNeeds)),
     requests: o.requests.length,
     outputTokens,
     peakBytes: poolPeaks([res.vram, res.host]),
     ...(opts.shiftAtRequest !== undefined ? shiftMetrics(o, opts.shiftAtRequest, opts.recoveryWindow) : {}),
+    ...(o.policyReport ? { policy: o.policyReport } : {}),
   };
 }
 

@@ -131,6 +131,10 @@ export interface ServingCounters {
   /** Split experts: top segments loaded over the link (reshaping) and their bytes. */
   topLoads: number;
   topLoadBytes: number;
+  /** Needs and hits of iterations without a prefill (decode-only hit rates, MoEpic Table 1). */
+  decodeNeeds: number;
+  decodeCacheHits: number;
+  decodePrefetchHits: number;
 }
 
 export interface ServingOutcome {
@@ -191,6 +195,8 @@ interface IterationState {
   blockedSinceNs: number;
   /** Activated experts of the current MoE layer (split experts / ready-first idle iterations). */
   activatedCount: number;
+  /** No request of the batch is in prefill. */
+  readonly decodeOnly: boolean;
 }
 
 /** Kernels whose duration depends on their token count only. */
@@ -290,6 +296,9 @@ export class ServingExecutor {
     partialHits: 0,
     topLoads: 0,
     topLoadBytes: 0,
+    decodeNeeds: 0,
+    decodeCacheHits: 0,
+    decodePrefetchHits: 0,
   };
 
   constructor(private readonly input: ServingInput) {
@@ -626,6 +635,7 @@ export class ServingExecutor {
       computingKey: -1,
       blockedSinceNs: -1,
       activatedCount: 0,
+      decodeOnly: views.every((v) => v.phase === 'decode'),
     };
     this.apply('onIterationStart', this.callPolicy('onIterationStart', () => this.policy.onIterationStart?.(this.view)));
     this.startLayer(encDec && encTotal === 0 ? this.encoderLayers : 0);
@@ -814,13 +824,16 @@ export class ServingExecutor {
   private need(key: ExpertKey): void {
     const it = this.iter!;
     this.counters.needs++;
+    if (it.decodeOnly) this.counters.decodeNeeds++;
     const e = this.buffer.entry(key);
     if (e && e.state === 'resident') {
       if (e.prefetchUnused) {
         this.counters.prefetchHits++;
+        if (it.decodeOnly) this.counters.decodePrefetchHits++;
         this.markPrefetchUsed(e);
       } else {
         this.counters.cacheHits++;
+        if (it.decodeOnly) this.counters.decodeCacheHits++;
       }
       e.pinned = true;
       it.ready.push(key);
@@ -848,6 +861,7 @@ export class ServingExecutor {
     const it = this.iter!;
     const tops = this.tops!;
     this.counters.needs++;
+    if (it.decodeOnly) this.counters.decodeNeeds++;
     const e = this.buffer.entry(key);
     // A whole expert in the buffer is computed whole (a top cached meanwhile is not used for it).
     const t = e?.part === 'whole' ? undefined : tops.entry(key);
@@ -884,6 +898,10 @@ export class ServingExecutor {
     if (allResident) {
       if (fromPrefetch) this.counters.prefetchHits++;
       else this.counters.cacheHits++;
+      if (it.decodeOnly) {
+        if (fromPrefetch) this.counters.decodePrefetchHits++;
+        else this.counters.decodeCacheHits++;
+      }
     } else if (t && t.state === 'resident') {
       this.counters.partialHits++;
     }
