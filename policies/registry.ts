@@ -7,6 +7,7 @@ import { onDemand } from './cache/on-demand.ts';
 import { lru } from './cache/lru.ts';
 import { lfu } from './cache/lfu.ts';
 import { rnd } from './cache/rnd.ts';
+import { lcp } from './cache/lcp.ts';
 import { dependencyPrefetch } from './prefetch/dependency-prefetch.ts';
 import { modelTracing } from './prefetch/model-tracing.ts';
 import { mixtralOffloading } from './prefetch/mixtral-offloading.ts';
@@ -16,6 +17,7 @@ import { belady } from './oracle/belady.ts';
 import { oraclePrefetch } from './oracle/oracle-prefetch.ts';
 import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
+import { moepic } from './moepic/policy.ts';
 // Throughput family (executor.kind: throughput): MoE-Gen and the baselines it is compared with.
 import { moeGenG, moeGenH } from './moe-gen/moe-gen.ts';
 import { deepspeedLike } from './throughput/deepspeed-like.ts';
@@ -32,6 +34,7 @@ export const BUILTIN_POLICIES = {
   lru,
   lfu,
   rnd,
+  lcp,
   'dependency-prefetch': dependencyPrefetch,
   'model-tracing': modelTracing,
   'mixtral-offloading': mixtralOffloading,
@@ -41,6 +44,7 @@ export const BUILTIN_POLICIES = {
   'oracle-prefetch': oraclePrefetch,
   'gpu-rich': gpuRich,
   'moe-infinity': moeInfinity,
+  moepic,
   'moe-gen-g': moeGenG,
   'moe-gen-h': moeGenH,
   'deepspeed-like': deepspeedLike,
