@@ -5,9 +5,10 @@
  *
  * Memory (§3.4.1): the expert budget V_e = `budgetExperts` whole experts is the executor's
  * segment cache; layer i holds the top segments (fraction θ_i) of C_i experts within V_i = θ_i·C_i
- * expert units; the K-expert buffer (`bufferExperts`, default top-k: U_b = K experts, §4.1) holds
- * prefetched bottoms / whole experts and on-demand loads. Initially V_i = V_e/L, θ_i = 0.5
- * (C_i = 2V_i, at most N; Alg. 1 line 4) and the cached experts are random (§3.4.2).
+ * expert units; the buffer (`bufferExperts`; the paper's U_b = K experts, §4.1; default 2K slots) holds
+ * prefetched bottoms / whole experts and on-demand loads (default 2K slots: see `bufferExperts`). Initially V_i = V_e/L, θ_i = 0.5
+ * (C_i = 2V_i, at most N; Alg. 1 line 4) and the cached experts are random (§3.4.2). The
+ * buffer defaults to 2K slots (see `bufferExperts`).
  *
  * Per layer i (§3.2): when layer i routes, prefetching for i stops (its unneeded loading
  * prefetches are cancelled and stale prefetched entries dropped); the executor fetches the
@@ -51,7 +52,14 @@ export const MoepicParams = z
   .object({
     /** V_e: VRAM for cached expert segments, in whole experts (paper defaults: Qwen 240, Mixtral 96). */
     budgetExperts: z.number().nonnegative(),
-    /** U_b: the prefetch / on-demand buffer in whole experts (default top-k, §4.1). */
+    /**
+     * U_b: the prefetch / on-demand buffer in whole-expert slots. Default 2 × top-k: the paper's
+     * U_b is K experts of bytes (§4.1), but its prefetches for layer i+1 overlap layer i's MoE
+     * compute (§3.2, Fig 3d) while layer i's K loaded experts / bottoms are in use, which needs room
+     * beside them; moesim's buffer counts whole-expert slots (a bottom takes one), so K slots would
+     * leave prefetching only layer i+1's attention as a window. How the paper shares its buffer is
+     * not stated (settings-moepic.md §4a.8); `bufferExperts: <K>` runs the literal K.
+     */
     bufferExperts: z.number().int().positive().optional(),
     /** Initial (and, without the configurator, fixed) split ratio θ (Alg. 1 line 4: 0.5). 0: no tops (prefetch only). */
     theta: z.number().min(0).max(1).default(0.5),
@@ -112,7 +120,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
   let reshapeBytes = 0;
   let requestEnded = false;
   let times: ModuleTimes | null = null;
-  const slots = p.bufferExperts ?? K;
+  const slots = p.bufferExperts ?? 2 * K;
   const rankOf = new Int32Array(E);
 
   const topFraction = (l: number): number => theta[l]!;
@@ -324,6 +332,6 @@ export const moepic = definePolicy({
   family: 'serving',
   summary: 'MoEpic: split experts (tops cached, bottoms prefetched), LCP, speculative prefetch, cache configurator',
   params: MoepicParams,
-  bufferSlots: (p, model) => p.bufferExperts ?? model.topK,
+  bufferSlots: (p, model) => p.bufferExperts ?? 2 * model.topK,
   create: (p, ctx) => createMoepic('moepic', p, ctx.model, ctx.rng),
 });
