@@ -195,7 +195,7 @@ describe('calibration: each runtime reproduces the all-resident measurements it 
     const rt = loadRuntime(id);
     for (const c of rt.calibration) {
       it(`${id}: ${c.model} on ${c.hardware}, ${c.figure} = ${c.value} ${c.unit} ± ${Math.round(c.tolerance * 100)} %`, async () => {
-        const profile: Record<string, string> = { 'switch-large-128': 'switch-large-128', 'nllb-moe-128': 'nllb-moe-128', 'mixtral-8x7b': 'mixtral-8x7b', 'snowflake-arctic': 'arctic-128' };
+        const profile: Record<string, string> = { 'switch-large-128': 'switch-large-128', 'nllb-moe-128': 'nllb-moe-128', 'mixtral-8x7b': 'mixtral-8x7b', 'snowflake-arctic': 'arctic-128', 'qwen1.5-moe-a2.7b': 'qwen1.5-moe' };
         const r = await run({
           ...oneRequest(c.model, profile[c.model] ?? c.model, id, { name: 'gpu-rich' }, 32),
           hardware: c.hardware,
