@@ -29,6 +29,7 @@ import { makeOutDir } from './outputs/out-dir.ts';
 import { renderPlot } from './outputs/plot.ts';
 import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld, buildThroughputWorld } from './world.ts';
+import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
@@ -188,7 +189,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
         const t0 = performance.now();
         const outcome = guarded(spec, file, () => executor.run());
         wallS = (performance.now() - t0) / 1000;
-        metrics = throughputMetrics(outcome);
+        metrics = throughputMetrics(outcome, { model: loadModel(spec.model) });
         events = outcome.events;
         endNs = outcome.endNs;
       } else {
@@ -196,7 +197,8 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
         const t0 = performance.now();
         const outcome = guarded(spec, file, () => executor.run());
         wallS = (performance.now() - t0) / 1000;
-        metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest } : {});
+        const cap = { model: loadModel(spec.model), hardware: loadHardware(spec.hardware) };
+        metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest, cap } : { cap });
         events = outcome.events;
         endNs = outcome.endNs;
       }

@@ -274,6 +274,7 @@ export function resolveCpu(f: CpuFile): CpuProfile {
     memoryChannels: f.memoryChannels,
     dramBytesPerSec: f.memoryChannels * f.memoryMegaTransfersPerSec * 1e6 * 8 * f.dramEfficiency,
     perCoreDramBytesPerSec: f.perCoreDramGBPerSec * 1e9,
+    dramPeakBytesPerSec: f.memoryChannels * f.memoryMegaTransfersPerSec * 1e6 * 8,
     ...(f.priceUsd !== undefined && { priceUsd: f.priceUsd }),
     ...(f.tdpWatts !== undefined && { tdpWatts: f.tdpWatts }),
     sources: [...f.sources],

@@ -324,6 +324,10 @@ export const TestbedFileSchema = z.strictObject({
     ssdUsd: z.number().nonnegative(),
     lifetimeYears: positiveNumber,
     electricityUsdPerKwh: z.number().nonnegative(),
+    /** Purchase price of the GPU (overrides the GPU profile's `priceUsd`; for GPUs whose profile has none). */
+    gpuUsd: z.number().nonnegative().optional(),
+    /** Purchase price of the CPU (overrides the CPU profile's `priceUsd`). */
+    cpuUsd: z.number().nonnegative().optional(),
   }),
   sources,
   notes,

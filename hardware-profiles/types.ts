@@ -118,6 +118,8 @@ export interface CpuProfile {
   readonly dramBytesPerSec: number;
   /** Bandwidth a single core can draw. */
   readonly perCoreDramBytesPerSec: number;
+  /** Theoretical peak host-DRAM bandwidth (channels × MT/s × 8 B, no efficiency): MoE-CAP's CPU-side peak. */
+  readonly dramPeakBytesPerSec?: number;
   readonly priceUsd?: number;
   readonly tdpWatts?: number;
   readonly sources: readonly string[];
@@ -152,6 +154,9 @@ export interface HardwareProfile {
     readonly ssdUsd: number;
     readonly lifetimeYears: number;
     readonly electricityUsdPerKwh: number;
+    /** Overrides of the GPU / CPU profile's `priceUsd` (MoE-CAP cost; optional). */
+    readonly gpuUsd?: number;
+    readonly cpuUsd?: number;
   };
   readonly sources: readonly string[];
 }

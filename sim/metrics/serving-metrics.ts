@@ -27,10 +27,16 @@
  *   fraction whatever the policy; MoEpic's Table 1 compares policies on decoding).
  * - policy: the policy's own report, when it has one (MoEpic's chosen configuration).
  * - peakBytes: peak per pool, total and per category.
+ * - cap / cost (when the runner passes the model and hardware): MoE-CAP's S-MBU, S-MFU, dense
+ *   MBU/MFU and cost per million generated tokens (`cap.ts`, whose header lists the definitions
+ *   and simplifications).
  */
 import type { ServingOutcome } from '../serving/serving-executor.ts';
 import { distribution, round6, safeDiv, type Distribution } from './summary.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import { capCost, capMetrics } from './cap.ts';
+import { servingCapTotals } from './cap-totals.ts';
 
 export type PeakBytes = Record<string, Record<string, number>>;
 
@@ -80,6 +86,8 @@ export interface ServingMetricOptions {
   readonly shiftAtRequest?: number;
   /** Rolling window (requests) of the recovery metric. Default 8. */
   readonly recoveryWindow?: number;
+  /** The run's profiles: adds MoE-CAP's `cap` and `cost` (absent without them). */
+  readonly cap?: { readonly model: ModelProfile; readonly hardware: HardwareProfile };
 }
 
 /**
@@ -176,7 +184,13 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
     peakBytes: poolPeaks([res.vram, res.host]),
     ...(opts.shiftAtRequest !== undefined ? shiftMetrics(o, opts.shiftAtRequest, opts.recoveryWindow) : {}),
     ...(o.policyReport ? { policy: o.policyReport } : {}),
+    ...(opts.cap ? capFields(o, opts.cap.model, opts.cap.hardware, safeDiv(outputTokens, makespanS)) : {}),
   };
+}
+
+function capFields(o: ServingOutcome, model: ModelProfile, hardware: HardwareProfile, tokPerS: number): Record<string, unknown> {
+  const cost = capCost(hardware, tokPerS);
+  return { cap: capMetrics(model, hardware, servingCapTotals(o, model)), ...(cost ? { cost } : {}) };
 }
 
 function shiftMetrics(o: ServingOutcome, shiftAt: number, w?: number): Record<string, number> {

@@ -29,10 +29,15 @@
  * - hostBatchSeqs (sequences resident at once), hostBatches, passes, simulatedPasses (unique
  *   shapes simulated), memoHits.
  * - peakBytes: peak per pool (max over simulated passes), total and per category.
+ * - cap / cost (when the model is passed): MoE-CAP's S-MBU, S-MFU (GPU and, for CPU-attention
+ *   or CPU-layer plans, CPU), dense MBU/MFU and cost per million generated tokens (`cap.ts`).
  */
 import type { PassConfig, Phase, SearchReport } from '../throughput/types.ts';
 import type { PhaseTotals, ThroughputOutcome } from '../throughput/throughput-executor.ts';
 import { round6, safeDiv } from './summary.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { capCost, capMetrics } from './cap.ts';
+import { throughputCapTotals } from './cap-totals.ts';
 
 export interface SearchMetrics extends Omit<SearchReport, 'refPastTokens'> {
   readonly refPastTokens: number;
@@ -114,7 +119,7 @@ function searchMetrics(o: ThroughputOutcome, ph: Phase): SearchMetrics | undefin
   };
 }
 
-export function throughputMetrics(o: ThroughputOutcome): ThroughputMetrics {
+export function throughputMetrics(o: ThroughputOutcome, opts: { readonly model?: ModelProfile } = {}): ThroughputMetrics {
   const notes = o.plan?.notes;
   if (!o.feasible) {
     return { feasible: false, infeasibleReason: o.infeasibleReason ?? 'infeasible', requests: o.requests, ...(notes ? { policyNotes: notes } : {}) };
@@ -171,5 +176,11 @@ export function throughputMetrics(o: ThroughputOutcome): ThroughputMetrics {
     routing: o.routing,
     ...(notes ? { policyNotes: notes } : {}),
     peakBytes: o.peaks,
+    ...(opts.model ? capFields(o, opts.model, safeDiv(generated, endNs / 1e9)) : {}),
   };
+}
+
+function capFields(o: ThroughputOutcome, model: ModelProfile, tokPerS: number): Record<string, unknown> {
+  const cost = capCost(o.hardware, tokPerS);
+  return { cap: capMetrics(model, o.hardware, throughputCapTotals(o, model)), ...(cost ? { cost } : {}) };
 }

@@ -1,0 +1,84 @@
+/**
+ * `CapTotals` (see `cap.ts`) of a run of either family, from what its outcome records. The
+ * simplifications are listed in `cap.ts`'s header.
+ */
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import type { ServingOutcome } from '../serving/serving-executor.ts';
+import type { ThroughputOutcome } from '../throughput/throughput-executor.ts';
+import type { CapTotals } from './cap.ts';
+
+/** Serving family: passes = iterations; time = union of the requests' [admit, finish] intervals. */
+export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals {
+  let tokens = 0;
+  let context = 0;
+  let kvTokens = 0;
+  const spans: [number, number][] = [];
+  for (const r of o.requests) {
+    const p = r.promptTokens;
+    const e = r.emittedTokens;
+    // Prefill: p tokens, causal context p(p+1)/2, reads its prompt's KV once.
+    tokens += p;
+    context += (p * (p + 1)) / 2;
+    kvTokens += p;
+    // Decode steps j = 1 … e−1 each process one token over a context of p + j.
+    const steps = Math.max(0, e - 1);
+    tokens += steps;
+    const ctx = steps * p + (steps * (steps + 1)) / 2;
+    context += ctx;
+    kvTokens += ctx;
+    if (r.finishNs > r.admitNs) spans.push([r.admitNs, r.finishNs]);
+  }
+  spans.sort((a, b) => a[0] - b[0]);
+  let forwardNs = 0;
+  let curS = -1;
+  let curE = -1;
+  for (const [s, e] of spans) {
+    if (s > curE) {
+      if (curE > curS) forwardNs += curE - curS;
+      curS = s;
+      curE = e;
+    } else if (e > curE) curE = e;
+  }
+  if (curE > curS) forwardNs += curE - curS;
+  const c = o.counters;
+  return {
+    passes: c.iterations,
+    tokens,
+    contextTokenSum: context,
+    activatedPairs: Math.round(c.activationRatioSum * m.experts),
+    kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
+    forwardNs,
+  };
+}
+
+/**
+ * Throughput family: passes and activated pairs from the phase totals; KV and contexts from the
+ * padded prompt P and the longest output O (mean decode context P + O/2); ω and gpuLayers from
+ * the decode plan (weighted by phase time when both phases ran).
+ */
+export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile): CapTotals {
+  const p = o.prefill;
+  const d = o.decode;
+  const seqs = Math.max(1, o.requests);
+  const P = p.processedTokens > 0 ? p.processedTokens / seqs : o.promptTokens / seqs;
+  const O = o.outputTokensMax;
+  const decodeCtx = P + O / 2;
+  const tokens = p.processedTokens + d.generatedTokens;
+  const context = seqs * ((P * (P + 1)) / 2) * (p.processedTokens > 0 ? 1 : 0) + d.generatedTokens * decodeCtx;
+  const kvTokens = p.processedTokens + d.generatedTokens * decodeCtx;
+  const frac = (ph: 'prefill' | 'decode', f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number => o.plan ? f(o.plan[ph].config) : 0;
+  const w = (ph: 'prefill' | 'decode') => (ph === 'prefill' ? p.ns : d.ns);
+  const total = p.ns + d.ns;
+  const mix = (f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number =>
+    total > 0 ? (frac('prefill', f) * w('prefill') + frac('decode', f) * w('decode')) / total : 0;
+  return {
+    passes: p.passes + d.passes,
+    tokens,
+    contextTokenSum: context,
+    activatedPairs: p.activatedPairs + d.activatedPairs,
+    kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
+    forwardNs: total,
+    cpuAttentionFrac: mix((c) => c.omega),
+    cpuLayerFrac: mix((c) => (m.layers > 0 ? Math.max(0, m.layers - Math.min(m.layers, c.gpuLayers)) / m.layers : 0)),
+  };
+}
