@@ -1,0 +1,153 @@
+/**
+ * MoE-Lens resource-aware scheduler (DESIGN §8 "MoE-Lens"; paper §6.2–6.3): a decode scheduler
+ * and a prefill scheduler over a paged host KV pool. Pure state machine: `next()` decides one
+ * iteration, `commit()` applies it (tokens generated, pages grown, sequences finished).
+ *
+ * - Normal mode: every decoding sequence is scheduled (1 token each), then whole prompts are
+ *   taken from the head of the prefill queue while the iteration's tokens stay ≤ n_real and the
+ *   pool has the prompt's pages (head-of-line: the first that does not fit stops admission).
+ * - Preemption mode: when the next decode step needs more pages than are free, the newest
+ *   decoding sequences (latest admitted) are preempted one by one until it fits: their pages are
+ *   freed, and they go to the head of the prefill queue (ahead of new prompts, in admission
+ *   order) for re-prefill; no prefill is admitted in that iteration.
+ * - Token accounting: a sequence of g output tokens is done after g generated tokens. Prefill of
+ *   p prompt tokens stores p tokens of KV and generates token 1; each decode step feeds the last
+ *   generated token (KV + 1) and generates the next. Re-prefill after preemption with j tokens
+ *   generated processes p + j tokens (prompt + generated; the KV of p + j − 1 of them is
+ *   recomputed — counted once per preemption — and the last one's is new) and generates token
+ *   j + 1.
+ *
+ * Simplifications (the paper does not state them; settings card §9a item 12): whole prompts (no
+ * chunked prefill); preempted sequences are admitted before new prompts; a sequence whose
+ * prompt alone exceeds n_real is admitted alone when nothing else is scheduled (so the run
+ * cannot stall); the iteration's token budget counts prefill tokens + decode tokens.
+ */
+import { PagePool } from './page-pool.ts';
+
+export interface LensSeq {
+  readonly id: number;
+  readonly prompt: number;
+  readonly output: number;
+  generated: number;
+  /** Tokens whose KV is stored. */
+  kvTokens: number;
+  state: 'waiting' | 'decoding' | 'done';
+  /** Admission order (newest = largest), set at every (re-)admission. */
+  admitted: number;
+  preemptions: number;
+}
+
+export interface Iteration {
+  /** Decoding sequences stepped this iteration. */
+  readonly decode: readonly LensSeq[];
+  /** Sequences (re-)prefilled, with the tokens processed for each. */
+  readonly prefill: readonly { readonly seq: LensSeq; readonly tokens: number; readonly recomputed: number }[];
+  readonly preempted: readonly LensSeq[];
+  /** Σ KV tokens attended by the decode tokens (after appending theirs). */
+  readonly decodeContextTokens: number;
+}
+
+export class LensScheduler {
+  readonly seqs: LensSeq[];
+  private readonly queue: LensSeq[] = [];
+  private decoding: LensSeq[] = [];
+  private admitCounter = 0;
+  preemptions = 0;
+  recomputedTokens = 0;
+  finished = 0;
+  generatedTokens = 0;
+
+  constructor(
+    reqs: readonly { readonly promptTokens: number; readonly outputTokens: number }[],
+    readonly pool: PagePool,
+    readonly nReal: number,
+  ) {
+    this.seqs = reqs.map((r, id) => ({ id, prompt: r.promptTokens, output: Math.max(1, r.outputTokens), generated: 0, kvTokens: 0, state: 'waiting', admitted: -1, preemptions: 0 }));
+    this.queue.push(...this.seqs);
+  }
+
+  get done(): boolean {
+    return this.finished === this.seqs.length;
+  }
+  get waiting(): number {
+    return this.queue.length;
+  }
+  get decodingCount(): number {
+    return this.decoding.length;
+  }
+
+  /** Decide (and apply) the next iteration. `nowNs` stamps the pool's occupancy samples. */
+  next(nowNs = 0): Iteration {
+    const pool = this.pool;
+    const preempted: LensSeq[] = [];
+    // Decode scheduler: pages for every decoding sequence's next token.
+    let need = 0;
+    for (const s of this.decoding) need += pool.extraFor(s.id, s.kvTokens + 1);
+    if (need > pool.freePages) {
+      // Preemption mode: newest first.
+      this.decoding.sort((a, b) => a.admitted - b.admitted);
+      while (need > pool.freePages && this.decoding.length > 0) {
+        const v = this.decoding.pop()!;
+        need -= pool.extraFor(v.id, v.kvTokens + 1);
+        pool.free(v.id, nowNs);
+        v.state = 'waiting';
+        v.kvTokens = 0;
+        v.preemptions++;
+        this.preemptions++;
+        preempted.push(v);
+      }
+      // Re-queued ahead of new prompts, oldest first.
+      const firstNew = this.queue.findIndex((s) => s.generated === 0);
+      const at = firstNew < 0 ? this.queue.length : firstNew;
+      this.queue.splice(at, 0, ...[...preempted].reverse());
+    }
+    const decode = this.decoding.slice();
+    let ctx = 0;
+    for (const s of decode) {
+      pool.grow(s.id, s.kvTokens + 1, nowNs);
+      s.kvTokens += 1;
+      ctx += s.kvTokens;
+    }
+    // Prefill scheduler (normal mode only).
+    const prefill: { seq: LensSeq; tokens: number; recomputed: number }[] = [];
+    if (preempted.length === 0) {
+      let budget = this.nReal - decode.length;
+      while (this.queue.length > 0) {
+        const s = this.queue[0]!;
+        const tokens = s.prompt + s.generated;
+        const alone = decode.length === 0 && prefill.length === 0;
+        if (tokens > budget && !alone) break;
+        if (pool.pagesFor(tokens) > pool.freePages) break;
+        this.queue.shift();
+        pool.grow(s.id, tokens, nowNs);
+        const recomputed = s.generated > 0 ? tokens - 1 : 0;
+        prefill.push({ seq: s, tokens, recomputed });
+        s.kvTokens = tokens;
+        s.admitted = this.admitCounter++;
+        budget -= tokens;
+      }
+    }
+    if (decode.length === 0 && prefill.length === 0 && this.queue.length > 0) {
+      const s = this.queue[0]!;
+      throw new Error(`LensScheduler: sequence ${s.id} (${s.prompt + s.generated} tokens, ${pool.pagesFor(s.prompt + s.generated)} pages) cannot fit an empty pool of ${pool.pages} pages`);
+    }
+    // Commit: every scheduled sequence generates one token.
+    for (const p of prefill) {
+      this.recomputedTokens += p.recomputed;
+      p.seq.state = 'decoding';
+      this.decoding.push(p.seq);
+    }
+    const stepped = [...decode, ...prefill.map((p) => p.seq)];
+    for (const s of stepped) {
+      s.generated++;
+      this.generatedTokens++;
+      if (s.generated >= s.output) {
+        s.state = 'done';
+        pool.free(s.id, nowNs);
+        this.finished++;
+      }
+    }
+    if (stepped.some((s) => s.state === 'done')) this.decoding = this.decoding.filter((s) => s.state !== 'done');
+    return { decode, prefill, preempted, decodeContextTokens: ctx };
+  }
+}
