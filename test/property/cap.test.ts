@@ -1,0 +1,155 @@
+/**
+ * MoE-CAP metrics are fractions of a peak the simulator enforces: on random small worlds of both
+ * families, 0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1 (GPU side; and the CPU side when a plan puts
+ * attention or layers on the CPU), and the dense MBU / MFU are never below the sparse ones.
+ * (Dense MBU/MFU are not bounded by 1: they count experts a pass never read.)
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { deriveModel, type ModelDeriveInput } from '../../hardware-profiles/derive.ts';
+import { loadHardware } from '../../hardware-profiles/load.ts';
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import { createCostModel } from '../../sim/cost/cost-model.ts';
+import { UserError } from '../../sim/kernel/errors.ts';
+import { Rng } from '../../sim/kernel/rng.ts';
+import { ns } from '../../sim/kernel/time.ts';
+import type { CapMetrics } from '../../sim/metrics/cap.ts';
+import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
+import { throughputMetrics } from '../../sim/metrics/throughput-metrics.ts';
+import { ThroughputExecutor } from '../../sim/throughput/throughput-executor.ts';
+import type { RequestSpec, Workload } from '../../sim/workload.ts';
+import { BUILTIN_POLICIES } from '../../policies/registry.ts';
+import type { PolicyDefinition } from '../../policies/types.ts';
+import { buildWorld, normaliseWorld, worldArb } from '../helpers/serving-world.ts';
+
+function checkBounds(c: CapMetrics | undefined, what: string): void {
+  expect(c, what).toBeDefined();
+  for (const k of ['sMbu', 'sMfu', 'sMbuCpu', 'sMfuCpu'] as const) {
+    const v = c![k];
+    if (v === undefined) continue;
+    expect(v, `${what} ${k}`).toBeGreaterThanOrEqual(0);
+    expect(v, `${what} ${k}`).toBeLessThanOrEqual(1);
+  }
+  expect(c!.mbu, `${what} mbu ≥ sMbu`).toBeGreaterThanOrEqual(c!.sMbu);
+  expect(c!.mfu, `${what} mfu ≥ sMfu`).toBeGreaterThanOrEqual(c!.sMfu);
+}
+
+describe('MoE-CAP bounds on random serving worlds', () => {
+  it('0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1', async () => {
+    let ran = 0;
+    await fc.assert(
+      fc.asyncProperty(worldArb().map(normaliseWorld), async (w) => {
+        let built;
+        try {
+          built = await buildWorld(w);
+        } catch (err) {
+          if (err instanceof UserError) return; // the buffer does not fit this GPU
+          throw err;
+        }
+        const outcome = built.executor.run();
+        ran++;
+        const m = servingMetrics(outcome, { cap: { model: built.model, hardware: loadHardware(w.hardwareId) } });
+        checkBounds(m.cap as CapMetrics, JSON.stringify(w));
+      }),
+      { numRuns: 30, seed: 11, endOnFailure: true },
+    );
+    expect(ran).toBeGreaterThan(0);
+  });
+});
+
+const THROUGHPUT_POLICIES = Object.entries(BUILTIN_POLICIES as Record<string, PolicyDefinition<unknown>>).filter(([, d]) => d.family === 'throughput');
+
+const modelArb = fc
+  .record({
+    layers: fc.integer({ min: 2, max: 5 }),
+    denseLeading: fc.integer({ min: 0, max: 1 }),
+    hidden: fc.constantFrom(128, 256, 512),
+    inter: fc.constantFrom(128, 512, 1024),
+    experts: fc.integer({ min: 2, max: 12 }),
+    topK: fc.integer({ min: 1, max: 2 }),
+    shared: fc.boolean(),
+    mla: fc.boolean(),
+  })
+  .map((r): ModelProfile => {
+    const dense = Math.min(r.denseLeading, r.layers - 1);
+    const heads = r.hidden / 64;
+    const input: ModelDeriveInput = {
+      arch: 'decoder-only',
+      layers: r.layers,
+      moeLayers: r.layers - dense,
+      moeLayerIndices: Array.from({ length: r.layers - dense }, (_, i) => i + dense),
+      hiddenSize: r.hidden,
+      expertIntermediateSize: r.inter,
+      experts: r.experts,
+      topK: Math.min(r.topK, r.experts),
+      sharedExperts: r.shared ? 1 : 0,
+      sharedIntermediateSize: r.shared ? r.inter : 0,
+      denseIntermediateSize: dense > 0 ? 2 * r.inter : 0,
+      ffnMatrices: 3,
+      attention: r.mla
+        ? { type: 'MLA', heads, kvHeads: heads, headDim: 96, kvLoraRank: 128, ropeHeadDim: 32, vHeadDim: 64, qLoraRank: 256 }
+        : { type: 'GQA', heads, kvHeads: Math.max(1, heads / 2), headDim: 64 },
+      vocabSize: 500,
+      tiedEmbeddings: false,
+      dtypes: { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 },
+    };
+    return { ...input, id: `cap-rand-${JSON.stringify(r)}`, name: 'random', sources: [], derived: deriveModel(input) };
+  });
+
+/** A machine scaled to the model (GPU between a fraction of the model and all of it). */
+const machineArb = (model: ModelProfile) =>
+  fc
+    .record({ testbed: fc.constantFrom('moe-gen-c1', 'a40-xeon8380-750gb', 'rtx4090'), vramModels: fc.integer({ min: 20, max: 150 }).map((x) => x / 100), cores: fc.integer({ min: 1, max: 16 }) })
+    .map((m): HardwareProfile => {
+      const base = loadHardware(m.testbed);
+      return {
+        ...base,
+        id: `cap-rand-hw-${JSON.stringify(m)}`,
+        gpu: { ...base.gpu, vramBytes: Math.round(model.derived.nonExpertBytes + m.vramModels * model.derived.totalBytes) },
+        cpu: { ...base.cpu, cores: m.cores },
+        hostDramBytes: Math.round(4 * model.derived.totalBytes),
+      };
+    });
+
+function tinyWorkload(n: number, prompt: number, outMax: number, seed: number): Workload {
+  const rng = new Rng(`w${seed}`);
+  const requests: RequestSpec[] = Array.from({ length: n }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 1 + rng.int(prompt), outputTokens: 1 + rng.int(outMax) }));
+  return { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'tiny' };
+}
+
+describe('MoE-CAP bounds on random throughput worlds (every throughput policy)', () => {
+  it('0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1, GPU and CPU side', () => {
+    fc.assert(
+      fc.property(
+        modelArb.chain((model) => fc.record({ model: fc.constant(model), hw: machineArb(model) })),
+        fc.integer({ min: 1, max: 24 }),
+        fc.integer({ min: 2, max: 48 }),
+        fc.integer({ min: 1, max: 10 }),
+        fc.constantFrom<'prefill' | 'decode' | 'both'>('prefill', 'decode', 'both'),
+        fc.integer(),
+        ({ model, hw }, n, prompt, outMax, phase, seed) => {
+          const cost = createCostModel(model, hw);
+          const workload = tinyWorkload(n, prompt, outMax, seed);
+          for (const [name, def] of THROUGHPUT_POLICIES) {
+            const policy = def.createThroughput!(def.params.parse({}), { rng: new Rng('p'), model, hardware: hw, workload });
+            const ex = new ThroughputExecutor({
+              model,
+              hardware: hw,
+              cost,
+              workload,
+              policy,
+              config: { phase, contextBucketTokens: 8, kvLayout: 'contiguous', kvPageTokens: 4, packetBytes: 4e6, memoise: true },
+              fallbackRng: new Rng(`f${seed}`),
+            });
+            const outcome = ex.run();
+            if (!outcome.feasible) continue;
+            const m = throughputMetrics(outcome, { model });
+            if (outcome.prefill.passes + outcome.decode.passes === 0) continue;
+            checkBounds(m.cap as CapMetrics, `${name} ${model.id} ${hw.id} n=${n} P≤${prompt} O≤${outMax} ${phase}`);
+          }
+        },
+      ),
+      { numRuns: 20, seed: 7, endOnFailure: true },
+    );
+  });
+});
