@@ -4,6 +4,7 @@
  * so every number below is checked with pencil arithmetic. Plus the cost per million tokens.
  */
 import { describe, expect, it } from 'vitest';
+import { listHardware, loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { capCost, capMetrics, capModelQuantities } from '../../sim/metrics/cap.ts';
 import { servingCapTotals } from '../../sim/metrics/cap-totals.ts';
@@ -122,5 +123,13 @@ describe('cost per million tokens (MoE-CAP Eqs. 1–3)', () => {
     const none = { ...hardware, gpu: { ...hardware.gpu, priceUsd: undefined } } as unknown as HardwareProfile;
     expect(capCost(none, 100)).toBeUndefined();
     expect(capCost(hardware, 0)).toBeUndefined();
+  });
+
+  it('every shipped testbed has a price and a power for every part (cost per token defined)', () => {
+    for (const id of listHardware()) {
+      const c = capCost(loadHardware(id), 1);
+      expect(c, id).toBeDefined();
+      expect(c!.hardwareUsd, id).toBeGreaterThan(0);
+    }
   });
 });
