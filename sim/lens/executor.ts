@@ -1,0 +1,279 @@
+/**
+ * MoE-Lens executor (DESIGN §8 "MoE-Lens"): a continuous, stateful offline-batch schedule over
+ * a paged host KV pool. Every iteration is decided by the resource-aware scheduler
+ * (`scheduler.ts`) and costed as one VSLPipe pass; iterations are simulated one by one (only the
+ * pure cost lookups are memoised). The analytic model (`analytic.ts`) is computed beside it.
+ *
+ * Iteration cost (VSLPipe, paper §6.4) — a SIMPLIFIED closed-form pipeline, not the task-DAG
+ * executor of `sim/throughput/pass-dag.ts`:
+ * - the iteration's tokens are split into two groups α/β (decode sequences alternately,
+ *   prefill sequences greedily to the lighter group);
+ * - per layer l: GPU work of a group = attention projections of its decode tokens + GPU
+ *   (flash) attention of its prefill tokens + router + experts (even routing, `expectedCounts`)
+ *   or the dense FFN, all from the cost model; CPU work = decode attention over its KV
+ *   (`cpuAttention`, all cores); compute_l = max(CPU α, GPU β) + max(CPU β, GPU α) (two phases,
+ *   a sync per phase);
+ * - weights: each layer's bytes stream over H2D (cost-model `transfer`) into a 2-layer buffer
+ *   (2W/L): layer l+1 loads while layer l computes, so the iteration takes
+ *   transfer_0 + Σ_l max(compute_l, transfer_{l+1}, dram_l) + LM head; activation copies
+ *   (≤ 2n(d + 2d/s) elements per stage) are added to the link's bytes (the 100 MB-packet data
+ *   mover is assumed to keep them from being starved, so they are not modelled as separate
+ *   transfers);
+ * - host-DRAM contention (`contention: true`): the weight stream of layer l+1 and the CPU
+ *   attention of layer l share the socket's DRAM bandwidth, so a stage takes at least
+ *   (weight bytes + KV bytes read) / DRAM bandwidth — the aggregate-capacity bound of the
+ *   fluid share, not the event-level `sim/resources/fluid-share.ts`.
+ * - Not modelled: KV write-back of new tokens (D2H), sampling, GPU memory limits of the groups'
+ *   activations, the schedulers' own time.
+ *
+ * Pipeline profiler (paper §6.3, Fig. 7): n_real from a line fit of one MoE layer's GPU time
+ * (cost model) against tokens, and that layer's transfer time (`profilerNReal`); T_GPU for the
+ * analytic model = 1/(slope × layers) tokens/s, T_GPU,it = n_real.
+ */
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { CostModel, Operation } from '../cost/types.ts';
+import { ACTIVATION_BYTES } from '../cost/cost-model.ts';
+import type { Ns } from '../kernel/time.ts';
+import type { TraceSink } from '../observe/trace-sink.ts';
+import { expectedCounts } from '../throughput/pass-dag.ts';
+import { modelModules } from '../throughput/memory-model.ts';
+import { lensAnalytic, profilerNReal, type LensAnalytic } from './analytic.ts';
+import { PagePool } from './page-pool.ts';
+import { LensScheduler, type Iteration } from './scheduler.ts';
+
+export interface LensSettings {
+  /** Host KV capacity, bytes. */
+  readonly kvCapacityBytes: number;
+  /** Page size b, token slots. */
+  readonly pageTokens: number;
+  /** n_real override (default: the profiler's). */
+  readonly nReal?: number;
+  /** Cores for CPU attention (default all). */
+  readonly cpuCores?: number;
+  /** Host-DRAM contention between CPU attention and DMA. */
+  readonly contention: boolean;
+  /** Occupancy timeline samples kept (every k-th iteration). */
+  readonly timelineEvery?: number;
+}
+
+export interface LensRunInput {
+  readonly model: ModelProfile;
+  readonly hardware: HardwareProfile;
+  readonly cost: CostModel;
+  readonly requests: readonly { readonly id: number; readonly promptTokens: number; readonly outputTokens: number }[];
+  readonly settings: LensSettings;
+  readonly sink?: TraceSink;
+}
+
+export interface LensRunResult {
+  readonly endNs: number;
+  readonly iterations: number;
+  readonly generatedTokens: number;
+  readonly prefillTokens: number;
+  readonly decodeTokens: number;
+  readonly preemptions: number;
+  readonly recomputedTokens: number;
+  readonly pages: number;
+  readonly peakPages: number;
+  readonly meanOccupancy: number;
+  readonly nReal: number;
+  readonly gpuBusyNs: number;
+  readonly cpuBusyNs: number;
+  readonly h2dBusyNs: number;
+  readonly h2dBytes: number;
+  readonly dramBoundStages: number;
+  /** (time s, pages in use, generated tokens so far) every `timelineEvery` iterations. */
+  readonly timeline: readonly (readonly [number, number, number])[];
+  readonly analytic: LensAnalytic;
+  readonly throughputTokPerS: number;
+}
+
+interface GroupLoad {
+  decode: number;
+  decodeCtx: number;
+  prefillTokens: number;
+  prefillCtx: number;
+}
+
+export function runLens(x: LensRunInput): LensRunResult {
+  const { model, hardware: hw, cost, settings: st } = x;
+  const mm = modelModules(model);
+  const memo = new Map<string, number>();
+  const ns = (op: Operation): number => {
+    const k = JSON.stringify(op);
+    let v = memo.get(k);
+    if (v === undefined) {
+      v = cost.estimate(op).ns as number;
+      memo.set(k, v);
+    }
+    return v;
+  };
+  const cores = st.cpuCores ?? hw.cpu.cores;
+  const E = model.experts;
+  const countsFn = expectedCounts(model.topK);
+  const counts = new Float64Array(E);
+  const layerBytes = mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? E * mm.expertBytes : 0));
+  const transferNs = layerBytes.map((b) => ns({ kind: 'transfer', bytes: b, direction: 'h2d' }));
+  const kvTokBytes = model.derived.kvBytesPerTokenPerLayer;
+  const kvBytesPerToken = model.derived.kvBytesPerToken;
+  const d = model.hiddenSize;
+  const s = Math.max(1, model.attention.heads / Math.max(1, model.attention.kvHeads));
+  const actBytesPerToken = 2 * (d + (2 * d) / s) * ACTIVATION_BYTES;
+
+  /** GPU ns of layer l over n tokens (prefill attention separately). */
+  const gpuLayerNs = (l: number, g: GroupLoad): number => {
+    const n = g.decode + g.prefillTokens;
+    if (n === 0) return 0;
+    let t = 0;
+    if (g.decode > 0) t += ns({ kind: 'attentionProj', tokens: g.decode });
+    if (g.prefillTokens > 0) t += ns({ kind: 'attention', tokens: g.prefillTokens, contextTokens: g.prefillCtx });
+    const mi = mm.moeIndexOfLayer[l]!;
+    if (mi >= 0) {
+      t += ns({ kind: 'router', tokens: n });
+      if (model.sharedExperts > 0) t += ns({ kind: 'sharedExperts', tokens: n });
+      counts.fill(0);
+      countsFn(mi, n, counts);
+      for (let e = 0; e < E; e++) if (counts[e]! > 0) t += ns({ kind: 'expert', tokens: counts[e]! });
+    } else {
+      t += ns({ kind: 'denseFfn', tokens: n });
+    }
+    return t;
+  };
+  const cpuNs = (g: GroupLoad): number => (g.decode > 0 ? ns({ kind: 'cpuAttention', tokens: g.decode, contextTokens: g.decodeCtx, cores }) : 0);
+
+  // Pipeline profiler on the first MoE layer (or layer 0).
+  const profLayer = Math.max(0, mm.moeIndexOfLayer.findIndex((m) => m >= 0));
+  const pts: [number, number][] = [1024, 2048, 4096, 8192, 16384].map((n) => [n, gpuLayerNs(profLayer, { decode: n, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 }) / 1e9]);
+  const prof = profilerNReal(pts, transferNs[profLayer]! / 1e9);
+  const nReal = st.nReal ?? prof.nReal;
+
+  const pages = Math.floor(st.kvCapacityBytes / (kvBytesPerToken * st.pageTokens));
+  const pool = new PagePool(pages, st.pageTokens);
+  const sched = new LensScheduler(x.requests, pool, nReal);
+  const dramBps = hw.cpu.dramBytesPerSec;
+  const lmHead = (n: number) => (n > 0 ? ns({ kind: 'lmHead', tokens: n }) : 0);
+
+  let now = 0;
+  let iterations = 0;
+  let gpuBusy = 0;
+  let cpuBusy = 0;
+  let h2dBusy = 0;
+  let h2dBytes = 0;
+  let prefillTokens = 0;
+  let decodeTokens = 0;
+  let dramBound = 0;
+  let occIntegral = 0;
+  const every = st.timelineEvery ?? 1;
+  const timeline: [number, number, number][] = [];
+  const alpha: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
+  const beta: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
+  while (!sched.done) {
+    const it: Iteration = sched.next(now);
+    split(it, alpha, beta);
+    const nTok = it.decode.length + it.prefill.reduce((a, p) => a + p.tokens, 0);
+    const actBytes = nTok * actBytesPerToken;
+    const kvReadBytes = it.decodeContextTokens * kvTokBytes;
+    let t = transferNs[0]!;
+    for (let l = 0; l < mm.layers; l++) {
+      const ga = gpuLayerNs(l, alpha);
+      const gb = gpuLayerNs(l, beta);
+      const ca = cpuNs(alpha);
+      const cb = cpuNs(beta);
+      const compute = Math.max(ca, gb) + Math.max(cb, ga);
+      const nextBytes = l + 1 < mm.layers ? layerBytes[l + 1]! + actBytes : actBytes;
+      const next = l + 1 < mm.layers ? transferNs[l + 1]! : 0;
+      const linkNs = next + (actBytes / Math.max(1, layerBytes[Math.min(l + 1, mm.layers - 1)]!)) * transferNs[Math.min(l + 1, mm.layers - 1)]!;
+      let stage = Math.max(compute, linkNs);
+      if (st.contention) {
+        const dramNs = ((nextBytes + kvReadBytes) / dramBps) * 1e9;
+        if (dramNs > stage) {
+          stage = dramNs;
+          dramBound++;
+        }
+      }
+      t += stage;
+      gpuBusy += ga + gb;
+      cpuBusy += ca + cb;
+      h2dBusy += linkNs;
+      h2dBytes += nextBytes;
+    }
+    h2dBusy += transferNs[0]!;
+    h2dBytes += layerBytes[0]!;
+    t += lmHead(nTok);
+    gpuBusy += lmHead(nTok);
+    occIntegral += pool.usedPages * t;
+    now += t;
+    iterations++;
+    decodeTokens += it.decode.length;
+    for (const p of it.prefill) prefillTokens += p.tokens;
+    if (iterations % every === 0) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
+    if (x.sink?.onMemory) {
+      x.sink.onMemory({ pool: 'host', category: 'kvPages', timeNs: now as Ns, categoryUsedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, usedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, capacityBytes: pages * st.pageTokens * kvBytesPerToken });
+    }
+    if (x.sink?.onRequest) for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
+  }
+  if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
+
+  // Analytic model beside the run (batch means; settings card §8).
+  const K = x.requests.length;
+  const pMean = x.requests.reduce((a, r) => a + r.promptTokens, 0) / Math.max(1, K);
+  const gMean = x.requests.reduce((a, r) => a + Math.max(1, r.outputTokens), 0) / Math.max(1, K);
+  const modelBytes = layerBytes.reduce((a, b) => a + b, 0);
+  const deltaS = transferNs.reduce((a, b) => a + b, 0) / 1e9;
+  const analytic = lensAnalytic({
+    promptTokens: pMean,
+    genTokens: Math.max(1, Math.round(gMean)),
+    pageTokens: st.pageTokens,
+    kvCapacityTokens: pages * st.pageTokens,
+    sequences: Math.max(1, K),
+    modelBytes,
+    ioBytesPerS: modelBytes / deltaS,
+    tGpuTokPerS: 1 / (prof.slopeS * mm.layers),
+    tGpuItTokens: nReal,
+    experts: E,
+    topK: model.topK,
+    gpuFlops: hw.gpu.bf16FlopsPerSec,
+    kvCapacityBytes: st.kvCapacityBytes,
+  });
+  return {
+    endNs: now,
+    iterations,
+    generatedTokens: sched.generatedTokens,
+    prefillTokens,
+    decodeTokens,
+    preemptions: sched.preemptions,
+    recomputedTokens: sched.recomputedTokens,
+    pages,
+    peakPages: pool.peakUsed,
+    meanOccupancy: now > 0 ? occIntegral / now / pages : 0,
+    nReal,
+    gpuBusyNs: gpuBusy,
+    cpuBusyNs: cpuBusy,
+    h2dBusyNs: h2dBusy,
+    h2dBytes,
+    dramBoundStages: dramBound,
+    timeline,
+    analytic,
+    throughputTokPerS: now > 0 ? sched.generatedTokens / (now / 1e9) : 0,
+  };
+}
+
+/** VSLPipe groups: decode sequences alternately, prefill sequences to the lighter group. */
+function split(it: Iteration, a: GroupLoad, b: GroupLoad): void {
+  for (const g of [a, b]) {
+    g.decode = 0;
+    g.decodeCtx = 0;
+    g.prefillTokens = 0;
+    g.prefillCtx = 0;
+  }
+  it.decode.forEach((s, i) => {
+    const g = i % 2 === 0 ? a : b;
+    g.decode++;
+    g.decodeCtx += s.kvTokens;
+  });
+  for (const p of it.prefill) {
+    const g = a.decode + a.prefillTokens <= b.decode + b.prefillTokens ? a : b;
+    g.prefillTokens += p.tokens;
+    g.prefillCtx += (p.tokens * (p.tokens + 1)) / 2;
+  }
+}
