@@ -136,7 +136,7 @@ function main(): void {
     out.push('');
   }
 
-  const e2e = runsOf(e2eDir).filter((r) => (r.params['runtime'] ?? 'fused') === runtime || r.policy === 'deepspeed-like');
+  const e2e = runsOf(e2eDir).filter((r) => (r.params['runtime'] ?? 'fused') === runtime);
   if (e2e.length > 0) {
     out.push('### Fig. 9: lowest mean TPOT over the rates, ms', '', '| model | system | paper | ours | ratio |', '|---|---|---|---|---|');
     const cases = [...new Set(e2e.map((r) => String(r.params['case'])))];
