@@ -25,6 +25,7 @@ import { flexgenLike } from './throughput/flexgen-like.ts';
 import { moeLightningLike } from './throughput/moe-lightning-like.ts';
 import { vllmLike } from './throughput/vllm-like.ts';
 import { llamacppLike } from './throughput/llamacpp-like.ts';
+import { moeLens } from './moe-lens/policy.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyPolicy = PolicyDefinition<any>;
@@ -52,6 +53,7 @@ export const BUILTIN_POLICIES = {
   'moe-lightning-like': moeLightningLike,
   'vllm-like': vllmLike,
   'llamacpp-like': llamacppLike,
+  'moe-lens': moeLens,
 } as const satisfies Record<string, AnyPolicy>;
 
 export type BuiltinPolicyName = keyof typeof BUILTIN_POLICIES;

@@ -52,6 +52,8 @@ export interface LensSettings {
   readonly cpuCores?: number;
   /** Host-DRAM contention between CPU attention and DMA. */
   readonly contention: boolean;
+  /** Cap on sequences holding KV at once (executor.batchSeqs). */
+  readonly maxRunning?: number;
   /** Occupancy timeline samples kept (every k-th iteration). */
   readonly timelineEvery?: number;
 }
@@ -82,6 +84,8 @@ export interface LensRunResult {
   readonly h2dBusyNs: number;
   readonly h2dBytes: number;
   readonly dramBoundStages: number;
+  /** Bytes served by host DRAM: weight DMA + CPU attention's KV reads. */
+  readonly hostDramBytes: number;
   /** (time s, pages in use, generated tokens so far) every `timelineEvery` iterations. */
   readonly timeline: readonly (readonly [number, number, number])[];
   readonly analytic: LensAnalytic;
@@ -149,7 +153,7 @@ export function runLens(x: LensRunInput): LensRunResult {
 
   const pages = Math.floor(st.kvCapacityBytes / (kvBytesPerToken * st.pageTokens));
   const pool = new PagePool(pages, st.pageTokens);
-  const sched = new LensScheduler(x.requests, pool, nReal);
+  const sched = new LensScheduler(x.requests, pool, nReal, st.maxRunning);
   const dramBps = hw.cpu.dramBytesPerSec;
   const lmHead = (n: number) => (n > 0 ? ns({ kind: 'lmHead', tokens: n }) : 0);
 
@@ -162,6 +166,7 @@ export function runLens(x: LensRunInput): LensRunResult {
   let prefillTokens = 0;
   let decodeTokens = 0;
   let dramBound = 0;
+  let dramBytes = 0;
   let occIntegral = 0;
   const every = st.timelineEvery ?? 1;
   const timeline: [number, number, number][] = [];
@@ -196,9 +201,11 @@ export function runLens(x: LensRunInput): LensRunResult {
       cpuBusy += ca + cb;
       h2dBusy += linkNs;
       h2dBytes += nextBytes;
+      dramBytes += nextBytes + kvReadBytes;
     }
     h2dBusy += transferNs[0]!;
     h2dBytes += layerBytes[0]!;
+    dramBytes += layerBytes[0]!;
     t += lmHead(nTok);
     gpuBusy += lmHead(nTok);
     occIntegral += pool.usedPages * t;
@@ -252,6 +259,7 @@ export function runLens(x: LensRunInput): LensRunResult {
     h2dBusyNs: h2dBusy,
     h2dBytes,
     dramBoundStages: dramBound,
+    hostDramBytes: dramBytes,
     timeline,
     analytic,
     throughputTokPerS: now > 0 ? sched.generatedTokens / (now / 1e9) : 0,

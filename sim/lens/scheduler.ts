@@ -20,7 +20,8 @@
  * Simplifications (the paper does not state them; settings card §9a item 12): whole prompts (no
  * chunked prefill); preempted sequences are admitted before new prompts; a sequence whose
  * prompt alone exceeds n_real is admitted alone when nothing else is scheduled (so the run
- * cannot stall); the iteration's token budget counts prefill tokens + decode tokens.
+ * cannot stall); the iteration's token budget counts prefill tokens + decode tokens; an optional
+ * cap on sequences holding KV at once (`maxRunning`, the experiment's fixed batch) stops admission.
  */
 import { PagePool } from './page-pool.ts';
 
@@ -61,6 +62,8 @@ export class LensScheduler {
     reqs: readonly { readonly promptTokens: number; readonly outputTokens: number }[],
     readonly pool: PagePool,
     readonly nReal: number,
+    /** Cap on sequences holding KV at once (the experiment's fixed batch, executor.batchSeqs); default none. */
+    readonly maxRunning = Number.POSITIVE_INFINITY,
   ) {
     this.seqs = reqs.map((r, id) => ({ id, prompt: r.promptTokens, output: Math.max(1, r.outputTokens), generated: 0, kvTokens: 0, state: 'waiting', admitted: -1, preemptions: 0 }));
     this.queue.push(...this.seqs);
@@ -117,6 +120,7 @@ export class LensScheduler {
         const tokens = s.prompt + s.generated;
         const alone = decode.length === 0 && prefill.length === 0;
         if (tokens > budget && !alone) break;
+        if (decode.length + prefill.length >= this.maxRunning) break;
         if (pool.pagesFor(tokens) > pool.freePages) break;
         this.queue.shift();
         pool.grow(s.id, tokens, nowNs);

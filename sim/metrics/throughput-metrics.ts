@@ -78,6 +78,9 @@ export interface ThroughputMetrics {
   search?: SearchMetrics;
   searchPrefill?: SearchMetrics;
   routing?: 'aggregate' | 'fallback';
+  /** Self-scheduling policies (MoE-Lens): the analytic model beside the simulated throughput, and the schedule's counters. */
+  analytic?: Readonly<Record<string, number | string>>;
+  schedule?: Readonly<Record<string, unknown>>;
   policyNotes?: readonly string[];
   peakBytes?: Record<string, Record<string, number>>;
   [extra: string]: unknown;
@@ -174,6 +177,8 @@ export function throughputMetrics(o: ThroughputOutcome, opts: { readonly model?:
     ...(search ? { search } : {}),
     ...(searchPrefill ? { searchPrefill } : {}),
     routing: o.routing,
+    ...(o.analytic ? { analytic: o.analytic } : {}),
+    ...(o.schedule ? { schedule: o.schedule } : {}),
     ...(notes ? { policyNotes: notes } : {}),
     peakBytes: o.peaks,
     ...(opts.model ? capFields(o, opts.model, safeDiv(generated, endNs / 1e9)) : {}),

@@ -18,6 +18,9 @@
  */
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel } from '../cost/types.ts';
+import type { TraceSink } from '../observe/trace-sink.ts';
+import type { RequestSpec } from '../workload.ts';
+import type { ThroughputOutcome } from './throughput-executor.ts';
 import type { PlanResult, WorkloadSummary } from './types.ts';
 
 export interface PlanContext {
@@ -35,4 +38,16 @@ export interface ThroughputPolicy {
    * once per run. Throwing is a policy bug (reported as a `PolicyError`).
    */
   plan(ctx: PlanContext): PlanResult;
+  /**
+   * Optional: a policy that owns its schedule (MoE-Lens: a continuous, stateful schedule whose
+   * pass shapes change every iteration) runs the whole workload itself and returns the outcome;
+   * the executor then skips its host-batch loop. Policies without it are unaffected.
+   */
+  run?(ctx: RunContext): ThroughputOutcome;
+}
+
+/** What a self-scheduling policy's `run` gets: the plan context, the requests and the trace sink. */
+export interface RunContext extends PlanContext {
+  readonly requests: readonly RequestSpec[];
+  readonly sink?: TraceSink;
 }

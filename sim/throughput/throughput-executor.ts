@@ -119,6 +119,9 @@ export interface ThroughputOutcome {
   readonly checks: Partial<Record<Phase, PredictionCheck>>;
   readonly routing: 'aggregate' | 'fallback';
   readonly hardware: HardwareProfile;
+  /** Self-scheduling policies (`ThroughputPolicy.run`): their analytic model and own counters, reported as-is. */
+  readonly analytic?: Readonly<Record<string, number | string>>;
+  readonly schedule?: Readonly<Record<string, unknown>>;
 }
 
 const emptyTotals = (): PhaseTotals => ({
@@ -183,6 +186,16 @@ export class ThroughputExecutor {
       routing: this.routing,
       hardware: hw,
     };
+    if (policy.run) {
+      try {
+        return policy.run({ model, hardware: hw, cost: this.x.cost, workload: summary, requests: reqs, ...(this.x.sink ? { sink: this.x.sink } : {}) });
+      } catch (e) {
+        if (e instanceof SimError) throw e;
+        const err = new PolicyError(e instanceof Error ? e.message : String(e), 0, policy.name, 'run');
+        err.cause = e;
+        throw err;
+      }
+    }
     let result;
     try {
       result = policy.plan({ model, hardware: hw, cost: this.x.cost, workload: summary });

@@ -1,0 +1,185 @@
+/**
+ * moe-lens — MoE-Lens (Yuan, Ma, Talati, "MoE-Lens: Towards the Hardware Limit of High-Throughput
+ * MoE LLM Serving Under Resource Constraints", arXiv 2504.09345; DESIGN §8 "MoE-Lens").
+ *
+ * Reproduces: all weights in host DRAM, streamed every iteration through a 2-layer GPU buffer
+ * (2W/L); KV cache paged in host DRAM (N pages of b slots, `sim/lens/page-pool.ts`); decode
+ * attention on the CPU, prefill attention on the GPU (§6.4); a resource-aware scheduler
+ * (decode first, then whole prompts up to n_real; preemption of the newest decoding sequences
+ * when the next decode step lacks pages, re-prefill ahead of new prompts; `sim/lens/scheduler.ts`);
+ * a pipeline profiler for n_real (line fit of GPU time vs tokens against one layer's transfer
+ * time, from the cost model); VSLPipe with two token groups α/β; the analytic model (Eqs. 2–14)
+ * computed beside every run and reported as `metrics.analytic.*` with the simulated throughput
+ * and their ratio. It owns its schedule (`ThroughputPolicy.run`): iterations are simulated one
+ * by one, not memoised.
+ *
+ * SIMPLIFICATIONS (see `sim/lens/executor.ts` header): the VSLPipe iteration is a closed-form
+ * pipeline over cost-model durations (per layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the
+ * next layer's weight transfer), not the task-DAG pass of `sim/throughput/pass-dag.ts`; host-DRAM
+ * contention is the aggregate-capacity bound of the fluid share (weight DMA + KV reads ≤ DRAM
+ * bandwidth per stage), not the event-level fluid share; routing is even (expected counts; every
+ * expert's weights are streamed anyway); no KV write-back cost; whole-prompt prefill (no
+ * chunking); the data mover's 100 MB packets are assumed to keep activation copies unstarved
+ * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:
+ * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
+ *
+ * Not built yet (issue 10): MoE-Lightning-like and vLLM-like baselines on this executor, the
+ * event-level DRAM fluid share, Perfetto preemption events (only the KV-page memory counter).
+ */
+import { z } from 'zod';
+import type { ThroughputOutcome, PhaseTotals } from '../../sim/throughput/throughput-executor.ts';
+import type { PlanContext, RunContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
+import { defaultPassConfig, type PlanResult } from '../../sim/throughput/types.ts';
+import { hostKvBytesPerSeq, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import { prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import { runLens } from '../../sim/lens/executor.ts';
+import { defineThroughputPolicy } from '../throughput/define.ts';
+
+const Params = z
+  .object({
+    /** Host KV capacity in GB (10⁹ B; the paper's 70 / 210 GB, unit NOT STATED); default: host DRAM − weights. */
+    kvCapacityGB: z.number().positive().optional(),
+    /** Page size b in token slots (NOT STATED by the paper; 16 = vLLM's default). */
+    pageTokens: z.number().int().positive().default(16),
+    /** Fix n_real (default: the pipeline profiler's). */
+    nReal: z.number().int().positive().optional(),
+    /** Host-DRAM contention between CPU attention and weight DMA. */
+    contention: z.boolean().default(true),
+    /** Cores for CPU attention (default: all of the socket's). */
+    cpuCores: z.number().int().positive().optional(),
+    /** Keep a (time, pages, tokens) sample every k iterations (0: about 200 samples). */
+    timelineEvery: z.number().int().nonnegative().default(0),
+    /**
+     * `executor`: prompts padded to the executor's P (the throughput family's convention, and the
+     * default so that every policy of the family sees the same work); `none`: each sequence's own
+     * prompt (MoE-Lens's paged KV needs no padding — the paper's setting; experiments set it).
+     */
+    promptPadding: z.enum(['executor', 'none']).default('executor'),
+  })
+  .strict();
+type Params = z.infer<typeof Params>;
+
+const totals = (): PhaseTotals => ({
+  passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, gpuBusyNs: 0, gpuBusyNsByCategory: {}, h2dBusyNs: 0, d2hBusyNs: 0,
+  h2dBytes: 0, d2hBytes: 0, cpuBusyCoreNs: 0, hostDramBytes: 0, routedTokenSlots: 0, expertLayerPairs: 0, activatedPairs: 0,
+});
+
+const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
+
+function lensPolicy(p: Params): ThroughputPolicy {
+  const name = 'moe-lens';
+  const configOf = (layers: number) => ({ ...defaultPassConfig(layers), omega: 1, weightGranularity: 'layer' as const, weightSlots: 2, expertBatching: 'perMicroBatch' as const });
+  const kvBytesOf = (ctx: PlanContext) => (p.kvCapacityGB !== undefined ? p.kvCapacityGB * 1e9 : ctx.hardware.hostDramBytes - ctx.model.derived.totalBytes);
+  /**
+   * The plan the family's memory checks see: host batch N = sequences whose KV at P + O fits the
+   * KV capacity (MoE-Lens holds more at once, since pages grow with the context); VRAM from the
+   * family's memory model for a 2-layer weight buffer and CPU decode attention (ω = 1).
+   */
+  const plan = (ctx: PlanContext): PlanResult => {
+    const { model, hardware: hw, workload: w } = ctx;
+    if (!w.phases.prefill || !w.phases.decode) return { feasible: false, reason: 'moe-lens overlaps prefill and decode in every iteration: it runs only with executor phase both' };
+    const kvBytes = kvBytesOf(ctx);
+    const weights = model.derived.totalBytes;
+    const reserve = w.promptTokens + w.outputTokens;
+    const perSeq = hostKvBytesPerSeq(model, reserve, 0);
+    const pages = Math.floor(kvBytes / hostKvBytesPerSeq(model, p.pageTokens, 0));
+    if (pages < Math.ceil(reserve / p.pageTokens) || weights + kvBytes > hw.hostDramBytes) {
+      return { feasible: false, reason: `weights ${(weights / 1e9).toFixed(3)} GB + KV ${(kvBytes / 1e9).toFixed(3)} GB (one sequence needs ${(perSeq / 1e9).toFixed(3)} GB) do not fit host DRAM ${(hw.hostDramBytes / 1e9).toFixed(3)} GB` };
+    }
+    const N = Math.max(1, Math.min(w.sequences, Math.floor(kvBytes / perSeq), w.fixedBatchSeqs ?? Number.POSITIVE_INFINITY));
+    const c = configOf(model.layers);
+    const vD = vramNeeded(model, worstDecodeShape(w, Math.min(N, w.sequences), N), c).totalBytes;
+    const vP = vramNeeded(model, prefillShape(w, 1, N), c).totalBytes;
+    if (Math.max(vD, vP) > hw.gpu.vramBytes) return { feasible: false, reason: `2-layer weight buffer + activations need ${(Math.max(vD, vP) / 1e9).toFixed(3)} GB of VRAM, the GPU has ${(hw.gpu.vramBytes / 1e9).toFixed(3)} GB` };
+    return { feasible: true, plan: { hostBatchSeqs: N, prefill: { batchSeqs: 1, config: c }, decode: { batchSeqs: N, config: c } } };
+  };
+  return {
+    name,
+    plan,
+    run: (ctx: RunContext): ThroughputOutcome => {
+      const { model, hardware: hw, cost } = ctx;
+      const mm = modelModules(model);
+      const weights = model.derived.totalBytes;
+      const kvBytes = kvBytesOf(ctx);
+      const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
+      const P = ctx.workload.promptTokens;
+      const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
+      const base = {
+        policy: name, requests: reqs.length, promptTokens: P, outputTokensMax: ctx.workload.outputTokens,
+        hostBatches: 0, prefill: totals(), decode: totals(), endNs: 0, simulatedPasses: 0, memoHits: 0, events: 0,
+        peaks: { vram: {}, host: {} }, checks: {}, routing: 'fallback' as const, hardware: hw,
+      };
+      const planned = plan(ctx);
+      if (!planned.feasible) return { ...base, feasible: false, infeasibleReason: planned.reason };
+      const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
+      const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
+      const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
+      const r = runLens({
+        model, hardware: hw, cost, requests: reqs,
+        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
+        ...(ctx.sink ? { sink: ctx.sink } : {}),
+      });
+      const cores = p.cpuCores ?? hw.cpu.cores;
+      const prefill = totals();
+      prefill.processedTokens = r.prefillTokens;
+      prefill.generatedTokens = r.generatedTokens - r.decodeTokens;
+      prefill.passes = 0;
+      const decode = totals();
+      decode.passes = r.iterations;
+      decode.ns = r.endNs;
+      decode.processedTokens = r.decodeTokens;
+      decode.generatedTokens = r.decodeTokens;
+      decode.gpuBusyNs = r.gpuBusyNs;
+      decode.h2dBusyNs = r.h2dBusyNs;
+      decode.h2dBytes = r.h2dBytes;
+      decode.cpuBusyCoreNs = r.cpuBusyNs * cores;
+      decode.hostDramBytes = r.hostDramBytes;
+      const a = r.analytic;
+      const analytic: Record<string, number | string> = {};
+      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : v;
+      analytic.simulatedTokPerS = r6(r.throughputTokPerS);
+      analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
+      analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
+      const kvTok = model.derived.kvBytesPerToken * p.pageTokens;
+      return {
+        ...base,
+        feasible: true,
+        plan: { ...planned.plan, notes: [
+          `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
+          'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
+          `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
+        ] },
+        hostBatches: 1,
+        prefill,
+        decode,
+        endNs: r.endNs,
+        simulatedPasses: r.iterations,
+        events: r.iterations,
+        peaks: {
+          vram: { weights: 2 * maxLayer, total: vramFixed, capacity: hw.gpu.vramBytes },
+          host: { weights, kvPages: r.peakPages * kvTok, total: weights + r.peakPages * kvTok, capacity: hw.hostDramBytes },
+        },
+        analytic,
+        schedule: {
+          iterations: r.iterations,
+          nReal: r.nReal,
+          pages: r.pages,
+          pageTokens: p.pageTokens,
+          peakPages: r.peakPages,
+          meanPageOccupancy: r6(r.meanOccupancy),
+          preemptions: r.preemptions,
+          recomputedTokens: r.recomputedTokens,
+          dramBoundStages: r.dramBoundStages,
+          timeline: r.timeline.map(([t, pg, tok]) => [r6(t), pg, tok]),
+        },
+      };
+    },
+  };
+}
+
+export const moeLens = defineThroughputPolicy({
+  name: 'moe-lens',
+  summary: 'MoE-Lens: paged host KV, resource-aware prefill/decode scheduler with preemption, VSLPipe (closed-form), analytic model beside the run',
+  params: Params,
+  createThroughput: (p) => lensPolicy(p),
+});
