@@ -16,8 +16,8 @@
  * SIMPLIFICATIONS (see `sim/lens/executor.ts` header): the VSLPipe iteration is a closed-form
  * pipeline over cost-model durations (per layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the
  * next layer's weight transfer), not the task-DAG pass of `sim/throughput/pass-dag.ts`; host-DRAM
- * contention is the aggregate-capacity bound of the fluid share (weight DMA + KV reads ≤ DRAM
- * bandwidth per stage), not the event-level fluid share; routing is even (expected counts; every
+ * contention is a closed form of the two-flow proportional share per stage (`sharedStage`), not
+ * the event-level fluid share; routing is even (expected counts; every
  * expert's weights are streamed anyway); no KV write-back cost; whole-prompt prefill (no
  * chunking); the data mover's 100 MB packets are assumed to keep activation copies unstarved
  * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:

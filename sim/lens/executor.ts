@@ -20,9 +20,9 @@
  *   mover is assumed to keep them from being starved, so they are not modelled as separate
  *   transfers);
  * - host-DRAM contention (`contention: true`): the weight stream of layer l+1 and the CPU
- *   attention of layer l share the socket's DRAM bandwidth, so a stage takes at least
- *   (weight bytes + KV bytes read) / DRAM bandwidth — the aggregate-capacity bound of the
- *   fluid share, not the event-level `sim/resources/fluid-share.ts`.
+ *   attention of layer l share the socket's DRAM bandwidth in proportion to demand when
+ *   oversubscribed (`sharedStage`: a closed form of the two-flow fluid share over the stage's
+ *   two phases, not the event-level `sim/resources/fluid-share.ts`).
  * - Not modelled: KV write-back of new tokens (D2H), sampling, GPU memory limits of the groups'
  *   activations, the schedulers' own time.
  *
@@ -184,17 +184,16 @@ export function runLens(x: LensRunInput): LensRunResult {
       const gb = gpuLayerNs(l, beta);
       const ca = cpuNs(alpha);
       const cb = cpuNs(beta);
-      const compute = Math.max(ca, gb) + Math.max(cb, ga);
       const nextBytes = l + 1 < mm.layers ? layerBytes[l + 1]! + actBytes : actBytes;
       const next = l + 1 < mm.layers ? transferNs[l + 1]! : 0;
       const linkNs = next + (actBytes / Math.max(1, layerBytes[Math.min(l + 1, mm.layers - 1)]!)) * transferNs[Math.min(l + 1, mm.layers - 1)]!;
-      let stage = Math.max(compute, linkNs);
-      if (st.contention) {
-        const dramNs = ((nextBytes + kvReadBytes) / dramBps) * 1e9;
-        if (dramNs > stage) {
-          stage = dramNs;
-          dramBound++;
-        }
+      let stage: number;
+      if (!st.contention) {
+        stage = Math.max(Math.max(ca, gb) + Math.max(cb, ga), linkNs);
+      } else {
+        const shared = sharedStage(ca, alpha.decodeCtx * kvTokBytes, gb, cb, beta.decodeCtx * kvTokBytes, ga, nextBytes, linkNs, dramBps / 1e9);
+        stage = shared.stageNs;
+        if (shared.slowed) dramBound++;
       }
       t += stage;
       gpuBusy += ga + gb;
@@ -284,4 +283,47 @@ function split(it: Iteration, a: GroupLoad, b: GroupLoad): void {
     g.prefillTokens += p.tokens;
     g.prefillCtx += (p.tokens * (p.tokens + 1)) / 2;
   }
+}
+
+/**
+ * One VSLPipe stage with host DRAM shared by CPU attention and the weight DMA (proportional to
+ * demand when oversubscribed, as `sim/resources/fluid-share.ts` shares it): phase 1 runs CPU
+ * attention of α beside the GPU on β, phase 2 the reverse; the DMA of the next layer's weights
+ * (`dmaBytes`, `dmaNs` alone on the link) runs through both. During a CPU-attention window of
+ * demand r_c (bytes/ns, its unconstrained rate) and DMA demand r_d, if r_c + r_d > C both get
+ * C·r/(r_c + r_d): the window stretches by (r_c + r_d)/C and the DMA slows to C·r_d/(r_c + r_d).
+ * Outside the windows the DMA runs at its link rate. Returns the stage time and whether DRAM
+ * sharing lengthened it. Closed form of the two-flow fluid share (CPU windows first in each phase).
+ */
+export function sharedStage(ca: number, ka: number, gb: number, cb: number, kb: number, ga: number, dmaBytes: number, dmaNs: number, capBytesPerNs: number): { stageNs: number; slowed: boolean } {
+  const rd = dmaNs > 0 ? dmaBytes / dmaNs : 0;
+  const window = (c: number, k: number): { len: number; dmaRate: number } => {
+    if (c <= 0 || k <= 0) return { len: Math.max(0, c), dmaRate: rd };
+    const rc = k / c;
+    if (rc + rd <= capBytesPerNs) return { len: c, dmaRate: rd };
+    return { len: (c * (rc + rd)) / capBytesPerNs, dmaRate: (rd * capBytesPerNs) / (rc + rd) };
+  };
+  const w1 = window(ca, ka);
+  const w2 = window(cb, kb);
+  const p1 = Math.max(w1.len, gb);
+  const p2 = Math.max(w2.len, ga);
+  // DMA progress over [0, w1) at w1.dmaRate, [w1, p1) at rd, [p1, p1 + w2) at w2.dmaRate, then rd.
+  let left = dmaBytes;
+  let t = 0;
+  for (const [len, rate] of [[w1.len, w1.dmaRate], [p1 - w1.len, rd], [w2.len, w2.dmaRate], [p2 - w2.len, rd]] as const) {
+    if (left <= 0 || rate <= 0) break;
+    const can = len * rate;
+    if (can >= left) {
+      t += left / rate;
+      left = 0;
+      break;
+    }
+    left -= can;
+    t += len;
+  }
+  if (left > 0) t += rd > 0 ? left / rd : 0;
+  const dmaEnd = dmaBytes > 0 ? t : 0;
+  const stageNs = Math.max(p1 + p2, dmaEnd);
+  const free = Math.max(Math.max(ca, gb) + Math.max(cb, ga), dmaNs);
+  return { stageNs, slowed: stageNs > free + 1e-6 };
 }

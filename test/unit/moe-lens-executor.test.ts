@@ -41,3 +41,15 @@ describe('MoE-Lens executor', () => {
     expect(run()).toEqual(small);
   });
 });
+
+describe('sharedStage (host DRAM shared by CPU attention and weight DMA), by hand', () => {
+  it('oversubscribed: the CPU window stretches and the DMA slows', async () => {
+    const { sharedStage } = await import('../../sim/lens/executor.ts');
+    // CPU α: 10 ns reading 100 B (10 B/ns); DMA 200 B in 20 ns alone (10 B/ns); capacity 10 B/ns.
+    // Window: 10·(10+10)/10 = 20 ns, DMA at 5 B/ns → 100 B; phase 1 = max(20, 5) = 20; phase 2 =
+    // max(0, 4) = 4 → DMA 40 B more by 24; 60 B left at 10 B/ns → 30 ns.
+    expect(sharedStage(10, 100, 5, 0, 0, 4, 200, 20, 10)).toEqual({ stageNs: 30, slowed: true });
+    // Ample capacity: max(10 + 4, 20) = 20, not slowed.
+    expect(sharedStage(10, 100, 5, 0, 0, 4, 200, 20, 1000)).toEqual({ stageNs: 20, slowed: false });
+  });
+});
