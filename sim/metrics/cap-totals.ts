@@ -54,17 +54,19 @@ export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals 
 /**
  * Throughput family: passes and activated pairs from the phase totals; KV and contexts from the
  * padded prompt P and the longest output O (mean decode context P + O/2); ω and gpuLayers from
- * the decode plan (weighted by phase time when both phases ran).
+ * the decode plan (weighted by phase time when both phases ran). `only: 'decode'`: the decode
+ * passes alone (MoE-CAP defines both metrics on decoding).
  */
-export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile): CapTotals {
-  const p = o.prefill;
+export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?: 'decode'): CapTotals {
+  const none = { ...o.prefill, passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0 };
+  const p = only === 'decode' ? none : o.prefill;
   const d = o.decode;
-  const seqs = Math.max(1, o.requests);
-  const P = p.processedTokens > 0 ? p.processedTokens / seqs : o.promptTokens / seqs;
+  // The padded prompt length P (the outcome's promptTokens is P, not a total).
+  const P = o.promptTokens;
   const O = o.outputTokensMax;
   const decodeCtx = P + O / 2;
   const tokens = p.processedTokens + d.generatedTokens;
-  const context = seqs * ((P * (P + 1)) / 2) * (p.processedTokens > 0 ? 1 : 0) + d.generatedTokens * decodeCtx;
+  const context = (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2) + d.generatedTokens * decodeCtx;
   const kvTokens = p.processedTokens + d.generatedTokens * decodeCtx;
   const frac = (ph: 'prefill' | 'decode', f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number => o.plan ? f(o.plan[ph].config) : 0;
   const w = (ph: 'prefill' | 'decode') => (ph === 'prefill' ? p.ns : d.ns);

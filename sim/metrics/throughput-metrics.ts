@@ -30,7 +30,8 @@
  *   shapes simulated), memoHits.
  * - peakBytes: peak per pool (max over simulated passes), total and per category.
  * - cap / cost (when the model is passed): MoE-CAP's S-MBU, S-MFU (GPU and, for CPU-attention
- *   or CPU-layer plans, CPU), dense MBU/MFU and cost per million generated tokens (`cap.ts`).
+ *   or CPU-layer plans, CPU), dense MBU/MFU and cost per million generated tokens (`cap.ts`),
+ *   over all passes; `cap.decode` the same over the decode passes alone (when both phases ran).
  */
 import type { PassConfig, Phase, SearchReport } from '../throughput/types.ts';
 import type { PhaseTotals, ThroughputOutcome } from '../throughput/throughput-executor.ts';
@@ -187,5 +188,8 @@ export function throughputMetrics(o: ThroughputOutcome, opts: { readonly model?:
 
 function capFields(o: ThroughputOutcome, model: ModelProfile, tokPerS: number): Record<string, unknown> {
   const cost = capCost(o.hardware, tokPerS);
-  return { cap: capMetrics(model, o.hardware, throughputCapTotals(o, model)), ...(cost ? { cost } : {}) };
+  const cap: Record<string, unknown> = { ...capMetrics(model, o.hardware, throughputCapTotals(o, model)) };
+  // The paper's scope (decoding, TPOT): the decode passes alone, when both phases ran.
+  if (o.decode.passes > 0 && o.prefill.passes > 0) cap.decode = capMetrics(model, o.hardware, throughputCapTotals(o, model, 'decode'));
+  return { cap, ...(cost ? { cost } : {}) };
 }

@@ -145,7 +145,10 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
             if (!outcome.feasible) continue;
             const m = throughputMetrics(outcome, { model });
             if (outcome.prefill.passes + outcome.decode.passes === 0) continue;
-            checkBounds(m.cap as CapMetrics, `${name} ${model.id} ${hw.id} n=${n} P≤${prompt} O≤${outMax} ${phase}`);
+            const what = `${name} ${model.id} ${hw.id} n=${n} P≤${prompt} O≤${outMax} ${phase}`;
+            checkBounds(m.cap as CapMetrics, what);
+            const decode = (m.cap as { decode?: CapMetrics }).decode;
+            if (decode) checkBounds(decode, `${what} (decode passes)`);
           }
         },
       ),
