@@ -170,7 +170,8 @@ function lensPolicy(p: Params): ThroughputPolicy {
           preemptions: r.preemptions,
           recomputedTokens: r.recomputedTokens,
           dramBoundStages: r.dramBoundStages,
-          timeline: r.timeline.map(([t, pg, tok]) => [r6(t), pg, tok]),
+          /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
+          timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
         },
       };
     },

@@ -86,8 +86,8 @@ export interface LensRunResult {
   readonly dramBoundStages: number;
   /** Bytes served by host DRAM: weight DMA + CPU attention's KV reads. */
   readonly hostDramBytes: number;
-  /** (time s, pages in use, generated tokens so far) every `timelineEvery` iterations. */
-  readonly timeline: readonly (readonly [number, number, number])[];
+  /** (time s, pages in use, generated tokens so far, prefill tokens so far, preemptions so far) every `timelineEvery` iterations. */
+  readonly timeline: readonly (readonly [number, number, number, number, number])[];
   readonly analytic: LensAnalytic;
   readonly throughputTokPerS: number;
 }
@@ -169,7 +169,7 @@ export function runLens(x: LensRunInput): LensRunResult {
   let dramBytes = 0;
   let occIntegral = 0;
   const every = st.timelineEvery ?? 1;
-  const timeline: [number, number, number][] = [];
+  const timeline: [number, number, number, number, number][] = [];
   const alpha: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   const beta: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   while (!sched.done) {
@@ -212,13 +212,13 @@ export function runLens(x: LensRunInput): LensRunResult {
     iterations++;
     decodeTokens += it.decode.length;
     for (const p of it.prefill) prefillTokens += p.tokens;
-    if (iterations % every === 0) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
+    if (iterations % every === 0) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
     if (x.sink?.onMemory) {
       x.sink.onMemory({ pool: 'host', category: 'kvPages', timeNs: now as Ns, categoryUsedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, usedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, capacityBytes: pages * st.pageTokens * kvBytesPerToken });
     }
     if (x.sink?.onRequest) for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
   }
-  if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
+  if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
 
   // Analytic model beside the run (batch means; settings card §8).
   const K = x.requests.length;
