@@ -4,9 +4,12 @@
  *   metrics mis-rate sparse models) and the activated parameter share;
  * - with `accuracy.json` (next to this file) naming the run's case: the CAP table (cost,
  *   accuracy, performance).
- * Markdown on stdout. Usage: npx tsx experiments/moe-cap/tables.ts <results-dir>
+ * Markdown on stdout. With the CAP table, also `<results-dir>/cap-chart.svg`: a parallel-coordinates
+ * chart (Vega-Lite) of the cases over the CAP axes, each axis scaled to its largest value (the
+ * paper's Fig. 3 radar gives no scaling or orientation; ours: 1 = the largest of the cases).
+ * Usage: npx tsx experiments/moe-cap/tables.ts <results-dir>
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -67,4 +70,45 @@ if (withAcc.length > 0) {
       }),
     ),
   );
+}
+
+if (withAcc.length > 0) {
+  const axes: [string, (r: Run) => unknown][] = [
+    ['accuracy', (r) => accuracy.cases[r.params.case as string]!.value],
+    ['decode s/token', (r) => r.metrics.tpotMs?.p50 / 1000],
+    ['tokens/s', (r) => r.metrics.throughputTokPerS],
+    ['purchase USD', (r) => r.metrics.cost?.hardwareUsd],
+    ['power W', (r) => r.metrics.cost?.powerW],
+    ['USD / M tokens', (r) => r.metrics.cost?.usdPerMTok],
+    ['S-MBU', (r) => r.metrics.cap?.sMbu],
+  ];
+  const values: { axis: string; case: string; value: number; scaled: number }[] = [];
+  for (const [axis, get] of axes) {
+    const vs = withAcc.map((r) => Number(get(r)));
+    const max = Math.max(...vs.filter(Number.isFinite));
+    withAcc.forEach((r, i) => {
+      if (Number.isFinite(vs[i]!)) values.push({ axis, case: String(r.params.case), value: vs[i]!, scaled: max > 0 ? vs[i]! / max : 0 });
+    });
+  }
+  const spec = {
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+    title: `${results.name}: cost, accuracy, performance (each axis / its largest value)`,
+    width: 640,
+    height: 320,
+    data: { values },
+    mark: { type: 'line', point: true },
+    encoding: {
+      x: { field: 'axis', type: 'ordinal', sort: axes.map(([a]) => a), title: null },
+      y: { field: 'scaled', type: 'quantitative', title: 'value / largest', scale: { domain: [0, 1] } },
+      color: { field: 'case', type: 'nominal', legend: { labelLimit: 400 } },
+      detail: { field: 'case' },
+      tooltip: [{ field: 'case' }, { field: 'axis' }, { field: 'value' }],
+    },
+  };
+  const [vega, vegaLite] = await Promise.all([import('vega'), import('vega-lite')]);
+  const view = new vega.View(vega.parse(vegaLite.compile(spec as never).spec), { renderer: 'none' });
+  const out = path.join(dir, 'cap-chart.svg');
+  writeFileSync(out, await view.toSVG());
+  view.finalize();
+  console.error(`wrote ${out}`);
 }
