@@ -172,6 +172,7 @@ export function runLens(x: LensRunInput): LensRunResult {
   const timeline: [number, number, number, number, number][] = [];
   const alpha: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   const beta: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
+  const layerCache = new Map<string, { ga: number; gb: number; nextBytes: number; linkNs: number; stage: number; slowed: boolean }>();
   while (!sched.done) {
     const it: Iteration = sched.next(now);
     split(it, alpha, beta);
@@ -179,22 +180,34 @@ export function runLens(x: LensRunInput): LensRunResult {
     const actBytes = nTok * actBytesPerToken;
     const kvReadBytes = it.decodeContextTokens * kvTokBytes;
     let t = transferNs[0]!;
+    const ca = cpuNs(alpha);
+    const cb = cpuNs(beta);
+    layerCache.clear();
     for (let l = 0; l < mm.layers; l++) {
-      const ga = gpuLayerNs(l, alpha);
-      const gb = gpuLayerNs(l, beta);
-      const ca = cpuNs(alpha);
-      const cb = cpuNs(beta);
-      const nextBytes = l + 1 < mm.layers ? layerBytes[l + 1]! + actBytes : actBytes;
-      const next = l + 1 < mm.layers ? transferNs[l + 1]! : 0;
-      const linkNs = next + (actBytes / Math.max(1, layerBytes[Math.min(l + 1, mm.layers - 1)]!)) * transferNs[Math.min(l + 1, mm.layers - 1)]!;
-      let stage: number;
-      if (!st.contention) {
-        stage = Math.max(Math.max(ca, gb) + Math.max(cb, ga), linkNs);
-      } else {
-        const shared = sharedStage(ca, alpha.decodeCtx * kvTokBytes, gb, cb, beta.decodeCtx * kvTokBytes, ga, nextBytes, linkNs, dramBps / 1e9);
-        stage = shared.stageNs;
-        if (shared.slowed) dramBound++;
+      // Layers of the same kind (MoE or dense) and the same next-layer bytes cost the same within
+      // an iteration: computed once per iteration (a pure lookup, not a memoised iteration).
+      const kindKey = `${mm.moeIndexOfLayer[l]! >= 0 ? 'm' : 'd'}|${l + 1 < mm.layers ? layerBytes[l + 1] : -1}`;
+      let c = layerCache.get(kindKey);
+      if (!c) {
+        const ga = gpuLayerNs(l, alpha);
+        const gb = gpuLayerNs(l, beta);
+        const nextBytes = l + 1 < mm.layers ? layerBytes[l + 1]! + actBytes : actBytes;
+        const next = l + 1 < mm.layers ? transferNs[l + 1]! : 0;
+        const linkNs = next + (actBytes / Math.max(1, layerBytes[Math.min(l + 1, mm.layers - 1)]!)) * transferNs[Math.min(l + 1, mm.layers - 1)]!;
+        let stage: number;
+        let slowed = false;
+        if (!st.contention) {
+          stage = Math.max(Math.max(ca, gb) + Math.max(cb, ga), linkNs);
+        } else {
+          const shared = sharedStage(ca, alpha.decodeCtx * kvTokBytes, gb, cb, beta.decodeCtx * kvTokBytes, ga, nextBytes, linkNs, dramBps / 1e9);
+          stage = shared.stageNs;
+          slowed = shared.slowed;
+        }
+        c = { ga, gb, nextBytes, linkNs, stage, slowed };
+        layerCache.set(kindKey, c);
       }
+      const { ga, gb, nextBytes, linkNs, stage } = c;
+      if (c.slowed) dramBound++;
       t += stage;
       gpuBusy += ga + gb;
       cpuBusy += ca + cb;

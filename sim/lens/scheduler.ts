@@ -50,7 +50,11 @@ export interface Iteration {
 
 export class LensScheduler {
   readonly seqs: LensSeq[];
-  private readonly queue: LensSeq[] = [];
+  /** Preempted sequences waiting for re-prefill (oldest admission first), ahead of new prompts. */
+  private requeued: LensSeq[] = [];
+  private requeuedHead = 0;
+  /** Next new prompt (index into `seqs`, in arrival order). */
+  private freshHead = 0;
   private decoding: LensSeq[] = [];
   private admitCounter = 0;
   preemptions = 0;
@@ -66,17 +70,24 @@ export class LensScheduler {
     readonly maxRunning = Number.POSITIVE_INFINITY,
   ) {
     this.seqs = reqs.map((r, id) => ({ id, prompt: r.promptTokens, output: Math.max(1, r.outputTokens), generated: 0, kvTokens: 0, state: 'waiting', admitted: -1, preemptions: 0 }));
-    this.queue.push(...this.seqs);
   }
 
   get done(): boolean {
     return this.finished === this.seqs.length;
   }
   get waiting(): number {
-    return this.queue.length;
+    return this.requeued.length - this.requeuedHead + this.seqs.length - this.freshHead;
   }
   get decodingCount(): number {
     return this.decoding.length;
+  }
+
+  private peek(): LensSeq | undefined {
+    return this.requeuedHead < this.requeued.length ? this.requeued[this.requeuedHead] : this.seqs[this.freshHead];
+  }
+  private pop(): void {
+    if (this.requeuedHead < this.requeued.length) this.requeuedHead++;
+    else this.freshHead++;
   }
 
   /** Decide (and apply) the next iteration. `nowNs` stamps the pool's occupancy samples. */
@@ -99,10 +110,12 @@ export class LensScheduler {
         this.preemptions++;
         preempted.push(v);
       }
-      // Re-queued ahead of new prompts, oldest first.
-      const firstNew = this.queue.findIndex((s) => s.generated === 0);
-      const at = firstNew < 0 ? this.queue.length : firstNew;
-      this.queue.splice(at, 0, ...[...preempted].reverse());
+      // Re-queued ahead of new prompts, after earlier preempted ones, oldest first.
+      if (this.requeuedHead > 0) {
+        this.requeued = this.requeued.slice(this.requeuedHead);
+        this.requeuedHead = 0;
+      }
+      for (let i = preempted.length - 1; i >= 0; i--) this.requeued.push(preempted[i]!);
     }
     const decode = this.decoding.slice();
     let ctx = 0;
@@ -115,14 +128,15 @@ export class LensScheduler {
     const prefill: { seq: LensSeq; tokens: number; recomputed: number }[] = [];
     if (preempted.length === 0) {
       let budget = this.nReal - decode.length;
-      while (this.queue.length > 0) {
-        const s = this.queue[0]!;
+      for (;;) {
+        const s = this.peek();
+        if (!s) break;
         const tokens = s.prompt + s.generated;
         const alone = decode.length === 0 && prefill.length === 0;
         if (tokens > budget && !alone) break;
         if (decode.length + prefill.length >= this.maxRunning) break;
         if (pool.pagesFor(tokens) > pool.freePages) break;
-        this.queue.shift();
+        this.pop();
         pool.grow(s.id, tokens, nowNs);
         const recomputed = s.generated > 0 ? tokens - 1 : 0;
         prefill.push({ seq: s, tokens, recomputed });
@@ -131,8 +145,9 @@ export class LensScheduler {
         budget -= tokens;
       }
     }
-    if (decode.length === 0 && prefill.length === 0 && this.queue.length > 0) {
-      const s = this.queue[0]!;
+    const head = this.peek();
+    if (decode.length === 0 && prefill.length === 0 && head) {
+      const s = head;
       throw new Error(`LensScheduler: sequence ${s.id} (${s.prompt + s.generated} tokens, ${pool.pagesFor(s.prompt + s.generated)} pages) cannot fit an empty pool of ${pool.pages} pages`);
     }
     // Commit: every scheduled sequence generates one token.
