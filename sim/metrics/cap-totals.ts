@@ -73,11 +73,19 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const total = p.ns + d.ns;
   const mix = (f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number =>
     total > 0 ? (frac('prefill', f) * w('prefill') + frac('decode', f) * w('decode')) / total : 0;
+  // Executors that do not record activations (a self-scheduling policy such as MoE-Lens leaves
+  // expertLayerPairs at 0): the expected activated pairs under uniform independent routing of the
+  // pass's tokens, E · (1 − (1 − k/E)^tokens per pass) per MoE layer, labelled as an estimate.
+  const passes = p.passes + d.passes;
+  const traced = p.expertLayerPairs + d.expertLayerPairs > 0 || passes === 0;
+  const perPass = passes > 0 ? tokens / passes : 0;
+  const estimate = passes * m.moeLayers * m.experts * (1 - Math.pow(1 - m.topK / m.experts, perPass));
   return {
-    passes: p.passes + d.passes,
+    passes,
     tokens,
     contextTokenSum: context,
-    activatedPairs: p.activatedPairs + d.activatedPairs,
+    activatedPairs: traced ? p.activatedPairs + d.activatedPairs : estimate,
+    ...(traced ? {} : { activations: 'uniform-estimate' as const }),
     kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
     forwardNs: total,
     cpuAttentionFrac: mix((c) => c.omega),

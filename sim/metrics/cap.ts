@@ -42,7 +42,10 @@
  *   output O): the mean context of a padded host batch; prefill reads its prompt's KV once. Score
  *   FLOPs use the same mean contexts (prefill: causal P(P+1)/2 per sequence). ω and gpuLayers are
  *   the decode phase's configuration (prefill's for its own passes).
- * - Over all forward passes (prefill and decode together); the paper defines both with TPOT.
+ * - Over all forward passes (prefill and decode together); the paper defines both with TPOT
+ *   (throughput runs add `cap.decode`, the decode passes alone).
+ * - Runs whose executor records no activations (MoE-Lens's self-scheduling run): activated pairs
+ *   are the expectation under uniform routing of each pass's tokens (`activations: 'uniform-estimate'`).
  */
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { round6, safeDiv } from './summary.ts';
@@ -65,6 +68,8 @@ export interface CapTotals {
   readonly cpuAttentionFrac?: number;
   /** Fraction of the layers computed by the CPU (llama.cpp-like `gpuLayers` < layers). Default 0. */
   readonly cpuLayerFrac?: number;
+  /** Set when the run did not record its activations and `activatedPairs` is an estimate. */
+  readonly activations?: 'uniform-estimate';
 }
 
 export interface CapMetrics {
@@ -86,6 +91,8 @@ export interface CapMetrics {
   activatedParamFrac: number;
   kvReadBytes: number;
   forwardS: number;
+  /** 'uniform-estimate' when the executor recorded no activations (see `throughputCapTotals`). */
+  activations?: 'uniform-estimate';
 }
 
 /** The per-model quantities of MoE-CAP (bytes per pass, FLOPs per token). */
@@ -141,6 +148,7 @@ export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): 
     activatedParamFrac: round6(safeDiv(activatedBytes, denseBytes)),
     kvReadBytes: Math.round(t.kvReadBytes),
     forwardS: round6(s),
+    ...(t.activations ? { activations: t.activations } : {}),
   };
   if (fa > 0 || fl > 0) {
     const cpuBw = hw.cpu.dramPeakBytesPerSec ?? hw.cpu.dramBytesPerSec;

@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { listHardware, loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { capCost, capMetrics, capModelQuantities } from '../../sim/metrics/cap.ts';
-import { servingCapTotals } from '../../sim/metrics/cap-totals.ts';
+import { servingCapTotals, throughputCapTotals } from '../../sim/metrics/cap-totals.ts';
+import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
 import type { ServingOutcome } from '../../sim/serving/serving-executor.ts';
 
 const model = {
@@ -101,6 +102,19 @@ describe('MoE-CAP by hand on a two-layer model', () => {
     const toy = { ...model, layers: 1, moeLayers: 1, experts: 3, derived: { ...model.derived, attentionBytesPerLayer: 0, routerBytesPerLayer: 0, sharedExpertBytesPerLayer: 0 } } as unknown as ModelProfile;
     const c = capMetrics(toy, hardware, { passes: 1, tokens: 1, contextTokenSum: 0, activatedPairs: 1, kvReadBytes: 0, forwardNs: 1e9 });
     expect(c.mbuOverSMbu).toBe(3);
+  });
+});
+
+describe('throughput totals', () => {
+  const zero = { passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0, expertLayerPairs: 0 };
+  it('without recorded activations: the uniform-routing expectation, labelled', () => {
+    // 2 decode passes of 2 tokens each, top-1 of 4: 2 passes × 1 MoE layer × 4 × (1 − 0.75²) = 3.5.
+    const o = { requests: 2, promptTokens: 1, outputTokensMax: 3, prefill: zero, decode: { ...zero, passes: 2, ns: 1e9, generatedTokens: 4 } } as unknown as ThroughputOutcome;
+    const t = throughputCapTotals(o, model);
+    expect(t.activatedPairs).toBeCloseTo(3.5, 9);
+    expect(t.activations).toBe('uniform-estimate');
+    // KV: 4 decode tokens × (P 1 + O/2 1.5) tokens × 8 B.
+    expect(t.kvReadBytes).toBe(80);
   });
 });
 
