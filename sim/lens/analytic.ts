@@ -4,7 +4,7 @@
  * `analytic.*` in results.
  *
  * Source of every formula: Yuan, Ma, Talati, "MoE-Lens" (arXiv 2504.09345), §5, as transcribed
- * and checked in `/work/shared/reference/settings-moe-lens.md` §8. Decisions the paper leaves open
+ * and checked in `../shared/reference/settings-moe-lens.md` §8. Decisions the paper leaves open
  * (settings card §8 items 1–7), made here and stated once:
  *
  * 1. Units of T_GPU: Stage 1 (Eq. 4) uses T_GPU in tokens/s; Stage 2 (Eqs. 11–12) needs it in

@@ -1,6 +1,6 @@
 /**
  * MoE-Lens analytic model (paper §5 Eqs. 2–14), each formula checked by hand on the small case
- * of `/work/shared/reference/settings-moe-lens.md` §8 ("Hand-checked unit test (derived)"):
+ * of `../shared/reference/settings-moe-lens.md` §8 ("Hand-checked unit test (derived)"):
  * p = 10, g = 4, b = 4, M = 1000 tokens (N = 250), K = 100, δ = 2 s (model 2 bytes at 1 B/s).
  */
 import { describe, expect, it } from 'vitest';
