@@ -1,7 +1,7 @@
 /**
- * Writes the synthetic profiles of the models that the papers use and that have no routing
- * trace here (Switch-128, NLLB-MoE-128, Snowflake Arctic, Qwen1.5-MoE), from the fitted profiles
- * by stated rules, so every number in them can be traced:
+ * Writes the synthetic profiles of the models that the papers use and that have neither a
+ * routing trace nor published summary statistics here (now only Qwen1.5-MoE), from the fitted
+ * profiles by stated rules, so every number in them can be traced:
  *
  *   npx tsx workloads/profiles/make-assumed.ts
  *
@@ -41,67 +41,8 @@ interface Spec {
 
 async function main(): Promise<void> {
   const ds = (await loadProfile('deepseek-v2-lite')).profile;
-  const mx = (await loadProfile('mixtral-8x7b')).profile;
   const ol = (await loadProfile('olmoe')).profile;
   const specs: Spec[] = [
-    {
-      name: 'switch-128',
-      id: 'switch-base-128',
-      title: 'Switch-Base-128 (encoder–decoder, 12 MoE layers, top-1)',
-      moeLayers: 12,
-      experts: 128,
-      topK: 1,
-      popularityFrom: ol,
-      requestFrom: ds,
-      temporalFrom: mx,
-      startTokens: 0,
-      lengths: { prompt: { kind: 'dataset', name: 'flan' }, output: { kind: 'dataset', name: 'flan' } },
-      tasks: { flan: 1, 'big-bench': 1 },
-      why: 'MoE-Infinity and Pre-gated MoE evaluate Switch on FLAN / BIG-bench style tasks',
-    },
-    {
-      name: 'switch-large-128',
-      id: 'switch-large-128',
-      title: 'Switch-Large-128 (encoder–decoder, 24 MoE layers, top-1; the Switch model of MoE-Infinity)',
-      moeLayers: 24,
-      experts: 128,
-      topK: 1,
-      popularityFrom: ol,
-      requestFrom: ds,
-      temporalFrom: mx,
-      startTokens: 0,
-      lengths: { prompt: { kind: 'dataset', name: 'flan' }, output: { kind: 'dataset', name: 'flan' } },
-      tasks: { flan: 1, 'big-bench': 1 },
-      why: 'MoE-Infinity and Pre-gated MoE evaluate Switch on FLAN / BIG-bench style tasks',
-    },
-    {
-      name: 'nllb-moe-128',
-      id: 'nllb-moe-54b',
-      title: 'NLLB-MoE (encoder–decoder, 12 MoE layers, 128 experts, top-2)',
-      moeLayers: 12,
-      experts: 128,
-      topK: 2,
-      popularityFrom: ol,
-      requestFrom: ds,
-      temporalFrom: mx,
-      startTokens: 0,
-      lengths: { prompt: { kind: 'lognormal', meanTokens: 40, cv: 0.6, min: 4, max: 512 }, output: { kind: 'lognormal', meanTokens: 45, cv: 0.6, min: 4, max: 512 } },
-      why: 'translation of single sentences (lengths assumed: ~40 tokens in and out); language pairs act as task clusters',
-    },
-    {
-      name: 'arctic-128',
-      id: 'snowflake-arctic',
-      title: 'Snowflake Arctic (35 MoE layers, 128 experts, top-2, dense-MoE hybrid)',
-      moeLayers: 35,
-      experts: 128,
-      topK: 2,
-      popularityFrom: ol,
-      requestFrom: ds,
-      temporalFrom: mx,
-      startTokens: 1,
-      lengths: { prompt: { kind: 'dataset', name: 'chatbot-arena' }, output: { kind: 'dataset', name: 'chatbot-arena' } },
-      why: 'an instruction model served for chat',
-    },
     {
       name: 'qwen1.5-moe',
       id: 'qwen1.5-moe-a2.7b',

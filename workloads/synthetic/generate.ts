@@ -39,7 +39,7 @@ export function* generateRequests(routing: SyntheticRouting, shapes: Iterable<Re
   let i = 0;
   for (const s of shapes) {
     const experts = new Int32Array(s.tokens * L * k);
-    routing.create(i++, s.task).generateAll(s.tokens, experts);
+    routing.create(i++, s.task, s.prefillRecorded ? s.promptTokens : 0).generateAll(s.tokens, experts);
     yield { ...s, line: 0, experts };
   }
 }

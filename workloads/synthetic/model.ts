@@ -40,6 +40,8 @@ export class SyntheticModel {
   /** Distribution of non-shared (fresh) draws: g, compensated for the shared vocabulary's load. */
   readonly base: LayerDistributions;
   readonly tau: number;
+  /** Temporal reuse of prompt tokens (= tau unless the profile sets prefillTemporalReuse). */
+  readonly tauPrefill: number;
   readonly rho: number;
   /** Temporal memory μ: a continuing token copies the j-th previous token with P(j) ∝ μ^(j−1). */
   readonly mu: number;
@@ -76,6 +78,7 @@ export class SyntheticModel {
     this.zipf = zipfPerLayer(knobs, L);
     if (this.zipf.length !== L) throw new RangeError(`zipfExponent has ${this.zipf.length} layers, model has ${L}`);
     this.tau = knobs.temporalReuse;
+    this.tauPrefill = knobs.prefillTemporalReuse ?? knobs.temporalReuse;
     this.rho = knobs.temporalDepth;
     this.mu = knobs.temporalMemory;
     this.gamma = knobs.crossLayer;

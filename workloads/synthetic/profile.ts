@@ -17,6 +17,11 @@
  *   `temporalMemory` μ: a continuing token copies the j-th previous token instead, with
  *   P(j) = (1 − μ) μ^(j−1) over the last 64 tokens (μ = 0: always the previous one) — local,
  *   drifting affinity: clumps of reuse that do not make a long request one-sided.
+ * - `prefillTemporalReuse` τ_P: τ for prompt (prefill) tokens; absent or null = τ (prefill and
+ *   decode routed alike, as in the real decoder-only traces). For encoder–decoder models, whose
+ *   prompt runs through the encoder's MoE layers and whose output through the decoder's, the
+ *   two phases differ (MoE-Infinity: one NLLB prompt activates 26 % of a layer's experts on
+ *   average, while 20 decode iterations of one sequence activate fewer than 5 %).
  * - `crossLayer` γ: probability that a slot at layer l+1 (not copied from t−1) takes the fixed
  *   successor of the same slot's expert at layer l (group paths across layers).
  * - `sharedTokens` ψ: probability that a token is a common token type of a shared vocabulary
@@ -62,6 +67,7 @@ export const KnobsSchema = z
     temporalReuse: probability,
     temporalDepth: probability.default(1),
     temporalMemory: z.number().min(0).max(0.99).default(0),
+    prefillTemporalReuse: probability.nullable().optional(),
     crossLayer: probability,
     sharedTokens: probability.default(0),
     sharedVocabulary: z.number().int().positive().default(16),

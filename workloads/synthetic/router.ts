@@ -8,9 +8,9 @@
  *   latent cluster      K_{c,z,l} ~ Dirichlet(β_C · T_{c,l})   (z uniform in 1…C per request; = T if β_C = ∞)
  *   request affinity    R_{r,l} ~ Dirichlet(β_R · K_{c,z,l})   (per request; = K if β_R = ∞)
  *   token t < startTokens routes along the t-th start path (shared by all requests);
- *   token t continues token t−1 with prob τ (if t > 0). If it does not, with prob ψ it is a
- *     shared-vocabulary token: type v ~ Zipf(1) over the shared vocabulary, routed along v's
- *     fixed path at every layer (token identity). Otherwise, for each layer l, slot j = 0 … k−1:
+ *   token t continues token t−1 with prob τ (τ_P for prompt tokens t < p; if t > 0). If it does
+ *     not, with prob ψ it is a shared-vocabulary token: type v ~ Zipf(1) over the shared
+ *     vocabulary, routed along v's fixed path at every layer (token identity). Otherwise, for each layer l, slot j = 0 … k−1:
  *     if continuing, with prob ρ:        copy slot j of token t−j at layer l         (temporal;
  *                                        j = 1, or with memory μ > 0, P(j) = (1−μ)μ^(j−1), j ≤ 64)
  *     else with prob γ (if l > 0):       succ_{l−1}(slot j of token t at layer l−1)  (cross-layer)
@@ -56,6 +56,8 @@ export class SyntheticRequestRouter implements RequestRouter {
     private readonly model: SyntheticModel,
     private readonly seed: string,
     task: string | undefined,
+    /** Prompt length p: tokens t < p use the prefill temporal reuse τ_P. */
+    private readonly promptTokens = 0,
   ) {
     const { L, E, k } = model;
     this.L = L;
@@ -162,7 +164,8 @@ export class SyntheticRequestRouter implements RequestRouter {
       this.pushed(next);
       return;
     }
-    const cont = t > 0 && this.histCount > 0 && m.tau > 0 && rng.next() < m.tau;
+    const tau = t < this.promptTokens ? m.tauPrefill : m.tau;
+    const cont = t > 0 && this.histCount > 0 && tau > 0 && rng.next() < tau;
     if (!cont && m.psi > 0 && rng.next() < m.psi) {
       const p = m.sharedAlias.sample(0, rng.next()) * stride;
       const h = next * stride;
@@ -248,7 +251,7 @@ export class SyntheticRouting implements RoutingSource {
   }
 
   forRequest(request: RequestSpec): SyntheticRequestRouter {
-    const r = this.create(request.id, request.task);
+    const r = this.create(request.id, request.task, request.promptTokens);
     if (this.live.size >= this.sweepAt) {
       // Forget collected routers; sweep again when the map has doubled (amortised O(1)).
       for (const [id, ref] of this.live) if (!ref.deref()) this.live.delete(id);
@@ -259,9 +262,12 @@ export class SyntheticRouting implements RoutingSource {
   }
   private sweepAt = 4096;
 
-  /** A router for a request id that is not registered (calibration, trace generation, predictors). */
-  create(requestId: number, task: string | undefined): SyntheticRequestRouter {
-    return new SyntheticRequestRouter(this.model, `${this.seedBase}:${requestId}`, task);
+  /**
+   * A router for a request id that is not registered (calibration, trace generation, predictors).
+   * `promptTokens` matters only for profiles with `prefillTemporalReuse`; give the request's.
+   */
+  create(requestId: number, task: string | undefined, promptTokens = 0): SyntheticRequestRouter {
+    return new SyntheticRequestRouter(this.model, `${this.seedBase}:${requestId}`, task, promptTokens);
   }
 
   routerOf(requestId: number): SyntheticRequestRouter | undefined {

@@ -5,6 +5,8 @@
  *
  *   moesim trace stats <file> [--json] [--extended] [--c 6,12,16]
  *   moesim trace calibrate <file> --out <profile.json> [--model <id>] [--name <name>]
+ *     (<file>: a trace, an aggregate file, or summary targets: workloads/profiles/targets/*.yaml)
+ *   moesim trace activation --profile <name|path> [--targets <file>] [--batch 1,2,4,8,16,32] [--tokens-per-request m] [--json]
  *   moesim trace generate --profile <name|path> (--requests N | --like <trace>) --out <file.jsonl.gz> [--seed S]
  *   moesim trace compare <file> (--profile <name|path> | <other-file>) [--json]
  *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>]
@@ -19,15 +21,22 @@ import { aggregateTwin, generateTrace, importTrace, traceStats, twinStats } from
 import { looksLikeAggregateFile, readAggregateFile } from '../../../workloads/trace/aggregate-file.ts';
 import { calibrateFromAggregate } from '../../../workloads/synthetic/calibrate-aggregate.ts';
 import { loadProfile } from '../../../workloads/synthetic/profile.ts';
+import { loadTargets, looksLikeTargetsFile, type RoutingTargets } from '../../../workloads/synthetic/targets.ts';
+import { calibrateTargets, compareWithTargets, formatTargetRows, summaryOptionsOf } from '../../../workloads/synthetic/calibrate-targets.ts';
+import { routingSummary, TABLE1_BATCH_SIZES } from '../../../workloads/stats/routing-summary.ts';
+import { dirname, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
 const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s : `${s}\n`);
 
-function parseCs(v: unknown): number[] | undefined {
+function parseCs(v: unknown, option = '--c'): number[] | undefined {
   if (v === undefined) return undefined;
   const parts = String(v).split(',').map((s) => s.trim()).filter(Boolean);
   const cs = parts.map(Number);
-  if (!cs.length || cs.some((c) => !Number.isInteger(c) || c < 1)) throw new UserError('--c must list positive integers, e.g. 6,12,16', undefined, '--c', v);
+  if (!cs.length || cs.some((c) => !Number.isInteger(c) || c < 1)) {
+    throw new UserError(`${option} must list positive integers, e.g. ${option === '--c' ? '6,12,16' : '1,2,4,8,16,32'}`, undefined, option, v);
+  }
   return cs;
 }
 
@@ -91,7 +100,7 @@ interface CalibrateArgs {
 
 const calibrateCommand: CommandModule<object, CalibrateArgs> = {
   command: 'calibrate <file>',
-  describe: 'fit a synthetic routing profile to a trace',
+  describe: 'fit a synthetic routing profile to a trace, an aggregate file or summary targets (.yaml)',
   builder: (y: Argv<object>) =>
     y
       .positional('file', { type: 'string', demandOption: true })
@@ -99,11 +108,26 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       .option('model', { type: 'string', describe: 'model id for the profile (default: the trace header\'s)' })
       .option('name', { type: 'string', describe: 'profile name (default: the output file name)' })
       .option('max-fit-tokens', { type: 'number', describe: 'fit on at most this many tokens (default 40000)' })
-      .option('evaluations', { type: 'number', describe: 'evaluation budget (default 30)' })
+      .option('evaluations', { type: 'number', describe: 'evaluation budget (traces: default 30; summary targets: per decode window m, default the file\'s)' })
       .option('aggregate-model', { type: 'string', describe: 'aggregate files: which model of the file (e.g. OLMoE-1B-7B-0924)' })
       .option('base', { type: 'string', describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)' }) as unknown as Argv<CalibrateArgs>,
   handler: async (a) => {
     const name = a.name ?? a.out.replace(/^.*[\\/]/, '').replace(/\.json$/, '');
+    if (await looksLikeTargetsFile(a.file)) {
+      if (a.evaluations !== undefined && !(Number.isInteger(a.evaluations) && a.evaluations > 0)) {
+        throw new UserError('must be a positive integer', undefined, '--evaluations', a.evaluations);
+      }
+      const r = await calibrateTargets(a.file, {
+        out: a.out,
+        ...(a.name ? { name: a.name } : {}),
+        ...(a.evaluations ? { maxEvaluations: a.evaluations } : {}),
+        log: err,
+      });
+      await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
+      out(`wrote ${a.out} after ${r.evaluations} evaluations (decode tokens per request m = ${r.tokensPerRequest}, loss ${r.loss.toFixed(3)})`);
+      out(formatTargetRows(r.rows));
+      return;
+    }
     if (await looksLikeAggregateFile(a.file)) {
       const file = await readAggregateFile(a.file);
       const key = a.aggregateModel ?? Object.keys(file.models)[0]!;
@@ -278,9 +302,87 @@ const importCommand: CommandModule<object, ImportArgs> = {
   },
 };
 
+interface ActivationArgs {
+  profile: string;
+  targets?: string;
+  batch?: string;
+  tokensPerRequest?: number;
+  seed?: string;
+  json?: boolean;
+}
+
+const activationCommand: CommandModule<object, ActivationArgs> = {
+  command: 'activation',
+  describe: "a profile's expert activation ratio vs batch size (as in MoE-Infinity Table 1), prefill activation and reuse, next to its targets",
+  builder: (y: Argv<object>) =>
+    y
+      .option('profile', { type: 'string', demandOption: true, describe: 'profile name (workloads/profiles/) or path' })
+      .option('targets', { type: 'string', describe: "summary targets to compare with (default: the file the profile was fitted to, if any)" })
+      .option('batch', { type: 'string', describe: 'batch sizes, e.g. 1,2,4,8,16,32 (default)' })
+      .option('tokens-per-request', { type: 'number', describe: "decode tokens per request in the targets' definition (default: the profile's fitted value, else 1)" })
+      .option('seed', { type: 'string', default: 'moesim-check', describe: 'measurement seed' })
+      .option('json', { type: 'boolean', describe: 'print one JSON object' }) as unknown as Argv<ActivationArgs>,
+  handler: async (a) => {
+    const { profile, path } = await loadProfile(a.profile);
+    let targets: RoutingTargets | undefined;
+    const stored = profile.fit?.['targetsFile'];
+    if (a.targets) targets = await loadTargets(a.targets);
+    else if (typeof stored === 'string' && existsSync(resolve(dirname(path), stored))) targets = await loadTargets(resolve(dirname(path), stored));
+    if (targets && (targets.model.moeLayers !== profile.model.moeLayers || targets.model.experts !== profile.model.experts || targets.model.topK !== profile.model.topK)) {
+      throw new UserError(
+        `targets are for ${targets.model.moeLayers} × ${targets.model.experts}, top-${targets.model.topK}; the profile is ${profile.model.moeLayers} × ${profile.model.experts}, top-${profile.model.topK}`,
+        a.targets,
+        'model',
+      );
+    }
+    const batch = parseCs(a.batch, '--batch') ?? (targets?.decode ? Object.keys(targets.decode.activationPercent).map(Number) : [...TABLE1_BATCH_SIZES]);
+    if (batch.some((b) => b > 256)) throw new UserError('batch sizes up to 256', undefined, '--batch', a.batch);
+    const fitted = profile.fit?.['tokensPerRequest'];
+    const tfix = targets?.decode && typeof targets.decode.tokensPerRequest === 'number' ? targets.decode.tokensPerRequest : undefined;
+    const m = a.tokensPerRequest ?? (typeof fitted === 'number' ? fitted : undefined) ?? tfix ?? 1;
+    if (!(Number.isInteger(m) && m >= 1 && m <= 64)) throw new UserError('must be an integer in 1…64', undefined, '--tokens-per-request', m);
+    const windows = m === 1 ? [1] : [1, m];
+    const opts = targets ? summaryOptionsOf(targets, a.seed, windows) : { tokensPerRequest: windows, ...(profile.tasks ? { tasks: profile.tasks } : {}), seed: a.seed };
+    const measured = [...new Set([...batch, ...Object.keys(targets?.decode?.activationPercent ?? {}).map(Number)])].sort((x, y) => x - y);
+    const tasks = targets?.tasks ?? profile.tasks;
+    const s = routingSummary(profile.model, profile.knobs, { ...opts, batchSizes: measured, ...(tasks ? { tasks } : {}) });
+    const rows = targets ? compareWithTargets({ ...targets, decode: targets.decode ? { ...targets.decode, tokensPerRequest: m } : undefined }, s, m) : [];
+    if (a.json) {
+      out(JSON.stringify({ profile: profile.name, tokensPerRequest: m, decodePercent: pct(s.decode), prefill: s.prefill, reuse: s.reuse, targets: rows }));
+      return;
+    }
+    const paper = (b: number): string => {
+      const t = targets?.decode?.activationPercent[String(b)];
+      return t === undefined ? '—' : typeof t === 'number' ? t.toFixed(1) : JSON.stringify(t);
+    };
+    const head = ['batch size', 'one decode iteration (1 token/request)', ...(m > 1 ? [`${m} decode tokens/request`] : []), ...(targets?.decode ? ['target'] : [])];
+    const body = batch.map((b) => [
+      String(b),
+      (100 * s.decode['1']![String(b)]!).toFixed(2),
+      ...(m > 1 ? [(100 * s.decode[String(m)]![String(b)]!).toFixed(2)] : []),
+      ...(targets?.decode ? [paper(b)] : []),
+    ]);
+    const widths = head.map((_, i) => Math.max(...[head, ...body].map((r) => r[i]!.length)));
+    const line = (r: string[]): string => r.map((c, i) => c.padStart(widths[i]!)).join('  ');
+    out(`${profile.name}: expert activation ratio (%) of a MoE layer vs batch size, mean over layers (${profile.model.moeLayers} × ${profile.model.experts}, top-${profile.model.topK})`);
+    out([line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n'));
+    if (targets?.decode) out(`target: ${targets.decode.source}`);
+    if (s.prefill) out(`prefill: ${(100 * s.prefill.mean).toFixed(2)} % of a layer's experts per prompt (mean ${s.prefill.meanPromptTokens.toFixed(0)} tokens)${Object.entries(s.prefill.atLength).map(([p, v]) => `, ${(100 * v).toFixed(2)} % at ${p} tokens`).join('')}`);
+    out(
+      `reuse over ${s.reuse.iterations} decode iterations (layer ${s.reuse.layer}): one request ${(100 * s.reuse.distinct).toFixed(2)} % of experts, top expert ${(100 * s.reuse.topShare).toFixed(1)} % of its activations; ` +
+        `${s.reuse.pooledRequests} requests merged ${(100 * s.reuse.pooledDistinct).toFixed(1)} %, top expert ${(100 * s.reuse.pooledTopShare).toFixed(1)} %`,
+    );
+    if (rows.length) out(`\n${formatTargetRows(rows)}`);
+  },
+};
+
+const pct = (d: Record<string, Record<string, number>>): Record<string, Record<string, number>> =>
+  Object.fromEntries(Object.entries(d).map(([m, r]) => [m, Object.fromEntries(Object.entries(r).map(([b, v]) => [b, Math.round(v * 1e5) / 1e3])),
+  ]));
+
 export const traceCommand: CommandModule = {
   command: 'trace <command>',
-  describe: 'routing traces: stats, calibrate, generate, compare, import',
+  describe: 'routing traces: stats, calibrate, generate, compare, import, activation',
   builder: (y: Argv) =>
     y
       .command(statsCommand)
@@ -288,6 +390,7 @@ export const traceCommand: CommandModule = {
       .command(generateCommand)
       .command(compareCommand)
       .command(importCommand)
-      .demandCommand(1, 'name a trace command: stats, calibrate, generate, compare, import'),
+      .command(activationCommand)
+      .demandCommand(1, 'name a trace command: stats, calibrate, generate, compare, import, activation'),
   handler: () => {},
 };
