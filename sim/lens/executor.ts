@@ -15,10 +15,10 @@
  *   a sync per phase);
  * - weights: each layer's bytes stream over H2D (cost-model `transfer`) into a 2-layer buffer
  *   (2W/L): layer l+1 loads while layer l computes, so the iteration takes
- *   transfer_0 + Σ_l max(compute_l, transfer_{l+1}, dram_l) + LM head; activation copies
- *   (≤ 2n(d + 2d/s) elements per stage) are added to the link's bytes (the 100 MB-packet data
- *   mover is assumed to keep them from being starved, so they are not modelled as separate
- *   transfers);
+ *   transfer_0 + Σ_l stage_l + LM head (one token per sequence stepped); the H2D activation
+ *   copies (the CPU attention output, d per decode token) are added to the link's bytes (the
+ *   100 MB-packet data mover is assumed to keep them from being starved, so they are not
+ *   separate transfers); Q and new K/V go D2H, the other direction, and are not modelled;
  * - host-DRAM contention (`contention: true`): the weight stream of layer l+1 and the CPU
  *   attention of layer l share the socket's DRAM bandwidth in proportion to demand when
  *   oversubscribed (`sharedStage`: a closed form of the two-flow fluid share over the stage's
@@ -121,8 +121,11 @@ export function runLens(x: LensRunInput): LensRunResult {
   const kvTokBytes = model.derived.kvBytesPerTokenPerLayer;
   const kvBytesPerToken = model.derived.kvBytesPerToken;
   const d = model.hiddenSize;
-  const s = Math.max(1, model.attention.heads / Math.max(1, model.attention.kvHeads));
-  const actBytesPerToken = 2 * (d + (2 * d) / s) * ACTIVATION_BYTES;
+  // H2D activation bytes per decode token per layer: the CPU attention's output (d). Q and the new
+  // K/V (d + 2d/s per token; prefill tokens send only their K/V) go D2H, the other direction of
+  // the full-duplex link, so they do not delay the weight stream (paper §6.4 bounds both
+  // directions together by 2n(d + 2d/s)).
+  const h2dActBytesPerDecodeToken = d * ACTIVATION_BYTES;
 
   /** GPU ns of layer l over n tokens (prefill attention separately). */
   const gpuLayerNs = (l: number, g: GroupLoad): number => {
@@ -176,8 +179,9 @@ export function runLens(x: LensRunInput): LensRunResult {
   while (!sched.done) {
     const it: Iteration = sched.next(now);
     split(it, alpha, beta);
-    const nTok = it.decode.length + it.prefill.reduce((a, p) => a + p.tokens, 0);
-    const actBytes = nTok * actBytesPerToken;
+    const actBytes = it.decode.length * h2dActBytesPerDecodeToken;
+    // LM head: one token per sequence stepped (the last prompt position of a prefill, or the decode token).
+    const headTokens = it.decode.length + it.prefill.length;
     const kvReadBytes = it.decodeContextTokens * kvTokBytes;
     let t = transferNs[0]!;
     const ca = cpuNs(alpha);
@@ -218,8 +222,8 @@ export function runLens(x: LensRunInput): LensRunResult {
     h2dBusy += transferNs[0]!;
     h2dBytes += layerBytes[0]!;
     dramBytes += layerBytes[0]!;
-    t += lmHead(nTok);
-    gpuBusy += lmHead(nTok);
+    t += lmHead(headTokens);
+    gpuBusy += lmHead(headTokens);
     occIntegral += pool.usedPages * t;
     now += t;
     iterations++;
