@@ -24,7 +24,7 @@
  * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
  *
  * Not built yet (issue 10): MoE-Lightning-like and vLLM-like baselines on this executor, the
- * event-level DRAM fluid share, Perfetto preemption events (only the KV-page memory counter).
+ * event-level DRAM fluid share.
  */
 import { z } from 'zod';
 import type { ThroughputOutcome, PhaseTotals } from '../../sim/throughput/throughput-executor.ts';

@@ -23,6 +23,9 @@
  *   attention of layer l share the socket's DRAM bandwidth in proportion to demand when
  *   oversubscribed (`sharedStage`: a closed form of the two-flow fluid share over the stage's
  *   two phases, not the event-level `sim/resources/fluid-share.ts`).
+ * - Trace: KV pages in use as a host memory counter (category `kvPages`) after every iteration;
+ *   each preemption iteration as a blocked slice on the `prefill scheduler` track; admit,
+ *   first token and finish of every request.
  * - Not modelled: KV write-back of new tokens (D2H), sampling, GPU memory limits of the groups'
  *   activations, the schedulers' own time.
  *
@@ -233,7 +236,20 @@ export function runLens(x: LensRunInput): LensRunResult {
     if (x.sink?.onMemory) {
       x.sink.onMemory({ pool: 'host', category: 'kvPages', timeNs: now as Ns, categoryUsedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, usedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, capacityBytes: pages * st.pageTokens * kvBytesPerToken });
     }
-    if (x.sink?.onRequest) for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
+    const startNs = now - t;
+    if (x.sink?.onRequest) {
+      for (const p of it.prefill) {
+        if (p.recomputed === 0) {
+          x.sink.onRequest(x.requests[p.seq.id]!.id, 'admit', startNs as Ns);
+          x.sink.onRequest(x.requests[p.seq.id]!.id, 'firstToken', now as Ns);
+        }
+      }
+      for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
+    }
+    // Preemption iterations on the timeline: prefill admission is blocked for the iteration.
+    if (it.preempted.length > 0 && x.sink?.onBlocked) {
+      x.sink.onBlocked({ stream: 'prefill scheduler', reason: `preempted ${it.preempted.length} sequences (no admission)`, startNs: startNs as Ns, endNs: now as Ns });
+    }
   }
   if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
 

@@ -53,3 +53,26 @@ describe('sharedStage (host DRAM shared by CPU attention and weight DMA), by han
     expect(sharedStage(10, 100, 5, 0, 0, 4, 200, 20, 1000)).toEqual({ stageNs: 20, slowed: false });
   });
 });
+
+describe('MoE-Lens trace records', () => {
+  it('one blocked slice per preemption iteration, admit / firstToken / finish once per request', () => {
+    let blocked = 0;
+    let preemptedInSlices = 0;
+    const phases = new Map<string, number>();
+    const r = runLens({
+      model, hardware: hw, cost, requests: reqs,
+      settings: { kvCapacityBytes: 2e9, pageTokens: 16, contention: false },
+      sink: {
+        onBlocked: (b) => {
+          blocked++;
+          preemptedInSlices += Number(/preempted (\d+)/.exec(b.reason)![1]);
+          expect(b.endNs).toBeGreaterThan(b.startNs);
+        },
+        onRequest: (_id, phase) => phases.set(phase, (phases.get(phase) ?? 0) + 1),
+      },
+    });
+    expect(blocked).toBeGreaterThan(0);
+    expect(preemptedInSlices).toBe(r.preemptions);
+    for (const ph of ['admit', 'firstToken', 'finish']) expect(phases.get(ph)).toBe(reqs.length);
+  });
+});
