@@ -3,26 +3,16 @@
  * `cli.ts` always run from the repository root), and writes plugin modules that import the
  * repository's own code from a temporary folder. For CLI tests; not a test file.
  */
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { REPO_ROOT, type CliResult } from './cli.ts';
+import { REPO_ROOT, runProcess, type CliResult } from './cli.ts';
 
 const BIN = path.join(REPO_ROOT, 'bin/moesim.mjs');
-const ENV = { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' };
 
 /** `moesim <args>` with `cwd` as the working directory. */
 export function runCliIn(cwd: string, args: readonly string[], o: { timeoutMs?: number } = {}): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd, env: ENV, timeout: o.timeoutMs ?? 120_000 });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
+  return runProcess(process.execPath, [BIN, ...args], cwd, o.timeoutMs);
 }
 
 /**

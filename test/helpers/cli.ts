@@ -28,8 +28,13 @@ export function runCli(args: readonly string[], o: { timeoutMs?: number } = {}):
 
 /** `runCli` without blocking, so independent invocations can overlap (each one is ~1 s of CPU, mostly start-up). */
 export function runCliAsync(args: readonly string[], o: { timeoutMs?: number } = {}): Promise<CliResult> {
+  return runProcess(process.execPath, [BIN, ...args], REPO_ROOT, o.timeoutMs);
+}
+
+/** Any command, without blocking: its exit code and output (no colours). */
+export function runProcess(cmd: string, args: readonly string[], cwd: string, timeoutMs = 120_000): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: REPO_ROOT, env: ENV, timeout: o.timeoutMs ?? 120_000 });
+    const child = spawn(cmd, args, { cwd, env: ENV, timeout: timeoutMs });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));

@@ -8,26 +8,17 @@
  * The scratch root is a hidden folder at the top of the checkout: outside `test/`, so a
  * concurrent `npm test` does not pick the generated tests up, and outside the tsconfig's folders.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { pooled, REPO_ROOT, type CliResult } from '../helpers/cli.ts';
+import { pooled, REPO_ROOT, runProcess, type CliResult } from '../helpers/cli.ts';
 import { runCliIn } from '../helpers/cli-cwd.ts';
 
 const root = mkdtempSync(path.join(REPO_ROOT, '.new-policy-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 function run(cmd: string, args: readonly string[], cwd: string): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd, env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
+  return runProcess(cmd, args, cwd);
 }
 
 const node = (script: string, args: readonly string[], cwd: string) => run(process.execPath, [path.join(REPO_ROOT, 'node_modules', script), ...args], cwd);
