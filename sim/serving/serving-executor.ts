@@ -995,17 +995,7 @@ export class ServingExecutor {
       }
     }
     if (it.remaining === 0) {
-      const layer = it.moeLayer;
-      if (this.policy.onLayerDone) {
-        let d: PolicyDecision | void;
-        try {
-          d = this.policy.onLayerDone(this.view, layer);
-        } catch (err) {
-          throw this.policyFailure('onLayerDone', err);
-        }
-        this.apply('onLayerDone', d);
-      }
-      this.startLayer(it.layer + 1);
+      this.finishMoeLayer(it);
       return;
     }
     if (it.blockedSinceNs < 0) it.blockedSinceNs = this.sim.now;
