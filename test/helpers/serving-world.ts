@@ -134,7 +134,11 @@ export const shrinkArb: fc.Arbitrary<Shrink> = fc
   })
   .map((s) => ({ ...s, topK: Math.min(s.topK, s.experts) }));
 
-const lengthArb = (max: number) =>
+/** GPUs large enough for every shrunk world's buffer (a comparison across policies must not be refused). */
+export const BIG_GPUS = ['h100', 'h200', 'a100-80gb'];
+
+/** A fixed or uniform length distribution of 1..max tokens. */
+export const lengthArb = (max: number) =>
   fc.oneof(
     fc.integer({ min: 1, max }).map((tokens) => ({ kind: 'fixed' as const, tokens })),
     fc.tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max })).map(([a, b]) => ({ kind: 'uniform' as const, min: Math.min(a, b), max: Math.max(a, b) })),

@@ -31,7 +31,7 @@ import type { NeedTrace, PolicyDefinition } from '../../policies/types.ts';
 import fifoExample from '../../examples/fifo-cache-policy.ts';
 import { buildWorkload, WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
-import { shrinkModel, SHRINKABLE_MODELS } from '../helpers/serving-world.ts';
+import { shrinkModel, SHRINKABLE_MODELS, BIG_GPUS, lengthArb } from '../helpers/serving-world.ts';
 
 interface World {
   readonly model: ModelProfile;
@@ -89,14 +89,6 @@ async function record(w: World, d: AnyDef, raw: Record<string, unknown>): Promis
 // ------------------------------------------------------------------ arbitraries
 
 const MIB = 1024 * 1024;
-/** GPUs large enough for every shrunk world's buffer (the comparison must not be refused). */
-const BIG_GPUS = ['h100', 'h200', 'a100-80gb'];
-
-const lengthArb = (max: number) =>
-  fc.oneof(
-    fc.integer({ min: 1, max }).map((tokens) => ({ kind: 'fixed' as const, tokens })),
-    fc.tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max })).map(([a, b]) => ({ kind: 'uniform' as const, min: Math.min(a, b), max: Math.max(a, b) })),
-  );
 
 const workloadArb = (offline: boolean): fc.Arbitrary<WorkloadConfig> =>
   fc
