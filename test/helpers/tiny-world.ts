@@ -4,6 +4,8 @@
  */
 import { loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import type { CostModel, Operation } from '../../sim/cost/types.ts';
+import type { Ns } from '../../sim/kernel/time.ts';
 
 export const MB = 1_000_000;
 
@@ -57,4 +59,32 @@ export function tinyModel(layers: number, experts: number, topK: number): ModelP
 export function tinyHardware(vramBytes = 200 * MB): HardwareProfile {
   const base = loadHardware('a5000-pcie4-1tb');
   return { ...base, id: 'tiny-hw', gpu: { ...base.gpu, vramBytes }, pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 }, pinnedHostMemory: true };
+}
+
+/**
+ * A cost model of fixed kernel durations (ns) for hand-checked timings: attention 10 µs, router
+ * 1 µs, expert 100 µs (× its segment fraction), LM head 5 µs, everything else free; `idleExpertNs`
+ * prices each idle loop iteration. Override any kind with `ns`.
+ */
+export function stubKernelCost(ns: Partial<Record<Operation['kind'], number>> = {}, idleExpertNs = 0): CostModel {
+  const fixed: Record<Operation['kind'], number> = {
+    attention: 10_000,
+    crossAttention: 0,
+    idleExperts: 0,
+    router: 1_000,
+    expert: 100_000,
+    lmHead: 5_000,
+    sharedExperts: 0,
+    denseFfn: 0,
+    attentionProj: 0,
+    cpuAttention: 0,
+    transfer: 0,
+    ...ns,
+  };
+  return {
+    estimate: (op) => {
+      const t = op.kind === 'idleExperts' ? op.count * idleExpertNs : op.kind === 'expert' ? Math.ceil(fixed.expert * (op.fraction ?? 1)) : fixed[op.kind];
+      return { ns: t as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 };
+    },
+  };
 }

@@ -16,7 +16,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
 import { loadRuntime } from '../../hardware-profiles/load.ts';
-import type { CostModel, Operation } from '../../sim/cost/types.ts';
+import type { CostModel } from '../../sim/cost/types.ts';
 import { PolicyError } from '../../sim/kernel/errors.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
@@ -26,7 +26,7 @@ import { ServingExecutor, type ServingConfig, type ServingOutcome } from '../../
 import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
 import { fanout } from '../../sim/observe/trace-sink.ts';
-import { MB, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
+import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
 
 const EXPERTS = 4;
@@ -34,23 +34,7 @@ const EXPERTS = 4;
 const model: ModelProfile = { ...tinyModel(2, EXPERTS, 1), id: 'tiny' };
 
 
-const KERNEL_NS: Record<Operation['kind'], number> = {
-  attention: 10_000,
-  crossAttention: 0,
-  idleExperts: 0,
-  router: 1_000,
-  expert: 100_000,
-  lmHead: 5_000,
-  sharedExperts: 0,
-  denseFfn: 0,
-  attentionProj: 0,
-  cpuAttention: 0,
-  transfer: 0,
-};
-
-const stubCost: CostModel = {
-  estimate: (op) => ({ ns: KERNEL_NS[op.kind] as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 }),
-};
+const stubCost: CostModel = stubKernelCost();
 
 /** Every token: expert 1 at layer 0, expert 2 at layer 1. */
 const fixedRouting: RoutingSource = {
@@ -342,15 +326,7 @@ describe('serving metrics', () => {
 
 describe('serving executor: a Python-loop runtime (expertOrder index, expertLoop all)', () => {
   // Idle loop iterations cost 10 µs each; everything else as in the hand-checked timings above.
-  const loopCost: CostModel = {
-    estimate: (op) => ({
-      ns: (op.kind === 'idleExperts' ? op.count * 10_000 : KERNEL_NS[op.kind]) as Ns,
-      bound: 'flops',
-      source: 'roofline',
-      flops: 0,
-      bytes: 0,
-    }),
-  };
+  const loopCost: CostModel = stubKernelCost({}, 10_000);
   const loop: RuntimeProfile = { ...loadRuntime('hf-eager'), expertOrder: 'index', expertLoop: 'all' };
 
   it('pays the idle iterations in index order; those before a missing expert overlap its fetch', () => {

@@ -9,35 +9,20 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import type { CostModel, Operation } from '../../sim/cost/types.ts';
+import type { CostModel } from '../../sim/cost/types.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { fanout, type TraceSink, type TransferRecord } from '../../sim/observe/trace-sink.ts';
 import type { ServingPolicy } from '../../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../../sim/serving/serving-executor.ts';
 import type { RoutingSource, Workload } from '../../sim/workload.ts';
-import { MB, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
+import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { SegmentChecker } from '../helpers/segment-checker.ts';
 
 const E = 4;
 const model: ModelProfile = { ...tinyModel(2, E, 1), id: 'tiny' };
 const SPAN = 2 * E;
 
-const fixed: Record<Operation['kind'], number> = {
-  attention: 10_000,
-  crossAttention: 0,
-  idleExperts: 0,
-  router: 1_000,
-  expert: 100_000,
-  lmHead: 5_000,
-  sharedExperts: 0,
-  denseFfn: 0,
-  attentionProj: 0,
-  cpuAttention: 0,
-  transfer: 0,
-};
-const stubCost: CostModel = {
-  estimate: (op) => ({ ns: Math.ceil(fixed[op.kind] * (op.kind === 'expert' ? (op.fraction ?? 1) : 1)) as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 }),
-};
+const stubCost: CostModel = stubKernelCost();
 const routing: RoutingSource = {
   moeLayers: 2,
   experts: E,
