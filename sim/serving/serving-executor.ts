@@ -172,6 +172,8 @@ interface IterationState {
   layerTotal: number;
   /** The first MoE layer this iteration routes. */
   readonly firstMoeLayer: number;
+  /** Encoder-decoder: source tokens every decoder token attends to (Σ prompts of the batch). */
+  readonly crossContext: number;
   /** Encoder-decoder decoder layer: cross-attention still to run after self-attention. */
   crossPending: boolean;
   /** Index-order expert loop: position in `order`, and whether the idle iterations before it were paid. */
@@ -259,7 +261,7 @@ export class ServingExecutor {
   };
   private readonly attentionCost = new Map<number, Map<number, Ns>>();
   /** Kernel and transfer labels, built once per layer / expert rather than per submission. */
-  private readonly layerLabels: { readonly attention: string; readonly dense: string; readonly router: string; readonly shared: string }[];
+  private readonly layerLabels: { readonly attention: string; readonly cross: string; readonly dense: string; readonly router: string; readonly shared: string }[];
   private readonly expertLabels: string[] = [];
   /**
    * Expert key of each fetch in flight, by H2D transfer id. With it one stored `onDone` serves
@@ -333,6 +335,7 @@ export class ServingExecutor {
     model.moeLayerIndices.forEach((li, mi) => (this.moeIndexOfLayer[li] = mi));
     this.layerLabels = Array.from({ length: model.layers }, (_, layer) => ({
       attention: `L${layer} attention`,
+      cross: `L${layer} cross-attention`,
       dense: `L${layer} dense ffn`,
       router: `L${layer} router`,
       shared: this.moeIndexOfLayer[layer]! >= 0 ? `M${this.moeIndexOfLayer[layer]} shared experts` : '',
@@ -616,6 +619,7 @@ export class ServingExecutor {
       encTokens,
       encTotal,
       firstMoeLayer: encDec && encTotal === 0 ? this.firstDecoderMoeLayer : 0,
+      crossContext: encDec ? batch.reduce((a, r) => a + r.spec.promptTokens, 0) : 0,
       layerTokens: decTokens,
       layerTotal: encDec ? batch.length : totalTokens,
       crossPending: false,
@@ -679,9 +683,7 @@ export class ServingExecutor {
     const labels = this.layerLabels[it.layer]!;
     if (it.crossPending) {
       it.crossPending = false;
-      let cross = 0;
-      for (let i = 0; i < it.batch.length; i++) cross += it.batch[i]!.spec.promptTokens;
-      this.kernel(this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: cross }).ns, `L${it.layer} cross-attention`, 'attention', this.afterAttention);
+      this.kernel(this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext }).ns, labels.cross, 'attention', this.afterAttention);
       return;
     }
     if (this.moeIndexOfLayer[it.layer]! < 0) {
