@@ -100,7 +100,14 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
         cacheSize[l] = 0;
         continue;
       }
-      const c = Math.min(E, Math.max(1, Math.floor(v[l]! / th + 1e-9)));
+      const fits = Math.min(E, Math.floor(v[l]! / th + 1e-9));
+      if (fits < 1 && !p.configurator) {
+        // A fixed θ whose one top would not fit the layer's budget: no top at all (prefetch only).
+        theta[l] = 0;
+        cacheSize[l] = 0;
+        continue;
+      }
+      const c = Math.max(1, fits);
       cacheSize[l] = c;
       // θ = V_i / C_i, except when C_i is capped by N with θ fixed (Fig 4b's θ = 0.1 uses what fits).
       theta[l] = Math.min(1, p.configurator ? v[l]! / c : th);
