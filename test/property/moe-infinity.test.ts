@@ -309,7 +309,9 @@ describe('moe-infinity in the serving executor', () => {
         cancelled += a.cancelled;
         prefetchesUsed += a.prefetchesUsed;
       }),
-      { numRuns: 150 },
+      // Fixed seed: the non-vacuity counts below are then a deterministic fact of these 150
+      // worlds, not a coin toss on every CI run (unseeded, some runs drew no cancellation).
+      { numRuns: 150, seed: 1 },
     );
     // Not vacuous: the worlds exercised cancellation and prefetches that were then needed.
     expect(cancelled).toBeGreaterThan(0);
