@@ -267,3 +267,5 @@ export async function moeInfinityBenchmarks(): Promise<Array<Record<string, numb
 if (import.meta.url === `file://${process.argv[1]}`) {
   for (const r of await moeInfinityBenchmarks()) process.stdout.write(`${JSON.stringify(r)}\n`);
 }
+
+export const suite = { name: 'moe-infinity', run: moeInfinityBenchmarks };

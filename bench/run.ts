@@ -6,28 +6,39 @@
  * Mixtral workload with moe-infinity ≥ 1 000 simulated s per wall s and EAMC matching at
  * capacity 10 000 on Arctic-sized matrices < 10 % of the run's wall time; (issue #5) the
  * 36 K-sequence ChatBot Arena run of the throughput executor in < 30 s wall.
- * `npm run bench -- <suite>` runs one suite (serving, throughput, workloads, moe-infinity).
+ *
+ * Suites are the modules `bench/<suite>-bench.ts`, each exporting `suite: BenchSuite`; they run
+ * in file-name order. `npm run bench -- <suite> [<suite>…]` runs only those.
  * Timing never appears in tests.
  */
-import { writeFileSync } from 'node:fs';
-import { servingBenchmarks, type BenchRecord } from './serving-bench.ts';
-import { throughputBenchmarks } from './throughput-bench.ts';
-import { workloadBenchmarks } from './workloads-bench.ts';
-import { moeInfinityBenchmarks } from './moe-infinity-bench.ts';
+import { readdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { BenchRecord } from './serving-bench.ts';
 
-const only = process.argv[2];
+export interface BenchSuite {
+  readonly name: string;
+  readonly run: () => Promise<BenchRecord[]>;
+}
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const only = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+const suites: BenchSuite[] = [];
+for (const file of readdirSync(here).filter((f) => f.endsWith('-bench.ts')).sort()) {
+  const mod = (await import(pathToFileURL(path.join(here, file)).href)) as { suite?: BenchSuite };
+  if (mod.suite) suites.push(mod.suite);
+}
+const unknown = only.filter((o) => !suites.some((s) => s.name === o));
+if (unknown.length > 0) {
+  process.stderr.write(`bench: unknown suite '${unknown[0]}' (have: ${suites.map((s) => s.name).join(', ')})\n`);
+  process.exit(2);
+}
+
 const records: BenchRecord[] = [];
-const suites: [string, () => Promise<BenchRecord[]>][] = [
-  ['serving', servingBenchmarks],
-  ['throughput', throughputBenchmarks],
-  ['workloads', workloadBenchmarks],
-  ['moe-infinity', moeInfinityBenchmarks],
-];
-
-for (const [name, suite] of suites) {
-  if (only && only !== name) continue;
-  process.stderr.write(`bench: ${name}...\n`);
-  for (const r of await suite()) {
+for (const s of suites) {
+  if (only.length > 0 && !only.includes(s.name)) continue;
+  process.stderr.write(`bench: ${s.name}...\n`);
+  for (const r of await s.run()) {
     records.push(r);
     process.stdout.write(`${format(r)}\n`);
   }

@@ -90,3 +90,5 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
   }
   return out;
 }
+
+export const suite = { name: 'serving', run: servingBenchmarks };

@@ -50,3 +50,5 @@ export async function throughputBenchmarks(): Promise<BenchRecord[]> {
   }
   return out;
 }
+
+export const suite = { name: 'throughput', run: throughputBenchmarks };

@@ -150,3 +150,5 @@ async function childMain(file: string): Promise<void> {
 if (process.argv[2] === CHILD_FLAG && import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   await childMain(process.argv[3]!);
 }
+
+export const suite = { name: 'workloads', run: workloadBenchmarks };
