@@ -6,5 +6,6 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    setupFiles: ['test/setup/fast-check-seed.ts'],
   },
 });
