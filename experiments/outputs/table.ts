@@ -71,6 +71,15 @@ const num = (v: unknown, div = 1): number | undefined => (typeof v === 'number' 
 const pct = (v: unknown): number | undefined => (typeof v === 'number' ? v * 100 : undefined);
 const m = (path: string) => (r: TableRow) => metricAt(r.metrics, path);
 
+/** MoE-CAP columns, both families (`sim/metrics/cap.ts`; nothing for an infeasible throughput run). */
+const capColumns = (get: (r: TableRow, path: string) => unknown): Column[] => [
+  { id: 's-mbu', header: 'S-MBU\n%', get: (r) => pct(get(r, 'cap.sMbu')), digits: 2 },
+  { id: 's-mfu', header: 'S-MFU\n%', get: (r) => pct(get(r, 'cap.sMfu')), digits: 2 },
+  { id: 'mbu', header: 'dense\nMBU %', get: (r) => pct(get(r, 'cap.mbu')), digits: 2 },
+  { id: 'mfu', header: 'dense\nMFU %', get: (r) => pct(get(r, 'cap.mfu')), digits: 2 },
+  { id: 'usd/Mtok', header: 'US$ per\nM tok', get: (r) => get(r, 'cost.usdPerMTok'), digits: 2 },
+];
+
 /** Every named column of the serving family; `SERVING_DEFAULT` picks the table's. */
 export const SERVING_COLUMNS: readonly Column[] = [
   { id: 'ttft.p50', header: 'TTFT\np50 ms', get: m('ttftMs.p50'), keep: 1 },
@@ -98,6 +107,7 @@ export const SERVING_COLUMNS: readonly Column[] = [
   { id: 'sim', header: 'sim s', get: (r) => r.simulatedS, keep: 4 },
   { id: 'wall', header: 'wall s', get: (r) => r.wallS, digits: 2 },
   { id: 'events/s', header: 'events/s', get: (r) => Math.round(r.eventsPerS) },
+  ...capColumns((r, path) => metricAt(r.metrics, path)),
 ];
 export const SERVING_DEFAULT: readonly string[] = ['ttft.p50', 'ttft.p99', 'tpot.p50', 'tok/s', 'hit', 'blocked', 'pcie', 'vram', 'sim'];
 
@@ -125,6 +135,7 @@ export const THROUGHPUT_COLUMNS: readonly Column[] = [
   { id: 'host', header: 'host\npeak GB', get: (r) => num(ok(r, 'peakBytes.host.total'), GB), digits: 1, keep: 4 },
   { id: 'sim', header: 'sim s', get: (r) => (r.metrics.feasible === false ? undefined : r.simulatedS), keep: 5 },
   { id: 'wall', header: 'wall s', get: (r) => r.wallS, digits: 2 },
+  ...capColumns(ok),
 ];
 export const THROUGHPUT_DEFAULT: readonly string[] = ['prefill-tok/s', 'decode-tok/s', 'batch', 'omega', 'gpu', 'pcie', 'vram', 'host', 'sim'];
 

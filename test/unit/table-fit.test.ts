@@ -133,4 +133,13 @@ describe('--columns and --wide', () => {
     expect(columnIds('serving')).toEqual(expect.arrayContaining(['queue.p50', 'service.p50', 'pcie', 'sim', 'wall', 'events/s']));
     expect(columnIds('throughput')).toEqual(expect.arrayContaining(['batch', 'omega', 'gpu', 'pcie', 'vram', 'host', 'sim']));
   });
+
+  it('MoE-CAP columns (s-mbu, s-mfu, dense mbu/mfu, usd/Mtok) in both families, as percentages of the metrics', () => {
+    const row = servingRow('lru', {}, 1);
+    const withCap: TableRow = { ...row, metrics: { ...row.metrics, cap: { sMbu: 0.0351, sMfu: 0.0018, mbu: 0.1141, mfu: 0.0067 }, cost: { usdPerMTok: 144.857 } } };
+    const { columns } = chooseColumns('serving', { columns: ['s-mbu', 's-mfu', 'mbu', 'mfu', 'usd/Mtok'] });
+    const t = renderTable([withCap], columns, 'markdown');
+    expect(t.split('\n')[2]).toBe('| lru | 3.51 | 0.18 | 11.41 | 0.67 | 144.86 |');
+    expect(columnIds('throughput')).toEqual(expect.arrayContaining(['s-mbu', 's-mfu', 'mbu', 'mfu', 'usd/Mtok']));
+  });
 });
