@@ -146,6 +146,8 @@ export const MoeInfinityParams = z
      * outrank every cached one). Without request tracing (no probabilities): always.
      */
     prefetchAdmission: z.enum(['priority', 'always']).default('priority'),
+    /** V_e, MoEpic's unified budget (§4.1): the buffer (cache + prefetches) is V_e + top-k slots (U_b = K). */
+    budgetExperts: z.number().int().nonnegative().optional(),
   })
   .strict();
 export type MoeInfinityParams = z.infer<typeof MoeInfinityParams>;
@@ -398,6 +400,7 @@ export const moeInfinity = definePolicy({
   family: 'serving',
   summary: 'MoE-Infinity: request-level EAM tracing, EAMC matching, multi-layer ranked prefetch with cancellation, activation-aware cache',
   params: MoeInfinityParams,
+  bufferSlots: (p, model) => (p.budgetExperts === undefined ? undefined : p.budgetExperts + model.topK),
   create: (p, ctx) => {
     const policy = new MoeInfinityPolicy('moe-infinity', p, ctx.model);
     if (p.eamcWarmup > 0) warmEamc(policy, p.eamcWarmup, ctx.model, ctx.workload);

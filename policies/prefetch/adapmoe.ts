@@ -38,7 +38,14 @@ export const AdapMoeParams = z
   .object({
     /** Σ of the per-layer cache sizes (default top-k × MoE layers); at least one per layer. */
     totalSlots: z.number().int().positive().optional(),
-    spareSlots: z.number().int().nonnegative().default(1),
+    /**
+     * V_e, MoEpic's unified budget (§4.1: total cached experts across layers, the same for every
+     * system of its Fig 7/8): Σ s_l = V_e (the DP's total, each layer ≥ 1), and the spare slots
+     * default to the paper's K-expert buffer U_b (top-k) instead of 1. Exclusive with `totalSlots`.
+     */
+    budgetExperts: z.number().int().nonnegative().optional(),
+    /** Free slots beside the caches for the prefetch (and staging of misses): default 1, or top-k with `budgetExperts`. */
+    spareSlots: z.number().int().nonnegative().optional(),
     predictTop: z.number().int().positive().optional(),
     maxPrefetch: z.number().int().nonnegative().default(1),
     decodeOnly: z.boolean().default(true),
@@ -49,10 +56,15 @@ export const AdapMoeParams = z
 export type AdapMoeParams = z.infer<typeof AdapMoeParams>;
 
 const totalOf = (p: AdapMoeParams, moeLayers: number, topK: number): number => {
-  const total = p.totalSlots ?? topK * moeLayers;
-  if (total < moeLayers) throw new UserError(`adapmoe needs at least one cache slot per MoE layer (${moeLayers})`, undefined, 'totalSlots', total);
+  if (p.budgetExperts !== undefined && p.totalSlots !== undefined) throw new UserError('adapmoe takes either totalSlots or budgetExperts, not both', undefined, 'budgetExperts', p.budgetExperts);
+  const field = p.budgetExperts !== undefined ? 'budgetExperts' : 'totalSlots';
+  const total = p.budgetExperts ?? p.totalSlots ?? topK * moeLayers;
+  if (total < moeLayers) throw new UserError(`adapmoe needs at least one cache slot per MoE layer (${moeLayers})`, undefined, field, total);
   return total;
 };
+
+/** Spare slots: `spareSlots`, else top-k (the paper's U_b) with `budgetExperts`, else 1 (AdapMoE's one prefetch slot). */
+export const adapMoeSpare = (p: AdapMoeParams, topK: number): number => p.spareSlots ?? (p.budgetExperts !== undefined ? topK : 1);
 
 export interface AdapMoePolicy extends ServingPolicy {
   /** Current per-layer cache sizes (read-only view for tests and reports). */
@@ -138,6 +150,6 @@ export const adapMoe = definePolicy({
   family: 'serving',
   summary: 'AdapMoE: one speculative next-layer prefetch + per-layer LRU with DP-allocated sizes from online statistics',
   params: AdapMoeParams,
-  bufferSlots: (p, model) => totalOf(p, model.moeLayers, model.topK) + p.spareSlots,
+  bufferSlots: (p, model) => totalOf(p, model.moeLayers, model.topK) + adapMoeSpare(p, model.topK),
   create: (p, ctx) => createAdapMoe('adapmoe', p, ctx.model.moeLayers, ctx.model.experts, ctx.model.topK),
 });

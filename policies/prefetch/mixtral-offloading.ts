@@ -28,6 +28,8 @@
  * not part of this policy.
  */
 import { z } from 'zod';
+import { UserError } from '../../sim/kernel/errors.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { firstBy, trimToCaps, victimPool } from '../cache/victims.ts';
@@ -37,6 +39,13 @@ export const MixtralOffloadingParams = z
   .object({
     /** Experts each MoE layer keeps on the GPU (default ⌊experts / 2⌋, at least 1). */
     perLayerSlots: z.number().int().positive().optional(),
+    /**
+     * V_e, MoEpic's unified budget (§4.1: total cached experts across layers, the same for every
+     * system of its Fig 7/8): each layer keeps ⌊V_e / moeLayers⌋ (rounded down: the remainder
+     * V_e mod L is left unused, so the footprint never exceeds the budget); the buffer adds the
+     * top-k staging slots (the paper's U_b = K). Exclusive with `perLayerSlots`.
+     */
+    budgetExperts: z.number().int().nonnegative().optional(),
     speculative: z.boolean().default(true),
     /** Predicted experts prefetched per layer (default: the model's top-k). */
     prefetchK: z.number().int().positive().optional(),
@@ -46,8 +55,17 @@ export type MixtralOffloadingParams = z.infer<typeof MixtralOffloadingParams>;
 
 export const defaultPerLayerSlots = (experts: number): number => Math.max(1, Math.floor(experts / 2));
 
-export function createMixtralOffloading(name: string, p: MixtralOffloadingParams, experts: number, topK: number): ServingPolicy {
-  const cap = p.perLayerSlots ?? defaultPerLayerSlots(experts);
+/** Per-layer cache size: `perLayerSlots`, else ⌊budgetExperts / moeLayers⌋, else ⌊E/2⌋. */
+export function mixtralOffloadingPerLayer(p: MixtralOffloadingParams, model: Pick<ModelProfile, 'moeLayers' | 'experts'>): number {
+  if (p.budgetExperts === undefined) return p.perLayerSlots ?? defaultPerLayerSlots(model.experts);
+  if (p.perLayerSlots !== undefined) throw new UserError('mixtral-offloading takes either perLayerSlots or budgetExperts, not both', undefined, 'budgetExperts', p.budgetExperts);
+  const per = Math.min(model.experts, Math.floor(p.budgetExperts / model.moeLayers));
+  if (per < 1) throw new UserError(`mixtral-offloading needs at least one cached expert per MoE layer: budgetExperts ${p.budgetExperts} < ${model.moeLayers} layers`, undefined, 'budgetExperts', p.budgetExperts);
+  return per;
+}
+
+export function createMixtralOffloading(name: string, p: MixtralOffloadingParams, experts: number, topK: number, moeLayers = 1): ServingPolicy {
+  const cap = mixtralOffloadingPerLayer(p, { experts, moeLayers });
   const capOf = () => cap;
   const k = p.prefetchK ?? topK;
   let stamp = new Float64Array(0);
@@ -95,6 +113,6 @@ export const mixtralOffloading = definePolicy({
   summary: 'Mixtral-Offloading: per-layer LRU (default 4 of 8) + speculative prefetch of the predicted next-layer experts',
   params: MixtralOffloadingParams,
   // Per-layer caches plus top-k staging slots for a layer's misses (Mixtral-Offloading's buffer_size).
-  bufferSlots: (p, model) => lruSlots({ perLayerSlots: p.perLayerSlots ?? defaultPerLayerSlots(model.experts) }, model),
-  create: (p, ctx) => createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK),
+  bufferSlots: (p, model) => lruSlots({ perLayerSlots: mixtralOffloadingPerLayer(p, model) }, model),
+  create: (p, ctx) => createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK, ctx.model.moeLayers),
 });

@@ -29,6 +29,12 @@ export const PreGatedParams = z
     /** Predicted experts prefetched per layer (default: the model's top-k). */
     prefetchK: z.number().int().positive().optional(),
     capacitySlots: z.number().int().positive().optional(),
+    /**
+     * V_e, MoEpic's unified budget (§4.1): accepted so one sweep sizes every system, but
+     * Pre-gated caches nothing, so it only fixes the buffer at the released code's double buffer
+     * (2 × top-k, unless `capacitySlots` is given): flat in the budget, as the paper's Fig 7.
+     */
+    budgetExperts: z.number().int().nonnegative().optional(),
   })
   .strict();
 export type PreGatedParams = z.infer<typeof PreGatedParams>;
@@ -75,6 +81,6 @@ export const preGated = definePolicy({
   family: 'serving',
   summary: 'Pre-gated MoE: prefetch the predicted experts of the next layer, no cache (release after use)',
   params: PreGatedParams,
-  bufferSlots: (p) => p.capacitySlots,
+  bufferSlots: (p, model) => p.capacitySlots ?? (p.budgetExperts !== undefined ? 2 * model.topK : undefined),
   create: (p, ctx) => createPreGated('pre-gated', p, ctx.model.topK),
 });
