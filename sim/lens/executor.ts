@@ -34,12 +34,11 @@
  * analytic model = 1/(slope × layers) tokens/s, T_GPU,it = n_real.
  */
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import type { CostModel, Operation } from '../cost/types.ts';
+import type { CostModel } from '../cost/types.ts';
 import { ACTIVATION_BYTES } from '../cost/cost-model.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import { expectedCounts } from '../throughput/pass-dag.ts';
-import { modelModules } from '../throughput/memory-model.ts';
+import { lensCosts, type GroupLoad } from './costs.ts';
 import { lensAnalytic, profilerNReal, type LensAnalytic } from './analytic.ts';
 import { PagePool } from './page-pool.ts';
 import { LensScheduler, type Iteration } from './scheduler.ts';
@@ -95,32 +94,12 @@ export interface LensRunResult {
   readonly throughputTokPerS: number;
 }
 
-interface GroupLoad {
-  decode: number;
-  decodeCtx: number;
-  prefillTokens: number;
-  prefillCtx: number;
-}
-
 export function runLens(x: LensRunInput): LensRunResult {
   const { model, hardware: hw, cost, settings: st } = x;
-  const mm = modelModules(model);
-  const memo = new Map<string, number>();
-  const ns = (op: Operation): number => {
-    const k = JSON.stringify(op);
-    let v = memo.get(k);
-    if (v === undefined) {
-      v = cost.estimate(op).ns as number;
-      memo.set(k, v);
-    }
-    return v;
-  };
   const cores = st.cpuCores ?? hw.cpu.cores;
+  const lc = lensCosts(model, hw, cost, cores);
+  const { mm, layerBytes, transferNs, ns, gpuLayerNs, cpuNs, lmHead } = lc;
   const E = model.experts;
-  const countsFn = expectedCounts(model.topK);
-  const counts = new Float64Array(E);
-  const layerBytes = mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? E * mm.expertBytes : 0));
-  const transferNs = layerBytes.map((b) => ns({ kind: 'transfer', bytes: b, direction: 'h2d' }));
   const kvTokBytes = model.derived.kvBytesPerTokenPerLayer;
   const kvBytesPerToken = model.derived.kvBytesPerToken;
   const d = model.hiddenSize;
@@ -129,27 +108,6 @@ export function runLens(x: LensRunInput): LensRunResult {
   // the full-duplex link, so they do not delay the weight stream (paper §6.4 bounds both
   // directions together by 2n(d + 2d/s)).
   const h2dActBytesPerDecodeToken = d * ACTIVATION_BYTES;
-
-  /** GPU ns of layer l over n tokens (prefill attention separately). */
-  const gpuLayerNs = (l: number, g: GroupLoad): number => {
-    const n = g.decode + g.prefillTokens;
-    if (n === 0) return 0;
-    let t = 0;
-    if (g.decode > 0) t += ns({ kind: 'attentionProj', tokens: g.decode });
-    if (g.prefillTokens > 0) t += ns({ kind: 'attention', tokens: g.prefillTokens, contextTokens: g.prefillCtx });
-    const mi = mm.moeIndexOfLayer[l]!;
-    if (mi >= 0) {
-      t += ns({ kind: 'router', tokens: n });
-      if (model.sharedExperts > 0) t += ns({ kind: 'sharedExperts', tokens: n });
-      counts.fill(0);
-      countsFn(mi, n, counts);
-      for (let e = 0; e < E; e++) if (counts[e]! > 0) t += ns({ kind: 'expert', tokens: counts[e]! });
-    } else {
-      t += ns({ kind: 'denseFfn', tokens: n });
-    }
-    return t;
-  };
-  const cpuNs = (g: GroupLoad): number => (g.decode > 0 ? ns({ kind: 'cpuAttention', tokens: g.decode, contextTokens: g.decodeCtx, cores }) : 0);
 
   // Pipeline profiler on the first MoE layer (or layer 0).
   const profLayer = Math.max(0, mm.moeIndexOfLayer.findIndex((m) => m >= 0));
@@ -161,7 +119,6 @@ export function runLens(x: LensRunInput): LensRunResult {
   const pool = new PagePool(pages, st.pageTokens);
   const sched = new LensScheduler(x.requests, pool, nReal, st.maxRunning);
   const dramBps = hw.cpu.dramBytesPerSec;
-  const lmHead = (n: number) => (n > 0 ? ns({ kind: 'lmHead', tokens: n }) : 0);
 
   let now = 0;
   let iterations = 0;
