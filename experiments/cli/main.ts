@@ -14,7 +14,9 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
 import { newCommand } from './commands/new.ts';
+import { reportCommand } from './commands/report.ts';
 import { traceCommand } from './commands/trace.ts';
+import { workerCommand } from './commands/worker.ts';
 
 /** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
 const isPluginError = (err: unknown): err is PluginError => err instanceof Error && err.name === 'PluginError' && typeof (err as Partial<PluginError>).oneLine === 'function';
@@ -49,8 +51,10 @@ export async function main(argv: string[]): Promise<number> {
       .command(listCommand)
       .command(traceCommand)
       .command(newCommand)
+      .command(workerCommand)
+      .command(reportCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
-      .demandCommand(1, 'name a command (experiment, validate, list, trace, new)')
+      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report)')
       .strict()
       .fail((msg, err) => {
         if (err) throw err;
