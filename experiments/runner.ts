@@ -27,6 +27,7 @@ import { chooseColumns, columnById, metricAt, metricColumn, renderSeedSummary, r
 import { TimelineSink } from './outputs/timeline.ts';
 import { makeOutDir } from './outputs/out-dir.ts';
 import { renderPlot } from './outputs/plot.ts';
+import { thresholdOutputs } from './outputs/thresholds.ts';
 import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld, buildThroughputWorld } from './world.ts';
 import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
@@ -239,6 +240,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     if (c && tableRows.every((r) => c.get(r) === undefined)) log(`warning: --columns: no run has a metric '${id}' (the table shows '-')`);
   }
   if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
+  table += await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
   return { runs, timing, table, outDir };
 }
 

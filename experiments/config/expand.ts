@@ -14,6 +14,7 @@ import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
 import { DEFAULT_RUNTIME } from '../../hardware-profiles/load.ts';
 import { zodToUserError } from './load.ts';
+import { checkThresholds } from '../outputs/thresholds.ts';
 import {
   ExecutorSchema,
   ServingExecutorSchema,
@@ -192,6 +193,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       throw new UserError('plot field must be policy, seed, model, hardware, a swept path, metrics.<path> or rel:<relative metric>', file, `output.plots[${i}].${axis}`, f);
     }
   });
+  if (config.output.thresholds) checkThresholds(config.output.thresholds, plotFields, cases.map((c) => String(c[CASE_LABEL] ?? '')), file);
   const runs: RunSpec[] = [];
   // Across all sweep points: a policy the swept parameters do not apply to runs once per distinct
   // remaining combination, not once per point.

@@ -25,6 +25,7 @@
 import { z } from 'zod';
 import { WorkloadSchema } from '../../workloads/config.ts';
 import { PlotSchema } from '../outputs/plot.ts';
+import { ThresholdsSchema } from '../outputs/thresholds.ts';
 
 /** One policy entry: a built-in by `name` (its own parameters beside it) or a plugin by `path`. */
 export const PolicyEntrySchema = z.union([
@@ -137,6 +138,8 @@ export const ExperimentSchema = z
           .optional(),
         /** SVG plots written beside results.json. */
         plots: z.array(PlotSchema).default([]),
+        /** The smallest grid point meeting each target of a metric, per policy (`outputs/thresholds.ts`). */
+        thresholds: ThresholdsSchema.optional(),
       })
       .strict()
       .default({ columns: [], seedSummary: [], plots: [] }),
