@@ -17,6 +17,7 @@ interface ExperimentArgs {
   table: 'box' | 'markdown';
   columns?: string;
   wide: boolean;
+  report: boolean;
 }
 
 export const experimentCommand: CommandModule<object, ExperimentArgs> = {
@@ -30,6 +31,7 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' })
       .option('table', { choices: ['box', 'markdown'] as const, default: 'box' as const, describe: 'table style on stdout' })
       .option('columns', { type: 'string', describe: 'table columns, comma-separated: column ids (ttft.p50, tpot.p50, tok/s, hit, blocked, pcie, vram, sim, queue.p50, ...) or metric paths (ttftQueueMs.p99)' })
+      .option('report', { type: 'boolean', default: false, describe: 'also write report.html into the output folder (see `moesim report`)' })
       .option('wide', { type: 'boolean', default: false, describe: 'show every column of the table (it may be wider than the terminal)' }) as never,
   handler: async (args) => {
     const file = args.config ?? QUICKSTART;
@@ -56,6 +58,10 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     const events = result.runs.reduce((a, r) => a + r.sim.events, 0);
     process.stderr.write(`moesim: simulated in ${wallS.toFixed(2)} s of wall time (${(wallS > 0 ? events / wallS : 0).toExponential(2)} events/s; per run in timing.json)\n`);
     process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
+    if (args.report) {
+      const { writeReport } = await import('../../outputs/report.ts');
+      process.stderr.write(`moesim: wrote ${await writeReport(outDir)}\n`);
+    }
   },
 };
 
