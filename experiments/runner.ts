@@ -1,7 +1,11 @@
 /**
  * Runs an experiment: expands runs, preflights every one (so bad input fails before any
- * output exists), runs them in order, and writes results atomically after each run (a killed
- * experiment keeps every finished run; `complete` says whether all ran).
+ * output exists), runs them (one at a time in this thread, on a pool of worker threads with
+ * `jobs`, or on `moesim worker` processes through a Redis queue with `queue`), and writes
+ * results atomically after each run, in run-index order whatever order runs finish in (a killed
+ * experiment keeps every finished run; `complete` says whether all ran, and running it again
+ * with the same `outDir` resumes it: `experiments/parallel/resume.ts`). The outputs do not
+ * depend on how the runs were executed: results.json, runs.csv and the table are byte-identical.
  *
  * Outputs in `outDir`: `results.json` (schema-versioned; simulated quantities only, so reruns
  * are byte-identical), `timing.json` (wall time and events/s per run), `runs.csv`, and with
@@ -11,6 +15,7 @@
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
+import { availableParallelism } from 'node:os';
 import cliProgress from 'cli-progress';
 import { PolicyError, UserError } from '../sim/kernel/errors.ts';
 import type { PolicyDecision, ServingPolicy, ServingView } from '../sim/serving/policy.ts';
@@ -31,6 +36,8 @@ import { thresholdOutputs } from './outputs/thresholds.ts';
 import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld, buildThroughputWorld } from './world.ts';
 import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
+import { runInIndexOrder, threadBackend, type Backend, type TaskBase } from './parallel/pool.ts';
+import { readResumable } from './parallel/resume.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
@@ -69,8 +76,17 @@ export interface RunnerOptions {
   /** Folder for results; nothing is written when undefined. */
   readonly outDir?: string;
   readonly timeline?: boolean;
-  /** Show a progress bar on stderr (only when it is a terminal and the run takes more than ~1.5 s). */
+  /** Show a progress bar over the sweep on stderr (only when it is a terminal and the sweep takes more than ~1.5 s). */
   readonly progress?: boolean;
+  /**
+   * Runs simulated at once, on a pool of worker threads (default 1: in this thread). Ignored
+   * (one at a time, in this thread) when `sinks` is given: sinks cannot cross threads.
+   */
+  readonly jobs?: number;
+  /** `redis://host:port`: send the runs to `moesim worker` processes on this queue (BullMQ) instead. */
+  readonly queue?: string;
+  /** Keep the runs of an interrupted experiment of the same config in `outDir` (default true). */
+  readonly resume?: boolean;
   /** Diagnostics (stderr). */
   readonly log?: (message: string) => void;
   /** Extra sinks for every run (tests: invariant checkers). */
@@ -85,25 +101,62 @@ export interface RunnerOptions {
   readonly onReady?: (runs: number) => void;
 }
 
-class LazyProgress implements TraceSink {
+/**
+ * The progress bar over a sweep: runs done out of the runs to simulate, with an ETA. Shown on a
+ * terminal only, and only once the sweep has taken ~1.5 s (a quick experiment prints no bar).
+ * A run simulated in this thread also moves it within the run (finished requests), since a
+ * long serial run blocks the timer.
+ */
+class SweepProgress implements TraceSink {
   private bar: cliProgress.SingleBar | null = null;
   private done = 0;
+  private within = 0;
   private readonly t0 = performance.now();
+  private readonly timer: NodeJS.Timeout | undefined;
   constructor(
     private readonly total: number,
+    private readonly resumed: number,
     private readonly enabled: boolean,
-  ) {}
+  ) {
+    if (enabled && total > 0) this.timer = setInterval(() => this.draw(), 1000).unref();
+  }
+  /** The run simulated in this thread: its number of requests (0: not in this thread). */
+  private requests = 0;
+  private finished = 0;
+  startRun(requests: number): void {
+    this.requests = requests;
+    this.finished = 0;
+    this.within = 0;
+  }
   onRequest: NonNullable<TraceSink['onRequest']> = (_id, phase) => {
-    if (phase !== 'finish') return;
-    this.done++;
-    if (!this.enabled) return;
-    if (!this.bar && performance.now() - this.t0 > 1500) {
-      this.bar = new cliProgress.SingleBar({ stream: process.stderr, format: 'simulating [{bar}] {percentage}% | {value}/{total} requests | eta {eta}s', hideCursor: true }, cliProgress.Presets.shades_classic);
-      this.bar.start(this.total, this.done);
-    }
-    this.bar?.update(this.done);
+    if (phase !== 'finish' || this.requests === 0) return;
+    this.finished++;
+    this.within = Math.min(0.99, this.finished / this.requests);
+    this.draw();
   };
+  runDone(): void {
+    this.done++;
+    this.within = 0;
+    this.requests = 0;
+    this.draw();
+  }
+  private draw(): void {
+    if (!this.enabled || this.total === 0) return;
+    const value = this.done + this.within;
+    const payload = { runs: this.done, resumed: this.resumed > 0 ? ` (+${this.resumed} resumed)` : '' };
+    if (!this.bar) {
+      if (performance.now() - this.t0 < 1500) return;
+      this.bar = new cliProgress.SingleBar(
+        { stream: process.stderr, format: 'sweep [{bar}] {percentage}% | {runs}/{total} runs{resumed} | eta {eta_formatted}', hideCursor: true, etaBuffer: 20 },
+        cliProgress.Presets.shades_classic,
+      );
+      this.bar.start(this.total, value, payload);
+      return;
+    }
+    this.bar.update(value, payload);
+  }
   stop(): void {
+    if (this.timer) clearInterval(this.timer);
     this.bar?.stop();
   }
 }
@@ -118,9 +171,7 @@ class LazyProgress implements TraceSink {
  */
 export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: string) => void } = {}): Promise<RunSpec[]> {
   const { config, baseDir, file } = loaded;
-  const expanded = await expandRuns(config, baseDir, file);
-  const plugins = await pluginFiles(config, baseDir);
-  const specs = expanded.map((s) => prepareSpec(s, baseDir, plugins));
+  const specs = await prepareRuns(config, baseDir, file);
   const onWarning = o.onWarning ?? (() => {});
   for (const spec of specs) {
     try {
@@ -132,6 +183,78 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
   }
   return specs;
 }
+
+/**
+ * The runs of a config, ready to run (what `preflight` returns, without building their worlds):
+ * expanded, profile paths resolved against `baseDir`, plugins wrapped in the contract guard.
+ */
+export async function prepareRuns(config: ExperimentConfig, baseDir: string, file: string): Promise<RunSpec[]> {
+  const expanded = await expandRuns(config, baseDir, file);
+  const plugins = await pluginFiles(config, baseDir);
+  return expanded.map((s) => prepareSpec(s, baseDir, plugins));
+}
+
+/** What simulating one run gives: its record (as results.json holds it), wall time, and its timeline (with `timeline`). */
+export interface RunOutput {
+  readonly record: RunRecord;
+  readonly timing: TimingRecord;
+  readonly timeline?: string;
+}
+
+/**
+ * Simulates one prepared run. The same code runs a serial sweep, a worker thread's run and a
+ * `moesim worker`'s. The record is returned as results.json holds it (a JSON copy: no NaN,
+ * Infinity or undefined left), so a run read back from an interrupted experiment's file is
+ * the same value as a run just simulated.
+ */
+export async function runOne(
+  spec: RunSpec,
+  o: { readonly baseDir: string; readonly file: string; readonly timeline?: boolean; readonly sinks?: readonly TraceSink[]; readonly onWarning?: (m: string) => void },
+): Promise<RunOutput> {
+  const { baseDir, file } = o;
+  const onWarning = o.onWarning ?? (() => {});
+  const timeline = o.timeline ? new TimelineSink() : undefined;
+  const sinks: TraceSink[] = [...(timeline ? [timeline] : []), ...(o.sinks ?? [])];
+  let metrics: RunMetrics | ThroughputMetrics;
+  let events: number;
+  let endNs: number;
+  let wallS: number;
+  if (spec.throughput) {
+    const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
+    const t0 = performance.now();
+    const outcome = guarded(spec, file, () => executor.run());
+    wallS = (performance.now() - t0) / 1000;
+    metrics = throughputMetrics(outcome, { model: loadModel(spec.model) });
+    events = outcome.events;
+    endNs = outcome.endNs;
+  } else {
+    const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
+    const t0 = performance.now();
+    const outcome = guarded(spec, file, () => executor.run());
+    wallS = (performance.now() - t0) / 1000;
+    const cap = { model: loadModel(spec.model), hardware: loadHardware(spec.hardware) };
+    metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest, cap } : { cap });
+    events = outcome.events;
+    endNs = outcome.endNs;
+  }
+  const simulatedS = endNs / 1e9;
+  const record = JSON.parse(
+    JSON.stringify({
+      index: spec.index,
+      policy: spec.policy.label,
+      params: spec.params,
+      seed: spec.seed,
+      metrics,
+      sim: { events, simulatedS },
+    }),
+  ) as RunRecord;
+  const eventsPerS = wallS > 0 ? events / wallS : 0;
+  const timing: TimingRecord = { index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 };
+  return { record, timing, ...(timeline ? { timeline: timeline.toJson() } : {}) };
+}
+
+/** The file a run's timeline is written to. */
+export const timelineFile = (index: number, policy: string): string => `timeline-${index}-${policy.replace(/[^\w.-]+/g, '_')}.json`;
 
 export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {}): Promise<ExperimentResult> {
   const { config, baseDir, file } = loaded;
@@ -154,12 +277,19 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const specs = await preflight(loaded, { onWarning });
   o.onReady?.(specs.length);
 
-  const totalRequests = specs.reduce((a, s) => a + s.workload.requests, 0);
-  const progress = new LazyProgress(totalRequests, (o.progress ?? true) && process.stderr.isTTY === true);
-  const runs: RunRecord[] = [];
-  const timing: TimingRecord[] = [];
-  const rows: TableRow[] = [];
   const outDir = o.outDir;
+  const byIndex = new Map<number, RunRecord>();
+  const timingByIndex = new Map<number, TimingRecord>();
+  if (outDir && (o.resume ?? true)) {
+    const prev = readResumable(outDir, config, specs, RESULTS_SCHEMA_VERSION, log);
+    for (const r of prev.runs) byIndex.set(r.index, r);
+    for (const t of prev.timing) timingByIndex.set(t.index, t);
+    if (prev.runs.length > 0) log(`resuming: ${prev.runs.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - prev.runs.length} to simulate`);
+  }
+  const todo = specs.filter((s) => !byIndex.has(s.index));
+  const progress = new SweepProgress(todo.length, byIndex.size, (o.progress ?? true) && process.stderr.isTTY === true);
+  /** Every run done so far, in run-index order (the order of results.json whatever order runs finish in). */
+  const sorted = <T extends { index: number }>(m: Map<number, T>): T[] => [...m.values()].sort((a, b) => a.index - b.index);
   if (outDir) makeOutDir(outDir);
   /** Writes one output file; a failure is the user's folder, not a bug. */
   const put = async (name: string, text: string): Promise<void> => {
@@ -171,61 +301,59 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       throw new UserError(`cannot write ${target} (${code ?? String(err)})`, undefined, '--out', outDir);
     }
   };
-  const write = async (complete: boolean): Promise<void> => {
+  let runs: RunRecord[] = sorted(byIndex);
+  const writeNow = async (complete: boolean): Promise<void> => {
+    runs = sorted(byIndex);
     if (!outDir) return;
     await put('results.json', toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
-    await put('timing.json', toJson({ name: config.name, runs: timing }));
+    await put('timing.json', toJson({ name: config.name, runs: sorted(timingByIndex) }));
     await put('runs.csv', runsToCsv(runs));
   };
+  // Writes are queued: one at a time (they share temporary file names), each with every run done by then.
+  let writes: Promise<void> = Promise.resolve();
+  const write = (complete: boolean): Promise<void> => (writes = writes.then(() => writeNow(complete)));
+
+  const jobs = o.jobs ?? 1;
+  const base: TaskBase = { config, file, baseDir, timeline: o.timeline === true };
+  let backend: Backend;
+  if (o.queue !== undefined) {
+    const { queueBackend } = await import('./parallel/queue.ts');
+    backend = await queueBackend(o.queue, base, PluginError.make, log);
+  } else if (Math.min(jobs, todo.length) > 1 && !o.sinks) {
+    backend = threadBackend(Math.min(jobs, todo.length, availableParallelism() * 4), base, PluginError.make);
+  } else {
+    backend = {
+      concurrency: 1,
+      run: (spec) => {
+        progress.startRun(spec.workload.requests);
+        return runOne(spec, { baseDir, file, timeline: o.timeline === true, onWarning, sinks: [progress, ...(o.sinks?.(spec) ?? [])] });
+      },
+      close: async () => {},
+    };
+  }
   try {
-    for (const spec of specs) {
-      const timeline = o.timeline ? new TimelineSink() : undefined;
-      const sinks: TraceSink[] = [progress, ...(timeline ? [timeline] : []), ...(o.sinks?.(spec) ?? [])];
-      let metrics: RunMetrics | ThroughputMetrics;
-      let events: number;
-      let endNs: number;
-      let wallS: number;
-      if (spec.throughput) {
-        const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
-        const t0 = performance.now();
-        const outcome = guarded(spec, file, () => executor.run());
-        wallS = (performance.now() - t0) / 1000;
-        metrics = throughputMetrics(outcome, { model: loadModel(spec.model) });
-        events = outcome.events;
-        endNs = outcome.endNs;
-      } else {
-        const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
-        const t0 = performance.now();
-        const outcome = guarded(spec, file, () => executor.run());
-        wallS = (performance.now() - t0) / 1000;
-        const cap = { model: loadModel(spec.model), hardware: loadHardware(spec.hardware) };
-        metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest, cap } : { cap });
-        events = outcome.events;
-        endNs = outcome.endNs;
-      }
-      const simulatedS = endNs / 1e9;
-      const record: RunRecord = {
-        index: spec.index,
-        policy: spec.policy.label,
-        params: spec.params,
-        seed: spec.seed,
-        metrics,
-        sim: { events, simulatedS },
-      } as RunRecord;
-      runs.push(record);
-      const eventsPerS = wallS > 0 ? events / wallS : 0;
-      timing.push({ index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 });
-      rows.push({ policy: record.policy, params: record.params, seed: record.seed, metrics: record.metrics, wallS, eventsPerS, simulatedS });
-      if (outDir && timeline) {
-        await put(`timeline-${spec.index}-${spec.policy.label.replace(/[^\w.-]+/g, '_')}.json`, timeline.toJson());
-      }
+    await runInIndexOrder(todo, backend.concurrency, async (spec) => {
+      const out = await backend.run(spec);
+      // The timeline first: a run in results.json has its timeline on disk (resume skips it).
+      if (outDir && out.timeline !== undefined) await put(timelineFile(spec.index, spec.policy.label), out.timeline);
+      byIndex.set(spec.index, out.record);
+      timingByIndex.set(spec.index, out.timing);
+      progress.runDone();
       await write(false);
-    }
+    });
   } finally {
     progress.stop();
+    await backend.close();
+    await writes.catch(() => {});
   }
+  runs = sorted(byIndex);
+  const timing = sorted(timingByIndex);
+  const rows: TableRow[] = runs.map((r) => {
+    const t = timingByIndex.get(r.index);
+    return { policy: r.policy, params: r.params, seed: r.seed, metrics: r.metrics, wallS: t?.wallS ?? 0, eventsPerS: t?.eventsPerS ?? 0, simulatedS: r.sim.simulatedS };
+  });
   const relCols = addRelative(config, runs);
-  await write(true);
+  await writeNow(true);
   if (outDir) {
     for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
   }
@@ -298,6 +426,11 @@ export class PluginError extends Error {
     readonly original: unknown,
   ) {
     super(detail);
+  }
+
+  /** The constructor as a function (a worker's failure is rebuilt with it). */
+  static make(policy: string, file: string, hook: string, simTimeNs: number | undefined, detail: string, rule: string | undefined, original: unknown): PluginError {
+    return new PluginError(policy, file, hook, simTimeNs, detail, rule, original);
   }
 
   oneLine(): string {

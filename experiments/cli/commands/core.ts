@@ -1,9 +1,12 @@
 /** `moesim experiment`, `moesim validate`, `moesim list`. */
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
 import { loadConfigFile } from '../../config/load.ts';
 import { checkOutDir } from '../../outputs/out-dir.ts';
+import { UserError } from '../../../sim/kernel/errors.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The built-in default experiment. */
@@ -18,6 +21,16 @@ interface ExperimentArgs {
   columns?: string;
   wide: boolean;
   report: boolean;
+  jobs?: number;
+  queue?: string;
+  resume: boolean;
+}
+
+/** `--jobs`: a positive integer (default: the cores this process may use). */
+export function jobsOf(value: unknown): number {
+  if (value === undefined) return availableParallelism();
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) throw new UserError('must be a whole number of runs at once, at least 1', undefined, '--jobs', value);
+  return value;
 }
 
 export const experimentCommand: CommandModule<object, ExperimentArgs> = {
@@ -32,9 +45,17 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       .option('table', { choices: ['box', 'markdown'] as const, default: 'box' as const, describe: 'table style on stdout' })
       .option('columns', { type: 'string', describe: 'table columns, comma-separated: column ids (ttft.p50, tpot.p50, tok/s, hit, blocked, pcie, vram, sim, queue.p50, ...) or metric paths (ttftQueueMs.p99)' })
       .option('report', { type: 'boolean', default: false, describe: 'also write report.html into the output folder (see `moesim report`)' })
-      .option('wide', { type: 'boolean', default: false, describe: 'show every column of the table (it may be wider than the terminal)' }) as never,
+      .option('wide', { type: 'boolean', default: false, describe: 'show every column of the table (it may be wider than the terminal)' })
+      .option('jobs', { type: 'number', describe: 'runs simulated at once, on worker threads (default: the number of cores; 1: one at a time in this process)' })
+      .option('queue', { type: 'string', describe: 'redis://host:port: send the runs to `moesim worker` processes through this Redis (BullMQ) instead' })
+      .option('resume', { type: 'boolean', default: true, describe: 'keep the runs of an interrupted run of the same config in --out (--no-resume: start afresh)' }) as never,
   handler: async (args) => {
     const file = args.config ?? QUICKSTART;
+    const jobs = jobsOf(args.jobs);
+    if (args.queue !== undefined) {
+      const { connectionOf } = await import('../../parallel/queue.ts');
+      connectionOf(args.queue);
+    }
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', loaded.config.name);
     // Before anything is simulated: a folder that cannot be written fails now, not after the first run.
@@ -44,10 +65,14 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     // The banner waits for preflight: bad input must print exactly one line (the error).
     const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
     const columns = args.columns?.split(',').map((c) => c.trim()).filter((c) => c.length > 0);
+    const started = performance.now();
     const result = await runExperiment(loaded, {
       outDir,
       timeline: args.timeline,
       progress: args.progress,
+      jobs,
+      ...(args.queue !== undefined ? { queue: args.queue } : {}),
+      resume: args.resume,
       tableStyle: args.table,
       columns: { wide: args.wide, ...(columns ? { columns } : {}) },
       log: (m) => process.stderr.write(`moesim: ${m}\n`),
@@ -56,7 +81,9 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     process.stdout.write(`${result.table}\n`);
     const wallS = result.timing.reduce((a, t) => a + t.wallS, 0);
     const events = result.runs.reduce((a, r) => a + r.sim.events, 0);
-    process.stderr.write(`moesim: simulated in ${wallS.toFixed(2)} s of wall time (${(wallS > 0 ? events / wallS : 0).toExponential(2)} events/s; per run in timing.json)\n`);
+    const sweepS = (performance.now() - started) / 1000;
+    const how = args.queue !== undefined ? `runs on ${args.queue}` : jobs > 1 ? `up to ${jobs} runs at once` : 'one run at a time';
+    process.stderr.write(`moesim: simulated in ${wallS.toFixed(2)} s of run time (${(wallS > 0 ? events / wallS : 0).toExponential(2)} events/s; per run in timing.json), ${sweepS.toFixed(2)} s of wall time (${how})\n`);
     process.stderr.write(`moesim: wrote ${path.join(outDir, 'results.json')}, timing.json, runs.csv${args.timeline ? ', timeline-*.json' : ''}\n`);
     if (args.report) {
       const { writeReport } = await import('../../outputs/report.ts');
