@@ -17,7 +17,6 @@ import { newCommand } from './commands/new.ts';
 import { reportCommand } from './commands/report.ts';
 import { traceCommand } from './commands/trace.ts';
 import { workerCommand } from './commands/worker.ts';
-import { workerCommand } from './commands/worker.ts';
 
 /** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
 const isPluginError = (err: unknown): err is PluginError => err instanceof Error && err.name === 'PluginError' && typeof (err as Partial<PluginError>).oneLine === 'function';
@@ -52,7 +51,6 @@ export async function main(argv: string[]): Promise<number> {
       .command(listCommand)
       .command(traceCommand)
       .command(newCommand)
-      .command(workerCommand)
       .command(workerCommand)
       .command(reportCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
