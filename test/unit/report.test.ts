@@ -43,7 +43,8 @@ beforeAll(async () => {
   const cli = pooled([() => runCliAsync(['report', path.join(dir, 'no-such-folder')]), () => runCliAsync(['experiment', config, '--out', cliOut, '--report'])], 2);
   out = await runTinyExperiment(dir);
   html = readFileSync(await writeReport(out), 'utf8');
-  [cliMissing, cliExperiment] = await cli;
+  const r = await cli;
+  [cliMissing, cliExperiment] = [r[0]!, r[1]!];
 }, 300_000);
 
 /** A copy of the results folder, changed by `edit`, for one test. */
