@@ -305,9 +305,10 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const writeNow = async (complete: boolean): Promise<void> => {
     runs = sorted(byIndex);
     if (!outDir) return;
-    await put('results.json', toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
+    // results.json last: what it holds is what a resume keeps, and the others are already written for it.
     await put('timing.json', toJson({ name: config.name, runs: sorted(timingByIndex) }));
     await put('runs.csv', runsToCsv(runs));
+    await put('results.json', toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
   };
   // Writes are queued: one at a time (they share temporary file names), each with every run done by then.
   let writes: Promise<void> = Promise.resolve();
