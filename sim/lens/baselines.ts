@@ -137,8 +137,9 @@ export class LightningScheduler {
         tokens += s.prompt;
         ctx += (s.prompt * (s.prompt + 1)) / 2;
       }
-      this.step(this.batch, nowNs);
-      return { kind: 'prefill', seqs: this.batch.slice(), decodeContextTokens: 0, prefillTokens: tokens, prefillCtx: ctx };
+      const seqs = this.batch.slice();
+      this.step(seqs, nowNs);
+      return { kind: 'prefill', seqs, decodeContextTokens: 0, prefillTokens: tokens, prefillCtx: ctx };
     }
     let ctx = 0;
     for (const s of active) {
