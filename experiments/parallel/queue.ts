@@ -18,7 +18,8 @@ import { createConnection } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Queue, QueueEvents, Worker, type ConnectionOptions } from 'bullmq';
+import { Queue, QueueEvents, Worker } from 'bullmq';
+import { Redis, type RedisOptions } from 'ioredis';
 import { Piscina } from 'piscina';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { RunSpec } from '../config/expand.ts';
@@ -38,8 +39,8 @@ interface JobData {
   readonly root: string;
 }
 
-/** Parses `redis://[user:password@]host[:port][/db]` (or `rediss://`, TLS) into BullMQ's connection options. */
-export function connectionOf(url: string, field = '--queue'): ConnectionOptions & { host: string; port: number } {
+/** Parses `redis://[user:password@]host[:port][/db]` (or `rediss://`, TLS) into the Redis client's options. */
+export function connectionOf(url: string, field = '--queue'): RedisOptions & { host: string; port: number } {
   let u: URL;
   try {
     u = new URL(url);
@@ -79,6 +80,16 @@ export function probe(url: string, field = '--queue'): Promise<void> {
   });
 }
 
+/**
+ * A Redis client for one BullMQ object (each gets its own: Worker and QueueEvents block on
+ * theirs). BullMQ is given built clients: its ESM build cannot load ioredis by itself.
+ */
+function client(url: string, log: (m: string) => void, what: string): Redis {
+  const redis = new Redis(connectionOf(url));
+  redis.on('error', quietErrors(log, what));
+  return redis;
+}
+
 const quietErrors = (log: (m: string) => void, what: string) => {
   let said = false;
   return (err: Error) => {
@@ -91,9 +102,9 @@ const quietErrors = (log: (m: string) => void, what: string) => {
 /** The submitter's side: runs go to the queue, results come back from its events. */
 export async function queueBackend(url: string, base: TaskBase, makePluginError: MakePluginError, log: (m: string) => void): Promise<Backend> {
   await probe(url);
-  const connection = connectionOf(url);
-  const queue = new Queue<JobData>(QUEUE_NAME, { connection });
-  const events = new QueueEvents(QUEUE_NAME, { connection });
+  const clients = [client(url, log, `queue ${url}`), client(url, log, `queue events ${url}`)];
+  const queue = new Queue<JobData>(QUEUE_NAME, { connection: clients[0]! });
+  const events = new QueueEvents(QUEUE_NAME, { connection: clients[1]! });
   queue.on('error', quietErrors(log, `queue ${url}`));
   events.on('error', quietErrors(log, `queue events ${url}`));
   // Listening before any job exists: no completion can be missed.
@@ -159,6 +170,7 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
       pending.clear();
       await events.close();
       await queue.close();
+      for (const c of clients) c.disconnect();
     },
   };
 }
@@ -177,7 +189,7 @@ export interface RunningWorker {
 /** `moesim worker`: joins the queue and simulates runs, `threads` at a time, until closed. */
 export async function startWorker(url: string, threads: number, log: (m: string) => void): Promise<RunningWorker> {
   await probe(url);
-  const connection = connectionOf(url);
+  const redis = client(url, log, `worker ${url}`);
   const pool = new Piscina<RunTask, TaskResult>({
     filename: new URL('./worker-entry.mjs', import.meta.url).href,
     minThreads: 1,
@@ -194,15 +206,16 @@ export async function startWorker(url: string, threads: number, log: (m: string)
       log(`${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       return encode(result);
     },
-    { connection, concurrency: threads },
+    { connection: redis, concurrency: threads },
   );
   worker.on('error', quietErrors(log, `worker ${url}`));
   await worker.waitUntilReady();
-  log(`worker joined ${url} (queue ${QUEUE_NAME}, ${threads} thread${threads === 1 ? '' : 's'})`);
+  log(`joined ${url} (queue ${QUEUE_NAME}, ${threads} thread${threads === 1 ? '' : 's'})`);
   return {
     close: async () => {
       await worker.close();
       await pool.destroy();
+      redis.disconnect();
     },
   };
 }
