@@ -58,7 +58,9 @@ export async function renderPlot(spec: PlotSpec, runs: readonly PlotRun[]): Prom
     y: { field: 'y', type: 'quantitative', aggregate: 'mean', title: spec.y, ...(spec.logY ? { scale: { type: 'log' } } : {}) },
     color: { field: 'series', type: 'nominal', title: spec.series, sort: order },
   };
-  if (spec.kind === 'bar') encoding.xOffset = { field: 'series', sort: order };
+  // Bars of several series side by side; one full-width bar per x when the series is x itself.
+  if (spec.kind === 'bar' && spec.series !== spec.x) encoding.xOffset = { field: 'series', sort: order };
+  else if (spec.kind === 'bar') (encoding.y as Record<string, unknown>).stack = null;
   const unit = {
     mark: spec.kind === 'line' ? { type: 'line', point: true } : { type: 'bar' },
     encoding,

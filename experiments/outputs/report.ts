@@ -340,7 +340,7 @@ function plotsSection(list: readonly PlotOut[], overview: boolean): string {
     return `<figure>${html}<figcaption>${esc(p.caption)}${note}</figcaption></figure>`;
   });
   const lead = overview ? '<p class="note">The config asks for no plots (<code>output.plots</code>); these overview charts are drawn by the report with the same Vega-Lite renderer.</p>' : '';
-  return `${lead}<div class="plots">${figures.join('\n')}</div>`;
+  return `${lead}<div class="plots${overview ? ' grid' : ''}">${figures.join('\n')}</div>`;
 }
 
 /** A small key/value table of numbers per run. */

@@ -65,6 +65,7 @@ figure { margin: 14px 0 22px; }
 figure svg, figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 13.5px; color: #5b6676; }
 .plots { display: flex; flex-wrap: wrap; gap: 8px 28px; }
+.plots.grid figure { width: calc(50% - 14px); margin: 6px 0 14px; }
 details { margin: 6px 0; }
 summary { cursor: pointer; color: #27466e; }
 `;
