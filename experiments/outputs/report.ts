@@ -253,7 +253,7 @@ function resultsTable(c: Context): string {
   const body = rows.map((r, i) => {
     const cells = [
       `<td class="policy">${esc(r.policy + marks[i])}</td>`,
-      ...c.varying.map((k) => td(r.params[k])),
+      ...c.varying.map((k) => (typeof r.params[k] === 'number' ? td(r.params[k]) : `<td class="param">${esc(fmt(r.params[k]))}</td>`)),
       ...(c.multiSeed ? [td(r.seed)] : []),
       ...columns.map((col) => {
         const v = col.get(r);
@@ -382,7 +382,7 @@ function boundsSection(c: Context): string {
   const search = c.runs.filter((r) => num(metricAt(r.metrics, 'search.predictedPassS')) !== undefined && num(metricAt(r.metrics, 'search.simulatedPassS')) !== undefined);
   if (search.length > 0) {
     parts.push('<h3>Predicted against simulated pass time</h3>');
-    parts.push('<p class="note">The policy’s search predicts a pass’s time as the critical path of its task graph under expected routing and no contention (a lower bound of the simulated pass, which has sampled routing and shared links and DRAM).</p>');
+    parts.push('<p class="note">The policy’s search predicts a pass’s time as the critical path of its task graph under expected routing, without contention; the simulated pass of the same shape has sampled routing and shares links and host DRAM, so it is usually as long or longer.</p>');
     parts.push(
       perRunTable(
         c,
@@ -400,7 +400,7 @@ function boundsSection(c: Context): string {
   if (cap.length > 0) {
     const keys = ['cap.sMbu', 'cap.sMfu', 'cap.mbu', 'cap.mfu', 'cap.sMbuCpu', 'cap.sMfuCpu', 'cap.mbuOverSMbu', 'cost.usdPerMTok'].filter((k) => cap.some((r) => num(metricAt(r.metrics, k)) !== undefined));
     parts.push('<h3>MoE-CAP: use of the hardware’s peak, and cost</h3>');
-    parts.push('<p class="note">S-MBU and S-MFU count what the runs activated; the dense MBU/MFU count every expert, which over-rates sparse models. All four are fractions of the datasheet peak (bounded by 1). Simplifications are listed in <code>sim/metrics/cap.ts</code>.</p>');
+    parts.push('<p class="note">S-MBU and S-MFU count what the runs activated, as fractions of the datasheet peak: at most 100 %, a bound the simulator enforces. The dense MBU/MFU count every expert in every pass, bytes and FLOPs a sparse model does not spend, so they over-rate it and can exceed 100 %. Simplifications are listed in <code>sim/metrics/cap.ts</code>.</p>');
     const label: Readonly<Record<string, string>> = { 'cap.sMbu': 'S-MBU %', 'cap.sMfu': 'S-MFU %', 'cap.mbu': 'dense MBU %', 'cap.mfu': 'dense MFU %', 'cap.sMbuCpu': 'CPU S-MBU %', 'cap.sMfuCpu': 'CPU S-MFU %', 'cap.mbuOverSMbu': 'MBU / S-MBU', 'cost.usdPerMTok': 'US$ per M tokens' };
     const cols = keys.map((k) => ({ label: label[k] ?? k, path: k, percent: label[k]?.endsWith('%') ?? false }));
     parts.push(perRunTable(c, cap.map((run) => ({ run, cells: keys.map((k) => metricAt(run.metrics, k)) })), cols));

@@ -100,6 +100,19 @@ describe('the report of a tiny experiment', () => {
   });
 });
 
+describe('an interrupted experiment', () => {
+  it('says that the results are incomplete', async () => {
+    const folder = variant('incomplete', (f) => {
+      const r = results(f);
+      writeResults(f, { ...r, complete: false, runs: r.runs.slice(0, 1) });
+    });
+    const page = readFileSync(await writeReport(folder), 'utf8');
+    expect(page).toContain('<p class="warning">Incomplete: the experiment stopped before every run finished');
+    expect(page.match(/<td class="policy">/g)?.length).toBeGreaterThanOrEqual(1);
+    expect(page).not.toContain('<td class="policy">on-demand</td>');
+  });
+});
+
 describe('plots', () => {
   it('re-renders a plot of output.plots whose SVG is not in the folder', async () => {
     const folder = variant('no-svg', (f) => unlinkSync(path.join(f, 'tpot.svg')));

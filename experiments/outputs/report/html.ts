@@ -59,6 +59,7 @@ thead th { background: #eef1f5; font-weight: 600; }
 tbody tr:nth-child(even) { background: #f8f9fb; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.policy { font-weight: 600; white-space: nowrap; }
+td.param { white-space: nowrap; }
 code, pre { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
 pre { background: #f4f6f8; border: 1px solid #e1e5ea; padding: 10px 12px; overflow-x: auto; border-radius: 4px; }
 figure { margin: 14px 0 22px; }
