@@ -12,6 +12,7 @@
  * `timeline` one Chrome-trace `timeline-<index>-<policy>.json` per run.
  * Only this module measures wall time.
  */
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
@@ -282,9 +283,11 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const timingByIndex = new Map<number, TimingRecord>();
   if (outDir && (o.resume ?? true)) {
     const prev = readResumable(outDir, config, specs, RESULTS_SCHEMA_VERSION, log);
-    for (const r of prev.runs) byIndex.set(r.index, r);
-    for (const t of prev.timing) timingByIndex.set(t.index, t);
-    if (prev.runs.length > 0) log(`resuming: ${prev.runs.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - prev.runs.length} to simulate`);
+    // With --timeline, a run whose timeline is missing (the first invocation had none) is simulated again.
+    const kept = prev.runs.filter((r) => !o.timeline || existsSync(path.join(outDir, timelineFile(r.index, r.policy))));
+    for (const r of kept) byIndex.set(r.index, r);
+    for (const t of prev.timing) if (byIndex.has(t.index)) timingByIndex.set(t.index, t);
+    if (kept.length > 0) log(`resuming: ${kept.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - kept.length} to simulate`);
   }
   const todo = specs.filter((s) => !byIndex.has(s.index));
   const progress = new SweepProgress(todo.length, byIndex.size, (o.progress ?? true) && process.stderr.isTTY === true);
