@@ -96,7 +96,11 @@ export class LensScheduler {
     const preempted: LensSeq[] = [];
     // Decode scheduler: pages for every decoding sequence's next token.
     let need = 0;
-    for (const s of this.decoding) need += pool.extraFor(s.id, s.kvTokens + 1);
+    const dec = this.decoding;
+    for (let i = 0; i < dec.length; i++) {
+      const s = dec[i]!;
+      need += pool.extraFor(s.id, s.kvTokens + 1);
+    }
     if (need > pool.freePages) {
       // Preemption mode: newest first.
       this.decoding.sort((a, b) => a.admitted - b.admitted);
@@ -119,7 +123,8 @@ export class LensScheduler {
     }
     const decode = this.decoding.slice();
     let ctx = 0;
-    for (const s of decode) {
+    for (let i = 0; i < decode.length; i++) {
+      const s = decode[i]!;
       pool.grow(s.id, s.kvTokens + 1, nowNs);
       s.kvTokens += 1;
       ctx += s.kvTokens;
@@ -156,17 +161,22 @@ export class LensScheduler {
       p.seq.state = 'decoding';
       this.decoding.push(p.seq);
     }
-    const stepped = [...decode, ...prefill.map((p) => p.seq)];
-    for (const s of stepped) {
-      s.generated++;
-      this.generatedTokens++;
-      if (s.generated >= s.output) {
-        s.state = 'done';
-        pool.free(s.id, nowNs);
-        this.finished++;
-      }
-    }
-    if (stepped.some((s) => s.state === 'done')) this.decoding = this.decoding.filter((s) => s.state !== 'done');
+    // Decode sequences first, then the prefilled ones (the order tokens are counted in).
+    let anyDone = false;
+    for (let i = 0; i < decode.length; i++) if (this.stepOne(decode[i]!, nowNs)) anyDone = true;
+    for (let i = 0; i < prefill.length; i++) if (this.stepOne(prefill[i]!.seq, nowNs)) anyDone = true;
+    if (anyDone) this.decoding = this.decoding.filter((s) => s.state !== 'done');
     return { decode, prefill, preempted, decodeContextTokens: ctx };
+  }
+
+  /** One generated token for `s`; true when that finishes it (its pages are freed). */
+  private stepOne(s: LensSeq, nowNs: number): boolean {
+    s.generated++;
+    this.generatedTokens++;
+    if (s.generated < s.output) return false;
+    s.state = 'done';
+    this.pool.free(s.id, nowNs);
+    this.finished++;
+    return true;
   }
 }
