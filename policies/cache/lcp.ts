@@ -77,21 +77,86 @@ export class LcpScores {
     return last < 0 ? this.clock[layer]! : this.clock[layer]! - last;
   }
 
+  /**
+   * ρ^(ν/ω) by integer ν, computed once each (NaN: not yet): ν is a count of tokens, so the same
+   * few thousand values recur; a cached value is the very result of the same `Math.pow` call.
+   */
+  private decay = new Float64Array(0);
+
+  private decayOf(nu: number): number {
+    if (nu < this.decay.length && Number.isInteger(nu)) {
+      const d = this.decay[nu]!;
+      if (d === d) return d;
+      return (this.decay[nu] = Math.pow(this.rho, nu / this.omega));
+    }
+    if (Number.isInteger(nu) && nu >= 0 && nu < 1 << 22) {
+      const grown = new Float64Array(Math.max(1024, 2 ** Math.ceil(Math.log2(nu + 1)))).fill(NaN);
+      grown.set(this.decay);
+      this.decay = grown;
+      return (this.decay[nu] = Math.pow(this.rho, nu / this.omega));
+    }
+    return Math.pow(this.rho, nu / this.omega);
+  }
+
   /** P = μ · ρ^(ν/ω) (Eq. 4). */
   priority(key: ExpertKey): number {
     const mu = this.mu[key]!;
-    return mu === 0 ? 0 : mu * Math.pow(this.rho, this.nu(key) / this.omega);
+    return mu === 0 ? 0 : mu * this.decayOf(this.nu(key));
   }
 
   /** Eviction order: lowest priority first, then least recently activated, then lowest key. */
   readonly evictFirst = (a: ExpertKey, b: ExpertKey): number => this.priority(a) - this.priority(b) || this.last[a]! - this.last[b]! || a - b;
 
+  /** Per layer: the experts in their last ranked order (the next ranking starts from it: nearly sorted). */
+  private orders: Int32Array[] = [];
+  private scratch = new Float64Array(0);
+
+  /**
+   * Sorts layer `layer`'s experts, highest priority first (ties: most recent, then lowest id), into
+   * its kept order and returns that order (owned by the scores: copy it to keep it). Insertion
+   * sort from the previous order: priorities move little between tokens, so it is nearly sorted;
+   * the comparison is a strict total order, so the result is the one sorted order.
+   */
+  private sortLayer(layer: number): Int32Array {
+    const E = this.experts;
+    const base = layer * E;
+    let order = this.orders[layer];
+    if (!order) {
+      order = Int32Array.from({ length: E }, (_, e) => e);
+      this.orders[layer] = order;
+    }
+    if (this.scratch.length !== E) this.scratch = new Float64Array(E);
+    const p = this.scratch;
+    for (let e = 0; e < E; e++) p[e] = this.priority(base + e);
+    const last = this.last;
+    for (let i = 1; i < E; i++) {
+      const x = order[i]!;
+      const px = p[x]!;
+      const lx = last[base + x]!;
+      let j = i - 1;
+      while (j >= 0) {
+        const y = order[j]!;
+        // Does x go before y? Higher priority, then more recent, then lower id.
+        const py = p[y]!;
+        if (px > py || (px === py && (lx > last[base + y]! || (lx === last[base + y]! && x < y)))) {
+          order[j + 1] = y;
+          j--;
+        } else break;
+      }
+      order[j + 1] = x;
+    }
+    return order;
+  }
+
   /** The experts of `layer`, highest priority first (ties: most recent, then lowest id). */
   ranked(layer: number): number[] {
-    const base = layer * this.experts;
-    const p = new Float64Array(this.experts);
-    for (let e = 0; e < this.experts; e++) p[e] = this.priority(base + e);
-    return Array.from({ length: this.experts }, (_, e) => e).sort((a, b) => p[b]! - p[a]! || this.last[base + b]! - this.last[base + a]! || a - b);
+    return Array.from(this.sortLayer(layer));
+  }
+
+  /** `rankOf[e]` = the rank of expert e of `layer` in `ranked(layer)`, without allocating. */
+  rankInto(layer: number, rankOf: Int32Array): void {
+    const order = this.sortLayer(layer);
+    for (let i = 0; i < order.length; i++) rankOf[order[i]!] = i;
   }
 }
 

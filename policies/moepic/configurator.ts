@@ -47,6 +47,7 @@ export class SplitStats {
     this.predRank = Array.from({ length: layers }, () => new Float64Array(experts * experts));
     this.tokens = new Float64Array(layers);
     this.acts = new Float64Array(layers);
+    this.act = new Uint8Array(experts);
   }
 
   /**
@@ -55,20 +56,28 @@ export class SplitStats {
    */
   observe(layer: number, rankOf: Int32Array, activated: readonly number[], predicted: readonly number[]): void {
     const E = this.experts;
-    const act = new Uint8Array(E);
-    for (const e of activated) {
+    const act = this.act;
+    const hist = this.rankHist[layer]!;
+    for (let i = 0; i < activated.length; i++) {
+      const e = activated[i]!;
       act[e] = 1;
-      this.rankHist[layer]![rankOf[e]!]!++;
+      hist[rankOf[e]!]!++;
     }
     this.tokens[layer]!++;
     this.acts[layer]! += activated.length;
     const n = Math.min(predicted.length, E);
+    const hit = this.predHit[layer]!;
+    const pr = this.predRank[layer]!;
     for (let y = 0; y < n; y++) {
       const e = predicted[y]!;
-      if (act[e]) this.predHit[layer]![y]!++;
-      this.predRank[layer]![y * E + rankOf[e]!]!++;
+      if (act[e]) hit[y]!++;
+      pr[y * E + rankOf[e]!]!++;
     }
+    for (let i = 0; i < activated.length; i++) act[activated[i]!] = 0;
   }
+
+  /** Scratch: activated experts of the token being observed (cleared after each). */
+  private readonly act: Uint8Array;
 }
 
 export interface LayerModel {

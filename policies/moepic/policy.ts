@@ -48,6 +48,9 @@ import { definePolicy } from '../types.ts';
 import { iterationTokens, LCP_OMEGA, LCP_RHO, LcpScores } from '../cache/lcp.ts';
 import { layerModels, SplitStats, vramAllocation, type ModuleTimes } from './configurator.ts';
 
+/** An empty key list for decisions (never mutated). */
+const NO_KEYS: ExpertKey[] = [];
+
 export const MoepicParams = z
   .object({
     /** V_e: VRAM for cached expert segments, in whole experts (paper defaults: Qwen 240, Mixtral 96). */
@@ -249,8 +252,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
       const decodeOnly = view.batch.every((r) => r.phase === 'decode');
       if (p.configurator && decodeOnly) {
         // Ranks by priority before this token (the cache the configurator would have built).
-        const r = scores.ranked(l);
-        r.forEach((e, i) => (rankOf[e] = i));
+        scores.rankInto(l, rankOf);
         stats.observe(l, rankOf, routing.activated, predictedFor[l]!);
       }
       scores.observe(l, routing.tokensPerExpert, iterationTokens(view));
@@ -289,20 +291,36 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
       if (c === 0 || th <= 0) return false;
       syncTops(view);
       const own = tops[l]!;
-      const dropTops: ExpertKey[] = [];
-      const need = view.segments!.topBytes(th);
-      let free = view.segments!.capacityBytes - view.segments!.usedBytes;
+      const seg = view.segments!;
+      const need = seg.topBytes(th);
+      let free = seg.capacityBytes - seg.usedBytes;
+      let dropTops: ExpertKey[] = NO_KEYS;
       if (own.size >= c || free < need) {
-        // Replace the lowest-priority top of the layer (or a random one without LCP).
-        const pool: ExpertKey[] = [];
-        for (const k of own) if (!view.segments!.topPinned(k) && !view.buffer.entry(k)?.pinned) pool.push(k);
-        if (pool.length === 0) return false;
-        let victim = pool[0]!;
-        if (p.cache === 'lcp') for (const k of pool) victim = scores.evictFirst(k, victim) < 0 ? k : victim;
-        else victim = pool[rng.int(pool.length)]!;
-        free += view.segments!.topBytes(view.segments!.topFraction(victim));
+        // Replace the lowest-priority top of the layer (or a random one without LCP) among those
+        // not in use.
+        let victim = -1;
+        if (p.cache === 'lcp') {
+          // The first by LCP's eviction order (`scores.evictFirst`), each priority computed once.
+          let pv = 0;
+          const last = scores.last;
+          for (const k of own) {
+            if (seg.topPinned(k) || view.buffer.entry(k)?.pinned) continue;
+            const pk = scores.priority(k);
+            if (victim < 0 || pk - pv < 0 || (pk === pv && (last[k]! - last[victim]! < 0 || (last[k] === last[victim] && k < victim)))) {
+              victim = k;
+              pv = pk;
+            }
+          }
+          if (victim < 0) return false;
+        } else {
+          const pool: ExpertKey[] = [];
+          for (const k of own) if (!seg.topPinned(k) && !view.buffer.entry(k)?.pinned) pool.push(k);
+          if (pool.length === 0) return false;
+          victim = pool[rng.int(pool.length)]!;
+        }
+        free += seg.topBytes(seg.topFraction(victim));
         if (free < need) return false;
-        dropTops.push(victim);
+        dropTops = [victim];
         own.delete(victim);
       }
       own.add(key);
