@@ -10,8 +10,13 @@
  * Suites are the modules `bench/<suite>-bench.ts`, each exporting `suite: BenchSuite`; they run
  * in file-name order. `npm run bench -- <suite> [<suite>…]` runs only those.
  * Timing never appears in tests.
+ *
+ * `npm run bench -- --profile [<suite>…]` re-runs each selected suite in its own process under
+ * `node --cpu-prof` and writes `bench-profiles/<suite>.cpuprofile` (open it in Chrome DevTools →
+ * Performance, or https://www.speedscope.app), printing where they are.
  */
-import { readdirSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { BenchRecord } from './serving-bench.ts';
@@ -32,6 +37,28 @@ const unknown = only.filter((o) => !suites.some((s) => s.name === o));
 if (unknown.length > 0) {
   process.stderr.write(`bench: unknown suite '${unknown[0]}' (have: ${suites.map((s) => s.name).join(', ')})\n`);
   process.exit(2);
+}
+
+if (process.argv.includes('--profile')) {
+  // One process per suite, each under the V8 CPU profiler (its own numbers are printed too).
+  const dir = path.resolve('bench-profiles');
+  mkdirSync(dir, { recursive: true });
+  const written: string[] = [];
+  for (const s of suites) {
+    if (only.length > 0 && !only.includes(s.name)) continue;
+    const name = `${s.name}.cpuprofile`;
+    process.stderr.write(`bench: profiling ${s.name}...\n`);
+    const r = spawnSync(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}`, '--import', 'tsx', fileURLToPath(import.meta.url), s.name], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    if (r.status !== 0) {
+      process.stderr.write(`bench: ${s.name} failed under the profiler (exit ${r.status})\n`);
+      process.exit(1);
+    }
+    written.push(path.join(dir, name));
+  }
+  process.stdout.write(`CPU profiles (open in Chrome DevTools → Performance, or speedscope):\n${written.map((w) => `  ${w}`).join('\n')}\n`);
+  process.exit(0);
 }
 
 const records: BenchRecord[] = [];

@@ -11,6 +11,14 @@
  * decision taken at time t sees every completion of time t. `seq` is a per-simulation counter
  * (no global state), so equal (time, priority) events run in scheduling order and two
  * simulations never influence each other.
+ *
+ * Between `priority` and `seq` sits the event's `stamp`: the time it was scheduled at (for
+ * ordinary events `now`, so (stamp, seq) is plain scheduling order and the contract above is
+ * unchanged). A resource that stands for many events by one — a PCIe transfer as one event
+ * instead of one per packet — schedules that event with the stamp its last stand-in would have
+ * had (the start of the last packet), so it runs exactly where that stand-in would have run
+ * among simultaneous events; `currentPriority` / `currentStamp` let it tell, mid-transfer,
+ * whether a virtual packet boundary at `now` has already passed.
  */
 import { Heap } from 'heap-js';
 import { SimError } from './errors.ts';
@@ -40,20 +48,32 @@ export const EventPriority = {
 /** What `schedule` returns: enough to cancel the event, nothing about its type. */
 export interface EventHandle {
   readonly time: Ns;
+  /** Its place in scheduling order (unique per simulation). */
+  readonly seq: number;
   cancelled: boolean;
 }
 
 export interface ScheduledEvent<E> extends EventHandle {
   readonly priority: number;
-  readonly seq: number;
+  /** Scheduling time (or an earlier one given to `schedule`): tie-break after `priority`. */
+  readonly stamp: number;
   readonly event: E;
 }
 
 /** What resources and executors need from the kernel. */
 export interface Scheduler<E> {
   readonly now: Ns;
-  /** Schedules `event` at absolute time `at` (≥ now). Returns a handle for `cancel`. */
-  schedule(at: Ns, event: E, priority?: number): EventHandle;
+  /**
+   * Schedules `event` at absolute time `at` (≥ now). Returns a handle for `cancel`. `stamp`
+   * (default now) orders it among events of equal time and priority as if it had been
+   * scheduled at that time (see the module comment); `seq` (default: the next one) likewise
+   * places it among events of equal stamp — a stand-in reuses the seq of the event it replaces.
+   */
+  schedule(at: Ns, event: E, priority?: number, stamp?: number, seq?: number): EventHandle;
+  /** Priority, stamp and seq of the event being dispatched (for deciding ties at `now`). */
+  readonly currentPriority: number;
+  readonly currentStamp: number;
+  readonly currentSeq: number;
   /** Marks a scheduled event cancelled; it will be skipped. Idempotent. */
   cancel(handle: EventHandle): void;
 }
@@ -83,7 +103,7 @@ export interface KernelObserver<E> {
  * pops events in exactly one order. Written as one expression so the comparator stays cheap.
  */
 function compare<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): number {
-  return a.time - b.time || a.priority - b.priority || a.seq - b.seq;
+  return a.time - b.time || a.priority - b.priority || a.stamp - b.stamp || a.seq - b.seq;
 }
 
 export class Simulation<E extends EventBase> implements Scheduler<E> {
@@ -93,9 +113,25 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
   private readonly queue = new Heap<ScheduledEvent<E>>(compare);
   private handlers: Handlers<E> | null = null;
   private readonly observers: KernelObserver<E>[] = [];
+  /** +Infinity outside dispatch: code running between events runs after everything at `now`. */
+  private _curPriority = Number.POSITIVE_INFINITY;
+  private _curStamp = 0;
+  private _curSeq = 0;
 
   get now(): Ns {
     return this._now;
+  }
+
+  get currentPriority(): number {
+    return this._curPriority;
+  }
+
+  get currentStamp(): number {
+    return this._curStamp;
+  }
+
+  get currentSeq(): number {
+    return this._curSeq;
   }
 
   /** Events processed so far (cancelled ones are not counted). */
@@ -117,11 +153,11 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     this.observers.push(observer);
   }
 
-  schedule(at: Ns, event: E, priority: number = EventPriority.resource): ScheduledEvent<E> {
+  schedule(at: Ns, event: E, priority: number = EventPriority.resource, stamp: number = this._now, seq: number = this.seq++): ScheduledEvent<E> {
     if (at < this._now || !Number.isSafeInteger(at)) {
       throw new SimError(`cannot schedule ${event.kind} at ${at}ns (now ${this._now}ns)`, this._now, 'kernel');
     }
-    const entry: ScheduledEvent<E> = { time: at, priority, seq: this.seq++, event, cancelled: false };
+    const entry: ScheduledEvent<E> = { time: at, priority, stamp, seq, event, cancelled: false };
     this.queue.push(entry);
     return entry;
   }
@@ -174,11 +210,15 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     const handlers = this.handlers;
     if (!handlers) throw new SimError('no handlers installed', this._now, 'kernel');
     this._now = entry.time;
+    this._curPriority = entry.priority;
+    this._curStamp = entry.stamp;
+    this._curSeq = entry.seq;
     this.processed++;
     const observers = this.observers;
     // Checked first: most runs have no observer, and this runs for every event.
     if (observers.length > 0) for (const o of observers) o.onEvent?.(entry.time, entry.event);
     const handler = handlers[entry.event.kind as E['kind']] as (e: E) => void;
     handler(entry.event);
+    this._curPriority = Number.POSITIVE_INFINITY;
   }
 }

@@ -22,6 +22,23 @@ import { EventPriority, type EventHandle, type Scheduler } from '../kernel/simul
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { ResourceEvent } from './events.ts';
 
+/**
+ * A user that runs alone in the share without a flow (a PCIe transfer of many packets as one
+ * event, see `PcieLink`): it must turn its current packet into a real flow (`injectFlow`) when
+ * anything else is about to happen in the share.
+ */
+export interface ExclusiveHolder {
+  materialize(): void;
+}
+
+/** Who grants an exclusive claim (`FluidShare`, or a `LinkRunGroup` when DMA does not share DRAM). */
+export interface ExclusiveLock {
+  tryExclusive(holder: ExclusiveHolder, capBytesPerSec: number): boolean;
+  releaseExclusive(holder: ExclusiveHolder): void;
+  /** `holder` is about to act on the shared resource: another holder's claim ends (it materializes). */
+  interrupt(holder: ExclusiveHolder): void;
+}
+
 interface Flow {
   /** Index of this record in `records`; the `flowId` of its completion event. */
   readonly id: number;
@@ -36,7 +53,7 @@ interface Flow {
   onDone: (() => void) | null;
 }
 
-export class FluidShare {
+export class FluidShare implements ExclusiveLock {
   /** Running flows in start order (a handful at most: a plain array beats a Map here). */
   private readonly flows: Flow[] = [];
   /**
@@ -54,6 +71,8 @@ export class FluidShare {
   /** Time during which demand exceeded capacity. */
   private contendedNs = 0;
   private contended = false;
+  /** The user running alone without a flow, if any (see `ExclusiveHolder`). */
+  private exclusive: ExclusiveHolder | null = null;
 
   constructor(
     readonly name: string,
@@ -74,7 +93,77 @@ export class FluidShare {
   start(bytes: number, capBytesPerSec: number, onDone: () => void): number {
     if (!(bytes > 0)) throw new RangeError(`${this.name}: flow bytes must be > 0, got ${bytes}`);
     if (!(capBytesPerSec > 0)) throw new RangeError(`${this.name}: flow cap must be > 0, got ${capBytesPerSec}`);
+    if (this.exclusive) this.materializeExclusive();
     this.advance();
+    const f = this.newFlow(bytes, capBytesPerSec, onDone);
+    this.flows.push(f);
+    if (this.flows.length === 1) {
+      // Alone (the common case of a DMA stream): it runs at its cap unless that exceeds the
+      // capacity, which the general rebalance handles.
+      this.contended = capBytesPerSec > this.capacityBytesPerSec * (1 + 1e-12);
+      if (!this.contended) {
+        this.setRate(f, capBytesPerSec);
+        return f.id;
+      }
+    }
+    this.rebalance();
+    return f.id;
+  }
+
+  /**
+   * Claims the share for a user that will run alone at `capBytesPerSec` without a flow per
+   * packet. Granted only when no flow runs, nobody else holds it and the cap fits the capacity
+   * (so the user's rate is its cap and stays so until someone else starts: then the share calls
+   * `holder.materialize()` first).
+   */
+  tryExclusive(holder: ExclusiveHolder, capBytesPerSec: number): boolean {
+    if (this.flows.length > 0 || this.exclusive !== null) return false;
+    if (capBytesPerSec > this.capacityBytesPerSec * (1 + 1e-12)) return false;
+    this.exclusive = holder;
+    return true;
+  }
+
+  interrupt(holder: ExclusiveHolder): void {
+    if (this.exclusive !== null && this.exclusive !== holder) this.materializeExclusive();
+  }
+
+  /** Ends an exclusive claim (the holder finished without materializing). */
+  releaseExclusive(holder: ExclusiveHolder): void {
+    if (this.exclusive === holder) this.exclusive = null;
+  }
+
+  /**
+   * Accounts one packet an exclusive holder moved alone: `bytes` at `rate` for `dtNs` — the
+   * bytes served exactly as a flow started and finished alone would have added them.
+   */
+  addServed(bytes: number, rate: number, dtNs: number): void {
+    this.servedBytes += Math.min(bytes, (rate * dtNs) / 1e9);
+  }
+
+  /**
+   * The exclusive holder's packet in flight becomes a real flow, exactly as if it had been
+   * started alone at `startNs` (≤ now) — the last time the share was touched — and nothing had
+   * touched the share since; its completion event takes the kernel `seq` of the holder's own
+   * (see `Simulation.schedule`). Ends the claim.
+   */
+  injectFlow(bytes: number, capBytesPerSec: number, onDone: () => void, startNs: Ns, seq: number): void {
+    if (this.flows.length > 0) throw new SimError('flow injected into a busy share', this.sched.now, this.name);
+    this.exclusive = null;
+    this.lastUpdateNs = startNs;
+    this.contended = false;
+    const f = this.newFlow(bytes, capBytesPerSec, onDone);
+    this.flows.push(f);
+    f.rateBytesPerSec = capBytesPerSec;
+    f.handle = this.sched.schedule((startNs + ceilNs((bytes / capBytesPerSec) * 1e9)) as Ns, f.doneEvent, EventPriority.completion, startNs, seq);
+  }
+
+  private materializeExclusive(): void {
+    const h = this.exclusive!;
+    this.exclusive = null;
+    h.materialize();
+  }
+
+  private newFlow(bytes: number, capBytesPerSec: number, onDone: () => void): Flow {
     let f: Flow;
     const freeId = this.free.pop();
     if (freeId === undefined) {
@@ -90,18 +179,7 @@ export class FluidShare {
     f.rateBytesPerSec = 0;
     f.handle = null;
     f.onDone = onDone;
-    this.flows.push(f);
-    if (this.flows.length === 1) {
-      // Alone (the common case of a DMA stream): it runs at its cap unless that exceeds the
-      // capacity, which the general rebalance handles.
-      this.contended = capBytesPerSec > this.capacityBytesPerSec * (1 + 1e-12);
-      if (!this.contended) {
-        this.setRate(f, capBytesPerSec);
-        return f.id;
-      }
-    }
-    this.rebalance();
-    return f.id;
+    return f;
   }
 
   /** Handler of `fluid.flowDone`. */
@@ -127,12 +205,14 @@ export class FluidShare {
 
   /** Bytes served so far, including the progress of running flows up to now. */
   bytesServed(): number {
+    if (this.exclusive) this.materializeExclusive();
     this.advance();
     return this.servedBytes;
   }
 
   /** Total time during which the flows' demand exceeded the capacity. */
   contendedTimeNs(): number {
+    if (this.exclusive) this.materializeExclusive();
     this.advance();
     return this.contendedNs;
   }

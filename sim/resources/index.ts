@@ -10,7 +10,7 @@ import type { ResourceEvent } from './events.ts';
 import { FluidShare } from './fluid-share.ts';
 import { Gpu } from './gpu.ts';
 import { MemoryPool } from './memory-pool.ts';
-import { PcieLink } from './pcie-link.ts';
+import { LinkRunGroup, PcieLink } from './pcie-link.ts';
 
 export interface ResourceOptions {
   /** GPU streams and their names (e.g. ['compute'] or ['attention', 'experts']). */
@@ -47,10 +47,11 @@ export function createResources(
   const dmaDram = o.dmaSharesHostDram === false ? undefined : hostDram;
   const pageable = hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor;
   const packetBytes = o.packetBytes ?? DEFAULT_PACKET_BYTES;
+  const runGroup = new LinkRunGroup();
   return {
     gpu: new Gpu({ streams: o.streamNames.length, concurrentStreams: o.concurrentStreams ?? false, sched, sink, streamNames: o.streamNames }),
-    h2d: new PcieLink({ name: 'h2d', bytesPerSec: hw.pcie.h2dBytesPerSec * pageable, latencyNs: hw.pcie.latencyNs, packetBytes, sched, dram: dmaDram, sink }),
-    d2h: new PcieLink({ name: 'd2h', bytesPerSec: hw.pcie.d2hBytesPerSec * pageable, latencyNs: hw.pcie.latencyNs, packetBytes, sched, dram: dmaDram, sink }),
+    h2d: new PcieLink({ name: 'h2d', bytesPerSec: hw.pcie.h2dBytesPerSec * pageable, latencyNs: hw.pcie.latencyNs, packetBytes, sched, dram: dmaDram, sink, runGroup }),
+    d2h: new PcieLink({ name: 'd2h', bytesPerSec: hw.pcie.d2hBytesPerSec * pageable, latencyNs: hw.pcie.latencyNs, packetBytes, sched, dram: dmaDram, sink, runGroup }),
     cpu: new CpuPool({ cores: hw.cpu.cores, perCoreBytesPerSec: hw.cpu.perCoreDramBytesPerSec, sched, dram: hostDram, sink }),
     hostDram,
     vram: new MemoryPool('vram', o.vramBytes ?? hw.gpu.vramBytes, sched, sink),
@@ -64,6 +65,7 @@ export function resourceHandlers(r: Resources): Handlers<ResourceEvent> {
     'gpu.kernelDone': (e) => r.gpu.onKernelDone(e.stream),
     'link.latencyDone': (e) => r[e.link].onLatencyDone(),
     'link.packetDone': (e) => r[e.link].onPacketDone(),
+    'link.runDone': (e) => r[e.link].onRunDone(),
     'fluid.flowDone': (e) => r.hostDram.onFlowDone(e.flowId),
     'cpu.taskDone': (e) => r.cpu.onTaskDone(e.taskId),
   };

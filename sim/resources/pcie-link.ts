@@ -11,16 +11,30 @@
  * - When a host-DRAM `FluidShare` is given, every packet is a flow in it capped at the link's
  *   bandwidth, so heavy CPU memory traffic slows DMA down (and vice versa).
  *
+ * Runs (speed, same schedule): a transfer that would send several packets back to back — on a
+ * link without a DRAM share, or alone in it (`FluidShare.tryExclusive`) — is sent as one *run*:
+ * one event at the end of its last packet instead of one per packet. Packet boundaries stay
+ * exact, computed arithmetically (start + k · ⌈packet / bw⌉): the run is split back into
+ * packets — its packet in flight becomes a real packet, ending at its boundary — as soon as
+ * anything could change what happens at a boundary: a more urgent transfer is submitted, a
+ * re-prioritisation changes the most urgent pending transfer, the running transfer is
+ * cancelled, or another flow starts in the DRAM share (which then turns the packet in flight
+ * into a flow started at the packet's start, as it would have been). A boundary at exactly
+ * `now` has passed when its virtual completion event would already have run (kernel order
+ * (time, priority, stamp, seq), see `Simulation`). Packets of a run are reported to the sink,
+ * and counted in `bytesMoved` / `sentBytes`, when the run ends or is split (`sync()` brings
+ * them up to date at any time).
+ *
  * Accounting invariant: `bytesMoved = completedBytes + cancelledSentBytes + Σ sentBytes of
  * pending transfers` (partly sent ones, e.g. overtaken), so `bytesMoved = completedBytes +
  * cancelledSentBytes` once nothing is pending. A packet in flight counts when it lands.
  */
 import { SimError } from '../kernel/errors.ts';
-import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
+import { EventPriority, type EventHandle, type Scheduler } from '../kernel/simulation.ts';
 import { bytesToNs, type Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { LinkName, ResourceEvent } from './events.ts';
-import type { FluidShare } from './fluid-share.ts';
+import type { ExclusiveHolder, ExclusiveLock, FluidShare } from './fluid-share.ts';
 
 export type TransferState = 'queued' | 'active' | 'done' | 'cancelled';
 
@@ -58,9 +72,38 @@ export interface PcieLinkOptions {
   readonly sched: Scheduler<ResourceEvent>;
   readonly dram?: FluidShare;
   readonly sink?: TraceSink;
+  /** Send back-to-back packets as one run (default true; false: one event per packet, the reference the runs are tested against). */
+  readonly packetRuns?: boolean;
+  /** Without `dram`: the group of links whose runs exclude each other (default: this link alone). */
+  readonly runGroup?: LinkRunGroup;
 }
 
-export class PcieLink {
+/**
+ * The claim on running that links share when their DMA does not draw on a DRAM share (which
+ * otherwise arbitrates): at most one link of a group runs, and only while the others are idle
+ * — any activity of another link splits the run, so simultaneous completions on the two links
+ * keep the order one event per packet gives them.
+ */
+export class LinkRunGroup implements ExclusiveLock {
+  private holder: ExclusiveHolder | null = null;
+  tryExclusive(holder: ExclusiveHolder): boolean {
+    if (this.holder !== null) return false;
+    this.holder = holder;
+    return true;
+  }
+  releaseExclusive(holder: ExclusiveHolder): void {
+    if (this.holder === holder) this.holder = null;
+  }
+  interrupt(holder: ExclusiveHolder): void {
+    const h = this.holder;
+    if (h !== null && h !== holder) {
+      this.holder = null;
+      h.materialize();
+    }
+  }
+}
+
+export class PcieLink implements ExclusiveHolder {
   readonly name: LinkName;
   readonly bytesPerSec: number;
   readonly latencyNs: number;
@@ -84,6 +127,24 @@ export class PcieLink {
   /** This link's events, built once (plain immutable data, so one object serves every packet). */
   private readonly packetDoneEvent: ResourceEvent;
   private readonly latencyDoneEvent: ResourceEvent;
+  private readonly runDoneEvent: ResourceEvent;
+  /**
+   * The run in progress (see the module comment): `curTransfer` sends its remaining bytes from
+   * `runStartNs` as `runPackets` packets, full ones of `runFullNs` each and a last one of
+   * `runLastBytes` in `runLastNs`; `runFlushed` of them have been accounted.
+   */
+  private runActive = false;
+  private runStartNs = 0;
+  private runPackets = 0;
+  private runFullNs = 0;
+  private runLastBytes = 0;
+  private runLastNs = 0;
+  private runFlushed = 0;
+  private runHandle: EventHandle | null = null;
+  /** Kernel seq of the run's event (where its first packet's completion would have been scheduled). */
+  private runSeq = 0;
+  private readonly packetRuns: boolean;
+  private readonly lock: ExclusiveLock;
 
   /** Bytes of packets completed on the wire. */
   bytesMoved = 0;
@@ -109,6 +170,9 @@ export class PcieLink {
     this.sink = o.sink;
     this.packetDoneEvent = { kind: 'link.packetDone', link: o.name };
     this.latencyDoneEvent = { kind: 'link.latencyDone', link: o.name };
+    this.runDoneEvent = { kind: 'link.runDone', link: o.name };
+    this.packetRuns = o.packetRuns ?? true;
+    this.lock = o.dram ?? o.runGroup ?? new LinkRunGroup();
   }
 
   /** Transfers waiting or running, in no particular order. */
@@ -140,6 +204,7 @@ export class PcieLink {
       onDone: spec.onDone,
     };
     this.queue.push(t);
+    if (this.runActive && t.priority < this.curTransfer!.priority) this.splitRun();
     this.pump();
     return t;
   }
@@ -150,6 +215,7 @@ export class PcieLink {
    */
   cancel(t: Transfer): boolean {
     if (t.state === 'done' || t.state === 'cancelled') return false;
+    if (this.runActive && this.curTransfer === t) this.splitRun();
     t.state = 'cancelled';
     const i = this.queue.indexOf(t);
     if (i >= 0) this.queue.splice(i, 1);
@@ -162,7 +228,32 @@ export class PcieLink {
 
   /** Changes the priority of a queued or running transfer; takes effect at the next packet boundary. */
   reprioritize(t: Transfer, priority: number): void {
-    if (t.state === 'queued' || t.state === 'active') t.priority = priority;
+    if (t.state !== 'queued' && t.state !== 'active') return;
+    t.priority = priority;
+    if (this.runActive && this.best() !== this.curTransfer) this.splitRun();
+  }
+
+  /** Accounts the packets of the run in progress that have completed by now (see the module comment). */
+  sync(): void {
+    if (this.runActive) this.flushRun(this.packetsPassed());
+  }
+
+  /** Handler of `link.runDone`: the last packet of a run landed. */
+  onRunDone(): void {
+    const last = this.runPackets - 1;
+    this.flushRun(last);
+    this.runActive = false;
+    this.runHandle = null;
+    this.curBytes = this.runLastBytes;
+    this.curStartNs = (this.runStartNs + last * this.runFullNs) as Ns;
+    this.lock.releaseExclusive(this);
+    this.dram?.addServed(this.runLastBytes, this.bytesPerSec, this.runLastNs);
+    this.onPacketDone();
+  }
+
+  /** The DRAM share needs the packet in flight as a real flow (`ExclusiveHolder`). */
+  materialize(): void {
+    if (this.runActive) this.splitRun();
   }
 
   /** Handler of `link.latencyDone`. */
@@ -177,7 +268,9 @@ export class PcieLink {
       this.pump();
       return;
     }
-    this.startPacket(t);
+    // Chosen before its latency: a more urgent transfer may have arrived since (it overtakes
+    // after this first packet, so no run).
+    this.startPacket(t, this.best() === t);
   }
 
   /** Handler of `link.packetDone` (or the flow completion in the DRAM share). */
@@ -214,31 +307,44 @@ export class PcieLink {
     return this.busyNs + (this.busySinceNs >= 0 ? this.sched.now - this.busySinceNs : 0);
   }
 
-  private pump(): void {
-    if (this.curTransfer || this.latencyFor) return;
+  /** The most urgent pending transfer (lowest priority, then oldest). */
+  private best(): Transfer {
     const queue = this.queue;
-    if (queue.length === 0) return;
     let best = queue[0]!;
     for (let i = 1; i < queue.length; i++) {
       const t = queue[i]!;
       if (t.priority < best.priority || (t.priority === best.priority && t.seq < best.seq)) best = t;
     }
+    return best;
+  }
+
+  private pump(): void {
+    if (this.curTransfer || this.latencyFor) return;
+    if (this.queue.length === 0) return;
+    const best = this.best();
     if (this.busySinceNs < 0) this.busySinceNs = this.sched.now;
     if (best.state === 'queued') {
       best.state = 'active';
       best.startNs = this.sched.now;
     }
     if (!best.latencyPaid && this.latencyNs > 0) {
+      this.lock.interrupt(this);
       this.latencyFor = best;
       this.sched.schedule((this.sched.now + this.latencyNs) as Ns, this.latencyDoneEvent, EventPriority.completion);
       return;
     }
     best.latencyPaid = true;
-    this.startPacket(best);
+    this.startPacket(best, true);
   }
 
-  private startPacket(t: Transfer): void {
-    const bytes = Math.min(this.packetBytes, t.bytes - t.sentBytes);
+  private startPacket(t: Transfer, mostUrgent: boolean): void {
+    const remaining = t.bytes - t.sentBytes;
+    if (mostUrgent && this.packetRuns && remaining > this.packetBytes && this.lock.tryExclusive(this, this.bytesPerSec)) {
+      this.startRun(t, remaining);
+      return;
+    }
+    this.lock.interrupt(this);
+    const bytes = Math.min(this.packetBytes, remaining);
     this.curTransfer = t;
     this.curBytes = bytes;
     this.curStartNs = this.sched.now;
@@ -247,6 +353,88 @@ export class PcieLink {
     } else {
       const at = (this.sched.now + bytesToNs(bytes, this.bytesPerSec)) as Ns;
       this.sched.schedule(at, this.packetDoneEvent, EventPriority.completion);
+    }
+  }
+
+  private startRun(t: Transfer, remaining: number): void {
+    const now = this.sched.now;
+    const packets = Math.ceil(remaining / this.packetBytes);
+    this.runActive = true;
+    this.runStartNs = now;
+    this.runPackets = packets;
+    this.runFullNs = bytesToNs(this.packetBytes, this.bytesPerSec);
+    this.runLastBytes = remaining - (packets - 1) * this.packetBytes;
+    this.runLastNs = bytesToNs(this.runLastBytes, this.bytesPerSec);
+    this.runFlushed = 0;
+    this.curTransfer = t;
+    this.curBytes = this.runLastBytes;
+    this.curStartNs = now;
+    const lastStart = now + (packets - 1) * this.runFullNs;
+    // Stamped with the start of the last packet: it runs where that packet's completion would.
+    this.runHandle = this.sched.schedule((lastStart + this.runLastNs) as Ns, this.runDoneEvent, EventPriority.completion, lastStart);
+    this.runSeq = this.runHandle.seq;
+  }
+
+  /**
+   * Packets of the run completed by the event being dispatched: boundary k (the end of packet
+   * k − 1, at start + k · full) has passed when it is before now, or at now and its virtual
+   * completion event — (now, completion, stamp = start of packet k − 1) — precedes the current one.
+   */
+  private packetsPassed(): number {
+    const elapsed = this.sched.now - this.runStartNs;
+    let k = Math.min(Math.floor(elapsed / this.runFullNs), this.runPackets - 1);
+    if (k >= 1 && k * this.runFullNs === elapsed) {
+      const p = this.sched.currentPriority;
+      let passed = p > EventPriority.completion;
+      if (p === EventPriority.completion) {
+        const stamp = this.runStartNs + (k - 1) * this.runFullNs;
+        const cur = this.sched.currentStamp;
+        // Equal stamps: the first packet's completion would have been scheduled where the run's
+        // event was (compare seqs); a later one's by the previous boundary's completion, taken
+        // as scheduled before the current event (exact unless that event was itself scheduled at
+        // the previous boundary by an earlier completion of the same instant).
+        passed = stamp < cur || (stamp === cur && (k > 1 || this.sched.currentSeq > this.runSeq));
+      }
+      if (!passed) k--;
+    }
+    return k;
+  }
+
+  /** Accounts packets [runFlushed, upTo) of the run as landed, in order, as their completions would have. */
+  private flushRun(upTo: number): void {
+    const t = this.curTransfer!;
+    const full = this.packetBytes;
+    const fullNs = this.runFullNs;
+    for (let k = this.runFlushed; k < upTo; k++) {
+      const startNs = this.runStartNs + k * fullNs;
+      this.bytesMoved += full;
+      t.sentBytes += full;
+      this.dram?.addServed(full, this.bytesPerSec, fullNs);
+      this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes: full, startNs: startNs as Ns, endNs: (startNs + fullNs) as Ns });
+    }
+    if (upTo > this.runFlushed) this.runFlushed = upTo;
+  }
+
+  /** Ends the run: packets landed are accounted, the one in flight becomes a real packet (or flow). */
+  private splitRun(): void {
+    const k = this.packetsPassed();
+    this.flushRun(k);
+    this.runActive = false;
+    if (this.runHandle) this.sched.cancel(this.runHandle);
+    this.runHandle = null;
+    const last = k === this.runPackets - 1;
+    const bytes = last ? this.runLastBytes : this.packetBytes;
+    const durNs = last ? this.runLastNs : this.runFullNs;
+    const startNs = (this.runStartNs + k * this.runFullNs) as Ns;
+    this.curBytes = bytes;
+    this.curStartNs = startNs;
+    if (this.dram) {
+      this.dram.injectFlow(bytes, this.bytesPerSec, this.packetDoneCallback, startNs, this.runSeq);
+    } else {
+      this.lock.releaseExclusive(this);
+      // The run's seq: exact for the first packet (its completion would have been scheduled where
+      // the run's event was), and before every event scheduled at a later boundary otherwise.
+      this.sched.schedule((startNs + durNs) as Ns, this.packetDoneEvent, EventPriority.completion, startNs, this.runSeq);
     }
   }
 

@@ -379,6 +379,7 @@ describe('PcieLink (model-based)', () => {
             },
             'link.latencyDone': () => link.onLatencyDone(),
             'link.packetDone': () => link.onPacketDone(),
+            'link.runDone': () => link.onRunDone(),
             'fluid.flowDone': (e) => dram!.onFlowDone(e.flowId),
             'cpu.taskDone': () => {
               throw new Error('no cpu');

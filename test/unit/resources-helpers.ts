@@ -122,6 +122,7 @@ export function makeRig(o: RigOptions): Rig {
     'gpu.kernelDone': (e) => (gpu ?? missing('gpu')).onKernelDone(e.stream),
     'link.latencyDone': (e) => linkFor(e.link).onLatencyDone(),
     'link.packetDone': (e) => linkFor(e.link).onPacketDone(),
+    'link.runDone': (e) => linkFor(e.link).onRunDone(),
     'fluid.flowDone': (e) => (dram ?? missing('host DRAM')).onFlowDone(e.flowId),
     'cpu.taskDone': (e) => (cpu ?? missing('cpu')).onTaskDone(e.taskId),
   });
