@@ -28,7 +28,7 @@ import { writeFileAtomic } from './atomic.ts';
 import { PlotSchema, renderPlot, type PlotRun, type PlotSpec } from './plot.ts';
 import { chooseColumns, columnById, metricAt, metricColumn, renderSeedSummary, type Column, type Family, type TableRow } from './table.ts';
 import { esc, fileLink, headerHtml, STYLE, svgMarkup } from './report/html.ts';
-import { COLUMN_METRICS, metricDef } from './report/metric-defs.ts';
+import { COLUMN_METRICS, metricDef, type MetricDef } from './report/metric-defs.ts';
 
 export const REPORT_FILE = 'report.html';
 
@@ -237,7 +237,7 @@ function resultsTable(c: Context): string {
   const titleOf = (col: Column): string => {
     const path = columnPath(c, col);
     if (!path) return '';
-    const d = metricDef(path.path, c.family);
+    const d = defOf(path.path, c.family);
     return d ? `${path.path}: ${d.def}${d.unit ? ` (${d.unit})` : ''}${path.shown ? `; ${path.shown}` : ''}` : path.path;
   };
   for (const col of columns) {
@@ -278,9 +278,16 @@ function columnPath(c: Context, col: Column): { path: string; shown?: string } |
   if (cat) return cat;
   if (col.id.startsWith('rel:')) {
     const rel = c.loaded.results.config.output?.relative;
-    return { path: col.id.slice(4), shown: `relative: this run’s value / the value of ${rel?.baseline ?? 'the baseline'} at the same sweep point and seed` };
+    return { path: col.id, shown: `this run’s ${col.id.slice(4)} / the value of ${rel?.baseline ?? 'the baseline'} at the same sweep point and seed (output.relative)` };
   }
   return { path: col.id };
+}
+
+/** A metric's definition; `rel:<metric>` (a column of `output.relative`) is defined by its metric, as a ratio. */
+function defOf(p: string, family: Family): MetricDef | undefined {
+  if (!p.startsWith('rel:')) return metricDef(p, family);
+  const d = metricDef(p.slice(4), family);
+  return d ? { def: d.def, unit: 'ratio' } : undefined;
 }
 
 interface PlotOut {
@@ -289,8 +296,12 @@ interface PlotOut {
   readonly svg: string;
 }
 
-/** The overview drawn when the config asks for no plot: key metrics by policy (or by the first swept value). */
-function overviewPlots(c: Context): PlotSpec[] {
+/**
+ * The overview drawn when the config asks for no plot: key metrics by policy, or along the first
+ * numeric swept value (else the first swept value), one panel per value of a second one; anything
+ * else that varies (a third swept value, seeds) is averaged, and the caption says so.
+ */
+function overviewPlots(c: Context): { specs: PlotSpec[]; averaged: string[] } {
   const ys =
     c.family === 'serving'
       ? ['metrics.ttftMs.p50', 'metrics.tpotMs.p50', 'metrics.throughputTokPerS', 'metrics.bufferHitRate']
@@ -298,16 +309,21 @@ function overviewPlots(c: Context): PlotSpec[] {
   const sweep = c.varying.find((k) => k !== 'case' && c.runs.every((r) => typeof r.params[k] === 'number'));
   const x = sweep ?? c.varying[0] ?? 'policy';
   const kind = sweep ? 'line' : 'bar';
-  return ys
+  const others = c.varying.filter((k) => k !== x);
+  const facet = others[0];
+  const averaged = [...others.slice(1), ...(c.multiSeed ? ['seed'] : [])];
+  const specs = ys
     .filter((y) => c.runs.some((r) => typeof metricAt(r.metrics, y.slice('metrics.'.length)) === 'number'))
     .map((y) => {
       const metric = y.slice('metrics.'.length);
       const d = metricDef(metric, c.family);
-      return PlotSchema.parse({ name: `overview-${metric}`, title: `${metric}${d?.unit ? ` (${d.unit})` : ''}`, x, y, kind });
+      return PlotSchema.parse({ name: `overview-${metric}`, title: `${metric}${d?.unit ? ` (${d.unit})` : ''}`, x, y, kind, ...(facet ? { facet } : {}) });
     });
+  return { specs, averaged };
 }
 
-async function plots(c: Context): Promise<{ list: PlotOut[]; overview: boolean }> {
+/** The plots of the page; `overview` says they were drawn by the report, and whether two fit side by side. */
+async function plots(c: Context): Promise<{ list: PlotOut[]; overview: 'grid' | 'wide' | undefined }> {
   const { loaded } = c;
   const specs = loaded.results.config.output?.plots ?? [];
   const list: PlotOut[] = [];
@@ -324,15 +340,17 @@ async function plots(c: Context): Promise<{ list: PlotOut[]; overview: boolean }
     if (!file.endsWith('.svg') || used.has(file)) continue;
     list.push({ title: file.slice(0, -4), caption: `${file} (in the results folder; not one of the config’s output.plots)`, svg: readFileSync(path.join(loaded.dir, file), 'utf8') });
   }
-  if (list.length > 0 || c.runs.length === 0) return { list, overview: false };
-  for (const spec of overviewPlots(c)) {
-    list.push({ title: spec.title!, caption: `${spec.y} by ${spec.x}: an overview drawn by the report (the config has no output.plots)`, svg: await renderPlot(spec, c.plotRuns) });
+  if (list.length > 0 || c.runs.length === 0) return { list, overview: undefined };
+  const overview = overviewPlots(c);
+  const mean = overview.averaged.length ? `; the mean over ${overview.averaged.join(', ')}` : '';
+  for (const spec of overview.specs) {
+    list.push({ title: spec.title!, caption: `${spec.y} by ${spec.x}${spec.facet ? `, one panel per ${spec.facet}` : ''}${mean}: an overview drawn by the report (the config has no output.plots)`, svg: await renderPlot(spec, c.plotRuns) });
     c.shown.set(spec.y.slice('metrics.'.length), undefined);
   }
-  return { list, overview: true };
+  return { list, overview: overview.specs.some((s) => s.facet) ? 'wide' : 'grid' };
 }
 
-function plotsSection(list: readonly PlotOut[], overview: boolean): string {
+function plotsSection(list: readonly PlotOut[], overview: 'grid' | 'wide' | undefined): string {
   if (list.length === 0) return '<p class="note">No plots: the config has no <code>output.plots</code> and the folder has no SVG.</p>';
   const figures = list.map((p, i) => {
     const { html, inline } = svgMarkup(p.svg, `plot${i}`, p.title);
@@ -340,7 +358,7 @@ function plotsSection(list: readonly PlotOut[], overview: boolean): string {
     return `<figure>${html}<figcaption>${esc(p.caption)}${note}</figcaption></figure>`;
   });
   const lead = overview ? '<p class="note">The config asks for no plots (<code>output.plots</code>); these overview charts are drawn by the report with the same Vega-Lite renderer.</p>' : '';
-  return `${lead}<div class="plots${overview ? ' grid' : ''}">${figures.join('\n')}</div>`;
+  return `${lead}<div class="plots${overview === 'grid' ? ' grid' : ''}">${figures.join('\n')}</div>`;
 }
 
 /** A small key/value table of numbers per run. */
@@ -411,7 +429,7 @@ function boundsSection(c: Context): string {
 
 function definitionsSection(c: Context): string {
   const rows = [...c.shown.entries()].map(([p, shown]) => {
-    const d = metricDef(p, c.family);
+    const d = defOf(p, c.family);
     const def = d ? d.def : 'no definition recorded (see the metric code in sim/metrics/)';
     return `<tr><td><code>${esc(p)}</code></td><td>${esc(def)}${shown ? `<br><span class="note">${esc(shown)}</span>` : ''}</td><td>${esc(d?.unit ?? '')}</td></tr>`;
   });
