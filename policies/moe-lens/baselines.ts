@@ -246,6 +246,12 @@ function lightningPolicy(p: LightningParams): ThroughputPolicy {
           tried.push(c);
           continue;
         }
+        const kvPageBytes = ctx.model.derived.kvBytesPerToken * p.pageTokens;
+        const longest = Math.max(...reqs.map((q) => Math.max(q.promptTokens, p.planPrompt === 'max' ? pMean : 0) + ctx.workload.outputTokens));
+        if (Math.ceil(longest / p.pageTokens) > Math.floor(c.kvBudgetBytes / kvPageBytes)) {
+          tried.push(`${s}: a sequence reserving ${longest} tokens does not fit its ${(c.kvBudgetBytes / 1e9).toFixed(2)} GB of KV`);
+          continue;
+        }
         const r = runLightning({
           model: ctx.model, hardware: ctx.hardware, cost: ctx.cost, requests: reqs, ...(ctx.sink ? { sink: ctx.sink } : {}),
           pageTokens: p.pageTokens, cpuCores: cores, timelineEvery: timelineEvery(reqs, p.timelineEvery),
