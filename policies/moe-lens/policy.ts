@@ -23,8 +23,9 @@
  * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:
  * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
  *
- * Not built yet (issue 10): MoE-Lightning-like and vLLM-like baselines on this executor, the
- * event-level DRAM fluid share.
+ * Baselines on this executor: `lens-moe-lightning` and `lens-vllm` (`policies/moe-lens/baselines.ts`,
+ * `sim/lens/baselines.ts`). Still closed form (not built at event level): the VSLPipe iteration,
+ * the data mover's fixed-size packets, the host-DRAM share.
  */
 import { z } from 'zod';
 import type { ThroughputOutcome, PhaseTotals } from '../../sim/throughput/throughput-executor.ts';
