@@ -13,7 +13,8 @@
  *   weight-transfer time (`lightningRoofline`, as the `moe-lightning-like` plugin's `released`
  *   mode: throughput stops rising there), capped by host memory (weights + pinned double expert
  *   buffer + N × (KV of p + g tokens + hidden states of p tokens) ≤ 0.8 × setting) and GPU memory
- *   (non-expert weights resident + double expert buffer + hidden states of N ≤ 0.86 × VRAM).
+ *   (non-expert weights resident + double expert buffer + hidden states of N in decode, and the
+ *   residual of the whole batch's prompts, N·p·h·2 B, in prefill ≤ 0.86 × VRAM — `gpu_home_p`).
  *   The plan uses p = the mean prompt (rounded up): the paper's Table 1 labels MoE-Lightning's
  *   plans by p = 98, MTBench's mean (card §5 E1).
  * - Micro-batches μ: the power of two ≤ 16 with the shortest CGOPipe stage at the mid-generation
@@ -177,7 +178,12 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
   const vram = p.usableVramGB !== undefined ? p.usableVramGB * 1e9 : hw.gpu.vramBytes;
   const dense = mm.denseBytes.reduce((a, b) => a + b, 0) + mm.residentBytes;
   const gpuBudget = RELEASED_GPU_MEMORY_FRACTION * vram - dense - 2 * layerExperts;
-  const gpuCap = Math.floor(gpuBudget / (2 * ACTIVATION_BYTES * d));
+  // Decode: gpu_home_d's hidden states 2·2·h1·bls. Prefill: gpu_home_p keeps the whole batch's
+  // residual on the GPU, h1·bls·2·s ("currently residual is not offloaded to cpu"); the
+  // micro-batch terms (2·h1·gbs·2·s, the fused-MoE `inter`) are left out (gbs ≪ bls).
+  const gpuCapDecode = Math.floor(gpuBudget / (2 * ACTIVATION_BYTES * d));
+  const gpuCapPrefill = Math.floor(gpuBudget / (ACTIVATION_BYTES * d * pMean));
+  const gpuCap = Math.min(gpuCapDecode, gpuCapPrefill);
   if (hostCap < 1) return `MoE-Lightning ${setting} setting: 0.8 × ${(cpuMem / 1e9).toFixed(1)} GB cannot hold the weights, the pinned expert buffers and one sequence's KV`;
   if (gpuCap < 1) return `MoE-Lightning: 0.86 × ${(vram / 1e9).toFixed(1)} GB of VRAM cannot hold the non-expert weights and a double expert buffer`;
   const cores = p.cpuCores ?? hw.cpu.cores;
