@@ -144,11 +144,15 @@ class SweepProgress implements TraceSink {
   private draw(): void {
     if (!this.enabled || this.total === 0) return;
     const value = this.done + this.within;
-    const payload = { runs: this.done, resumed: this.resumed > 0 ? ` (+${this.resumed} resumed)` : '' };
+    // ETA from the average pace since the start (runs finish in bursts when they run in parallel).
+    const elapsedS = (performance.now() - this.t0) / 1000;
+    const etaS = value > 0 ? (elapsedS * (this.total - value)) / value : undefined;
+    const eta = etaS === undefined ? '…' : etaS >= 3600 ? `${Math.floor(etaS / 3600)}h${Math.round((etaS % 3600) / 60)}m` : etaS >= 60 ? `${Math.floor(etaS / 60)}m${Math.round(etaS % 60)}s` : `${Math.round(etaS)}s`;
+    const payload = { runs: this.done, resumed: this.resumed > 0 ? ` (+${this.resumed} resumed)` : '', left: eta };
     if (!this.bar) {
       if (performance.now() - this.t0 < 1500) return;
       this.bar = new cliProgress.SingleBar(
-        { stream: process.stderr, format: 'sweep [{bar}] {percentage}% | {runs}/{total} runs{resumed} | eta {eta_formatted}', hideCursor: true, etaBuffer: 20 },
+        { stream: process.stderr, format: 'sweep [{bar}] {percentage}% | {runs}/{total} runs{resumed} | eta {left}', hideCursor: true },
         cliProgress.Presets.shades_classic,
       );
       this.bar.start(this.total, value, payload);
