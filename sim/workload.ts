@@ -62,6 +62,8 @@ export interface RoutingSource {
    * predictor can share its memoised routing; undefined if not admitted or already collected.
    */
   routerOf?(requestId: number): RequestRouter | undefined;
+  /** Optional: the request finished (its router is no longer used by the executor; `routerOf` may forget it). */
+  release?(requestId: number): void;
   /** Optional: the expected share of activations of each expert at `layer` (length = experts, sums to 1). */
   popularity?(layer: number): Float64Array;
 }

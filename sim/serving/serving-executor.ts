@@ -1243,6 +1243,7 @@ export class ServingExecutor {
       if (s.kv) this.res.vram.free(s.kv);
       s.kv = null;
       s.router = null;
+      this.workload.routing.release?.(s.spec.id);
       this.sink?.onRequest?.(s.spec.id, 'finish', now);
       this.callPolicy('onRequestFinished', () => this.policy.onRequestFinished?.(this.view, s.spec));
     }

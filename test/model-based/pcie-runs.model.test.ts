@@ -185,7 +185,7 @@ describe('PcieLink runs (model-based)', () => {
       fc.property(scenario, (sc) => {
         expect(simulate(sc, true)).toEqual(simulate(sc, false));
       }),
-      { ...assertParams<[Scenario]>(1000), examples: REGRESSIONS.map((r) => [r]) },
+      { ...assertParams<[Scenario]>(1000), examples: REGRESSIONS.map((r): [Scenario] => [r]) },
     );
   });
 });

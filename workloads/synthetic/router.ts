@@ -233,12 +233,21 @@ export class SyntheticRequestRouter implements RequestRouter {
 /** Tokens a router remembers for temporal reuse when the memory knob μ > 0. */
 const MEMORY_TOKENS = 64;
 
+const LIVE_CAP = 4096;
+
 /** A RoutingSource of synthetic routers sharing one model. */
 export class SyntheticRouting implements RoutingSource {
   readonly moeLayers: number;
   readonly experts: number;
   readonly topK: number;
-  private readonly live = new Map<number, WeakRef<SyntheticRequestRouter>>();
+  /**
+   * Routers of admitted requests, for `routerOf`, held strongly until `release` (the executor
+   * calls it when a request finishes) and at most `LIVE_CAP` of them (oldest forgotten first:
+   * `routerOf` may answer undefined, and its users regenerate the same routing). Not WeakRefs:
+   * a WeakRef's target stays alive until the current synchronous job ends, and a whole
+   * simulation is one job, so every router of a run stayed in memory (~25 KB per request).
+   */
+  private readonly live = new Map<number, SyntheticRequestRouter>();
 
   /** @param seedBase per-run seed (drawn from the `routing` stream); request r uses `${seedBase}:${r}`. */
   constructor(
@@ -252,15 +261,15 @@ export class SyntheticRouting implements RoutingSource {
 
   forRequest(request: RequestSpec): SyntheticRequestRouter {
     const r = this.create(request.id, request.task, request.promptTokens);
-    if (this.live.size >= this.sweepAt) {
-      // Forget collected routers; sweep again when the map has doubled (amortised O(1)).
-      for (const [id, ref] of this.live) if (!ref.deref()) this.live.delete(id);
-      this.sweepAt = Math.max(4096, 2 * this.live.size);
-    }
-    this.live.set(request.id, new WeakRef(r));
+    if (this.live.size >= LIVE_CAP) this.live.delete(this.live.keys().next().value!);
+    this.live.set(request.id, r);
     return r;
   }
-  private sweepAt = 4096;
+
+  /** The request finished: `routerOf` forgets its router. */
+  release(requestId: number): void {
+    this.live.delete(requestId);
+  }
 
   /**
    * A router for a request id that is not registered (calibration, trace generation, predictors).
@@ -271,7 +280,7 @@ export class SyntheticRouting implements RoutingSource {
   }
 
   routerOf(requestId: number): SyntheticRequestRouter | undefined {
-    return this.live.get(requestId)?.deref();
+    return this.live.get(requestId);
   }
 
   /** Expected share of activations per expert at `layer`: successive-sampling inclusion of g, / k. */
