@@ -29,7 +29,9 @@ interface ExperimentArgs {
 /** `--jobs`: a positive integer (default: the cores this process may use). */
 export function jobsOf(value: unknown): number {
   if (value === undefined) return availableParallelism();
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) throw new UserError('must be a whole number of runs at once, at least 1', undefined, '--jobs', value);
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
+    throw new UserError('must be a whole number of runs at once, at least 1', undefined, '--jobs', typeof value === 'number' && Number.isNaN(value) ? 'not a number' : value);
+  }
   return value;
 }
 
