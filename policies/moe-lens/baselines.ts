@@ -8,12 +8,13 @@
  * - CPU memory setting (MoE-Lens §7 "Baselines"): `normal` = model + KV + 30 GB, `large` =
  *   1.25 × (model + KV); `best` (default) simulates both and keeps the faster (the paper reports
  *   "the best performance of MoE-Lightning"). Of that, the optimiser uses ≤ 0.8 × (host) and
- *   ≤ 0.86 × the GPU memory.
+ *   ≤ 0.86 × the GPU memory. Both memory sizes are read in GiB, as the optimiser reads its
+ *   `--cpu-mem` / `--gpu-mem` (the paper's "GB" numbers passed to it).
  * - HRM batch: the smallest N whose per-layer CPU attention or GPU FFN time reaches the layer's
  *   weight-transfer time (`lightningRoofline`, as the `moe-lightning-like` plugin's `released`
  *   mode: throughput stops rising there), capped by host memory (weights + pinned double expert
  *   buffer + N × (KV of p + g tokens + hidden states of p tokens) ≤ 0.8 × setting) and GPU memory
- *   (non-expert weights resident + double expert buffer + hidden states of N in decode, and the
+ *   (its own accounting: non-expert layer weights resident + double expert buffer + hidden states of N in decode, and the
  *   residual of the whole batch's prompts, N·p·h·2 B, in prefill ≤ 0.86 × VRAM — `gpu_home_p`).
  *   The plan uses p = the mean prompt (rounded up): the paper's Table 1 labels MoE-Lightning's
  *   plans by p = 98, MTBench's mean (card §5 E1).
@@ -141,8 +142,12 @@ const LightningParams = z
     microBatches: z.number().int().positive().optional(),
     contention: z.boolean().default(true),
     cpuCores: z.number().int().positive().optional(),
-    /** Usable VRAM in GB (the paper fills the rest of the A40 with random tensors: 16 GB for 8x7B, 24 GB for 8x22B / DBRX). Default: the GPU's. */
-    usableVramGB: z.number().positive().optional(),
+    /**
+     * Usable VRAM in GiB (the paper fills the rest of the A40 with random tensors: "16 GB" for 8x7B,
+     * "24 GB" for 8x22B / DBRX; MoE-Lightning's optimiser reads its `--gpu-mem` in GiB, `GB = 1 << 30`
+     * in optimizer.py). Default: the GPU's.
+     */
+    usableVramGiB: z.number().positive().optional(),
     timelineEvery: z.number().int().nonnegative().default(0),
   })
   .strict();
@@ -165,7 +170,9 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
   const mm = modelModules(model);
   const W = model.derived.totalBytes;
   const kv = p.kvCapacityGB !== undefined ? p.kvCapacityGB * 1e9 : hw.hostDramBytes - W;
-  const cpuMem = setting === 'normal' ? W + kv + NORMAL_OVERHEAD_BYTES : LARGE_FACTOR * (W + kv);
+  // The setting in GB (model + KV [+ 30]) is given to MoE-Lightning's `--cpu-mem`, which its
+  // optimiser reads in GiB (`cmem = cpu_mem * GB`, GB = 1 << 30): 7.4 % more bytes than 10⁹-B GB.
+  const cpuMem = (GIB / 1e9) * (setting === 'normal' ? W + kv + NORMAL_OVERHEAD_BYTES : LARGE_FACTOR * (W + kv));
   if (cpuMem > hw.hostDramBytes) return `MoE-Lightning ${setting} setting needs ${(cpuMem / 1e9).toFixed(1)} GB of host memory, the testbed has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`;
   const g = ctx.workload.outputTokens;
   const layerExperts = mm.experts * mm.expertBytes;
@@ -175,8 +182,10 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
   const perSeqHost = model.derived.kvBytesPerToken * (pMean + g) + ACTIVATION_BYTES * d * pMean;
   const hostCap = Math.floor(hostBudget / perSeqHost);
   // gpu_home_d = w_other + 2·2·h1·bls; gpu_w = 2·wi; ≤ 0.86·gmem.
-  const vram = p.usableVramGB !== undefined ? p.usableVramGB * 1e9 : hw.gpu.vramBytes;
-  const dense = mm.denseBytes.reduce((a, b) => a + b, 0) + mm.residentBytes;
+  const vram = p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : hw.gpu.vramBytes;
+  // The optimiser's GPU accounting: non-expert layer weights (w_other) resident; embeddings and LM
+  // head are not in its constraint.
+  const dense = mm.denseBytes.reduce((a, b) => a + b, 0);
   const gpuBudget = RELEASED_GPU_MEMORY_FRACTION * vram - dense - 2 * layerExperts;
   // Decode: gpu_home_d's hidden states 2·2·h1·bls. Prefill: gpu_home_p keeps the whole batch's
   // residual on the GPU, h1·bls·2·s ("currently residual is not offloaded to cpu"); the
@@ -285,7 +294,7 @@ function lightningPolicy(p: LightningParams): ThroughputPolicy {
         /** Table 1's metric: (weights + peak KV) / the setting's CPU memory. */
         cpuMemoryUse: r6((W + r.peakPages * kvPage) / c.cpuMemBytes),
       }, {
-        vram: { capacity: p.usableVramGB !== undefined ? p.usableVramGB * 1e9 : ctx.hardware.gpu.vramBytes },
+        vram: { capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
         host: { weights: W, kvPages: r.peakPages * kvPage, total: W + r.peakPages * kvPage, capacity: c.cpuMemBytes },
       });
     },
@@ -314,7 +323,8 @@ const VllmParams = z
     preemption: z.enum(['swap', 'recompute']).default('swap'),
     /** vLLM `--cpu-offload-gb` (GB of layer weights offloaded; default all of them). */
     cpuOffloadGB: z.number().nonnegative().optional(),
-    usableVramGB: z.number().positive().optional(),
+    /** Usable VRAM in GiB (as `lens-moe-lightning`'s; the paper's "16 GB" / "24 GB"). Default: the GPU's. */
+    usableVramGiB: z.number().positive().optional(),
     timelineEvery: z.number().int().nonnegative().default(0),
   })
   .strict();
@@ -326,7 +336,7 @@ function vllmMemory(ctx: PlanContext, p: VllmParams): { gpuKvBytes: number; offl
   const layerTotal = mm.denseBytes.reduce((a, b, l) => a + b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0), 0);
   const maxLayer = Math.max(...mm.denseBytes.map((b, l) => b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
   const off = p.cpuOffloadGB !== undefined ? Math.min(1, (p.cpuOffloadGB * 1e9) / layerTotal) : 1;
-  const vram = (p.usableVramGB !== undefined ? p.usableVramGB * 1e9 : hw.gpu.vramBytes) * p.gpuMemoryUtilization;
+  const vram = (p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : hw.gpu.vramBytes) * p.gpuMemoryUtilization;
   const T = p.maxNumBatchedTokens;
   const d = model.hiddenSize;
   // The throughput memory model's activations (HIDDEN_VECTORS_PER_TOKEN·d + E per token) + the fused-MoE workspace of T·k tokens.
@@ -370,7 +380,7 @@ function vllmPolicy(p: VllmParams): ThroughputPolicy {
         swapOuts: r.swapOuts,
         pageTokens: p.pageTokens,
       }, {
-        vram: { weights: m.residentBytes, kvPages: r.peakPages * pageBytes, capacity: p.usableVramGB !== undefined ? p.usableVramGB * 1e9 : ctx.hardware.gpu.vramBytes },
+        vram: { weights: m.residentBytes, kvPages: r.peakPages * pageBytes, capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
         host: { weights: ctx.model.derived.totalBytes, capacity: ctx.hardware.hostDramBytes },
       });
     },
