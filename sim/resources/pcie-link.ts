@@ -13,7 +13,8 @@
  *
  * Runs (speed, same schedule): a transfer that would send several packets back to back — on a
  * link without a DRAM share, or alone in it (`FluidShare.tryExclusive`) — is sent as one *run*:
- * one event at the end of its last packet instead of one per packet. Packet boundaries stay
+ * one event at the end of its last packet instead of one per packet (and, when it starts with
+ * its latency, instead of the latency's event too). Packet boundaries stay
  * exact, computed arithmetically (start + k · ⌈packet / bw⌉): the run is split back into
  * packets — its packet in flight becomes a real packet, ending at its boundary — as soon as
  * anything could change what happens at a boundary: a more urgent transfer is submitted, a
@@ -135,6 +136,8 @@ export class PcieLink implements ExclusiveHolder {
    */
   private runActive = false;
   private runStartNs = 0;
+  /** When the run began with the transfer's latency: its start (the first packet starts at `runStartNs`); else −1. */
+  private runLatStartNs = -1;
   private runPackets = 0;
   private runFullNs = 0;
   private runLastBytes = 0;
@@ -328,6 +331,12 @@ export class PcieLink implements ExclusiveHolder {
       best.startNs = this.sched.now;
     }
     if (!best.latencyPaid && this.latencyNs > 0) {
+      // Latency and packets as one run when the link may run (see the module comment).
+      if (this.packetRuns && this.lock.tryExclusive(this, this.bytesPerSec)) {
+        best.latencyPaid = true;
+        this.startRun(best, best.bytes - best.sentBytes, this.latencyNs);
+        return;
+      }
       this.lock.interrupt(this);
       this.latencyFor = best;
       this.sched.schedule((this.sched.now + this.latencyNs) as Ns, this.latencyDoneEvent, EventPriority.completion);
@@ -340,7 +349,7 @@ export class PcieLink implements ExclusiveHolder {
   private startPacket(t: Transfer, mostUrgent: boolean): void {
     const remaining = t.bytes - t.sentBytes;
     if (mostUrgent && this.packetRuns && remaining > this.packetBytes && this.lock.tryExclusive(this, this.bytesPerSec)) {
-      this.startRun(t, remaining);
+      this.startRun(t, remaining, 0);
       return;
     }
     this.lock.interrupt(this);
@@ -356,10 +365,12 @@ export class PcieLink implements ExclusiveHolder {
     }
   }
 
-  private startRun(t: Transfer, remaining: number): void {
-    const now = this.sched.now;
+  /** A run of `t`'s `remaining` bytes, after `latencyNs` of DMA setup (0: none, or already paid). */
+  private startRun(t: Transfer, remaining: number, latencyNs: number): void {
+    const now = (this.sched.now + latencyNs) as Ns;
     const packets = Math.ceil(remaining / this.packetBytes);
     this.runActive = true;
+    this.runLatStartNs = latencyNs > 0 ? this.sched.now : -1;
     this.runStartNs = now;
     this.runPackets = packets;
     this.runFullNs = bytesToNs(this.packetBytes, this.bytesPerSec);
@@ -370,7 +381,8 @@ export class PcieLink implements ExclusiveHolder {
     this.curBytes = this.runLastBytes;
     this.curStartNs = now;
     const lastStart = now + (packets - 1) * this.runFullNs;
-    // Stamped with the start of the last packet: it runs where that packet's completion would.
+    // Stamped with the start of the last packet: it runs where that packet's completion would
+    // (a one-packet run after a latency: where the latency's completion would schedule it).
     this.runHandle = this.sched.schedule((lastStart + this.runLastNs) as Ns, this.runDoneEvent, EventPriority.completion, lastStart);
     this.runSeq = this.runHandle.seq;
   }
@@ -381,6 +393,17 @@ export class PcieLink implements ExclusiveHolder {
    * completion event — (now, completion, stamp = start of packet k − 1) — precedes the current one.
    */
   private packetsPassed(): number {
+    const sched = this.sched;
+    if (this.runLatStartNs >= 0 && sched.now <= this.runStartNs) {
+      // In the latency, or at its end: its virtual completion is (end, completion, its start, the run's seq).
+      if (sched.now < this.runStartNs) return -1;
+      const p = sched.currentPriority;
+      const stamp = this.runLatStartNs;
+      const passed =
+        p > EventPriority.completion ||
+        (p === EventPriority.completion && (stamp < sched.currentStamp || (stamp === sched.currentStamp && sched.currentSeq > this.runSeq)));
+      if (!passed) return -1;
+    }
     const elapsed = this.sched.now - this.runStartNs;
     let k = Math.min(Math.floor(elapsed / this.runFullNs), this.runPackets - 1);
     if (k >= 1 && k * this.runFullNs === elapsed) {
@@ -393,7 +416,7 @@ export class PcieLink implements ExclusiveHolder {
         // event was (compare seqs); a later one's by the previous boundary's completion, taken
         // as scheduled before the current event (exact unless that event was itself scheduled at
         // the previous boundary by an earlier completion of the same instant).
-        passed = stamp < cur || (stamp === cur && (k > 1 || this.sched.currentSeq > this.runSeq));
+        passed = stamp < cur || (stamp === cur && (k > 1 || this.runLatStartNs >= 0 || this.sched.currentSeq > this.runSeq));
       }
       if (!passed) k--;
     }
@@ -418,10 +441,20 @@ export class PcieLink implements ExclusiveHolder {
   /** Ends the run: packets landed are accounted, the one in flight becomes a real packet (or flow). */
   private splitRun(): void {
     const k = this.packetsPassed();
-    this.flushRun(k);
     this.runActive = false;
     if (this.runHandle) this.sched.cancel(this.runHandle);
     this.runHandle = null;
+    if (k < 0) {
+      // Still in the latency: it becomes the latency event it stands for.
+      const t = this.curTransfer!;
+      this.curTransfer = null;
+      this.latencyFor = t;
+      t.latencyPaid = false;
+      this.lock.releaseExclusive(this);
+      this.sched.schedule(this.runStartNs as Ns, this.latencyDoneEvent, EventPriority.completion, this.runLatStartNs, this.runSeq);
+      return;
+    }
+    this.flushRun(k);
     const last = k === this.runPackets - 1;
     const bytes = last ? this.runLastBytes : this.packetBytes;
     const durNs = last ? this.runLastNs : this.runFullNs;
