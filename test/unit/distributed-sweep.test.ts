@@ -46,14 +46,14 @@ const waitFor = (child: ChildProcess, re: RegExp, what: string): Promise<void> =
 const exited = (child: ChildProcess): Promise<void> => (child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve())));
 
 describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', () => {
-  const dir = tempDir('distributed');
+  // Made in beforeAll: a skipped suite leaves nothing behind.
+  let dir = '';
   const children: ChildProcess[] = [];
   const workerLogs: string[] = ['', ''];
   let serial: CliResult;
   let queued: CliResult;
   let thrownSerial: CliResult;
   let thrownQueued: CliResult;
-  const plugin = path.relative(dir, path.join(REPO_ROOT, 'examples/fifo-cache-policy.ts'));
   const config = (name: string, pluginPath: string) => `name: ${name}
 model: olmoe
 hardware: rtx4090
@@ -79,11 +79,14 @@ output:
   plots:
     - { name: tpot, x: workload.arrival.ratePerS, y: metrics.tpotMs.mean, series: policy }
 `;
-  const small = path.join(dir, 'small.yaml');
-  const thrower = path.join(dir, 'thrower.yaml');
+  let small = '';
+  let thrower = '';
 
   beforeAll(async () => {
-    writeFileSync(small, config('distributed-small', plugin));
+    dir = tempDir('distributed');
+    small = path.join(dir, 'small.yaml');
+    thrower = path.join(dir, 'thrower.yaml');
+    writeFileSync(small, config('distributed-small', path.relative(dir, path.join(REPO_ROOT, 'examples/fifo-cache-policy.ts'))));
     mkdirSync(path.join(dir, 'plugins'));
     writePlugin(path.join(dir, 'plugins'), 'boom', `export default { ...base, name: 'boom', create: (p, ctx) => { const inner = base.create(p, ctx); return { ...inner, onIterationStart: () => { throw new Error('boom at start'); } }; } };`);
     writeFileSync(thrower, config('distributed-thrower', 'plugins/boom.ts'));
@@ -112,7 +115,7 @@ output:
     await Promise.all(children.slice(1).map(exited));
     children[0]?.kill('SIGTERM');
     if (children[0]) await exited(children[0]);
-    rmSync(dir, { recursive: true, force: true });
+    if (dir) rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
   it('writes results.json, runs.csv, the plot and the table byte-identical to a serial run', () => {
