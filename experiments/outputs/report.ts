@@ -26,7 +26,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import { zodToUserError } from '../config/load.ts';
 import { writeFileAtomic } from './atomic.ts';
 import { PlotSchema, renderPlot, type PlotRun, type PlotSpec } from './plot.ts';
-import { chooseColumns, columnById, metricAt, metricColumn, renderSeedSummary, type Column, type Family, type TableRow } from './table.ts';
+import { chooseColumns, columnById, fmt as fmtCell, metricAt, metricColumn, renderSeedSummary, varyingParams, type Column, type Family, type TableRow } from './table.ts';
 import { esc, fileLink, headerHtml, STYLE, svgMarkup } from './report/html.ts';
 import { COLUMN_METRICS, metricDef, type MetricDef } from './report/metric-defs.ts';
 
@@ -139,49 +139,9 @@ export function loadResultsDir(dir: string): LoadedResults {
 // Formatting
 // ---------------------------------------------------------------------------------------
 
-/** About 3–4 significant digits, never an exponent below a million (the printed table's style). */
-function compact(v: number): string {
-  const a = Math.abs(v);
-  if (!Number.isFinite(v)) return String(v);
-  if (a >= 1e6) return v.toExponential(2);
-  if (Number.isInteger(v)) return String(v);
-  if (a >= 1000) return v.toFixed(0);
-  if (a >= 100) return v.toFixed(1);
-  if (a >= 1) return v.toFixed(2);
-  return v.toFixed(3);
-}
-
-function fmt(v: unknown, digits?: number): string {
-  if (typeof v === 'number') {
-    if (digits !== undefined && Number.isFinite(v) && Math.abs(v) < 1e6 && !Number.isInteger(v)) return v.toFixed(digits);
-    return compact(v);
-  }
-  if (v === undefined || v === null) return '–';
-  return typeof v === 'string' ? v : JSON.stringify(v);
-}
+const fmt = (v: unknown, digits?: number): string => fmtCell(v, digits, '–');
 
 const td = (v: unknown, digits?: number): string => (typeof v === 'number' ? `<td class="num">${esc(fmt(v, digits))}</td>` : `<td>${esc(fmt(v, digits))}</td>`);
-
-/** Swept parameters whose value differs between runs (a named case hides the paths it sets). */
-function varyingParams(runs: readonly ReportRun[]): string[] {
-  const keys: string[] = [];
-  for (const r of runs) for (const k of Object.keys(r.params)) if (!keys.includes(k)) keys.push(k);
-  let varying = keys.filter((k) => new Set(runs.map((r) => JSON.stringify(r.params[k]))).size > 1);
-  if (varying.includes('case')) {
-    const determined = (k: string): boolean => {
-      const seen = new Map<string, string>();
-      for (const r of runs) {
-        const c = JSON.stringify(r.params.case);
-        const v = JSON.stringify(r.params[k]);
-        if ((seen.get(c) ?? v) !== v) return false;
-        seen.set(c, v);
-      }
-      return true;
-    };
-    varying = varying.filter((k) => k === 'case' || !determined(k));
-  }
-  return varying;
-}
 
 // ---------------------------------------------------------------------------------------
 // The page

@@ -55,14 +55,38 @@ function compact(v: number): string {
   return v.toFixed(3);
 }
 
-function fmt(v: unknown, digits?: number): string {
+/** A cell's text: numbers as `compact` (or with `digits` decimals), `missing` for no value. */
+export function fmt(v: unknown, digits?: number, missing = '-'): string {
   if (typeof v === 'number') {
     if (!Number.isFinite(v)) return String(v);
     if (digits !== undefined) return Math.abs(v) >= 1e6 ? v.toExponential(2) : Number.isInteger(v) ? String(v) : v.toFixed(digits);
     return compact(v);
   }
-  if (v === undefined || v === null) return '-';
+  if (v === undefined || v === null) return missing;
   return typeof v === 'string' ? v : JSON.stringify(v);
+}
+
+/**
+ * The swept parameters whose value differs between rows, in first-seen order. A named case
+ * (config `cases: [{ case: ... }]`) stands for the paths it sets: the parameters whose value
+ * the case determines are left out.
+ */
+export function varyingParams(rows: readonly { readonly params: Readonly<Record<string, unknown>> }[]): string[] {
+  const keys: string[] = [];
+  for (const r of rows) for (const k of Object.keys(r.params)) if (!keys.includes(k)) keys.push(k);
+  const varying = keys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
+  if (!varying.includes('case')) return varying;
+  const determined = (k: string) => {
+    const seen = new Map<string, string>();
+    for (const r of rows) {
+      const c = JSON.stringify(r.params.case);
+      const v = JSON.stringify(r.params[k]);
+      if ((seen.get(c) ?? v) !== v) return false;
+      seen.set(c, v);
+    }
+    return true;
+  };
+  return varying.filter((k) => k === 'case' || !determined(k));
 }
 
 const GB = 1e9;
@@ -212,24 +236,7 @@ const widthOf = (text: string): number => Math.max(0, ...text.split('\n').map((l
  * Infeasible runs get a footnote mark and their reason under the table.
  */
 export function renderTable(rows: readonly TableRow[], columns: readonly Column[], style: TableStyle = 'box', o: RenderOptions = {}): string {
-  const paramKeys: string[] = [];
-  for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
-  let varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
-  // A named case (config `cases: [{ case: ... }]`) stands for the paths it sets: hide the columns
-  // whose value the case determines.
-  if (varying.includes('case')) {
-    const determined = (k: string) => {
-      const seen = new Map<string, string>();
-      for (const r of rows) {
-        const c = JSON.stringify(r.params.case);
-        const v = JSON.stringify(r.params[k]);
-        if ((seen.get(c) ?? v) !== v) return false;
-        seen.set(c, v);
-      }
-      return true;
-    };
-    varying = varying.filter((k) => k === 'case' || !determined(k));
-  }
+  const varying = varyingParams(rows);
   const multiSeed = new Set(rows.map((r) => r.seed)).size > 1;
 
   // Footnotes: one per distinct reason a run could not be simulated.
