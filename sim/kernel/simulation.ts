@@ -20,7 +20,6 @@
  * among simultaneous events; `currentPriority` / `currentStamp` let it tell, mid-transfer,
  * whether a virtual packet boundary at `now` has already passed.
  */
-import { Heap } from 'heap-js';
 import { SimError } from './errors.ts';
 import type { Ns } from './time.ts';
 
@@ -99,18 +98,73 @@ export interface KernelObserver<E> {
 }
 
 /**
- * Strict `(time, priority, seq)` order; `seq` is unique, so this is a total order and the heap
- * pops events in exactly one order. Written as one expression so the comparator stays cheap.
+ * Strict `(time, priority, stamp, seq)` order; `seq` is unique among live events (a stand-in
+ * reuses the seq of an event it cancelled), so the heap pops events in exactly one order.
  */
-function compare<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): number {
-  return a.time - b.time || a.priority - b.priority || a.stamp - b.stamp || a.seq - b.seq;
+function before<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): boolean {
+  if (a.time !== b.time) return a.time < b.time;
+  if (a.priority !== b.priority) return a.priority < b.priority;
+  if (a.stamp !== b.stamp) return a.stamp < b.stamp;
+  return a.seq < b.seq;
+}
+
+/**
+ * A binary min-heap on `before`, written out (no comparator callback, no generic container):
+ * push and pop are most of the kernel's own cost.
+ */
+class EventHeap<E> {
+  private readonly h: ScheduledEvent<E>[] = [];
+
+  get size(): number {
+    return this.h.length;
+  }
+
+  peek(): ScheduledEvent<E> | undefined {
+    return this.h[0];
+  }
+
+  push(e: ScheduledEvent<E>): void {
+    const h = this.h;
+    let i = h.length;
+    h.push(e);
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      const pe = h[p]!;
+      if (!before(e, pe)) break;
+      h[i] = pe;
+      i = p;
+    }
+    h[i] = e;
+  }
+
+  pop(): ScheduledEvent<E> | undefined {
+    const h = this.h;
+    const top = h[0];
+    const last = h.pop();
+    const n = h.length;
+    if (n > 0 && last !== undefined) {
+      let i = 0;
+      for (;;) {
+        let c = 2 * i + 1;
+        if (c >= n) break;
+        const r = c + 1;
+        if (r < n && before(h[r]!, h[c]!)) c = r;
+        const ce = h[c]!;
+        if (!before(ce, last)) break;
+        h[i] = ce;
+        i = c;
+      }
+      h[i] = last;
+    }
+    return top;
+  }
 }
 
 export class Simulation<E extends EventBase> implements Scheduler<E> {
   private _now = 0 as Ns;
   private seq = 0;
   private processed = 0;
-  private readonly queue = new Heap<ScheduledEvent<E>>(compare);
+  private readonly queue = new EventHeap<E>();
   private handlers: Handlers<E> | null = null;
   private readonly observers: KernelObserver<E>[] = [];
   /** +Infinity outside dispatch: code running between events runs after everything at `now`. */
@@ -141,7 +195,7 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
 
   /** Events waiting in the queue (including cancelled ones not yet discarded). */
   get pending(): number {
-    return this.queue.size();
+    return this.queue.size;
   }
 
   /** Installs the handler table. Separate from the constructor so handlers can close over the simulation. */
