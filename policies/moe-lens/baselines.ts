@@ -180,7 +180,9 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
   // optimizer.py: cpu_home = wi·l·wc + 4(s+n)·h_kv·bls·l·cc + 2·h1·bls·s; cpu_w = 2·wi; ≤ 0.8·cmem.
   const hostBudget = RELEASED_HOST_MEMORY_FRACTION * cpuMem - W - 2 * layerExperts;
   const perSeqHost = model.derived.kvBytesPerToken * (pMean + g) + ACTIVATION_BYTES * d * pMean;
-  const hostCap = Math.floor(hostBudget / perSeqHost);
+  // Its KV never exceeds the KV capacity the row gives every system (the same pages as MoE-Lens).
+  const kvBudget = Math.min(kv, hostBudget);
+  const hostCap = Math.floor(kvBudget / perSeqHost);
   // gpu_home_d = w_other + 2·2·h1·bls; gpu_w = 2·wi; ≤ 0.86·gmem.
   const vram = p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : hw.gpu.vramBytes;
   // The optimiser's GPU accounting: non-expert layer weights (w_other) resident; embeddings and LM
@@ -230,7 +232,7 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
       }
     }
   }
-  return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: Math.min(kv, hostBudget), N, mu, hostCap, gpuCap, roofline, why };
+  return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: kvBudget, N, mu, hostCap, gpuCap, roofline, why };
 }
 
 function lightningPolicy(p: LightningParams): ThroughputPolicy {
