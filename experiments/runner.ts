@@ -177,7 +177,13 @@ class SweepProgress implements TraceSink {
 export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: string) => void } = {}): Promise<RunSpec[]> {
   const { config, baseDir, file } = loaded;
   const specs = await prepareRuns(config, baseDir, file);
-  const onWarning = o.onWarning ?? (() => {});
+  await checkWorlds(specs, loaded, o.onWarning ?? (() => {}));
+  return specs;
+}
+
+/** Builds the world of every run without running it (the second half of `preflight`). */
+async function checkWorlds(specs: readonly RunSpec[], loaded: LoadedConfig, onWarning: (m: string) => void): Promise<void> {
+  const { baseDir, file } = loaded;
   for (const spec of specs) {
     try {
       if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
@@ -186,7 +192,6 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
       throw asReported(err, spec, file);
     }
   }
-  return specs;
 }
 
 /**
@@ -278,26 +283,40 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       log(`warning: ${m}`);
     }
   };
-  // Preflight: every run's world must build (profiles, capacities, workload, policy) before anything is written.
-  const specs = await preflight(loaded, { onWarning });
-  o.onReady?.(specs.length);
-
+  // Preflight (as `preflight`): every run's world must build (profiles, capacities, workload,
+  // policy) before anything is written; worker threads start loading meanwhile.
+  const specs = await prepareRuns(config, baseDir, file);
   const outDir = o.outDir;
   const byIndex = new Map<number, RunRecord>();
   const timingByIndex = new Map<number, TimingRecord>();
+  // Said after preflight: bad input prints exactly one line.
+  const notes: string[] = [];
   if (outDir && (o.resume ?? true)) {
-    const prev = readResumable(outDir, config, specs, RESULTS_SCHEMA_VERSION, log);
+    const prev = readResumable(outDir, config, specs, RESULTS_SCHEMA_VERSION, (m) => notes.push(m));
     // With --timeline, a run whose timeline is missing (the first invocation had none) is simulated again.
     const kept = prev.runs.filter((r) => !o.timeline || existsSync(path.join(outDir, timelineFile(r.index, r.policy))));
     for (const r of kept) byIndex.set(r.index, r);
     for (const t of prev.timing) if (byIndex.has(t.index)) timingByIndex.set(t.index, t);
-    if (kept.length > 0) log(`resuming: ${kept.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - kept.length} to simulate`);
+    if (kept.length > 0) notes.push(`resuming: ${kept.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - kept.length} to simulate`);
   }
   const todo = specs.filter((s) => !byIndex.has(s.index));
+  const jobs = o.jobs ?? 1;
+  const base: TaskBase = { config, file, baseDir, timeline: o.timeline === true };
+  const threads = o.queue === undefined && !o.sinks ? Math.min(jobs, todo.length, availableParallelism() * 4) : 1;
+  // Started before the worlds are checked: each thread loads the simulator while this one checks.
+  const pool = threads > 1 ? threadBackend(threads, base, PluginError.make) : undefined;
+  try {
+    await checkWorlds(specs, loaded, onWarning);
+    if (outDir) makeOutDir(outDir);
+  } catch (err) {
+    await pool?.close();
+    throw err;
+  }
+  o.onReady?.(specs.length);
+  for (const n of notes) log(n);
   const progress = new SweepProgress(todo.length, byIndex.size, (o.progress ?? true) && process.stderr.isTTY === true);
   /** Every run done so far, in run-index order (the order of results.json whatever order runs finish in). */
   const sorted = <T extends { index: number }>(m: Map<number, T>): T[] => [...m.values()].sort((a, b) => a.index - b.index);
-  if (outDir) makeOutDir(outDir);
   /** Writes one output file; a failure is the user's folder, not a bug. */
   const put = async (name: string, text: string): Promise<void> => {
     const target = path.join(outDir!, name);
@@ -321,14 +340,12 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   let writes: Promise<void> = Promise.resolve();
   const write = (complete: boolean): Promise<void> => (writes = writes.then(() => writeNow(complete)));
 
-  const jobs = o.jobs ?? 1;
-  const base: TaskBase = { config, file, baseDir, timeline: o.timeline === true };
   let backend: Backend;
   if (o.queue !== undefined) {
     const { queueBackend } = await import('./parallel/queue.ts');
     backend = await queueBackend(o.queue, base, PluginError.make, log);
-  } else if (Math.min(jobs, todo.length) > 1 && !o.sinks) {
-    backend = threadBackend(Math.min(jobs, todo.length, availableParallelism() * 4), base, PluginError.make);
+  } else if (pool) {
+    backend = pool;
   } else {
     backend = {
       concurrency: 1,
