@@ -55,8 +55,9 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
     const file = args.config ?? QUICKSTART;
     const jobs = jobsOf(args.jobs);
     if (args.queue !== undefined) {
-      const { connectionOf } = await import('../../parallel/queue.ts');
-      connectionOf(args.queue);
+      // A bad or unreachable queue fails now, before preflight and before the output folder exists.
+      const { probe } = await import('../../parallel/queue.ts');
+      await probe(args.queue);
     }
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', loaded.config.name);
