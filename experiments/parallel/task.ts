@@ -8,6 +8,7 @@
  * are cached per config, so a worker pays for one only once per experiment.
  */
 import { createHash } from 'node:crypto';
+import { UserError } from '../../sim/kernel/errors.ts';
 import type { RunSpec } from '../config/expand.ts';
 import { prepareRuns, runOne, type RunOutput } from '../runner.ts';
 import { runKey, toWireError, type RunTask, type WireError } from './wire.ts';
@@ -35,7 +36,8 @@ export async function runTask(task: RunTask): Promise<TaskResult> {
     const spec = specs[task.index];
     const key = spec ? runKey(spec, spec.policy.label) : undefined;
     if (key !== task.key) {
-      throw new Error(`the worker expanded run ${task.index} of ${task.file} as ${key ?? 'nothing'}, the submitter as ${task.key}: a worker must run the same moesim checkout, with the same files the config names`);
+      // The worker's setup, not a bug: another checkout, or files the config names that differ.
+      throw new UserError(`a worker expanded run ${task.index} as ${key ?? 'nothing'}, not ${task.key}: workers need the same moesim checkout and the same files the config names`, task.file);
     }
     const output = await runOne(spec!, { baseDir: task.baseDir, file: task.file, timeline: task.timeline });
     return { ok: true, output };
