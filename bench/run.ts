@@ -50,6 +50,7 @@ if (process.argv.includes('--profile')) {
     process.stderr.write(`bench: profiling ${s.name}...\n`);
     const r = spawnSync(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}`, '--import', 'tsx', fileURLToPath(import.meta.url), s.name], {
       stdio: ['ignore', 'inherit', 'inherit'],
+      cwd: path.resolve(here, '..'),
     });
     if (r.status !== 0) {
       process.stderr.write(`bench: ${s.name} failed under the profiler (exit ${r.status})\n`);

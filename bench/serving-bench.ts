@@ -85,7 +85,7 @@ function engineBenchmarks(): BenchRecord[] {
   return out;
 }
 
-async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; simulatedS: number; meanDepth: number }> {
+async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number }> {
   // Depth-measuring pass (observer costs time, so it is not the timed pass).
   const probe = await buildServingWorld(spec, { baseDir });
   let samples = 0;
@@ -98,10 +98,12 @@ async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number
   });
   probe.run();
   const ex = await buildServingWorld(spec, { baseDir });
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   const o = ex.run();
   const wallS = (performance.now() - t0) / 1000;
-  return { events: o.events, wallS, simulatedS: o.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
+  const cpu = process.cpuUsage(c0);
+  return { events: o.events, wallS, cpuS: (cpu.user + cpu.system) / 1e6, simulatedS: o.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
 }
 
 export async function servingBenchmarks(): Promise<BenchRecord[]> {
@@ -133,6 +135,8 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
         ratio: eventsPerS / bare,
         simulatedS: r.simulatedS,
         simulatedSPerWallS: r.simulatedS / r.wallS,
+        // CPU time of this process: less sensitive than wall time to other load on the machine.
+        simulatedSPerCpuS: r.simulatedS / r.cpuS,
       });
     }
   }

@@ -1,0 +1,102 @@
+/**
+ * Scale benchmark (issue #12): a Poisson serving run of Mixtral-8x7B on the A5000 testbed
+ * (continuous batching up to 64, LRU expert cache, short chat-like requests at a rate the
+ * server sustains, so the queue stays bounded) at 10 K, 100 K and 1 M requests, each point in
+ * its own process so that its peak RSS is its own. The whole run is what `moesim experiment`
+ * does for one run: workload generation, simulation and the serving metrics (exact
+ * percentiles over per-request arrays: ~50 B per request, no streaming sketch needed at 1 M).
+ *
+ * Figures per point: wall and CPU seconds, simulated seconds, events, peak RSS; then the growth
+ * of CPU time per 10× requests (target ≤ 11×) and the largest peak RSS (target < 1 GB). The
+ * curve is written to `bench-scale.svg` (Vega-Lite, `experiments/outputs/plot.ts`).
+ *
+ * `npx tsx bench/scale-bench.ts --point <requests>` runs one point and prints it as JSON.
+ * `MOESIM_SCALE_POINTS=10000,100000` overrides the points (e.g. for a quick look).
+ */
+import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { expandRuns } from '../experiments/config/expand.ts';
+import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
+import { renderPlot } from '../experiments/outputs/plot.ts';
+import { buildServingWorld } from '../experiments/world.ts';
+import { servingMetrics } from '../sim/metrics/serving-metrics.ts';
+import { QUICKSTART, type BenchRecord } from './serving-bench.ts';
+
+const here = fileURLToPath(import.meta.url);
+const POINTS = (process.env.MOESIM_SCALE_POINTS ?? '10000,100000,1000000').split(',').map(Number);
+
+/** One point, in this process. */
+async function point(requests: number): Promise<BenchRecord> {
+  const loaded = loadConfigFile(QUICKSTART);
+  const raw = JSON.parse(JSON.stringify(loaded.config)) as Record<string, unknown>;
+  raw.name = 'scale';
+  raw.workload = {
+    requests,
+    arrival: { kind: 'poisson', ratePerS: 2 },
+    promptTokens: { kind: 'uniform', min: 16, max: 64 },
+    outputTokens: { kind: 'uniform', min: 2, max: 6 },
+    routing: { kind: 'synthetic', profile: 'mixtral-8x7b' },
+  };
+  raw.executor = { batching: 'continuous', maxBatchSize: 64, bufferSlots: 'auto' };
+  raw.policies = [{ name: 'lru', perLayerSlots: 1 }];
+  delete raw.output;
+  const config = validateConfig(raw, loaded.file);
+  const [spec] = await expandRuns(config, loaded.baseDir, loaded.file);
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  const ex = await buildServingWorld(spec!, { baseDir: loaded.baseDir });
+  const o = ex.run();
+  const m = servingMetrics(o);
+  const wallS = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(c0);
+  return {
+    name: `scale-${requests}`,
+    requests,
+    wallS,
+    cpuS: (cpu.user + cpu.system) / 1e6,
+    simulatedS: o.endNs / 1e9,
+    events: o.events,
+    ttftP50Ms: (m as unknown as { ttftMs: { p50: number } }).ttftMs.p50,
+    peakRssBytes: process.resourceUsage().maxRSS * 1024,
+  };
+}
+
+export async function scaleBenchmarks(): Promise<BenchRecord[]> {
+  const out: BenchRecord[] = [];
+  for (const n of POINTS) {
+    // From the repository (where `tsx` resolves), whatever the current folder.
+    const r = spawnSync(process.execPath, ['--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
+    if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
+    out.push(JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord);
+  }
+  const growth: BenchRecord = { name: 'scale-growth' };
+  for (let i = 1; i < out.length; i++) {
+    const a = out[i - 1]!;
+    const b = out[i]!;
+    const k = `${a.requests}to${b.requests}`;
+    growth[`cpuRatio_${k}`] = (b.cpuS as number) / (a.cpuS as number);
+    growth[`wallRatio_${k}`] = (b.wallS as number) / (a.wallS as number);
+  }
+  growth.maxPeakRssBytes = Math.max(...out.map((r) => r.peakRssBytes as number));
+  const runs = out.flatMap((r) => [
+    { policy: 'CPU s', seed: 1, params: { requests: r.requests }, metrics: { seconds: r.cpuS } },
+    { policy: 'wall s', seed: 1, params: { requests: r.requests }, metrics: { seconds: r.wallS } },
+  ]);
+  const svg = await renderPlot(
+    { name: 'bench-scale', title: 'Mixtral-8x7B Poisson serving: run time vs requests (log-log)', x: 'requests', y: 'metrics.seconds', series: 'policy', kind: 'line', logX: true, logY: true },
+    runs,
+  );
+  const file = path.resolve('bench-scale.svg');
+  writeFileSync(file, svg);
+  process.stderr.write(`bench: wrote ${file}\n`);
+  return [...out, growth];
+}
+
+export const suite = { name: 'scale', run: scaleBenchmarks };
+
+if (process.argv[2] === '--point') {
+  process.stdout.write(`${JSON.stringify(await point(Number(process.argv[3])))}\n`);
+}
