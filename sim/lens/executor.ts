@@ -42,6 +42,7 @@ import { lensCosts, type GroupLoad } from './costs.ts';
 import { lensAnalytic, profilerNReal, type LensAnalytic } from './analytic.ts';
 import { PagePool } from './page-pool.ts';
 import { LensScheduler, type Iteration } from './scheduler.ts';
+import { EventPipe, PAPER_PACKET_BYTES, type EventPipeStats } from './vslpipe-events.ts';
 
 export interface LensSettings {
   /** Host KV capacity, bytes. */
@@ -58,6 +59,13 @@ export interface LensSettings {
   readonly maxRunning?: number;
   /** Occupancy timeline samples kept (every k-th iteration). */
   readonly timelineEvery?: number;
+  /**
+   * VSLPipe iteration cost: `closed-form` (default; the formulas of this file) or `events`
+   * (`vslpipe-events.ts`: phases, data-mover packets and the host-DRAM fluid share as events).
+   */
+  readonly pipeline?: 'closed-form' | 'events';
+  /** Data-mover packet size in `events` mode (default the paper's 100 MB, `PAPER_PACKET_BYTES`). */
+  readonly packetBytes?: number;
 }
 
 export interface LensRunInput {
@@ -92,6 +100,10 @@ export interface LensRunResult {
   readonly timeline: readonly (readonly [number, number, number, number, number])[];
   readonly analytic: LensAnalytic;
   readonly throughputTokPerS: number;
+  /** Which VSLPipe ran. */
+  readonly pipeline: 'closed-form' | 'events';
+  /** `events` mode only: what the event pipeline measured over the run. */
+  readonly eventStats?: EventPipeStats;
 }
 
 export function runLens(x: LensRunInput): LensRunResult {
@@ -136,6 +148,46 @@ export function runLens(x: LensRunInput): LensRunResult {
   const alpha: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   const beta: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   const layerCache = new Map<string, { ga: number; gb: number; nextBytes: number; linkNs: number; stage: number; slowed: boolean }>();
+  const mode = st.pipeline ?? 'closed-form';
+  const pipe =
+    mode === 'events'
+      ? new EventPipe({
+          linkBytesPerSec: hw.pcie.h2dBytesPerSec * (hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor),
+          linkLatencyNs: hw.pcie.latencyNs,
+          packetBytes: st.packetBytes ?? PAPER_PACKET_BYTES,
+          dramBytesPerSec: dramBps,
+          contention: st.contention,
+          cores,
+        })
+      : null;
+  const gaL: number[] = new Array<number>(mm.layers).fill(0);
+  const gbL: number[] = new Array<number>(mm.layers).fill(0);
+  /** Book-keeping after an iteration of `t` ns (both modes). */
+  const finishIteration = (it: Iteration, t: number): void => {
+    occIntegral += pool.usedPages * t;
+    now += t;
+    iterations++;
+    decodeTokens += it.decode.length;
+    for (const p of it.prefill) prefillTokens += p.tokens;
+    if (iterations % every === 0) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
+    if (x.sink?.onMemory) {
+      x.sink.onMemory({ pool: 'host', category: 'kvPages', timeNs: now as Ns, categoryUsedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, usedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, capacityBytes: pages * st.pageTokens * kvBytesPerToken });
+    }
+    const startNs = now - t;
+    if (x.sink?.onRequest) {
+      for (const p of it.prefill) {
+        if (p.recomputed === 0) {
+          x.sink.onRequest(x.requests[p.seq.id]!.id, 'admit', startNs as Ns);
+          x.sink.onRequest(x.requests[p.seq.id]!.id, 'firstToken', now as Ns);
+        }
+      }
+      for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
+    }
+    // Preemption iterations on the timeline: prefill admission is blocked for the iteration.
+    if (it.preempted.length > 0 && x.sink?.onBlocked) {
+      x.sink.onBlocked({ stream: 'prefill scheduler', reason: `preempted ${it.preempted.length} sequences (no admission)`, startNs: startNs as Ns, endNs: now as Ns });
+    }
+  };
   while (!sched.done) {
     const it: Iteration = sched.next(now);
     split(it, alpha, beta);
@@ -143,6 +195,33 @@ export function runLens(x: LensRunInput): LensRunResult {
     // LM head: one token per sequence stepped (the last prompt position of a prefill, or the decode token).
     const headTokens = it.decode.length + it.prefill.length;
     const kvReadBytes = it.decodeContextTokens * kvTokBytes;
+    if (pipe) {
+      // Event level: the per-layer GPU times are pure lookups (per layer kind within the
+      // iteration); the iteration itself is simulated (vslpipe-events.ts).
+      const gpuCache = new Map<boolean, [number, number]>();
+      for (let l = 0; l < mm.layers; l++) {
+        const moe = mm.moeIndexOfLayer[l]! >= 0;
+        let g = gpuCache.get(moe);
+        if (!g) {
+          g = [gpuLayerNs(l, alpha), gpuLayerNs(l, beta)];
+          gpuCache.set(moe, g);
+        }
+        gaL[l] = g[0];
+        gbL[l] = g[1];
+        dramBytes += (l + 1 < mm.layers ? layerBytes[l + 1]! : 0) + actBytes + kvReadBytes;
+      }
+      dramBytes += layerBytes[0]!;
+      h2dBytes += layerBytes.reduce((a, b) => a + b, 0) + mm.layers * actBytes;
+      const lm = lmHead(headTokens);
+      const t = pipe.runIteration({
+        layerBytes, ga: gaL, gb: gbL,
+        ca: cpuNs(alpha), cb: cpuNs(beta), ka: alpha.decodeCtx * kvTokBytes, kb: beta.decodeCtx * kvTokBytes,
+        actA: alpha.decode * h2dActBytesPerDecodeToken, actB: beta.decode * h2dActBytesPerDecodeToken,
+        lmHeadNs: lm,
+      });
+      finishIteration(it, t);
+      continue;
+    }
     let t = transferNs[0]!;
     const ca = cpuNs(alpha);
     const cb = cpuNs(beta);
@@ -184,29 +263,15 @@ export function runLens(x: LensRunInput): LensRunResult {
     dramBytes += layerBytes[0]!;
     t += lmHead(headTokens);
     gpuBusy += lmHead(headTokens);
-    occIntegral += pool.usedPages * t;
-    now += t;
-    iterations++;
-    decodeTokens += it.decode.length;
-    for (const p of it.prefill) prefillTokens += p.tokens;
-    if (iterations % every === 0) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
-    if (x.sink?.onMemory) {
-      x.sink.onMemory({ pool: 'host', category: 'kvPages', timeNs: now as Ns, categoryUsedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, usedBytes: pool.usedPages * st.pageTokens * kvBytesPerToken, capacityBytes: pages * st.pageTokens * kvBytesPerToken });
-    }
-    const startNs = now - t;
-    if (x.sink?.onRequest) {
-      for (const p of it.prefill) {
-        if (p.recomputed === 0) {
-          x.sink.onRequest(x.requests[p.seq.id]!.id, 'admit', startNs as Ns);
-          x.sink.onRequest(x.requests[p.seq.id]!.id, 'firstToken', now as Ns);
-        }
-      }
-      for (const q of it.decode.concat(it.prefill.map((p) => p.seq))) if (q.state === 'done') x.sink.onRequest(x.requests[q.id]!.id, 'finish', now as Ns);
-    }
-    // Preemption iterations on the timeline: prefill admission is blocked for the iteration.
-    if (it.preempted.length > 0 && x.sink?.onBlocked) {
-      x.sink.onBlocked({ stream: 'prefill scheduler', reason: `preempted ${it.preempted.length} sequences (no admission)`, startNs: startNs as Ns, endNs: now as Ns });
-    }
+    finishIteration(it, t);
+  }
+  const eventStats = pipe ? pipe.stats() : undefined;
+  if (eventStats) {
+    if (eventStats.h2dBytes !== h2dBytes) throw new Error(`event VSLPipe moved ${eventStats.h2dBytes} B over H2D, expected ${h2dBytes}`);
+    gpuBusy = eventStats.gpuBusyNs;
+    cpuBusy = eventStats.cpuBusyNs;
+    h2dBusy = eventStats.h2dBusyNs;
+    dramBound = eventStats.dramBoundStages;
   }
   if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens, prefillTokens, sched.preemptions]);
 
@@ -252,6 +317,8 @@ export function runLens(x: LensRunInput): LensRunResult {
     timeline,
     analytic,
     throughputTokPerS: now > 0 ? sched.generatedTokens / (now / 1e9) : 0,
+    pipeline: mode,
+    ...(eventStats ? { eventStats } : {}),
   };
 }
 
