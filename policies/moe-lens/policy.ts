@@ -46,6 +46,14 @@ const Params = z
     nReal: z.number().int().positive().optional(),
     /** Host-DRAM contention between CPU attention and weight DMA. */
     contention: z.boolean().default(true),
+    /**
+     * VSLPipe iteration cost: `closed-form` (default, the per-layer formulas) or `events` (phases,
+     * the data mover's packets and the host-DRAM fluid share simulated as events,
+     * `sim/lens/vslpipe-events.ts`).
+     */
+    pipeline: z.enum(['closed-form', 'events']).default('closed-form'),
+    /** Data-mover packet size in bytes for `pipeline: events` (default the paper's 100 MB, §6.5). */
+    packetBytes: z.number().int().positive().optional(),
     /** Cores for CPU attention (default: all of the socket's). */
     cpuCores: z.number().int().positive().optional(),
     /** Keep a (time, pages, tokens) sample every k iterations (0: about 200 samples). */
@@ -117,7 +125,7 @@ function lensPolicy(p: Params): ThroughputPolicy {
       const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
       const r = runLens({
         model, hardware: hw, cost, requests: reqs,
-        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
+        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}), ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}), ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
         ...(ctx.sink ? { sink: ctx.sink } : {}),
       });
       const cores = p.cpuCores ?? hw.cpu.cores;
@@ -147,7 +155,9 @@ function lensPolicy(p: Params): ThroughputPolicy {
         feasible: true,
         plan: { ...planned.plan, notes: [
           `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
-          'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
+          r.pipeline === 'events'
+            ? `event-level VSLPipe iteration (sim/lens/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
+            : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
           `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
         ] },
         hostBatches: 1,
@@ -171,6 +181,22 @@ function lensPolicy(p: Params): ThroughputPolicy {
           preemptions: r.preemptions,
           recomputedTokens: r.recomputedTokens,
           dramBoundStages: r.dramBoundStages,
+          // Event mode only (closed-form results keep their fields unchanged).
+          ...(r.eventStats
+            ? {
+                pipeline: r.pipeline,
+                kernelEvents: r.eventStats.events,
+                /** Σ over weight packets of (duration − duration alone on the link), s. */
+                dmaDramSlowedS: r6(r.eventStats.weightSlowedNs / 1e9),
+                /** Time host-DRAM demand exceeded capacity, s. */
+                dramContendedS: r6(r.eventStats.dramContendedNs / 1e9),
+                activationTransfers: r.eventStats.activationTransfers,
+                /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
+                activationQueueS: r6(r.eventStats.activationQueueNs / 1e9),
+                activationQueueMeanUs: r6(r.eventStats.activationTransfers > 0 ? r.eventStats.activationQueueNs / r.eventStats.activationTransfers / 1e3 : 0),
+                activationQueueMaxUs: r6(r.eventStats.activationMaxQueueNs / 1e3),
+              }
+            : {}),
           /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
           timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
         },

@@ -30,7 +30,7 @@ const transferNs = (bytes: number, bps: number) => ceilNs(LAT + (bytes / bps) * 
 
 function closedForm(x: PipeIteration, bps: number): number {
   const L = x.layerBytes.length;
-  let t = transferNs(x.layerBytes[0]!, bps);
+  let t: number = transferNs(x.layerBytes[0]!, bps);
   for (let l = 0; l < L; l++) {
     const next = l + 1 < L ? transferNs(x.layerBytes[l + 1]!, bps) : 0;
     t += Math.max(Math.max(x.ca, x.gb[l]!) + Math.max(x.cb, x.ga[l]!), next);
