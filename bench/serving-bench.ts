@@ -6,7 +6,7 @@
  * `ratio` divides a whole run's events/s — kernel plus every handler's work (executor, policy,
  * resources) — by bare heap push/pops: since PCIe runs made most events carry real work (a
  * transfer, a kernel), it measures the simulator's work per event, not the kernel. `engine-*`
- * measures the kernel alone: `Simulation` events/s (schedule + dispatch to a handler that
+ * measures the kernel alone: `Simulation` events/s (post + dispatch to a handler that
  * schedules the next event) against the bare heap-js rate at the same depth.
  */
 import { performance } from 'node:perf_hooks';
@@ -53,7 +53,7 @@ export function engineRate(depth: number, ops: number): number {
   let n = 0;
   sim.setHandlers({
     tick: () => {
-      if (n++ < ops) sim.schedule((sim.now + 1 + Math.floor(rng.next() * 1e6)) as Ns, tick, EventPriority.completion);
+      if (n++ < ops) sim.post((sim.now + 1 + Math.floor(rng.next() * 1e6)) as Ns, tick, EventPriority.completion);
     },
   });
   for (let i = 0; i < depth; i++) sim.schedule(Math.floor(rng.next() * 1e6) as Ns, tick, EventPriority.completion);

@@ -54,6 +54,8 @@ export interface EventHandle {
 
 export interface ScheduledEvent<E> extends EventHandle {
   readonly priority: number;
+  /** Posted (no handle given out): the entry is reused after it runs. */
+  readonly pooled: boolean;
   /** Scheduling time (or an earlier one given to `schedule`): tie-break after `priority`. */
   readonly stamp: number;
   readonly event: E;
@@ -69,6 +71,12 @@ export interface Scheduler<E> {
    * places it among events of equal stamp — a stand-in reuses the seq of the event it replaces.
    */
   schedule(at: Ns, event: E, priority?: number, stamp?: number, seq?: number): EventHandle;
+  /**
+   * `schedule` without a handle (the event cannot be cancelled): its queue entry is reused once
+   * it has run, so the events of resources that never cancel (GPU kernels, packets, latencies,
+   * CPU tasks) allocate nothing.
+   */
+  post(at: Ns, event: E, priority?: number, stamp?: number, seq?: number): void;
   /** Priority, stamp and seq of the event being dispatched (for deciding ties at `now`). */
   readonly currentPriority: number;
   readonly currentStamp: number;
@@ -101,6 +109,8 @@ export interface KernelObserver<E> {
  * Strict `(time, priority, stamp, seq)` order; `seq` is unique among live events (a stand-in
  * reuses the seq of an event it cancelled), so the heap pops events in exactly one order.
  */
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
 function before<E>(a: ScheduledEvent<E>, b: ScheduledEvent<E>): boolean {
   if (a.time !== b.time) return a.time < b.time;
   if (a.priority !== b.priority) return a.priority < b.priority;
@@ -165,6 +175,8 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
   private seq = 0;
   private processed = 0;
   private readonly queue = new EventHeap<E>();
+  /** Entries of posted events that have run, for reuse. */
+  private readonly free: ScheduledEvent<E>[] = [];
   private handlers: Handlers<E> | null = null;
   private readonly observers: KernelObserver<E>[] = [];
   /** +Infinity outside dispatch: code running between events runs after everything at `now`. */
@@ -211,9 +223,26 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     if (at < this._now || !Number.isSafeInteger(at)) {
       throw new SimError(`cannot schedule ${event.kind} at ${at}ns (now ${this._now}ns)`, this._now, 'kernel');
     }
-    const entry: ScheduledEvent<E> = { time: at, priority, stamp, seq, event, cancelled: false };
+    const entry: ScheduledEvent<E> = { time: at, priority, stamp, seq, event, cancelled: false, pooled: false };
     this.queue.push(entry);
     return entry;
+  }
+
+  post(at: Ns, event: E, priority: number = EventPriority.resource, stamp: number = this._now, seq: number = this.seq++): void {
+    if (at < this._now || !Number.isSafeInteger(at)) {
+      throw new SimError(`cannot schedule ${event.kind} at ${at}ns (now ${this._now}ns)`, this._now, 'kernel');
+    }
+    const entry = this.free.pop() as Mutable<ScheduledEvent<E>> | undefined;
+    if (entry === undefined) {
+      this.queue.push({ time: at, priority, stamp, seq, event, cancelled: false, pooled: true });
+      return;
+    }
+    entry.time = at;
+    entry.priority = priority;
+    entry.stamp = stamp;
+    entry.seq = seq;
+    entry.event = event;
+    this.queue.push(entry);
   }
 
   cancel(handle: EventHandle): void {
@@ -274,5 +303,6 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     const handler = handlers[entry.event.kind as E['kind']] as (e: E) => void;
     handler(entry.event);
     this._curPriority = Number.POSITIVE_INFINITY;
+    if (entry.pooled) this.free.push(entry);
   }
 }

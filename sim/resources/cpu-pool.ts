@@ -138,7 +138,7 @@ export class CpuPool {
         const flopCap = spec.computeNs > 0 ? (spec.bytes * 1e9) / spec.computeNs : Infinity;
         this.dram.start(spec.bytes, Math.min(coreCap, flopCap), () => this.onTaskDone(id));
       } else {
-        this.sched.schedule((this.sched.now + spec.computeNs) as Ns, { kind: 'cpu.taskDone', taskId: id }, EventPriority.completion);
+        this.sched.post((this.sched.now + spec.computeNs) as Ns, { kind: 'cpu.taskDone', taskId: id }, EventPriority.completion);
       }
     }
   }

@@ -142,7 +142,7 @@ export class Gpu {
       this.running[bestStream] = { spec, startNs: this.sched.now };
       if (this.runningCount === 0) this.engineBusySince = this.sched.now;
       this.runningCount++;
-      this.sched.schedule((this.sched.now + spec.durationNs) as Ns, this.doneEvents[bestStream]!, EventPriority.completion);
+      this.sched.post((this.sched.now + spec.durationNs) as Ns, this.doneEvents[bestStream]!, EventPriority.completion);
     }
   }
 }

@@ -339,7 +339,7 @@ export class PcieLink implements ExclusiveHolder {
       }
       this.lock.interrupt(this);
       this.latencyFor = best;
-      this.sched.schedule((this.sched.now + this.latencyNs) as Ns, this.latencyDoneEvent, EventPriority.completion);
+      this.sched.post((this.sched.now + this.latencyNs) as Ns, this.latencyDoneEvent, EventPriority.completion);
       return;
     }
     best.latencyPaid = true;
@@ -361,7 +361,7 @@ export class PcieLink implements ExclusiveHolder {
       this.dram.start(bytes, this.bytesPerSec, this.packetDoneCallback);
     } else {
       const at = (this.sched.now + bytesToNs(bytes, this.bytesPerSec)) as Ns;
-      this.sched.schedule(at, this.packetDoneEvent, EventPriority.completion);
+      this.sched.post(at, this.packetDoneEvent, EventPriority.completion);
     }
   }
 
@@ -451,7 +451,7 @@ export class PcieLink implements ExclusiveHolder {
       this.latencyFor = t;
       t.latencyPaid = false;
       this.lock.releaseExclusive(this);
-      this.sched.schedule(this.runStartNs as Ns, this.latencyDoneEvent, EventPriority.completion, this.runLatStartNs, this.runSeq);
+      this.sched.post(this.runStartNs as Ns, this.latencyDoneEvent, EventPriority.completion, this.runLatStartNs, this.runSeq);
       return;
     }
     this.flushRun(k);
@@ -467,7 +467,7 @@ export class PcieLink implements ExclusiveHolder {
       this.lock.releaseExclusive(this);
       // The run's seq: exact for the first packet (its completion would have been scheduled where
       // the run's event was), and before every event scheduled at a later boundary otherwise.
-      this.sched.schedule((startNs + durNs) as Ns, this.packetDoneEvent, EventPriority.completion, startNs, this.runSeq);
+      this.sched.post((startNs + durNs) as Ns, this.packetDoneEvent, EventPriority.completion, startNs, this.runSeq);
     }
   }
 
