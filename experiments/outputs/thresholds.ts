@@ -223,17 +223,20 @@ function layout(head: readonly string[], body: readonly (readonly string[])[], s
 
 /** The SVG of the thresholds: report (or x) vs target, a line per policy, a panel per case. */
 export async function renderThresholdsPlot(spec: ThresholdsSpec, rows: readonly ThresholdRow[]): Promise<string> {
+  const what = spec.report !== undefined ? `${metricPath(spec.report)}${spec.unit ? ` (${spec.unit})` : ''}` : spec.x;
+  // Axis fields named for their titles (a metric field may not contain dots).
+  const yKey = what.replace(/\./g, ' ');
+  const xKey = `${metricPath(spec.metric)} target`;
   const points: PlotRun[] = rows
     .filter((r) => r.reached)
-    .map((r) => ({ policy: r.point ? `${r.policy} (${r.point})` : r.policy, seed: 0, params: { target: r.target, case: r.case ?? '' }, metrics: { value: r.report ?? (typeof r.x === 'number' ? r.x : NaN) } }));
-  const what = spec.report !== undefined ? `${metricPath(spec.report)}${spec.unit ? ` (${spec.unit})` : ''}` : spec.x;
+    .map((r) => ({ policy: r.point ? `${r.policy} (${r.point})` : r.policy, seed: 0, params: { [xKey]: r.target, case: r.case ?? '' }, metrics: { [yKey]: r.report ?? (typeof r.x === 'number' ? r.x : NaN) } }));
   const hasCases = rows.some((r) => r.case !== undefined);
   return renderPlot(
     {
       name: spec.name,
       title: spec.title ?? `${what} needed to reach each ${metricPath(spec.metric)} target`,
-      x: 'target',
-      y: 'metrics.value',
+      x: xKey,
+      y: `metrics.${yKey}`,
       series: 'policy',
       ...(hasCases ? { facet: 'case' } : {}),
       kind: 'line',

@@ -3,7 +3,7 @@
  * target, on hand-made results.
  */
 import { describe, expect, it } from 'vitest';
-import { checkThresholds, findThresholds, renderThresholds, ThresholdsSchema, type ThresholdRun } from '../../experiments/outputs/thresholds.ts';
+import { checkThresholds, findThresholds, renderThresholds, renderThresholdsPlot, ThresholdsSchema, type ThresholdRun } from '../../experiments/outputs/thresholds.ts';
 import { validateConfig } from '../../experiments/config/load.ts';
 import { expandRuns } from '../../experiments/config/expand.ts';
 import { UserError } from '../../sim/kernel/errors.ts';
@@ -31,6 +31,14 @@ describe('thresholds', () => {
     expect(at('B', 100)).toMatchObject({ reached: false, best: 120 });
     const table = renderThresholds(spec, rows, 'markdown');
     expect(table).toContain('| A | 7.00 (budgetExperts 30) | 6.00 (budgetExperts 20) | not reached (best 90.0) |');
+  });
+
+  it('the SVG: report vs target, one line per policy (reached targets only)', async () => {
+    const rows = findThresholds(spec, [run('A', 10, 90, 5), run('B', 10, 200, 6)]);
+    const svg = await renderThresholdsPlot(spec, rows);
+    expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg).toContain("X-axis titled 'tpotMs.mean target'");
+    expect(svg).toContain('peakBytes vram total (GiB)');
   });
 
   it('the smallest meeting point even when a larger one does not (no monotonicity assumed); seeds averaged', () => {
