@@ -23,9 +23,15 @@
  * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:
  * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
  *
+ * `pipeline: events` (default `closed-form`) runs the VSLPipe iteration at event level instead
+ * (`sim/lens/vslpipe-events.ts`): α/β phases on the CPU pool and GPU, the next layer's weights
+ * through a data mover in the paper's 100 MB packets (§6.5) at low priority, the attention
+ * outputs H2D at high priority, host DRAM as the fluid share; its runs add `schedule.pipeline`,
+ * `dmaDramSlowedS`, `dramContendedS` and the activation copies' queueing delay. Closed-form
+ * results are unchanged by it.
+ *
  * Baselines on this executor: `lens-moe-lightning` and `lens-vllm` (`policies/moe-lens/baselines.ts`,
- * `sim/lens/baselines.ts`). Still closed form (not built at event level): the VSLPipe iteration,
- * the data mover's fixed-size packets, the host-DRAM share.
+ * `sim/lens/baselines.ts`); their iterations are closed forms only.
  */
 import { z } from 'zod';
 import type { ThroughputOutcome, PhaseTotals } from '../../sim/throughput/throughput-executor.ts';
@@ -207,7 +213,7 @@ function lensPolicy(p: Params): ThroughputPolicy {
 
 export const moeLens = defineThroughputPolicy({
   name: 'moe-lens',
-  summary: 'MoE-Lens: paged host KV, resource-aware prefill/decode scheduler with preemption, VSLPipe (closed-form), analytic model beside the run',
+  summary: 'MoE-Lens: paged host KV, resource-aware prefill/decode scheduler with preemption, VSLPipe (closed-form, or event-level with pipeline: events), analytic model beside the run',
   params: Params,
   createThroughput: (p) => lensPolicy(p),
 });

@@ -23,6 +23,11 @@
  *   attention of layer l share the socket's DRAM bandwidth in proportion to demand when
  *   oversubscribed (`sharedStage`: a closed form of the two-flow fluid share over the stage's
  *   two phases, not the event-level `sim/resources/fluid-share.ts`).
+ * - `pipeline: 'events'` (default `closed-form`): the same iteration simulated as events instead
+ *   (`vslpipe-events.ts`: phases on the CPU pool and GPU, the data mover's 100 MB packets at low
+ *   priority and the attention outputs at high priority on the H2D link, host DRAM as the
+ *   `FluidShare`); the schedule, bytes and book-keeping are shared, busy times come from the
+ *   resources. Agrees with the closed form to ~0.01 % on contention.yaml (FIDELITY.md).
  * - Trace: KV pages in use as a host memory counter (category `kvPages`) after every iteration;
  *   each preemption iteration as a blocked slice on the `prefill scheduler` track; admit,
  *   first token and finish of every request.

@@ -5,12 +5,15 @@
  *   number of ns, else longer by at most (packets − 1) ns per transfer (each packet rounded up
  *   once by the link, the whole transfer once by the cost model);
  * - with host-DRAM contention the iteration is never shorter;
- * - by hand: an activation copy overtakes a weight transfer at the next 100 MB packet boundary.
+ * - by hand: an activation copy overtakes a weight transfer at the next 100 MB packet boundary;
+ *   a CPU flow in the DRAM share slows the weight packet it overlaps;
+ * - runLens in `events` mode: the same schedule and bytes as the closed form, its mode reported.
  */
 import { describe, expect, it } from 'vitest';
 import { ceilNs } from '../../sim/kernel/time.ts';
 import { DataMover, EventPipe, PAPER_PACKET_BYTES, type PipeIteration } from '../../sim/lens/vslpipe-events.ts';
 import { Simulation } from '../../sim/kernel/simulation.ts';
+import { FluidShare } from '../../sim/resources/fluid-share.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
@@ -142,6 +145,37 @@ describe('data mover: an activation copy overtakes weights at a packet boundary 
     // The third weight packet follows it: 10 070 000 + 5 000 000.
     expect(wDone).toBe(15_070_000);
     expect(mover.weightSlowedNs).toBe(0);
+  });
+});
+
+describe('data mover in the host-DRAM fluid share (by hand)', () => {
+  it('a CPU flow slows the first weight packet; the second runs alone', () => {
+    const sim = new Simulation<ResourceEvent>();
+    const dram = new FluidShare('hostDram', 30e9, sim);
+    const mover = new DataMover(sim, { bytesPerSec: 20e9, latencyNs: 0, packetBytes: PAPER_PACKET_BYTES, dram });
+    const link = mover.link;
+    sim.setHandlers({
+      'gpu.kernelDone': () => {},
+      'link.latencyDone': () => link.onLatencyDone(),
+      'link.packetDone': () => link.onPacketDone(),
+      'link.runDone': () => link.onRunDone(),
+      'fluid.flowDone': (e) => dram.onFlowDone(e.flowId),
+      'cpu.taskDone': () => {},
+    });
+    let wDone = -1;
+    let cDone = -1;
+    // 200 MB of weights (two 100 MB packets at 20 GB/s, 5 ms each alone), then a CPU flow of 50 MB
+    // capped at 20 GB/s, both at t = 0, in 30 GB/s of DRAM: demand 40 > 30, both at 15 GB/s.
+    mover.weights(200_000_000, () => (wDone = sim.now));
+    dram.start(50_000_000, 20e9, () => (cDone = sim.now));
+    sim.run();
+    // CPU: 50 MB / 15 GB/s = 3 333 333.3 → 3 333 334 ns. The packet moved 15 GB/s × 3 333 334 ns =
+    // 50 000 010 B; the other 49 999 990 B alone at 20 GB/s: 2 499 999.5 → 2 500 000 ns, so
+    // packet 1 ends at 5 833 334 (833 334 ns late), packet 2 at 10 833 334.
+    expect(cDone).toBe(3_333_334);
+    expect(wDone).toBe(10_833_334);
+    expect(mover.weightSlowedNs).toBe(833_334);
+    expect(dram.contendedTimeNs()).toBe(3_333_334);
   });
 });
 
