@@ -6,7 +6,8 @@
  * in the process: the first (cold: JIT compilation included) is reported as `coldWallS`, the
  * figures are the medians of the 4 warm runs. The world (workload, cost model) is built outside the timing.
  * On a shared machine wall time varies with the load, so the process's CPU time (user + system)
- * over the same run, and the ratio against it, are reported beside it.
+ * over the same run, and the ratio against it, are reported beside it. The same cases run again
+ * with the event-level VSLPipe (`pipeline: events`, `moe-lens-events-*`).
  */
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -31,9 +32,11 @@ export async function lensBenchmarks(): Promise<BenchRecord[]> {
   const loaded = loadConfigFile(LENS_THROUGHPUT);
   const specs = await expandRuns(loaded.config, loaded.baseDir, loaded.file);
   const out: BenchRecord[] = [];
-  for (const g of [32, 128, 256]) {
-    const spec0 = specs.find((s) => s.params.case === `mt-bench-70GB-g${g}` && s.policy.label === 'moe-lens');
-    if (!spec0) throw new Error(`throughput.yaml has no mt-bench-70GB-g${g} run of moe-lens`);
+  const cases = (['closed-form', 'events'] as const).flatMap((mode) => [32, 128, 256].map((g) => [mode, g] as const));
+  for (const [mode, g] of cases) {
+    const spec1 = specs.find((s) => s.params.case === `mt-bench-70GB-g${g}` && s.policy.label === 'moe-lens');
+    if (!spec1) throw new Error(`throughput.yaml has no mt-bench-70GB-g${g} run of moe-lens`);
+    const spec0 = mode === 'events' ? { ...spec1, policy: { ...spec1.policy, params: { ...(spec1.policy.params as object), pipeline: 'events' } } } : spec1;
     // A profile path in a config is relative to the config's folder (as the runner resolves it).
     const hardware = spec0.hardware.endsWith('.json') ? path.resolve(loaded.baseDir, spec0.hardware) : spec0.hardware;
     const spec = { ...spec0, hardware, workload: { ...spec0.workload, requests: SEQUENCES } };
@@ -55,7 +58,7 @@ export async function lensBenchmarks(): Promise<BenchRecord[]> {
     const wallS = median(walls.slice(1));
     const cpuS = median(cpus.slice(1));
     out.push({
-      name: `moe-lens-mtbench-10k-g${g}`,
+      name: `moe-lens${mode === 'events' ? '-events' : ''}-mtbench-10k-g${g}`,
       sequences: SEQUENCES,
       iterations,
       simulatedS,
