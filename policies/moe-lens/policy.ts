@@ -60,6 +60,8 @@ const Params = z
     pipeline: z.enum(['closed-form', 'events']).default('closed-form'),
     /** Data-mover packet size in bytes for `pipeline: events` (default the paper's 100 MB, §6.5). */
     packetBytes: z.number().int().positive().optional(),
+    /** `pipeline: events` only (ignored by the closed form): also model the D2H leg (Q and new K/V, prefill K/V) on its own link. */
+    qkvD2H: z.boolean().default(false),
     /** Cores for CPU attention (default: all of the socket's). */
     cpuCores: z.number().int().positive().optional(),
     /** Keep a (time, pages, tokens) sample every k iterations (0: about 200 samples). */
@@ -131,7 +133,7 @@ function lensPolicy(p: Params): ThroughputPolicy {
       const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
       const r = runLens({
         model, hardware: hw, cost, requests: reqs,
-        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}), ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}), ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
+        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}), ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}), ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}), ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
         ...(ctx.sink ? { sink: ctx.sink } : {}),
       });
       const cores = p.cpuCores ?? hw.cpu.cores;
@@ -149,6 +151,10 @@ function lensPolicy(p: Params): ThroughputPolicy {
       decode.h2dBytes = r.h2dBytes;
       decode.cpuBusyCoreNs = r.cpuBusyNs * cores;
       decode.hostDramBytes = r.hostDramBytes;
+      if (r.eventStats && r.eventStats.d2hBytes > 0) {
+        decode.d2hBytes = r.eventStats.d2hBytes;
+        decode.d2hBusyNs = r.eventStats.d2hBusyNs;
+      }
       const a = r.analytic;
       const analytic: Record<string, number | string> = {};
       for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : v;
@@ -201,6 +207,13 @@ function lensPolicy(p: Params): ThroughputPolicy {
                 activationQueueS: r6(r.eventStats.activationQueueNs / 1e9),
                 activationQueueMeanUs: r6(r.eventStats.activationTransfers > 0 ? r.eventStats.activationQueueNs / r.eventStats.activationTransfers / 1e3 : 0),
                 activationQueueMaxUs: r6(r.eventStats.activationMaxQueueNs / 1e3),
+                ...(r.eventStats.d2hBytes > 0
+                  ? {
+                      /** D2H leg (qkvD2H): Σ of the copies' submit-to-landing time, and the time CPU attention waited for them, s. */
+                      d2hCopyS: r6(r.eventStats.d2hLatencyNs / 1e9),
+                      cpuWaitD2hS: r6(r.eventStats.cpuWaitD2hNs / 1e9),
+                    }
+                  : {}),
               }
             : {}),
           /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */

@@ -71,6 +71,8 @@ export interface LensSettings {
   readonly pipeline?: 'closed-form' | 'events';
   /** Data-mover packet size in `events` mode (default the paper's 100 MB, `PAPER_PACKET_BYTES`). */
   readonly packetBytes?: number;
+  /** `events` mode only: model the D2H leg (Q, new K/V of decode tokens, K/V of prefill tokens; see vslpipe-events.ts). */
+  readonly qkvD2H?: boolean;
 }
 
 export interface LensRunInput {
@@ -154,6 +156,10 @@ export function runLens(x: LensRunInput): LensRunResult {
   const beta: GroupLoad = { decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 };
   const layerCache = new Map<string, { ga: number; gb: number; nextBytes: number; linkNs: number; stage: number; slowed: boolean }>();
   const mode = st.pipeline ?? 'closed-form';
+  if (st.qkvD2H && mode !== 'events') throw new RangeError('qkvD2H needs pipeline: events');
+  // D2H bytes per layer: a decode token's Q (d) and new K/V; a prefill token's K/V (written to host pages).
+  const d2hPerDecodeToken = st.qkvD2H ? d * ACTIVATION_BYTES + kvTokBytes : 0;
+  const d2hPerPrefillToken = st.qkvD2H ? kvTokBytes : 0;
   const pipe =
     mode === 'events'
       ? new EventPipe({
@@ -163,6 +169,7 @@ export function runLens(x: LensRunInput): LensRunResult {
           dramBytesPerSec: dramBps,
           contention: st.contention,
           cores,
+          d2hBytesPerSec: hw.pcie.d2hBytesPerSec * (hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor),
         })
       : null;
   const gaL: number[] = new Array<number>(mm.layers).fill(0);
@@ -222,6 +229,8 @@ export function runLens(x: LensRunInput): LensRunResult {
         layerBytes, ga: gaL, gb: gbL,
         ca: cpuNs(alpha), cb: cpuNs(beta), ka: alpha.decodeCtx * kvTokBytes, kb: beta.decodeCtx * kvTokBytes,
         actA: alpha.decode * h2dActBytesPerDecodeToken, actB: beta.decode * h2dActBytesPerDecodeToken,
+        d2hA: alpha.decode * d2hPerDecodeToken + alpha.prefillTokens * d2hPerPrefillToken,
+        d2hB: beta.decode * d2hPerDecodeToken + beta.prefillTokens * d2hPerPrefillToken,
         lmHeadNs: lm,
       });
       finishIteration(it, t);

@@ -14,8 +14,13 @@
  * - Activations: when a group's CPU attention ends, its output (d per decode token,
  *   `ACTIVATION_BYTES` each) goes H2D as a high-priority transfer; the GPU work of that group
  *   in the next phase waits for it (α: phase 2 of the same stage; β: phase 1 of the next stage,
- *   or the LM head after the last layer). Q and new K/V (D2H) are not modelled (the other
- *   direction of a full-duplex link; the closed form omits them too).
+ *   or the LM head after the last layer).
+ * - Optional D2H leg (`d2hA` / `d2hB` > 0; off in the closed form and by default): when a group's
+ *   GPU work ends, its Q and new K/V (and its prefill tokens' K/V, the KV write-back) go D2H on
+ *   their own link (full duplex), in the same DRAM share; that group's next CPU attention waits
+ *   for them (β: phase 2 of the same stage; α: phase 1 of the next stage — the pairing of the
+ *   closed form, where a group's GPU work at layer l ends with the projections its next CPU
+ *   attention reads). Layer 0's first Q/K/V are taken as present.
  * - Data mover (§6.5): weights are split into fixed-size packets (`PAPER_PACKET_BYTES`, the
  *   paper's "100MB packet size") issued at low priority; activation transfers are more urgent
  *   and overtake at the next packet boundary (`PcieLink`'s priority queue). Each transfer pays
@@ -135,6 +140,9 @@ export interface PipeIteration {
   /** H2D activation bytes of α's and β's attention outputs per layer (0: none). */
   readonly actA: number;
   readonly actB: number;
+  /** D2H bytes of α's and β's Q/K/V (+ prefill K/V) per layer (0 or absent: not modelled). */
+  readonly d2hA?: number;
+  readonly d2hB?: number;
   readonly lmHeadNs: number;
 }
 
@@ -145,6 +153,8 @@ export interface EventPipeOptions {
   readonly dramBytesPerSec: number;
   readonly contention: boolean;
   readonly cores: number;
+  /** D2H link bandwidth (default `linkBytesPerSec`). */
+  readonly d2hBytesPerSec?: number;
 }
 
 export interface EventPipeStats {
@@ -159,6 +169,11 @@ export interface EventPipeStats {
   readonly h2dBytes: number;
   readonly cpuBusyNs: number;
   readonly gpuBusyNs: number;
+  readonly d2hBytes: number;
+  readonly d2hBusyNs: number;
+  /** Σ over D2H copies of (landing − submit); and the time CPU attention waited for them. */
+  readonly d2hLatencyNs: number;
+  readonly cpuWaitD2hNs: number;
 }
 
 export class EventPipe {
@@ -167,7 +182,10 @@ export class EventPipe {
   readonly mover: DataMover;
   readonly cpu: CpuPool;
   readonly gpu: Gpu;
+  readonly d2h: PcieLink;
   private dramBoundStages = 0;
+  private d2hLatencyNs = 0;
+  private cpuWaitD2hNs = 0;
   private lastContended = 0;
 
   constructor(private readonly o: EventPipeOptions) {
@@ -178,11 +196,13 @@ export class EventPipe {
     this.cpu = new CpuPool({ cores: o.cores, perCoreBytesPerSec: Number.POSITIVE_INFINITY, sched: sim, dram: this.dram });
     this.gpu = new Gpu({ streams: 1, concurrentStreams: false, sched: sim, streamNames: ['compute'] });
     const link = this.mover.link;
+    this.d2h = new PcieLink({ name: 'd2h', bytesPerSec: o.d2hBytesPerSec ?? o.linkBytesPerSec, latencyNs: o.linkLatencyNs, packetBytes: o.packetBytes, sched: sim, ...(o.contention ? { dram: this.dram } : {}) });
+    const links = { h2d: link, d2h: this.d2h };
     const handlers: Handlers<ResourceEvent> = {
       'gpu.kernelDone': (e) => this.gpu.onKernelDone(e.stream),
-      'link.latencyDone': () => link.onLatencyDone(),
-      'link.packetDone': () => link.onPacketDone(),
-      'link.runDone': () => link.onRunDone(),
+      'link.latencyDone': (e) => links[e.link].onLatencyDone(),
+      'link.packetDone': (e) => links[e.link].onPacketDone(),
+      'link.runDone': (e) => links[e.link].onRunDone(),
       'fluid.flowDone': (e) => this.dram.onFlowDone(e.flowId),
       'cpu.taskDone': (e) => this.cpu.onTaskDone(e.taskId),
     };
@@ -209,6 +229,19 @@ export class EventPipe {
     let gpuAWaiting = false;
     let gpuBWaiting = false;
     let lmWaiting = false;
+    const d2hA = x.d2hA ?? 0;
+    const d2hB = x.d2hB ?? 0;
+    let qkvAReady = true;
+    let qkvBReady = true;
+    let cpuAWaitSince = -1;
+    let cpuBWaitSince = -1;
+    const d2hCopy = (bytes: number, done: () => void): void => {
+      const t0 = sim.now as number;
+      this.d2h.submit({ bytes, priority: ACTIVATION_PRIORITY, label: 'q/k/v', category: 'activations', onDone: () => {
+        this.d2hLatencyNs += (sim.now as number) - t0;
+        done();
+      } });
+    };
 
     const cpuTask = (c: number, k: number, done: () => void): void => {
       if (c <= 0) return done();
@@ -226,12 +259,58 @@ export class EventPipe {
         maybeEndStage();
       }
     };
-    const gpuDoneCb = (): void => {
-      gpuDone = true;
-      endPhase();
+    const runCpuA = (): void =>
+      cpuTask(x.ca, x.ka, () => {
+        if (x.actA > 0) {
+          actAReady = false;
+          mover.activation(x.actA, onActA);
+        }
+        cpuDone = true;
+        endPhase();
+      });
+    const runCpuB = (): void =>
+      cpuTask(x.cb, x.kb, () => {
+        if (x.actB > 0) {
+          actBReady = false;
+          mover.activation(x.actB, onActB);
+        }
+        cpuDone = true;
+        endPhase();
+      });
+    const onQkvA = (): void => {
+      qkvAReady = true;
+      if (cpuAWaitSince >= 0) {
+        this.cpuWaitD2hNs += (sim.now as number) - cpuAWaitSince;
+        cpuAWaitSince = -1;
+        runCpuA();
+      }
     };
-    const runGpuB = (): void => gpuTask(x.gb[l]!, 'gpu β', gpuDoneCb);
-    const runGpuA = (): void => gpuTask(x.ga[l]!, 'gpu α', gpuDoneCb);
+    const onQkvB = (): void => {
+      qkvBReady = true;
+      if (cpuBWaitSince >= 0) {
+        this.cpuWaitD2hNs += (sim.now as number) - cpuBWaitSince;
+        cpuBWaitSince = -1;
+        runCpuB();
+      }
+    };
+    const runGpuB = (): void =>
+      gpuTask(x.gb[l]!, 'gpu β', () => {
+        if (d2hB > 0) {
+          qkvBReady = false;
+          d2hCopy(d2hB, onQkvB);
+        }
+        gpuDone = true;
+        endPhase();
+      });
+    const runGpuA = (): void =>
+      gpuTask(x.ga[l]!, 'gpu α', () => {
+        if (d2hA > 0 && l + 1 < L) {
+          qkvAReady = false;
+          d2hCopy(d2hA, onQkvA);
+        }
+        gpuDone = true;
+        endPhase();
+      });
     const runLm = (): void =>
       gpuTask(x.lmHeadNs, 'lm head', () => {
         endNs = sim.now;
@@ -257,14 +336,8 @@ export class EventPipe {
       phase = 1;
       cpuDone = false;
       gpuDone = false;
-      cpuTask(x.ca, x.ka, () => {
-        if (x.actA > 0) {
-          actAReady = false;
-          mover.activation(x.actA, onActA);
-        }
-        cpuDone = true;
-        endPhase();
-      });
+      if (qkvAReady) runCpuA();
+      else cpuAWaitSince = sim.now;
       if (actBReady) runGpuB();
       else gpuBWaiting = true;
     };
@@ -272,14 +345,8 @@ export class EventPipe {
       phase = 2;
       cpuDone = false;
       gpuDone = false;
-      cpuTask(x.cb, x.kb, () => {
-        if (x.actB > 0) {
-          actBReady = false;
-          mover.activation(x.actB, onActB);
-        }
-        cpuDone = true;
-        endPhase();
-      });
+      if (qkvBReady) runCpuB();
+      else cpuBWaitSince = sim.now;
       if (actAReady) runGpuA();
       else gpuAWaiting = true;
     };
@@ -325,6 +392,10 @@ export class EventPipe {
       h2dBytes: m.link.bytesMoved,
       cpuBusyNs: this.cpu.busyCoreTimeNs() / this.o.cores,
       gpuBusyNs: this.gpu.busyTimeNs(),
+      d2hBytes: this.d2h.bytesMoved,
+      d2hBusyNs: this.d2h.busyTimeNs(),
+      d2hLatencyNs: this.d2hLatencyNs,
+      cpuWaitD2hNs: this.cpuWaitD2hNs,
     };
   }
 }

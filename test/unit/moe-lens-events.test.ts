@@ -106,6 +106,26 @@ describe('event-level VSLPipe vs the closed form', () => {
     }
   });
 
+  it('the D2H leg (Q/K/V copies the next CPU attention waits for) never shortens an iteration', () => {
+    for (const contention of [false, true]) {
+      const r = rng(contention ? 7 : 6);
+      const without = pipeOf(19.5e9, contention);
+      const withD2h = pipeOf(19.5e9, contention);
+      let longer = 0;
+      for (let i = 0; i < 150; i++) {
+        const x = randomShape(r, true);
+        const y = { ...x, d2hA: x.actA > 0 ? 3 * x.actA : 0, d2hB: x.actB > 0 ? 3 * x.actB : 0 };
+        const a = without.runIteration(x);
+        const b = withD2h.runIteration(y);
+        expect(b).toBeGreaterThanOrEqual(a);
+        if (b > a) longer++;
+      }
+      expect(longer).toBeGreaterThan(0);
+      expect(withD2h.stats().d2hBytes).toBeGreaterThan(0);
+      expect(without.stats().d2hBytes).toBe(0);
+    }
+  });
+
   it('contention with DRAM capacity far above demand changes nothing', () => {
     const r = rng(5);
     const free = pipeOf(19.5e9, false);
@@ -197,6 +217,10 @@ describe('runLens pipeline: events', () => {
     expect(ev.preemptions).toBe(cf.preemptions);
     expect(ev.h2dBytes).toBe(cf.h2dBytes);
     expect(ev.eventStats!.activationTransfers).toBeGreaterThan(0);
+    const d2h = run({ pipeline: 'events', qkvD2H: true });
+    expect(d2h.eventStats!.d2hBytes).toBeGreaterThan(0);
+    expect(d2h.endNs).toBeGreaterThanOrEqual(ev.endNs);
+    expect(() => run({ qkvD2H: true })).toThrow(/events/);
     const evc = run({ pipeline: 'events', contention: true });
     expect(evc.endNs).toBeGreaterThanOrEqual(ev.endNs);
     expect(run({ pipeline: 'events' })).toEqual(ev);
