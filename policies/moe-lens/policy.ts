@@ -60,7 +60,7 @@ const Params = z
     pipeline: z.enum(['closed-form', 'events']).default('closed-form'),
     /** Data-mover packet size in bytes for `pipeline: events` (default the paper's 100 MB, §6.5). */
     packetBytes: z.number().int().positive().optional(),
-    /** `pipeline: events` only (ignored by the closed form): also model the D2H leg (Q and new K/V, prefill K/V) on its own link. */
+    /** `pipeline: events` only (an error with the closed form): also model the D2H leg (Q and new K/V, prefill K/V) on its own link. */
     qkvD2H: z.boolean().default(false),
     /** Cores for CPU attention (default: all of the socket's). */
     cpuCores: z.number().int().positive().optional(),
@@ -73,7 +73,14 @@ const Params = z
      */
     promptPadding: z.enum(['executor', 'none']).default('executor'),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => {
+    // Event-level options with the closed form would be silently ignored: say so instead.
+    if (p.pipeline !== 'events') {
+      if (p.qkvD2H) ctx.addIssue({ code: 'custom', path: ['qkvD2H'], message: 'needs pipeline: events (the closed form has no D2H leg)' });
+      if (p.packetBytes !== undefined) ctx.addIssue({ code: 'custom', path: ['packetBytes'], message: 'needs pipeline: events (the closed form has no packets)' });
+    }
+  });
 type Params = z.infer<typeof Params>;
 
 const totals = (): PhaseTotals => ({

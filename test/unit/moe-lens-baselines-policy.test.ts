@@ -77,3 +77,12 @@ describe('lens-vllm policy', () => {
     expect(o.infeasibleReason).toMatch(/leaves no KV page/);
   });
 });
+
+describe('moe-lens params', () => {
+  it('event-level options without pipeline: events are errors naming the field, not silently ignored', () => {
+    const def = builtinPolicy('moe-lens')!;
+    expect(() => def.params.parse({ qkvD2H: true })).toThrow(/qkvD2H[\s\S]*needs pipeline: events/);
+    expect(() => def.params.parse({ packetBytes: 100_000_000 })).toThrow(/packetBytes[\s\S]*needs pipeline: events/);
+    expect(() => def.params.parse({ pipeline: 'events', qkvD2H: true, packetBytes: 100_000_000 })).not.toThrow();
+  });
+});
