@@ -162,6 +162,8 @@ interface LightningChoice {
   readonly hostCap: number;
   readonly gpuCap: number;
   readonly roofline: number;
+  /** VRAM its plan holds at the peak (the optimiser's accounting: w_other, two experts buffers, the batch's hidden states). */
+  readonly gpuBytes: number;
   readonly why: string;
 }
 
@@ -232,7 +234,8 @@ function lightningChoose(ctx: PlanContext, p: LightningParams, setting: 'normal'
       }
     }
   }
-  return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: kvBudget, N, mu, hostCap, gpuCap, roofline, why };
+  const gpuBytes = dense + 2 * layerExperts + N * ACTIVATION_BYTES * d * Math.max(2, pMean);
+  return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: kvBudget, N, mu, hostCap, gpuCap, roofline, gpuBytes, why };
 }
 
 function lightningPolicy(p: LightningParams): ThroughputPolicy {
@@ -261,6 +264,10 @@ function lightningPolicy(p: LightningParams): ThroughputPolicy {
         const c = lightningChoose(ctx, p, s, pMean, reqs.length);
         if (typeof c === 'string') {
           tried.push(c);
+          continue;
+        }
+        if (c.cpuMemBytes > ctx.hardware.hostDramBytes) {
+          tried.push(`${s}: its ${(c.cpuMemBytes / 1e9).toFixed(1)} GB of CPU memory exceed the host's ${(ctx.hardware.hostDramBytes / 1e9).toFixed(1)} GB`);
           continue;
         }
         const kvPageBytes = ctx.model.derived.kvBytesPerToken * p.pageTokens;
@@ -296,7 +303,7 @@ function lightningPolicy(p: LightningParams): ThroughputPolicy {
         /** Table 1's metric: (weights + peak KV) / the setting's CPU memory. */
         cpuMemoryUse: r6((W + r.peakPages * kvPage) / c.cpuMemBytes),
       }, {
-        vram: { capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
+        vram: { total: c.gpuBytes, capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
         host: { weights: W, kvPages: r.peakPages * kvPage, total: W + r.peakPages * kvPage, capacity: c.cpuMemBytes },
       });
     },
@@ -332,7 +339,7 @@ const VllmParams = z
   .strict();
 type VllmParams = z.infer<typeof VllmParams>;
 
-function vllmMemory(ctx: PlanContext, p: VllmParams): { gpuKvBytes: number; offloaded: number; residentBytes: number } | string {
+function vllmMemory(ctx: PlanContext, p: VllmParams): { gpuKvBytes: number; offloaded: number; residentBytes: number; otherBytes: number } | string {
   const { model, hardware: hw } = ctx;
   const mm = modelModules(model);
   const layerTotal = mm.denseBytes.reduce((a, b, l) => a + b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0), 0);
@@ -347,7 +354,7 @@ function vllmMemory(ctx: PlanContext, p: VllmParams): { gpuKvBytes: number; offl
   const gpuKvBytes = vram - resident - off * maxLayer - act;
   const page = model.derived.kvBytesPerToken * p.pageTokens;
   if (gpuKvBytes < page) return `vLLM: ${(vram / 1e9).toFixed(1)} GB (× utilisation) − resident weights ${(resident / 1e9).toFixed(1)} GB − layer copy ${((off * maxLayer) / 1e9).toFixed(1)} GB − activations ${(act / 1e9).toFixed(1)} GB leaves no KV page`;
-  return { gpuKvBytes, offloaded: off, residentBytes: resident };
+  return { gpuKvBytes, offloaded: off, residentBytes: resident, otherBytes: off * maxLayer + act };
 }
 
 function vllmPolicy(p: VllmParams): ThroughputPolicy {
@@ -366,6 +373,8 @@ function vllmPolicy(p: VllmParams): ThroughputPolicy {
       const planned = plan(ctx);
       if (!planned.feasible) return infeasible(ctx, name, planned.reason);
       const m = vllmMemory(ctx, p) as Exclude<ReturnType<typeof vllmMemory>, string>;
+      const hostBytes = ctx.model.derived.totalBytes + p.swapSpaceGiB * GIB;
+      if (hostBytes > ctx.hardware.hostDramBytes) return infeasible(ctx, name, `vLLM: weights + ${p.swapSpaceGiB} GiB of swap space (${(hostBytes / 1e9).toFixed(1)} GB) exceed host DRAM ${(ctx.hardware.hostDramBytes / 1e9).toFixed(1)} GB`);
       const reqs = ctx.requests;
       const longest = Math.max(...reqs.map((r) => r.promptTokens + r.outputTokens));
       const pageBytes = ctx.model.derived.kvBytesPerToken * p.pageTokens;
@@ -382,8 +391,8 @@ function vllmPolicy(p: VllmParams): ThroughputPolicy {
         swapOuts: r.swapOuts,
         pageTokens: p.pageTokens,
       }, {
-        vram: { weights: m.residentBytes, kvPages: r.peakPages * pageBytes, capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
-        host: { weights: ctx.model.derived.totalBytes, capacity: ctx.hardware.hostDramBytes },
+        vram: { weights: m.residentBytes, kvPages: r.peakPages * pageBytes, total: m.residentBytes + m.otherBytes + r.peakPages * pageBytes, capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : ctx.hardware.gpu.vramBytes },
+        host: { weights: ctx.model.derived.totalBytes, total: hostBytes, capacity: ctx.hardware.hostDramBytes },
       });
     },
   };
