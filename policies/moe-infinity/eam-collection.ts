@@ -29,8 +29,9 @@
  * it keeps D_n for every entry, and Q_cur. When row l arrives:
  * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a
  *   top-k model: k cells) through the column-major copy: O(N · nnz(cur_l)), never
- *   O(N · L · E). Rows with ≤ 2 non-zero cells are folded into the scan below (one pass);
- *   denser rows (prefill) go four columns per pass over D.
+ *   O(N · L · E). Rows with ≤ 8 non-zero cells (decode tokens of a batch) are folded into the
+ *   scan below (one pass); denser rows (prefill) go eight columns per pass over D until at
+ *   most eight are left for the scan.
  * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and
  *   Q_n is the precomputed prefix sum of entry n's row norms up to l — read, not updated;
  *   rows in another order fall back to accumulating Q_n += ‖stored_n,l‖² per entry.
@@ -175,7 +176,8 @@ export class EamCollection {
   similarities(eam: ArrayLike<number>, out: Float64Array): void {
     const { alloc, size, cols } = this;
     out.fill(0, 0, size);
-    // Non-zero cells, then four columns per pass over `out` (a dense EAM has L·E of them).
+    // Non-zero cells, then eight columns per pass over `out` (a dense EAM has L·E of them);
+    // integer counts: the dot products are exact whatever the grouping.
     const nzJ: number[] = [];
     const nzV: number[] = [];
     let norm = 0;
@@ -187,16 +189,18 @@ export class EamCollection {
       nzV.push(v);
     }
     let t = 0;
+    for (; t + 8 <= nzJ.length; t += 8) {
+      // prettier-ignore
+      addColumns8(out, cols, size,
+        nzJ[t]! * alloc, nzJ[t + 1]! * alloc, nzJ[t + 2]! * alloc, nzJ[t + 3]! * alloc,
+        nzJ[t + 4]! * alloc, nzJ[t + 5]! * alloc, nzJ[t + 6]! * alloc, nzJ[t + 7]! * alloc,
+        nzV[t]!, nzV[t + 1]!, nzV[t + 2]!, nzV[t + 3]!, nzV[t + 4]!, nzV[t + 5]!, nzV[t + 6]!, nzV[t + 7]!);
+    }
     for (; t + 4 <= nzJ.length; t += 4) {
-      const v0 = nzV[t]!;
-      const v1 = nzV[t + 1]!;
-      const v2 = nzV[t + 2]!;
-      const v3 = nzV[t + 3]!;
-      const o0 = nzJ[t]! * alloc;
-      const o1 = nzJ[t + 1]! * alloc;
-      const o2 = nzJ[t + 2]! * alloc;
-      const o3 = nzJ[t + 3]! * alloc;
-      for (let n = 0; n < size; n++) out[n]! += v0 * cols[o0 + n]! + v1 * cols[o1 + n]! + v2 * cols[o2 + n]! + v3 * cols[o3 + n]!;
+      // prettier-ignore
+      addColumns4(out, cols, size,
+        nzJ[t]! * alloc, nzJ[t + 1]! * alloc, nzJ[t + 2]! * alloc, nzJ[t + 3]! * alloc,
+        nzV[t]!, nzV[t + 1]!, nzV[t + 2]!, nzV[t + 3]!);
     }
     for (; t < nzJ.length; t++) {
       const v = nzV[t]!;
@@ -269,7 +273,7 @@ export class EamCollection {
  *
  * Fast paths (same values as the general path): while rows arrive in layer order 0, 1, …
  * (always, in the executor) Q_n is read from the collection's prefix norms instead of being
- * accumulated; a row with at most two non-zero cells (a decode token of a top-1/top-2 model)
+ * accumulated; a row with at most eight non-zero cells (the decode tokens of a small batch)
  * updates D_n and scans in one pass; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a
  * relative margin) before taking a square root.
  */
@@ -375,66 +379,56 @@ export class IncrementalMatcher {
     }
     this.rowsSeen++;
 
-    if (nnz > 2) {
-      // Dense rows (prefill): four columns per pass over D, then the rest one by one.
-      const cb = layer * E;
-      let j = 0;
-      for (; j + 4 <= nnz; j += 4) {
-        const c0 = this.nzC[j]!;
-        const c1 = this.nzC[j + 1]!;
-        const c2 = this.nzC[j + 2]!;
-        const c3 = this.nzC[j + 3]!;
-        const o0 = (cb + this.nzE[j]!) * stride;
-        const o1 = (cb + this.nzE[j + 1]!) * stride;
-        const o2 = (cb + this.nzE[j + 2]!) * stride;
-        const o3 = (cb + this.nzE[j + 3]!) * stride;
-        for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + c2 * cols[o2 + i]! + c3 * cols[o3 + i]!;
-      }
-      for (; j < nnz; j++) {
-        const c = this.nzC[j]!;
-        const off = (cb + this.nzE[j]!) * stride;
-        for (let i = 0; i < n; i++) dots[i]! += c * cols[off + i]!;
+    // Dense rows (prefill): columns eight (then four) per pass over D until at most eight are
+    // left; those are added in the scan below (one pass). The counts are integers, so D_n is
+    // the same exact integer whatever the grouping.
+    const cb = layer * E;
+    const nzC = this.nzC;
+    const nzE = this.nzE;
+    let done = 0;
+    while (nnz - done > 8) {
+      const c = done;
+      if (nnz - done >= 16) {
+        // prettier-ignore
+        addColumns8(dots, cols, n,
+          (cb + nzE[c]!) * stride, (cb + nzE[c + 1]!) * stride, (cb + nzE[c + 2]!) * stride, (cb + nzE[c + 3]!) * stride,
+          (cb + nzE[c + 4]!) * stride, (cb + nzE[c + 5]!) * stride, (cb + nzE[c + 6]!) * stride, (cb + nzE[c + 7]!) * stride,
+          nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!, nzC[c + 4]!, nzC[c + 5]!, nzC[c + 6]!, nzC[c + 7]!);
+        done += 8;
+      } else {
+        // prettier-ignore
+        addColumns4(dots, cols, n,
+          (cb + nzE[c]!) * stride, (cb + nzE[c + 1]!) * stride, (cb + nzE[c + 2]!) * stride, (cb + nzE[c + 3]!) * stride,
+          nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!);
+        done += 4;
       }
     }
-    // One pass over the entries (for ≤ 2 non-zero cells also D_n += c0·stored(l, e0) + c1·stored(l, e1)),
-    // keeping the best M by D_n / sqrt(Q_n). No closure here: its captured, mutated locals
-    // would live in a heap context and slow the loop down.
-    const fused = nnz <= 2;
-    const c0 = fused && nnz > 0 ? this.nzC[0]! : 0;
-    const c1 = fused && nnz > 1 ? this.nzC[1]! : 0;
-    const o0 = fused && nnz > 0 ? (layer * E + this.nzE[0]!) * stride : 0;
-    const o1 = fused && nnz > 1 ? (layer * E + this.nzE[1]!) * stride : o0;
-    const M = this.topMatches;
-    const top = this.top;
+    // The last ≤ 8 columns in one pass (width 2, 4 or 8; missing columns have coefficient 0
+    // and read column o0: + 0 is exact), then the best M by D_n / sqrt(Q_n) in a second pass
+    // (two tight loops in small functions compile better than one fused loop here).
+    const left = nnz - done;
+    const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
+    const c0 = left > 0 ? nzC[done]! : 0;
+    const c1 = left > 1 ? nzC[done + 1]! : 0;
+    const c2 = left > 2 ? nzC[done + 2]! : 0;
+    const c3 = left > 3 ? nzC[done + 3]! : 0;
+    const c4 = left > 4 ? nzC[done + 4]! : 0;
+    const c5 = left > 5 ? nzC[done + 5]! : 0;
+    const c6 = left > 6 ? nzC[done + 6]! : 0;
+    const c7 = left > 7 ? nzC[done + 7]! : 0;
+    const o0 = left > 0 ? (cb + nzE[done]!) * stride : 0;
+    const o1 = left > 1 ? (cb + nzE[done + 1]!) * stride : o0;
+    const o2 = left > 2 ? (cb + nzE[done + 2]!) * stride : o0;
+    const o3 = left > 3 ? (cb + nzE[done + 3]!) * stride : o0;
+    const o4 = left > 4 ? (cb + nzE[done + 4]!) * stride : o0;
+    const o5 = left > 5 ? (cb + nzE[done + 5]!) * stride : o0;
+    const o6 = left > 6 ? (cb + nzE[done + 6]!) * stride : o0;
+    const o7 = left > 7 ? (cb + nzE[done + 7]!) * stride : o0;
+    if (width === 2) addColumns2(dots, cols, n, o0, o1, c0, c1);
+    else if (width === 4) addColumns4(dots, cols, n, o0, o1, o2, o3, c0, c1, c2, c3);
+    else if (width === 8) addColumns8(dots, cols, n, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
+    const count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore);
     const score = this.topScore;
-    let count = 0;
-    let floor = 0; // score of the worst kept match once `count === M`
-    let floor2 = 0; // floor² × (1 − 1e-9): a safe pre-filter
-    for (let i = 0; i < n; i++) {
-      let d = dots[i]!;
-      if (fused) {
-        d += c0 * cols[o0 + i]! + c1 * cols[o1 + i]!;
-        dots[i] = d;
-      }
-      if (d <= 0) continue;
-      const q = qArr[qOff + i]!;
-      if (count === M && d * d <= floor2 * q) continue;
-      const s = d / Math.sqrt(q);
-      if (count === M && s <= floor) continue;
-      // Insertion into the sorted list (strict >: an equal later index never displaces an earlier one).
-      let j = count < M ? count++ : M - 1;
-      while (j > 0 && score[j - 1]! < s) {
-        score[j] = score[j - 1]!;
-        top[j] = top[j - 1]!;
-        j--;
-      }
-      score[j] = s;
-      top[j] = i;
-      if (count === M) {
-        floor = score[M - 1]!;
-        floor2 = floor * floor * (1 - 1e-9);
-      }
-    }
     this.topCount = count;
     // Scores were kept without Q_cur; turn them into similarities.
     const qc = Math.sqrt(this.qCur);
@@ -450,4 +444,75 @@ export class IncrementalMatcher {
     const q = this.qCur * qn;
     return q > 0 ? d / Math.sqrt(q) : 0;
   }
+}
+
+// Row-update kernels: D_n += Σ c_j · column_j[n]. The products are summed as a tree (not a
+// chain: independent additions overlap in the CPU); all terms are integers, so the sum is the
+// same exact integer in any order.
+function addColumns2(dots: Float64Array, cols: Float32Array, n: number, o0: number, o1: number, c0: number, c1: number): void {
+  for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]!;
+}
+
+function addColumns4(dots: Float64Array, cols: Float32Array, n: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): void {
+  for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!);
+}
+
+function addColumns8(
+  dots: Float64Array,
+  cols: Float32Array,
+  n: number,
+  o0: number,
+  o1: number,
+  o2: number,
+  o3: number,
+  o4: number,
+  o5: number,
+  o6: number,
+  o7: number,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+  c4: number,
+  c5: number,
+  c6: number,
+  c7: number,
+): void {
+  for (let i = 0; i < n; i++) {
+    dots[i]! +=
+      c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!) + (c4 * cols[o4 + i]! + c5 * cols[o5 + i]! + (c6 * cols[o6 + i]! + c7 * cols[o7 + i]!));
+  }
+}
+
+/**
+ * The best `M` entries by D_n / sqrt(Q_n) (D_n > 0) into `top` / `score`, best first, ties to
+ * the lower index; returns how many. Rejects an entry by D_n² ≤ floor²·Q_n (with a relative
+ * margin) before taking a square root.
+ */
+function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array): number {
+  let count = 0;
+  let floor = 0; // score of the worst kept match once `count === M`
+  let floor2 = 0; // floor² × (1 − 1e-9): a safe pre-filter
+  for (let i = 0; i < n; i++) {
+    const d = dots[i]!;
+    if (d <= 0) continue;
+    const q = qArr[qOff + i]!;
+    if (count === M && d * d <= floor2 * q) continue;
+    const s = d / Math.sqrt(q);
+    if (count === M && s <= floor) continue;
+    // Insertion into the sorted list (strict >: an equal later index never displaces an earlier one).
+    let j = count < M ? count++ : M - 1;
+    while (j > 0 && score[j - 1]! < s) {
+      score[j] = score[j - 1]!;
+      top[j] = top[j - 1]!;
+      j--;
+    }
+    score[j] = s;
+    top[j] = i;
+    if (count === M) {
+      floor = score[M - 1]!;
+      floor2 = floor * floor * (1 - 1e-9);
+    }
+  }
+  return count;
 }
