@@ -29,9 +29,11 @@
  * it keeps D_n for every entry, and Q_cur. When row l arrives:
  * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a
  *   top-k model: k cells) through the column-major copy: O(N · nnz(cur_l)), never
- *   O(N · L · E). Rows with ≤ 8 non-zero cells (decode tokens of a batch) are folded into the
- *   scan below (one pass); denser rows (prefill) go eight columns per pass over D until at
- *   most eight are left for the scan.
+ *   O(N · L · E). Rows with ≤ 2 non-zero cells are folded into the scan below (one pass);
+ *   rows with ≤ 8 (decode tokens of a batch) take one column pass before it; denser rows
+ *   (prefill) go eight columns per pass over D. The counts are integers, so D_n is the same
+ *   exact integer however the products are grouped (sums are trees, not chains: independent
+ *   additions overlap in the CPU).
  * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and
  *   Q_n is the precomputed prefix sum of entry n's row norms up to l — read, not updated;
  *   rows in another order fall back to accumulating Q_n += ‖stored_n,l‖² per entry.
@@ -273,8 +275,8 @@ export class EamCollection {
  *
  * Fast paths (same values as the general path): while rows arrive in layer order 0, 1, …
  * (always, in the executor) Q_n is read from the collection's prefix norms instead of being
- * accumulated; a row with at most eight non-zero cells (the decode tokens of a small batch)
- * updates D_n and scans in one pass; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a
+ * accumulated; a row with at most two non-zero cells (a decode token of a top-1/top-2 model)
+ * updates D_n and scans in one pass, one with at most eight in two; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a
  * relative margin) before taking a square root.
  */
 export class IncrementalMatcher {
@@ -403,9 +405,9 @@ export class IncrementalMatcher {
         done += 4;
       }
     }
-    // The last ≤ 8 columns in one pass (width 2, 4 or 8; missing columns have coefficient 0
-    // and read column o0: + 0 is exact), then the best M by D_n / sqrt(Q_n) in a second pass
-    // (two tight loops in small functions compile better than one fused loop here).
+    // The last ≤ 8 columns in one pass (width 4 or 8; missing columns have coefficient 0 and
+    // read column o0: + 0 is exact), then the best M by D_n / sqrt(Q_n) in a second pass (two
+    // tight loops in small functions compile better than one fused loop with eight columns).
     const left = nnz - done;
     const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
     const c0 = left > 0 ? nzC[done]! : 0;
@@ -424,10 +426,10 @@ export class IncrementalMatcher {
     const o5 = left > 5 ? (cb + nzE[done + 5]!) * stride : o0;
     const o6 = left > 6 ? (cb + nzE[done + 6]!) * stride : o0;
     const o7 = left > 7 ? (cb + nzE[done + 7]!) * stride : o0;
-    if (width === 2) addColumns2(dots, cols, n, o0, o1, c0, c1);
-    else if (width === 4) addColumns4(dots, cols, n, o0, o1, o2, o3, c0, c1, c2, c3);
+    if (width === 4) addColumns4(dots, cols, n, o0, o1, o2, o3, c0, c1, c2, c3);
     else if (width === 8) addColumns8(dots, cols, n, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
-    const count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore);
+    // Width ≤ 2 (a decode token of a top-1/top-2 model) is added inside the scan (one pass).
+    const count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, width === 2 ? c0 : 0, width === 2 ? c1 : 0, o0, o1);
     const score = this.topScore;
     this.topCount = count;
     // Scores were kept without Q_cur; turn them into similarities.
@@ -449,10 +451,6 @@ export class IncrementalMatcher {
 // Row-update kernels: D_n += Σ c_j · column_j[n]. The products are summed as a tree (not a
 // chain: independent additions overlap in the CPU); all terms are integers, so the sum is the
 // same exact integer in any order.
-function addColumns2(dots: Float64Array, cols: Float32Array, n: number, o0: number, o1: number, c0: number, c1: number): void {
-  for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]!;
-}
-
 function addColumns4(dots: Float64Array, cols: Float32Array, n: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): void {
   for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!);
 }
@@ -485,16 +483,24 @@ function addColumns8(
 }
 
 /**
- * The best `M` entries by D_n / sqrt(Q_n) (D_n > 0) into `top` / `score`, best first, ties to
- * the lower index; returns how many. Rejects an entry by D_n² ≤ floor²·Q_n (with a relative
- * margin) before taking a square root.
+ * After D_n += c0·column o0 + c1·column o1 (both 0 for none), the best `M` entries by
+ * D_n / sqrt(Q_n) (D_n > 0) into `top` / `score`, best first, ties to the lower index; returns
+ * how many. Rejects an entry by D_n² ≤ floor²·Q_n (with a relative margin) before taking a
+ * square root.
  */
-function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array): number {
+// prettier-ignore
+function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
+  cols: Float32Array, c0: number, c1: number, o0: number, o1: number): number {
+  const add = c0 !== 0 || c1 !== 0;
   let count = 0;
   let floor = 0; // score of the worst kept match once `count === M`
   let floor2 = 0; // floor² × (1 − 1e-9): a safe pre-filter
   for (let i = 0; i < n; i++) {
-    const d = dots[i]!;
+    let d = dots[i]!;
+    if (add) {
+      d += c0 * cols[o0 + i]! + c1 * cols[o1 + i]!;
+      dots[i] = d;
+    }
     if (d <= 0) continue;
     const q = qArr[qOff + i]!;
     if (count === M && d * d <= floor2 * q) continue;
