@@ -328,7 +328,8 @@ export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly s
 /** `box`: a boxed terminal table (cli-table3); `markdown`: a GitHub-flavoured table for notes and reports. */
 export type TableStyle = 'box' | 'markdown';
 
-function layout(head: readonly string[], body: readonly (readonly string[])[], style: TableStyle): string {
+/** Header and rows (cells already text) as a table of `style`. */
+export function layout(head: readonly string[], body: readonly (readonly string[])[], style: TableStyle): string {
   if (style === 'markdown') {
     const row = (cells: readonly string[]) => `| ${cells.map((c) => c.replace(/\n/g, ' ').replace(/\|/g, '\\|')).join(' | ')} |`;
     return [row(head), `|${head.map(() => '---|').join('')}`, ...body.map(row)].join('\n');

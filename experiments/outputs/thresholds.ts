@@ -22,10 +22,9 @@
  * Outputs: a table per case (targets as columns), `<name>.json` and `<name>.svg` (report vs
  * target per policy, one panel per case).
  */
-import Table from 'cli-table3';
 import { z } from 'zod';
 import { UserError } from '../../sim/kernel/errors.ts';
-import { metricAt, type TableStyle } from './table.ts';
+import { layout, metricAt, type TableStyle } from './table.ts';
 import { renderPlot, type PlotRun } from './plot.ts';
 
 const UNITS = { GiB: 2 ** 30, GB: 1e9, MiB: 2 ** 20, MB: 1e6 } as const;
@@ -209,16 +208,6 @@ export function renderThresholds(spec: ThresholdsSpec, rows: readonly ThresholdR
     parts.push(`${title}\n${layout(head, body, style)}`);
   }
   return parts.join('\n\n');
-}
-
-function layout(head: readonly string[], body: readonly (readonly string[])[], style: TableStyle): string {
-  if (style === 'markdown') {
-    const row = (cells: readonly string[]) => `| ${cells.map((c) => c.replace(/\n/g, ' ').replace(/\|/g, '\\|')).join(' | ')} |`;
-    return [row(head), `|${head.map(() => '---|').join('')}`, ...body.map(row)].join('\n');
-  }
-  const table = new Table({ head: [...head], style: { head: [], border: [], compact: true } });
-  for (const r of body) table.push([...r]);
-  return table.toString();
 }
 
 /** The SVG of the thresholds: report (or x) vs target, a line per policy, a panel per case. */

@@ -45,7 +45,8 @@
  * `vllm-like` plugin's maxNumBatchedTokens 8192.
  */
 import { z } from 'zod';
-import type { PhaseTotals, ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
+import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
+import { lensPhaseTotals, totals } from './totals.ts';
 import type { PlanContext, RunContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
 import { defaultPassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { HIDDEN_VECTORS_PER_TOKEN, modelModules } from '../../sim/throughput/memory-model.ts';
@@ -62,10 +63,6 @@ const NORMAL_OVERHEAD_BYTES = 30e9;
 const LARGE_FACTOR = 1.25;
 const GIB = 1024 ** 3;
 
-const totals = (): PhaseTotals => ({
-  passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, gpuBusyNs: 0, gpuBusyNsByCategory: {}, h2dBusyNs: 0, d2hBusyNs: 0,
-  h2dBytes: 0, d2hBytes: 0, cpuBusyCoreNs: 0, hostDramBytes: 0, routedTokenSlots: 0, expertLayerPairs: 0, activatedPairs: 0,
-});
 const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
 const needsBoth = (ctx: PlanContext, name: string): PlanResult | undefined =>
@@ -78,20 +75,8 @@ const planOf = (ctx: PlanContext, N: number, notes: string[]): PlanResult => {
 
 /** The outcome every lens-executor baseline reports (the same fields as `moe-lens`). */
 function outcome(ctx: RunContext, name: string, planned: PlanResult, r: BaselineRunResult, cores: number, schedule: Record<string, unknown>, peaks: ThroughputOutcome['peaks']): ThroughputOutcome {
-  const prefill = totals();
-  prefill.processedTokens = r.prefillTokens;
-  prefill.generatedTokens = r.generatedTokens - r.decodeTokens;
-  const decode = totals();
-  decode.passes = r.iterations;
-  decode.ns = r.endNs;
-  decode.processedTokens = r.decodeTokens;
-  decode.generatedTokens = r.decodeTokens;
-  decode.gpuBusyNs = r.gpuBusyNs;
-  decode.h2dBusyNs = r.h2dBusyNs;
-  decode.h2dBytes = r.h2dBytes;
+  const { prefill, decode } = lensPhaseTotals(r, cores);
   decode.d2hBytes = r.d2hBytes;
-  decode.cpuBusyCoreNs = r.cpuBusyNs * cores;
-  decode.hostDramBytes = r.hostDramBytes;
   return {
     policy: name, requests: ctx.requests.length, promptTokens: ctx.workload.promptTokens, outputTokensMax: ctx.workload.outputTokens,
     feasible: true, ...(planned.feasible ? { plan: planned.plan } : {}),

@@ -34,7 +34,8 @@
  * `sim/lens/baselines.ts`); their iterations are closed forms only.
  */
 import { z } from 'zod';
-import type { ThroughputOutcome, PhaseTotals } from '../../sim/throughput/throughput-executor.ts';
+import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
+import { lensPhaseTotals, totals } from './totals.ts';
 import type { PlanContext, RunContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
 import { defaultPassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { hostKvBytesPerSeq, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
@@ -83,10 +84,6 @@ const Params = z
   });
 type Params = z.infer<typeof Params>;
 
-const totals = (): PhaseTotals => ({
-  passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, gpuBusyNs: 0, gpuBusyNsByCategory: {}, h2dBusyNs: 0, d2hBusyNs: 0,
-  h2dBytes: 0, d2hBytes: 0, cpuBusyCoreNs: 0, hostDramBytes: 0, routedTokenSlots: 0, expertLayerPairs: 0, activatedPairs: 0,
-});
 
 const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
@@ -144,20 +141,7 @@ function lensPolicy(p: Params): ThroughputPolicy {
         ...(ctx.sink ? { sink: ctx.sink } : {}),
       });
       const cores = p.cpuCores ?? hw.cpu.cores;
-      const prefill = totals();
-      prefill.processedTokens = r.prefillTokens;
-      prefill.generatedTokens = r.generatedTokens - r.decodeTokens;
-      prefill.passes = 0;
-      const decode = totals();
-      decode.passes = r.iterations;
-      decode.ns = r.endNs;
-      decode.processedTokens = r.decodeTokens;
-      decode.generatedTokens = r.decodeTokens;
-      decode.gpuBusyNs = r.gpuBusyNs;
-      decode.h2dBusyNs = r.h2dBusyNs;
-      decode.h2dBytes = r.h2dBytes;
-      decode.cpuBusyCoreNs = r.cpuBusyNs * cores;
-      decode.hostDramBytes = r.hostDramBytes;
+      const { prefill, decode } = lensPhaseTotals(r, cores);
       if (r.eventStats && r.eventStats.d2hBytes > 0) {
         decode.d2hBytes = r.eventStats.d2hBytes;
         decode.d2hBusyNs = r.eventStats.d2hBusyNs;
