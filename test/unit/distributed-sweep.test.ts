@@ -13,6 +13,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sweepConfig } from '../helpers/sweep-config.ts';
 import { writePlugin } from '../helpers/cli-cwd.ts';
 import { REPO_ROOT, runCliAsync, tempDir, type CliResult } from '../helpers/cli.ts';
 
@@ -54,31 +55,7 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
   let queued: CliResult;
   let thrownSerial: CliResult;
   let thrownQueued: CliResult;
-  const config = (name: string, pluginPath: string) => `name: ${name}
-model: olmoe
-hardware: rtx4090
-seeds: [1, 2]
-workload:
-  requests: 6
-  arrival: { kind: poisson, ratePerS: 2 }
-  promptTokens: { kind: uniform, min: 8, max: 64 }
-  outputTokens: { kind: uniform, min: 2, max: 8 }
-executor: { batching: continuous, maxBatchSize: 4, packetMiB: 4 }
-policies:
-  - name: on-demand
-  - name: lru
-    capacitySlots: 128
-  - path: ${JSON.stringify(pluginPath)}
-    label: my-fifo
-    params: { capacitySlots: 128 }
-sweep:
-  workload.arrival.ratePerS: [1, 4]
-output:
-  relative: { baseline: on-demand, metrics: [h2dBytes] }
-  seedSummary: [tpotMs.mean]
-  plots:
-    - { name: tpot, x: workload.arrival.ratePerS, y: metrics.tpotMs.mean, series: policy }
-`;
+  const config = (name: string, pluginPath: string) => sweepConfig(name, pluginPath);
   let small = '';
   let thrower = '';
 

@@ -17,6 +17,7 @@ import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'no
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sweepConfig } from '../helpers/sweep-config.ts';
 import { loadConfigFile } from '../../experiments/config/load.ts';
 import { runExperiment } from '../../experiments/runner.ts';
 import { writePlugin } from '../helpers/cli-cwd.ts';
@@ -27,31 +28,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const plugin = path.relative(dir, path.join(REPO_ROOT, 'examples/fifo-cache-policy.ts'));
 /** 12 runs: 2 rates × 3 policies (one a plugin) × 2 seeds. */
-const config = (name: string, requests: number) => `name: ${name}
-model: olmoe
-hardware: rtx4090
-seeds: [1, 2]
-workload:
-  requests: ${requests}
-  arrival: { kind: poisson, ratePerS: 2 }
-  promptTokens: { kind: uniform, min: 8, max: 64 }
-  outputTokens: { kind: uniform, min: 2, max: 8 }
-executor: { batching: continuous, maxBatchSize: 4, packetMiB: 4 }
-policies:
-  - name: on-demand
-  - name: lru
-    capacitySlots: 128
-  - path: ${JSON.stringify(plugin)}
-    label: my-fifo
-    params: { capacitySlots: 128 }
-sweep:
-  workload.arrival.ratePerS: [1, 4]
-output:
-  relative: { baseline: on-demand, metrics: [h2dBytes] }
-  seedSummary: [tpotMs.mean]
-  plots:
-    - { name: tpot, x: workload.arrival.ratePerS, y: metrics.tpotMs.mean, series: policy }
-`;
+const config = (name: string, requests: number) => sweepConfig(name, plugin, requests);
 const small = path.join(dir, 'small.yaml');
 writeFileSync(small, config('parallel-small', 6));
 const read = (p: string) => readFileSync(p, 'utf8');
