@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { deriveModel, type ModelDeriveInput } from '../../hardware-profiles/derive.ts';
+import { randomModel } from '../helpers/random-model.ts';
 import { loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
@@ -70,31 +70,7 @@ const modelArb = fc
     shared: fc.boolean(),
     mla: fc.boolean(),
   })
-  .map((r): ModelProfile => {
-    const dense = Math.min(r.denseLeading, r.layers - 1);
-    const heads = r.hidden / 64;
-    const input: ModelDeriveInput = {
-      arch: 'decoder-only',
-      layers: r.layers,
-      moeLayers: r.layers - dense,
-      moeLayerIndices: Array.from({ length: r.layers - dense }, (_, i) => i + dense),
-      hiddenSize: r.hidden,
-      expertIntermediateSize: r.inter,
-      experts: r.experts,
-      topK: Math.min(r.topK, r.experts),
-      sharedExperts: r.shared ? 1 : 0,
-      sharedIntermediateSize: r.shared ? r.inter : 0,
-      denseIntermediateSize: dense > 0 ? 2 * r.inter : 0,
-      ffnMatrices: 3,
-      attention: r.mla
-        ? { type: 'MLA', heads, kvHeads: heads, headDim: 96, kvLoraRank: 128, ropeHeadDim: 32, vHeadDim: 64, qLoraRank: 256 }
-        : { type: 'GQA', heads, kvHeads: Math.max(1, heads / 2), headDim: 64 },
-      vocabSize: 500,
-      tiedEmbeddings: false,
-      dtypes: { expertBytesPerParam: 2, attentionBytesPerParam: 2, embeddingBytesPerParam: 2, kvBytesPerElement: 2 },
-    };
-    return { ...input, id: `cap-rand-${JSON.stringify(r)}`, name: 'random', sources: [], derived: deriveModel(input) };
-  });
+  .map((r): ModelProfile => randomModel(r, 'cap-rand-'));
 
 /** A machine scaled to the model (GPU between a fraction of the model and all of it). */
 const machineArb = (model: ModelProfile) =>

@@ -80,19 +80,22 @@ export const KnobsSchema = z
   .strict();
 export type Knobs = z.infer<typeof KnobsSchema>;
 
+/** The model a routing profile (or its calibration targets) is for: its routing shape. */
+export const RoutingModelSchema = z
+  .object({
+    id: z.string().min(1),
+    moeLayers: z.number().int().positive(),
+    experts: z.number().int().positive().max(65535),
+    topK: z.number().int().positive(),
+  })
+  .strict()
+  .refine((m) => m.topK <= m.experts, { message: 'topK must not exceed experts', path: ['topK'] });
+
 export const ProfileSchema = z
   .object({
     name: z.string().min(1),
     description: z.string().optional(),
-    model: z
-      .object({
-        id: z.string().min(1),
-        moeLayers: z.number().int().positive(),
-        experts: z.number().int().positive().max(65535),
-        topK: z.number().int().positive(),
-      })
-      .strict()
-      .refine((m) => m.topK <= m.experts, { message: 'topK must not exceed experts', path: ['topK'] }),
+    model: RoutingModelSchema,
     /** What the knobs were fitted to (trace file, statistics, date-free). */
     fittedTo: z.string().optional(),
     /** What the knobs are assumed from, when not fitted. */

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { LengthSchema } from '../lengths.ts';
 import { formatPath } from '../trace/reader.ts';
-import { KnobsSchema } from './profile.ts';
+import { KnobsSchema, RoutingModelSchema } from './profile.ts';
 
 export const TARGETS_FORMAT = 'moesim-routing-targets';
 
@@ -48,15 +48,7 @@ export const RoutingTargetsSchema = z
     /** Name of the profile to write. */
     name: z.string().min(1),
     description: z.string().optional(),
-    model: z
-      .object({
-        id: z.string().min(1),
-        moeLayers: z.number().int().positive(),
-        experts: z.number().int().positive().max(65535),
-        topK: z.number().int().positive(),
-      })
-      .strict()
-      .refine((m) => m.topK <= m.experts, { message: 'topK must not exceed experts', path: ['topK'] }),
+    model: RoutingModelSchema,
     /** Where the numbers come from (paper, table, figure). */
     source: z.string().min(1),
     /** Targets to compare a profile with (`trace activation --targets`), never to fit: calibrate refuses the file. */
