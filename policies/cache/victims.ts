@@ -37,17 +37,25 @@ export function layerCounts(view: ServingView): Int32Array {
  */
 export function victimPool(view: ServingView, candidates: readonly ExpertKey[], forKey: ExpertKey, capOf?: CapOf, fallback = true): readonly ExpertKey[] {
   if (!capOf || candidates.length === 0) return candidates;
-  const counts = layerCounts(view);
+  const count = layerCountOf(view);
   const forLayer = view.layerOf(forKey);
-  if (counts[forLayer]! + 1 > capOf(forLayer)) {
+  if (count(forLayer) + 1 > capOf(forLayer)) {
     const own = candidates.filter((c) => view.layerOf(c) === forLayer);
     if (own.length > 0) return own;
   }
   const over = candidates.filter((c) => {
     const l = view.layerOf(c);
-    return counts[l]! > capOf(l);
+    return count(l) > capOf(l);
   });
   return over.length > 0 || !fallback ? over : candidates;
+}
+
+/** Entries per layer: the buffer's own index when it keeps one, else counted once over all entries. */
+function layerCountOf(view: ServingView): (layer: number) => number {
+  const buffer = view.buffer;
+  if (buffer.layerCount) return (l) => buffer.layerCount!(l);
+  const counts = layerCounts(view);
+  return (l) => counts[l]!;
 }
 
 /** The first key of `pool` under `cmp` (cmp(a, b) < 0: a is evicted before b). */
@@ -72,7 +80,9 @@ export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose, only
   if (onlyLayer !== undefined) {
     let count = 0;
     const pool: ExpertKey[] = [];
-    for (const e of view.buffer.entries()) {
+    // The layer's own entries when the buffer indexes them (the victim order does not depend on
+    // the pool's order: `choose` is a total order).
+    for (const e of view.buffer.layerEntries?.(onlyLayer) ?? view.buffer.entries()) {
       if (view.layerOf(e.key) !== onlyLayer) continue;
       count++;
       if (e.state === 'resident' && !e.pinned) pool.push(e.key);

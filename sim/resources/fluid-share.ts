@@ -140,6 +140,14 @@ export class FluidShare implements ExclusiveLock {
     this.servedBytes += Math.min(bytes, (rate * dtNs) / 1e9);
   }
 
+  /** `addServed` `n` times (the same additions, in order). */
+  addServedRepeated(bytes: number, rate: number, dtNs: number, n: number): void {
+    const v = Math.min(bytes, (rate * dtNs) / 1e9);
+    let s = this.servedBytes;
+    for (let i = 0; i < n; i++) s += v;
+    this.servedBytes = s;
+  }
+
   /**
    * The exclusive holder's packet in flight becomes a real flow, exactly as if it had been
    * started alone at `startNs` (≤ now) — the last time the share was touched — and nothing had

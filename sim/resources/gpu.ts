@@ -23,11 +23,18 @@ export interface KernelSpec {
   readonly label: string;
   readonly category: string;
   readonly onDone?: () => void;
+  /**
+   * A chain: kernels that run back to back on this stream as one unit (`durationNs` is their
+   * sum), accounted and traced each on its own. See `Gpu.submitChain`.
+   */
+  readonly parts?: readonly KernelPart[];
 }
 
-interface Running {
-  readonly spec: KernelSpec;
-  readonly startNs: Ns;
+/** One kernel of a chain. */
+export interface KernelPart {
+  readonly durationNs: Ns;
+  readonly label: string;
+  readonly category: string;
 }
 
 export interface GpuOptions {
@@ -43,8 +50,12 @@ export class Gpu {
   readonly concurrentStreams: boolean;
   private readonly sched: Scheduler<ResourceEvent>;
   private readonly sink: TraceSink | undefined;
-  private readonly queues: { spec: KernelSpec; seq: number }[][];
-  private readonly running: (Running | null)[];
+  /** Waiting kernels per stream, and their submission numbers (parallel arrays). */
+  private readonly queues: KernelSpec[][];
+  private readonly queueSeqs: number[][];
+  private queued = 0;
+  private readonly running: (KernelSpec | null)[];
+  private readonly startedNs: number[];
   private runningCount = 0;
   private seq = 0;
   private readonly names: readonly string[];
@@ -66,7 +77,9 @@ export class Gpu {
     this.sched = o.sched;
     this.sink = o.sink;
     this.queues = Array.from({ length: o.streams }, () => []);
+    this.queueSeqs = Array.from({ length: o.streams }, () => []);
     this.running = Array.from({ length: o.streams }, () => null);
+    this.startedNs = Array.from({ length: o.streams }, () => 0);
     this.busyNsByStream = Array.from({ length: o.streams }, () => 0);
     this.names = o.streamNames ?? Array.from({ length: o.streams }, (_, i) => `gpu.stream${i}`);
     this.doneEvents = Array.from({ length: o.streams }, (_, stream) => ({ kind: 'gpu.kernelDone', stream }));
@@ -85,38 +98,80 @@ export class Gpu {
     if (!Number.isSafeInteger(spec.durationNs) || spec.durationNs < 0) {
       throw new SimError(`kernel ${spec.label} duration must be a non-negative integer of ns, got ${spec.durationNs}`, this.sched.now, 'gpu');
     }
-    this.queues[spec.stream]!.push({ spec, seq: this.seq++ });
+    const seq = this.seq++;
+    // Nothing waits and the engine (or, with concurrent streams, this stream) is free: it starts
+    // now — what `pump` would choose, without queueing it first.
+    if (this.queued === 0 && (this.concurrentStreams ? this.running[spec.stream] === null : this.runningCount === 0)) {
+      this.start(spec.stream, spec);
+      return;
+    }
+    this.queues[spec.stream]!.push(spec);
+    this.queueSeqs[spec.stream]!.push(seq);
+    this.queued++;
     this.pump();
+  }
+
+  /**
+   * Queues a chain: `parts` run back to back on `stream` as one unit, and `onDone` runs when the
+   * last one completes. Busy time, kernel counts and trace spans are each part's, exactly as if
+   * each part had been submitted when the one before it completed — provided nothing else could
+   * have run between them: the caller submits nothing else meanwhile and, without
+   * `concurrentStreams`, no other stream has queued work (a kernel queued on another stream
+   * would have run between two parts submitted one at a time). The one completion event is
+   * stamped with the time the last part would have been submitted, so it keeps its place among
+   * simultaneous completions posted at other times.
+   */
+  submitChain(stream: number, parts: readonly KernelPart[], onDone: () => void): void {
+    if (parts.length === 1) {
+      const p = parts[0]!;
+      this.submit({ stream, durationNs: p.durationNs, label: p.label, category: p.category, onDone });
+      return;
+    }
+    let total = 0;
+    for (const p of parts) {
+      if (!Number.isSafeInteger(p.durationNs) || p.durationNs < 0) {
+        throw new SimError(`kernel ${p.label} duration must be a non-negative integer of ns, got ${p.durationNs}`, this.sched.now, 'gpu');
+      }
+      total += p.durationNs;
+    }
+    this.submit({ stream, durationNs: total as Ns, label: parts[0]!.label, category: parts[0]!.category, onDone, parts });
   }
 
   /** True when no kernel runs and none is queued. */
   get idle(): boolean {
-    return this.runningCount === 0 && this.queues.every((q) => q.length === 0);
+    return this.runningCount === 0 && this.queued === 0;
   }
 
   /** Handler of `gpu.kernelDone`. */
   onKernelDone(stream: number): void {
-    const r = this.running[stream];
-    if (!r) throw new SimError(`kernel done on idle stream ${stream}`, this.sched.now, 'gpu');
+    const spec = this.running[stream];
+    if (!spec) throw new SimError(`kernel done on idle stream ${stream}`, this.sched.now, 'gpu');
+    const startNs = this.startedNs[stream]!;
     this.running[stream] = null;
     this.runningCount--;
-    const dur = this.sched.now - r.startNs;
-    this.busyNsByStream[stream]! += dur;
-    this.busyNsByCategory.set(r.spec.category, (this.busyNsByCategory.get(r.spec.category) ?? 0) + dur);
-    this.kernels++;
+    const now = this.sched.now;
+    this.busyNsByStream[stream]! += now - startNs;
+    if (spec.parts === undefined) {
+      this.account(stream, spec.label, spec.category, startNs, now);
+    } else {
+      let t = startNs;
+      for (const p of spec.parts) {
+        this.account(stream, p.label, p.category, t, t + p.durationNs);
+        t += p.durationNs;
+      }
+    }
     if (this.runningCount === 0 && this.engineBusySince >= 0) {
-      this.engineBusyNs += this.sched.now - this.engineBusySince;
+      this.engineBusyNs += now - this.engineBusySince;
       this.engineBusySince = -1;
     }
-    this.sink?.onKernel?.({
-      stream: this.streamName(stream),
-      label: r.spec.label,
-      category: r.spec.category,
-      startNs: r.startNs,
-      endNs: this.sched.now,
-    });
-    this.pump();
-    r.spec.onDone?.();
+    if (this.queued > 0) this.pump();
+    spec.onDone?.();
+  }
+
+  private account(stream: number, label: string, category: string, startNs: number, endNs: number): void {
+    this.busyNsByCategory.set(category, (this.busyNsByCategory.get(category) ?? 0) + (endNs - startNs));
+    this.kernels++;
+    this.sink?.onKernel?.({ stream: this.streamName(stream), label, category, startNs: startNs as Ns, endNs: endNs as Ns });
   }
 
   /** Time during which at least one kernel ran, up to now. */
@@ -126,23 +181,34 @@ export class Gpu {
 
   private pump(): void {
     for (;;) {
+      if (this.queued === 0) return;
       if (!this.concurrentStreams && this.runningCount > 0) return;
       let bestStream = -1;
       let bestSeq = Infinity;
       for (let s = 0; s < this.streams; s++) {
         if (this.running[s]) continue;
-        const head = this.queues[s]![0];
-        if (head && head.seq < bestSeq) {
-          bestSeq = head.seq;
+        const q = this.queueSeqs[s]!;
+        if (q.length > 0 && q[0]! < bestSeq) {
+          bestSeq = q[0]!;
           bestStream = s;
         }
       }
       if (bestStream < 0) return;
-      const { spec } = this.queues[bestStream]!.shift()!;
-      this.running[bestStream] = { spec, startNs: this.sched.now };
-      if (this.runningCount === 0) this.engineBusySince = this.sched.now;
-      this.runningCount++;
-      this.sched.post((this.sched.now + spec.durationNs) as Ns, this.doneEvents[bestStream]!, EventPriority.completion);
+      this.queueSeqs[bestStream]!.shift();
+      this.queued--;
+      this.start(bestStream, this.queues[bestStream]!.shift()!);
     }
+  }
+
+  private start(stream: number, spec: KernelSpec): void {
+    const now = this.sched.now;
+    this.running[stream] = spec;
+    this.startedNs[stream] = now;
+    if (this.runningCount === 0) this.engineBusySince = now;
+    this.runningCount++;
+    const parts = spec.parts;
+    // A chain's completion is stamped when its last part would have been submitted.
+    const stamp = parts === undefined ? now : now + spec.durationNs - parts[parts.length - 1]!.durationNs;
+    this.sched.post((now + spec.durationNs) as Ns, this.doneEvents[stream]!, EventPriority.completion, stamp);
   }
 }

@@ -428,6 +428,16 @@ export class PcieLink implements ExclusiveHolder {
     const t = this.curTransfer!;
     const full = this.packetBytes;
     const fullNs = this.runFullNs;
+    if (this.sink === undefined && upTo > this.runFlushed) {
+      // Nothing to report per packet: the byte counts at once (integers), the DRAM share's
+      // served bytes packet by packet as before (a float sum: same additions, same order).
+      const n = upTo - this.runFlushed;
+      this.bytesMoved += n * full;
+      t.sentBytes += n * full;
+      this.dram?.addServedRepeated(full, this.bytesPerSec, fullNs, n);
+      this.runFlushed = upTo;
+      return;
+    }
     for (let k = this.runFlushed; k < upTo; k++) {
       const startNs = this.runStartNs + k * fullNs;
       this.bytesMoved += full;

@@ -32,6 +32,8 @@ export class ExpertBuffer implements BufferView {
   private readonly map = new Map<ExpertKey, BufferEntry>();
   /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
   private readonly labels: string[] = [];
+  /** Entries per MoE layer (key = layer · experts + expert), when the shape is given. */
+  private readonly byLayer: Set<BufferEntry>[] | null;
 
   constructor(
     readonly slots: number,
@@ -39,7 +41,22 @@ export class ExpertBuffer implements BufferView {
     private readonly vram: MemoryPool,
     private readonly clock: Pick<Scheduler<unknown>, 'now'>,
     private readonly sink?: TraceSink,
-  ) {}
+    /** Experts per MoE layer and MoE layers: `layerEntries` / `layerCount` from an index kept up to date. */
+    private readonly shape?: { readonly experts: number; readonly moeLayers: number },
+  ) {
+    this.byLayer = shape ? Array.from({ length: shape.moeLayers }, () => new Set<BufferEntry>()) : null;
+  }
+
+  layerEntries(layer: number): Iterable<BufferEntry> {
+    if (this.byLayer) return this.byLayer[layer] ?? [];
+    const E = this.shape?.experts ?? 1;
+    return [...this.map.values()].filter((e) => Math.floor(e.key / E) === layer);
+  }
+
+  layerCount(layer: number): number {
+    if (this.byLayer) return this.byLayer[layer]?.size ?? 0;
+    return [...this.layerEntries(layer)].length;
+  }
 
   get occupied(): number {
     return this.map.size;
@@ -90,6 +107,7 @@ export class ExpertBuffer implements BufferView {
       bytes,
     };
     this.map.set(key, e);
+    if (this.byLayer) this.layerSet(key).add(e);
     if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
   }
@@ -99,6 +117,12 @@ export class ExpertBuffer implements BufferView {
    * key for a whole expert; for split experts, key + span (top) or key + 2·span (bottom), where
    * span = `segmentKeySpan` (moeLayers × experts).
    */
+  private layerSet(key: ExpertKey): Set<BufferEntry> {
+    const set = this.byLayer![Math.floor(key / this.shape!.experts)];
+    if (!set) throw new InvariantError(`expert key ${key} beyond the model's MoE layers`, this.clock.now, 'expert buffer');
+    return set;
+  }
+
   segmentKeySpan = 0;
   reportKey(e: { key: ExpertKey; part: 'whole' | 'bottom' }): number {
     return e.part === 'whole' ? e.key : e.key + 2 * this.segmentKeySpan;
@@ -121,6 +145,7 @@ export class ExpertBuffer implements BufferView {
     if (!e) throw new InvariantError(`release of absent expert ${key}`, this.clock.now, 'expert buffer');
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.map.delete(key);
+    if (this.byLayer) this.layerSet(key).delete(e);
     this.vram.free(e.allocation);
     if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
     return e;

@@ -61,6 +61,10 @@ export interface BufferView {
   entry(key: ExpertKey): BufferEntryView | undefined;
   /** All entries in insertion order. */
   entries(): Iterable<BufferEntryView>;
+  /** Entries of one MoE layer (loading + resident), in insertion order; optional (the executor's buffer has it). */
+  layerEntries?(layer: number): Iterable<BufferEntryView>;
+  /** Entries of one MoE layer (loading + resident); optional, with `layerEntries`. */
+  layerCount?(layer: number): number;
 }
 
 /**

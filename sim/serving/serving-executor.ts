@@ -39,6 +39,7 @@ import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { CostModel } from '../cost/types.ts';
 import type { ResourceEvent } from '../resources/events.ts';
+import type { KernelPart } from '../resources/gpu.ts';
 import { createResources, resourceHandlers, type Resources } from '../resources/index.ts';
 import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
@@ -174,8 +175,6 @@ interface IterationState {
   readonly firstMoeLayer: number;
   /** Encoder-decoder: source tokens every decoder token attends to (Σ prompts of the batch). */
   readonly crossContext: number;
-  /** Encoder-decoder decoder layer: cross-attention still to run after self-attention. */
-  crossPending: boolean;
   /** Index-order expert loop: position in `order`, and whether the idle iterations before it were paid. */
   order: number[];
   orderPos: number;
@@ -395,7 +394,7 @@ export class ServingExecutor {
     this.res.host.allocate(d.allExpertBytes, 'expertWeights', 'all experts (host copy)');
     this.res.host.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights (host copy)');
     this.res.vram.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights');
-    this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim, this.sink);
+    this.buffer = new ExpertBuffer(slots, d.bytesPerExpert, this.res.vram, this.sim, this.sink, { experts: this.E, moeLayers: model.moeLayers });
     this.tops = split ? new TopSegmentCache(this.segCapBytes, d.bytesPerExpert, this.span, this.res.vram, this.sim, this.sink) : null;
     if (split) {
       this.buffer.segmentKeySpan = this.span;
@@ -622,7 +621,6 @@ export class ServingExecutor {
       crossContext: encDec ? batch.reduce((a, r) => a + r.spec.promptTokens, 0) : 0,
       layerTokens: decTokens,
       layerTotal: encDec ? batch.length : totalTokens,
-      crossPending: false,
       order: [],
       orderPos: 0,
       gapPaid: false,
@@ -671,6 +669,15 @@ export class ServingExecutor {
     return (this.expertLabels[key] ??= `expert M${Math.floor(key / this.E)}E${key % this.E}`);
   }
 
+  /** `<label> ×<tokens>` for the trace; without a trace sink the label alone (no string built per kernel). */
+  private countLabel(label: string, tokens: number): string {
+    return this.sink === undefined ? label : `${label} ×${tokens}`;
+  }
+
+  private idleLabel(moeLayer: number, gap: number): string {
+    return this.sink === undefined ? 'idle experts' : `M${moeLayer} idle experts ×${gap}`;
+  }
+
   private kernel(durationNs: Ns, label: string, category: string, onDone: () => void): void {
     this.res.gpu.submit({ stream: 0, durationNs, label, category, onDone });
   }
@@ -678,25 +685,10 @@ export class ServingExecutor {
   // Kernel completions. The executor has at most one kernel on the GPU at a time, and the
   // iteration state says where it stands (layer, expert), so each kind of kernel has one stored
   // callback rather than a closure per submission.
-  private readonly afterAttention = (): void => {
-    const it = this.iter!;
-    const labels = this.layerLabels[it.layer]!;
-    if (it.crossPending) {
-      it.crossPending = false;
-      this.kernel(this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext }).ns, labels.cross, 'attention', this.afterAttention);
-      return;
-    }
-    if (this.moeIndexOfLayer[it.layer]! < 0) {
-      this.kernel(this.tokenOpNs('denseFfn', it.layerTotal), labels.dense, 'dense', this.afterDenseFfn);
-    } else {
-      this.kernel(this.tokenOpNs('router', it.layerTotal), labels.router, 'router', this.afterRouter);
-    }
-  };
   private readonly afterIdleExperts = (): void => {
     this.iter!.computing = false;
     this.pumpExperts();
   };
-  private readonly afterDenseFfn = (): void => this.startLayer(this.iter!.layer + 1);
   private readonly afterRouter = (): void => this.routeLayer(this.moeIndexOfLayer[this.iter!.layer]!);
   private readonly afterSharedExperts = (): void => {
     this.iter!.computing = false;
@@ -705,36 +697,60 @@ export class ServingExecutor {
   private readonly afterExpertKernel = (): void => this.afterExpert(this.iter!.computingKey);
   private readonly afterLmHead = (): void => this.finishIteration();
 
+  /**
+   * Runs the model from `layer` to the next decision: attention (and cross-attention) of each
+   * layer, the FFN of dense layers, up to the router of the next MoE layer (then `routeLayer`)
+   * or the LM head (then `finishIteration`). Nothing between these kernels depends on the
+   * simulated time — each starts when the previous one ends, on the executor's one stream — so
+   * they go to the GPU as one chain: one completion event instead of one per kernel, with each
+   * kernel's busy time and trace span its own (`Gpu.submitChain`).
+   */
   private startLayer(layer: number): void {
     const it = this.iter!;
-    it.layer = layer;
-    if (layer === this.m.layers) {
-      this.kernel(this.tokenOpNs('lmHead', this.encoderLayers > 0 ? it.batch.length : it.totalTokens), 'lm head', 'lmHead', this.afterLmHead);
-      return;
-    }
-    let contextTokens = 0;
-    if (this.encoderLayers === 0) {
-      for (let i = 0; i < it.batch.length; i++) {
-        const s = it.batch[i]!;
-        const n = it.tokens[i]!;
-        // Causal attention: token at position p attends to p + 1 positions.
-        contextTokens += n * s.processed + (n * (n + 1)) / 2;
+    const parts: KernelPart[] = [];
+    for (;;) {
+      it.layer = layer;
+      if (layer === this.m.layers) {
+        parts.push({ durationNs: this.tokenOpNs('lmHead', this.encoderLayers > 0 ? it.batch.length : it.totalTokens), label: 'lm head', category: 'lmHead' });
+        this.res.gpu.submitChain(0, parts, this.afterLmHead);
+        return;
       }
-    } else if (layer < this.encoderLayers) {
-      // Encoder: bidirectional self-attention over the prompts of the requests in prefill.
-      it.layerTokens = it.encTokens;
-      it.layerTotal = it.encTotal;
-      for (const n of it.encTokens) contextTokens += n * n;
-    } else {
-      // Decoder: one token per request over the tokens generated so far, then cross-attention.
-      if (layer === this.encoderLayers) {
-        it.layerTokens = it.batch.map(() => 1);
-        it.layerTotal = it.batch.length;
+      let contextTokens = 0;
+      let cross = false;
+      if (this.encoderLayers === 0) {
+        for (let i = 0; i < it.batch.length; i++) {
+          const s = it.batch[i]!;
+          const n = it.tokens[i]!;
+          // Causal attention: token at position p attends to p + 1 positions.
+          contextTokens += n * s.processed + (n * (n + 1)) / 2;
+        }
+      } else if (layer < this.encoderLayers) {
+        // Encoder: bidirectional self-attention over the prompts of the requests in prefill.
+        it.layerTokens = it.encTokens;
+        it.layerTotal = it.encTotal;
+        for (const n of it.encTokens) contextTokens += n * n;
+      } else {
+        // Decoder: one token per request over the tokens generated so far, then cross-attention.
+        if (layer === this.encoderLayers) {
+          it.layerTokens = it.batch.map(() => 1);
+          it.layerTotal = it.batch.length;
+        }
+        for (const s of it.batch) contextTokens += s.emitted + 1;
+        cross = true;
       }
-      for (const s of it.batch) contextTokens += s.emitted + 1;
-      it.crossPending = true;
+      const labels = this.layerLabels[layer]!;
+      parts.push({ durationNs: this.attentionNs(it.layerTotal, contextTokens), label: labels.attention, category: 'attention' });
+      if (cross) {
+        parts.push({ durationNs: this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext }).ns, label: labels.cross, category: 'attention' });
+      }
+      if (this.moeIndexOfLayer[layer]! >= 0) {
+        parts.push({ durationNs: this.tokenOpNs('router', it.layerTotal), label: labels.router, category: 'router' });
+        this.res.gpu.submitChain(0, parts, this.afterRouter);
+        return;
+      }
+      parts.push({ durationNs: this.tokenOpNs('denseFfn', it.layerTotal), label: labels.dense, category: 'dense' });
+      layer++;
     }
-    this.kernel(this.attentionNs(it.layerTotal, contextTokens), this.layerLabels[layer]!.attention, 'attention', this.afterAttention);
   }
 
   private routeLayer(moeLayer: number): void {
@@ -983,7 +999,7 @@ export class ServingExecutor {
       it.computing = true;
       it.computingKey = key;
       const tokens = it.tokensPerExpert[key % this.E]!;
-      this.kernel(this.tokenOpNs('expert', tokens), `${this.expertLabel(key)} ×${tokens}`, 'expert', this.afterExpertKernel);
+      this.kernel(this.tokenOpNs('expert', tokens), this.countLabel(this.expertLabel(key), tokens), 'expert', this.afterExpertKernel);
       return;
     }
     if (it.remaining === 0 && this.payIdleReadyFirst && !it.trailingPaid) {
@@ -992,7 +1008,7 @@ export class ServingExecutor {
       const gap = this.E - it.activatedCount;
       if (gap > 0) {
         it.computing = true;
-        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, this.idleLabel(it.moeLayer, gap), 'expertLoop', this.afterIdleExperts);
         return;
       }
     }
@@ -1014,7 +1030,7 @@ export class ServingExecutor {
         if (gap > 0) {
           this.closeBlocked(it);
           it.computing = true;
-          this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+          this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, this.idleLabel(it.moeLayer, gap), 'expertLoop', this.afterIdleExperts);
           return;
         }
       }
@@ -1031,7 +1047,7 @@ export class ServingExecutor {
         it.computing = true;
         it.computingKey = key;
         const tokens = it.tokensPerExpert[e]!;
-        this.kernel(this.tokenOpNs('expert', tokens), `${this.expertLabel(key)} ×${tokens}`, 'expert', this.afterExpertKernel);
+        this.kernel(this.tokenOpNs('expert', tokens), this.countLabel(this.expertLabel(key), tokens), 'expert', this.afterExpertKernel);
         return;
       }
       if (it.blockedSinceNs < 0) it.blockedSinceNs = this.sim.now;
@@ -1043,7 +1059,7 @@ export class ServingExecutor {
       const gap = E - 1 - last;
       if (gap > 0) {
         it.computing = true;
-        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, `M${it.moeLayer} idle experts ×${gap}`, 'expertLoop', this.afterIdleExperts);
+        this.kernel(this.cost.estimate({ kind: 'idleExperts', count: gap }).ns, this.idleLabel(it.moeLayer, gap), 'expertLoop', this.afterIdleExperts);
         return;
       }
     }
@@ -1093,7 +1109,7 @@ export class ServingExecutor {
     it.computingKey = piece;
     const tokens = it.tokensPerExpert[key % this.E]!;
     const ns = fraction === 1 ? this.tokenOpNs('expert', tokens) : this.cost.estimate({ kind: 'expert', tokens, fraction }).ns;
-    this.kernel(ns, `${label} ×${tokens}`, 'expert', this.afterExpertKernel);
+    this.kernel(ns, this.countLabel(label, tokens), 'expert', this.afterExpertKernel);
   }
 
   /** Split experts: a piece finished; once every piece of the expert has, the policy's `afterUse`. */

@@ -135,3 +135,78 @@ describe('Gpu validation', () => {
     expect(() => gpu.onKernelDone(0)).toThrow(SimError);
   });
 });
+
+describe('Gpu chains (submitChain)', () => {
+  it('runs the parts back to back as one event, each accounted and traced as if submitted one after another', () => {
+    const chained = gpuRig(1, false);
+    chained.gpu.submitChain(
+      0,
+      [
+        { durationNs: nsOf(40), label: 'attention', category: 'attention' },
+        { durationNs: nsOf(0), label: 'empty', category: 'router' },
+        { durationNs: nsOf(7), label: 'router', category: 'router' },
+      ],
+      () => chained.done.push(`chain@${chained.sim.now}`),
+    );
+    chained.runAll();
+    // Worked by hand: attention 0–40, an empty kernel at 40, router 40–47; done at 47.
+    expect(chained.timeline()).toEqual(['gpu.stream0:attention:0-40', 'gpu.stream0:empty:40-40', 'gpu.stream0:router:40-47']);
+    expect(chained.done).toEqual(['chain@47']);
+    expect(Object.fromEntries(chained.gpu.busyNsByCategory)).toEqual({ attention: 40, router: 7 });
+    expect(chained.gpu.busyNsByStream).toEqual([47]);
+    expect(chained.gpu.kernels).toBe(3);
+    expect(chained.gpu.busyTimeNs()).toBe(47);
+    expect(chained.sim.eventsProcessed).toBe(1);
+
+    // The same kernels one at a time, each submitted from the previous one's completion.
+    const single = gpuRig(1, false);
+    single.gpu.submit({
+      stream: 0,
+      durationNs: nsOf(40),
+      label: 'attention',
+      category: 'attention',
+      onDone: () =>
+        single.gpu.submit({
+          stream: 0,
+          durationNs: nsOf(0),
+          label: 'empty',
+          category: 'router',
+          onDone: () => single.kernel(0, 'router', 7, 'router'),
+        }),
+    });
+    single.runAll();
+    expect(single.timeline()).toEqual(chained.timeline());
+    expect(single.gpu.busyNsByCategory).toEqual(chained.gpu.busyNsByCategory);
+    expect(single.gpu.kernels).toBe(chained.gpu.kernels);
+  });
+
+  it('orders its completion among simultaneous completions by when its last part would have been submitted', () => {
+    // Concurrent streams: stream 0 runs the chain a (0–40) + r (40–47); stream 1 ends a kernel
+    // at 47 too, submitted at `submitAt`. Stamp order: submitted at 10 (< 40) it completes
+    // before the chain; submitted at 45 (> 40), after — as with r submitted at 40.
+    for (const [submitAt, expected] of [
+      [10, ['other', 'chain']],
+      [45, ['chain', 'other']],
+    ] as const) {
+      const { gpu, runAll } = gpuRig(2, true);
+      const order: string[] = [];
+      gpu.submitChain(
+        0,
+        [
+          { durationNs: nsOf(40), label: 'a', category: 'attention' },
+          { durationNs: nsOf(7), label: 'r', category: 'router' },
+        ],
+        () => order.push('chain'),
+      );
+      gpu.submit({
+        stream: 1,
+        durationNs: nsOf(submitAt),
+        label: 'lead-in',
+        category: 'expert',
+        onDone: () => gpu.submit({ stream: 1, durationNs: nsOf(47 - submitAt), label: 'other', category: 'expert', onDone: () => order.push('other') }),
+      });
+      runAll();
+      expect(order).toEqual(expected);
+    }
+  });
+});
