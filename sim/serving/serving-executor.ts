@@ -149,7 +149,10 @@ export interface ServingOutcome {
   readonly policyReport?: Record<string, unknown>;
 }
 
+/** A request from its arrival to its end (the executor keeps none before or after: see `outcome`). */
 interface RequestState {
+  /** Position in the workload (and in the outcome arrays). */
+  readonly index: number;
   readonly spec: RequestSpec;
   router: RequestRouter | null;
   processed: number;
@@ -223,7 +226,13 @@ export class ServingExecutor {
   private readonly sink: TraceSink | undefined;
   private readonly E: number;
   private readonly moeIndexOfLayer: Int32Array;
-  private readonly states: RequestState[];
+  private readonly specs: readonly RequestSpec[];
+  /**
+   * Per-request outcomes by workload position, in typed arrays (about 30 B a request): a state
+   * object lives only from arrival to finish, so a run of a million requests keeps no million
+   * objects alive while it runs. `ServingOutcome.requests` is built from these at the end.
+   */
+  private readonly outcome: { admitNs: Float64Array; firstTokenNs: Float64Array; finishNs: Float64Array; emitted: Int32Array };
   private readonly waiting: RequestState[] = [];
   private active: RequestState[] = [];
   private iter: IterationState | null = null;
@@ -401,16 +410,14 @@ export class ServingExecutor {
       this.piecesLeft = new Int8Array(this.E);
     }
 
-    this.states = workload.requests.map((spec) => ({
-      spec,
-      router: null,
-      processed: 0,
-      emitted: 0,
-      admitNs: -1,
-      firstTokenNs: -1,
-      finishNs: -1,
-      kv: null,
-    }));
+    this.specs = workload.requests;
+    const n = this.specs.length;
+    this.outcome = {
+      admitNs: new Float64Array(n).fill(-1),
+      firstTokenNs: new Float64Array(n).fill(-1),
+      finishNs: new Float64Array(n).fill(-1),
+      emitted: new Int32Array(n),
+    };
 
     this.shape = { moeLayers: model.moeLayers, experts: this.E, topK: model.topK, bytesPerExpert: d.bytesPerExpert, slots };
     const self = this;
@@ -480,17 +487,18 @@ export class ServingExecutor {
         if (this.tops.topBytes(t.fraction) > 0) this.tops.add(t.key, t.fraction, true);
       }
     }
-    if (this.states.length > 0) {
-      this.sim.schedule(this.states[0]!.spec.arrivalNs, { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
+    if (this.specs.length > 0) {
+      this.sim.schedule(this.specs[0]!.arrivalNs, { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
     }
     const result = this.sim.run({ maxEvents: this.input.maxEvents });
     if (result.stoppedBy === 'maxEvents') {
       throw new SimError(`stopped after ${result.events} events (maxEvents)`, this.sim.now, 'serving executor');
     }
-    const unfinished = this.states.filter((s) => s.finishNs < 0);
-    if (unfinished.length > 0) {
+    const out = this.outcome;
+    if (this.finishedRequests < this.specs.length) {
+      const first = out.finishNs.findIndex((f) => f < 0);
       throw new SimError(
-        `${unfinished.length} request(s) never finished (first: ${unfinished[0]!.spec.id}); the executor is stuck`,
+        `${this.specs.length - this.finishedRequests} request(s) never finished (first: ${this.specs[first]!.id}); the executor is stuck`,
         this.sim.now,
         'serving executor',
       );
@@ -501,15 +509,15 @@ export class ServingExecutor {
     const policyReport = this.policy.report ? this.callPolicy('report', () => this.policy.report!()) : undefined;
     this.sink?.onEnd?.(this.sim.now);
     return {
-      requests: this.states.map((s) => ({
-        id: s.spec.id,
-        arrivalNs: s.spec.arrivalNs,
-        admitNs: s.admitNs,
-        firstTokenNs: s.firstTokenNs,
-        finishNs: s.finishNs,
-        promptTokens: s.spec.promptTokens,
-        outputTokens: s.spec.outputTokens,
-        emittedTokens: s.emitted,
+      requests: this.specs.map((spec, i) => ({
+        id: spec.id,
+        arrivalNs: spec.arrivalNs,
+        admitNs: out.admitNs[i]!,
+        firstTokenNs: out.firstTokenNs[i]!,
+        finishNs: out.finishNs[i]!,
+        promptTokens: spec.promptTokens,
+        outputTokens: spec.outputTokens,
+        emittedTokens: out.emitted[i]!,
       })),
       counters: this.counters,
       resources: this.res,
@@ -523,11 +531,11 @@ export class ServingExecutor {
   // ---------------------------------------------------------------- arrivals and batching
 
   private onArrival(index: number): void {
-    const s = this.states[index]!;
+    const s: RequestState = { index, spec: this.specs[index]!, router: null, processed: 0, emitted: 0, admitNs: -1, firstTokenNs: -1, finishNs: -1, kv: null };
     this.waiting.push(s);
     this.sink?.onRequest?.(s.spec.id, 'arrive', this.sim.now);
-    const next = this.states[index + 1];
-    if (next) this.sim.schedule(next.spec.arrivalNs, { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
+    const next = this.specs[index + 1];
+    if (next) this.sim.schedule(next.arrivalNs, { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
     if (!this.iter && !this.decidePending) {
       // Decide after every arrival of this instant has been processed.
       this.decidePending = true;
@@ -1255,6 +1263,11 @@ export class ServingExecutor {
     this.iterations++;
     for (const s of finished) {
       s.finishNs = now;
+      const out = this.outcome;
+      out.admitNs[s.index] = s.admitNs;
+      out.firstTokenNs[s.index] = s.firstTokenNs;
+      out.finishNs[s.index] = now;
+      out.emitted[s.index] = s.emitted;
       this.finishedRequests++;
       if (s.kv) this.res.vram.free(s.kv);
       s.kv = null;
@@ -1375,7 +1388,7 @@ export class ServingExecutor {
     }
     // Once every request has finished nobody can use a prefetch. Dropping them lets the run end:
     // a policy that prefetches again from onPrefetchDone would otherwise keep the link busy forever.
-    const workloadDone = this.finishedRequests === this.states.length;
+    const workloadDone = this.finishedRequests === this.specs.length;
     if (this.tops) for (const key of d.dropTops ?? []) if (this.validKey(key, hook)) this.dropTop(key);
     for (const p of d.prefetch ?? []) {
       if (!this.validKey(p.key, hook)) continue;
