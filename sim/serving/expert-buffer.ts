@@ -32,8 +32,12 @@ export class ExpertBuffer implements BufferView {
   private readonly map = new Map<ExpertKey, BufferEntry>();
   /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
   private readonly labels: string[] = [];
-  /** Entries per MoE layer (key = layer · experts + expert), when the shape is given. */
-  private readonly byLayer: Set<BufferEntry>[] | null;
+  /**
+   * Entries per MoE layer (key = layer · experts + expert): built on the first `layerEntries` /
+   * `layerCount` call when the shape is given, then kept up to date (policies that never ask
+   * pay nothing).
+   */
+  private byLayer: Set<BufferEntry>[] | null = null;
 
   constructor(
     readonly slots: number,
@@ -43,19 +47,23 @@ export class ExpertBuffer implements BufferView {
     private readonly sink?: TraceSink,
     /** Experts per MoE layer and MoE layers: `layerEntries` / `layerCount` from an index kept up to date. */
     private readonly shape?: { readonly experts: number; readonly moeLayers: number },
-  ) {
-    this.byLayer = shape ? Array.from({ length: shape.moeLayers }, () => new Set<BufferEntry>()) : null;
+  ) {}
+
+  private layerIndex(): Set<BufferEntry>[] {
+    if (this.byLayer === null) {
+      if (!this.shape) throw new InvariantError('per-layer entries need the model shape (ExpertBuffer constructor)', this.clock.now, 'expert buffer');
+      this.byLayer = Array.from({ length: this.shape.moeLayers }, () => new Set<BufferEntry>());
+      for (const e of this.map.values()) this.layerSet(e.key).add(e);
+    }
+    return this.byLayer;
   }
 
   layerEntries(layer: number): Iterable<BufferEntry> {
-    if (this.byLayer) return this.byLayer[layer] ?? [];
-    const E = this.shape?.experts ?? 1;
-    return [...this.map.values()].filter((e) => Math.floor(e.key / E) === layer);
+    return this.layerIndex()[layer] ?? [];
   }
 
   layerCount(layer: number): number {
-    if (this.byLayer) return this.byLayer[layer]?.size ?? 0;
-    return [...this.layerEntries(layer)].length;
+    return this.layerIndex()[layer]?.size ?? 0;
   }
 
   get occupied(): number {
