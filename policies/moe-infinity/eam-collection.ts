@@ -11,12 +11,22 @@
  *   (an access count incremented for the top-1 match of every layer match, reset to 1 on
  *   insertion); ties go to the lowest index.
  *
- * Storage (counts as Float32: exact integers below 2^24): each entry twice, entry-major
- * (`rows`, read by the batch scores of `prefetcher.ts`) and column-major (`cols`, cell (l, e)
- * of every entry contiguous, for the matcher's per-row update and for replacement), plus per
- * entry and row the squared norm, its prefix sum over rows 0…l, the total and the largest
- * cell. That is 8·L·E + 32·L bytes per entry (Arctic, 35×128: 37 KB; 10 000 entries:
- * 360 MB per phase). Storage grows by doubling up to the capacity.
+ * Storage: each entry twice, entry-major (`rows`, Float32, read by the batch scores of
+ * `prefetcher.ts`) and column-major (`cols`, cell (l, e) of every entry contiguous, for the
+ * matcher's per-row update and for replacement), plus per entry and row the squared norm, its
+ * prefix sum over rows 0…l, the total and the largest cell. The column-major copy is packed:
+ * counts are integers, so two entries share one double, `count(2m) + count(2m+1) · 2^26`
+ * (exact while counts are integers in [0, 2^24], which every stored count is checked to be).
+ * A dot product of packed columns with integer coefficients is then two exact dot products
+ * at once, as long as neither reaches 2^26 (no carry between lanes; every partial sum an
+ * integer below 2^53, so exact in any order): guaranteed by Cauchy–Schwarz when
+ * ‖x‖² · max_n ‖entry n‖² ≤ 2^51 (checked before every packed sum; else the lanes are
+ * unpacked on the fly). Half the loads and multiply-adds of one value per entry, the same
+ * memory as Float32. That is 8·L·E + 32·L bytes per entry (Arctic, 35×128: 37 KB; 10 000
+ * entries: 360 MB per phase). A collection given a count that does not pack (non-integer,
+ * negative or above 2^24; never in the simulator, where counts are token counts) goes plain
+ * for good: one Float32-rounded value per double, 12·L·E + 32·L bytes per entry. Storage grows
+ * by doubling up to the capacity.
  *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:
@@ -29,26 +39,49 @@
  * it keeps D_n for every entry, and Q_cur. When row l arrives:
  * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a
  *   top-k model: k cells) through the column-major copy: O(N · nnz(cur_l)), never
- *   O(N · L · E). Rows with ≤ 2 non-zero cells are folded into the scan below (one pass);
- *   rows with ≤ 8 (decode tokens of a batch) take one column pass before it; denser rows
- *   (prefill) go eight columns per pass over D. The counts are integers, so D_n is the same
- *   exact integer however the products are grouped (sums are trees, not chains: independent
- *   additions overlap in the CPU).
+ *   O(N · L · E). D is packed like the columns (entries 2m and 2m+1 in one double, the same
+ *   exact integers) while the collection is packed, the row's counts are integers and
+ *   Q_cur · max‖entry‖² ≤ 2^51; else it is unpacked once and the rest of the match reads the
+ *   columns lane by lane. Rows with ≤ 2 non-zero cells are folded into the scan below (one
+ *   pass); rows with ≤ 8 (decode tokens of a batch) take one column pass before it; denser
+ *   rows (prefill) go eight columns per pass over D. The counts are integers, so D_n is the
+ *   same exact integer however the products are grouped (sums are trees, not chains:
+ *   independent additions overlap in the CPU).
  * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and
  *   Q_n is the precomputed prefix sum of entry n's row norms up to l — read, not updated;
  *   rows in another order fall back to accumulating Q_n += ‖stored_n,l‖² per entry.
  * - Q_cur += ‖cur_l‖².
  * All sums are of integer products in doubles, so the result equals the brute-force cosine
- * exactly (tested on random matrices and row orders). The best `topMatches` entries are kept
- * in the same pass over the N entries by D_n / sqrt(Q_n) (Q_cur is common to all), rejecting
- * most with D_n² ≤ floor²·Q_n before any square root; ties go to the lowest index; entries
- * with similarity 0 never match.
+ * exactly (tested on random matrices and row orders, packed and not, bit for bit). The best
+ * `topMatches` entries are kept in the same pass over the N entries, in index order, by
+ * D_n / sqrt(Q_n) (Q_cur is common to all), rejecting most with D_n² ≤ floor²·Q_n before any
+ * square root; ties go to the lowest index; entries with similarity 0 never match.
+ *
+ * Replacement (`most-similar`) computes D_n = x · entry n for every entry the same way
+ * (packed, eight columns of the new EAM's non-zero cells per pass) and the cosine with the
+ * same expression as the matcher's, D_n / sqrt(‖x‖² · ‖entry n‖²).
  */
 import type { EamShape } from './eam.ts';
 
 export type EamcReplacement = 'most-similar' | 'lfu-access';
 
 const MIN_ALLOC = 16;
+/** Lane width of the packed column copy: two entries' counts per double, `lo + hi · LANE`. */
+const LANE = 2 ** 26;
+const INV_LANE = 2 ** -26;
+/** Stored counts pack while they are integers in [0, MAX_PACKED] (also exact in Float32). */
+const MAX_PACKED = 2 ** 24;
+/**
+ * Packed sums stay exact while every entry's dot product is below 2^26 (no carry between
+ * lanes, every partial sum an integer below 2^53): guaranteed when Q_cur · max_n ‖entry n‖²
+ * ≤ PACK_LIMIT (Cauchy–Schwarz: D_n ≤ sqrt(Q_cur · ‖entry n‖²) ≤ 2^25.5).
+ */
+const PACK_LIMIT = 2 ** 51;
+
+/** Whether `v` is a count that packs (an integer in [0, MAX_PACKED]). */
+function packable(v: number): boolean {
+  return v >= 0 && v <= MAX_PACKED && Math.floor(v) === v;
+}
 
 export class EamCollection {
   readonly layers: number;
@@ -56,10 +89,20 @@ export class EamCollection {
   private readonly cells: number;
   /** Entries stored. */
   size = 0;
-  /** Entries the storage has room for (≤ capacity); the stride of the column-major arrays. */
+  /** Entries the storage has room for (≤ capacity); the stride of the per-row arrays. */
   private alloc = 0;
+  /**
+   * Entries per double in `cols`: 2 (packed) while every stored count is an integer in
+   * [0, 2^24]; 1 (one Float32-rounded value per double) for good once one is not.
+   */
+  private lanesValue: 1 | 2 = 2;
+  /** Doubles per column of `cols`: ceil(alloc / lanes). */
+  private slots = 0;
+  /** Largest ‖entry n‖² ever stored (an upper bound: the packing limit). */
+  private maxNorm2 = 0;
   private rows = new Float32Array(0);
-  private cols = new Float32Array(0);
+  private cols = new Float64Array(0);
+  private packedScratch = new Float64Array(0);
   /** ‖row l of entry n‖², at `l * alloc + n`. */
   private rowNorm2 = new Float64Array(0);
   /** Σ_{i ≤ l} ‖row i of entry n‖², at `l * alloc + n` (rows seen in order 0…l). */
@@ -86,9 +129,24 @@ export class EamCollection {
     this.cells = shape.layers * shape.experts;
   }
 
-  /** Entries the storage has room for without growing (the column stride). */
+  /** Entries the storage has room for without growing (the stride of the per-row arrays). */
   get stride(): number {
     return this.alloc;
+  }
+
+  /** Entries per double of the column-major copy (2: packed, 1: plain). */
+  get lanes(): 1 | 2 {
+    return this.lanesValue;
+  }
+
+  /** Doubles per column of the column-major copy. */
+  get columnStride(): number {
+    return this.slots;
+  }
+
+  /** An upper bound of every stored entry's ‖entry‖² (for the packing limit). */
+  get maxEntryNorm2(): number {
+    return this.maxNorm2;
   }
 
   private grow(need: number): void {
@@ -97,10 +155,13 @@ export class EamCollection {
     const { cells, layers } = this;
     const rows = new Float32Array(alloc * cells);
     rows.set(this.rows.subarray(0, this.size * cells));
-    const cols = new Float32Array(cells * alloc);
+    const lanes = this.lanesValue;
+    const slots = Math.ceil(alloc / lanes);
+    const used = Math.ceil(this.size / lanes);
+    const cols = new Float64Array(cells * slots);
     const rowNorm2 = new Float64Array(layers * alloc);
     const prefixNorm2 = new Float64Array(layers * alloc);
-    for (let c = 0; c < cells; c++) cols.set(this.cols.subarray(c * this.alloc, c * this.alloc + this.size), c * alloc);
+    for (let c = 0; c < cells; c++) cols.set(this.cols.subarray(c * this.slots, c * this.slots + used), c * slots);
     for (let l = 0; l < layers; l++) {
       rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
       prefixNorm2.set(this.prefixNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
@@ -117,8 +178,10 @@ export class EamCollection {
     this.fullNorm2 = grow1(this.fullNorm2);
     this.access = grow1(this.access);
     this.scratch = new Float64Array(alloc);
+    this.packedScratch = new Float64Array(Math.ceil(alloc / 2));
     this.rows = rows;
     this.cols = cols;
+    this.slots = slots;
     this.rowNorm2 = rowNorm2;
     this.prefixNorm2 = prefixNorm2;
     this.rowTotal = rowTotal;
@@ -133,8 +196,14 @@ export class EamCollection {
   insert(eam: ArrayLike<number>): number {
     if (eam.length !== this.cells) throw new RangeError(`EAM has ${eam.length} cells, the collection ${this.cells}`);
     let any = false;
-    for (let j = 0; j < this.cells; j++) if (eam[j] !== 0) any = true;
+    let packs = true;
+    for (let j = 0; j < this.cells; j++) {
+      const v = eam[j]!;
+      if (v !== 0) any = true;
+      if (!packable(v)) packs = false;
+    }
     if (!any) return -1;
+    if (!packs && this.lanesValue === 2) this.unpack();
     let n: number;
     if (this.size < this.capacity) {
       this.grow(this.size + 1);
@@ -148,9 +217,26 @@ export class EamCollection {
     return n;
   }
 
+  /** Switches the column-major copy to one (Float32-rounded) value per double, for good. */
+  private unpack(): void {
+    const { cells, alloc, size } = this;
+    const cols = new Float64Array(cells * alloc);
+    for (let n = 0; n < size; n++) {
+      const base = n * cells;
+      for (let j = 0; j < cells; j++) cols[j * alloc + n] = this.rows[base + j]!;
+    }
+    this.cols = cols;
+    this.slots = alloc;
+    this.lanesValue = 1;
+  }
+
   private write(n: number, eam: ArrayLike<number>): void {
-    const { experts, layers, alloc } = this;
+    const { experts, layers, alloc, cols } = this;
     const base = n * this.cells;
+    const packed = this.lanesValue === 2;
+    const slot = packed ? n >> 1 : n;
+    const high = (n & 1) === 1;
+    const slots = this.slots;
     let full = 0;
     for (let l = 0; l < layers; l++) {
       let sq = 0;
@@ -160,7 +246,14 @@ export class EamCollection {
         const j = l * experts + e;
         const v = eam[j]!;
         this.rows[base + j] = v;
-        this.cols[j * alloc + n] = v;
+        const at = j * slots + slot;
+        if (!packed) cols[at] = Math.fround(v);
+        else {
+          // Replace this entry's lane, keep the other's.
+          const p = cols[at]!;
+          const hi = Math.floor(p * INV_LANE);
+          cols[at] = high ? p - hi * LANE + v * LANE : hi * LANE + v;
+        }
         sq += v * v;
         tot += v;
         if (v > max) max = v;
@@ -172,42 +265,44 @@ export class EamCollection {
       this.prefixNorm2[l * alloc + n] = full;
     }
     this.fullNorm2[n] = full;
+    if (full > this.maxNorm2) this.maxNorm2 = full;
   }
 
   /** Cosine similarity of `eam` (all rows) with every stored entry, into `out[0..size)`. */
   similarities(eam: ArrayLike<number>, out: Float64Array): void {
-    const { alloc, size, cols } = this;
-    out.fill(0, 0, size);
-    // Non-zero cells, then eight columns per pass over `out` (a dense EAM has L·E of them);
-    // integer counts: the dot products are exact whatever the grouping.
+    const { size, cols, slots } = this;
+    // Non-zero cells, then eight columns per pass over the dot products (a dense EAM has L·E
+    // of them); integer counts: the dot products are exact whatever the grouping.
     const nzJ: number[] = [];
     const nzV: number[] = [];
     let norm = 0;
+    let packs = true;
     for (let j = 0; j < this.cells; j++) {
       const v = eam[j]!;
       if (v === 0) continue;
+      if (!packable(v)) packs = false;
       norm += v * v;
-      nzJ.push(j);
+      nzJ.push(j * slots);
       nzV.push(v);
     }
-    let t = 0;
-    for (; t + 8 <= nzJ.length; t += 8) {
-      // prettier-ignore
-      addColumns8(out, cols, size,
-        nzJ[t]! * alloc, nzJ[t + 1]! * alloc, nzJ[t + 2]! * alloc, nzJ[t + 3]! * alloc,
-        nzJ[t + 4]! * alloc, nzJ[t + 5]! * alloc, nzJ[t + 6]! * alloc, nzJ[t + 7]! * alloc,
-        nzV[t]!, nzV[t + 1]!, nzV[t + 2]!, nzV[t + 3]!, nzV[t + 4]!, nzV[t + 5]!, nzV[t + 6]!, nzV[t + 7]!);
-    }
-    for (; t + 4 <= nzJ.length; t += 4) {
-      // prettier-ignore
-      addColumns4(out, cols, size,
-        nzJ[t]! * alloc, nzJ[t + 1]! * alloc, nzJ[t + 2]! * alloc, nzJ[t + 3]! * alloc,
-        nzV[t]!, nzV[t + 1]!, nzV[t + 2]!, nzV[t + 3]!);
-    }
-    for (; t < nzJ.length; t++) {
-      const v = nzV[t]!;
-      const off = nzJ[t]! * alloc;
-      for (let n = 0; n < size; n++) out[n]! += v * cols[off + n]!;
+    if (this.lanesValue === 1) {
+      out.fill(0, 0, size);
+      addColumns(out, cols, size, nzJ, nzV);
+    } else if (packs && norm * this.maxNorm2 <= PACK_LIMIT) {
+      // Two entries per double: half the passes' work; every D_n < 2^26, so no carry.
+      const half = (size + 1) >> 1;
+      const packed = this.packedScratch;
+      packed.fill(0, 0, half);
+      addColumns(packed, cols, half, nzJ, nzV);
+      for (let m = half - 1; m >= 0; m--) {
+        const p = packed[m]!;
+        const hi = Math.floor(p * INV_LANE);
+        if (2 * m + 1 < size) out[2 * m + 1] = hi;
+        out[2 * m] = p - hi * LANE;
+      }
+    } else {
+      out.fill(0, 0, size);
+      for (let t = 0; t < nzJ.length; t++) addPackedColumn(out, cols, size, nzJ[t]!, nzV[t]!);
     }
     for (let n = 0; n < size; n++) {
       const q = norm * this.fullNorm2[n]!;
@@ -251,7 +346,7 @@ export class EamCollection {
 
   /** Internal arrays for the matcher (read-only use). */
   get internals(): {
-    readonly cols: Float32Array;
+    readonly cols: Float64Array;
     readonly rows: Float32Array;
     readonly rowNorm2: Float64Array;
     readonly prefixNorm2: Float64Array;
@@ -275,15 +370,20 @@ export class EamCollection {
  *
  * Fast paths (same values as the general path): while rows arrive in layer order 0, 1, …
  * (always, in the executor) Q_n is read from the collection's prefix norms instead of being
- * accumulated; a row with at most two non-zero cells (a decode token of a top-1/top-2 model)
- * updates D_n and scans in one pass, one with at most eight in two; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a
- * relative margin) before taking a square root.
+ * accumulated; while the collection is packed, the row's counts are integers and
+ * Q_cur · max‖entry‖² ≤ 2^51, D is kept packed (two entries per double, exact: see
+ * `PACK_LIMIT`), else it is unpacked for the rest of the match; a row with at most two
+ * non-zero cells (a decode token of a top-1/top-2 model) updates D and scans in one pass, one
+ * with at most eight in two; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a relative
+ * margin) before taking a square root.
  */
 export class IncrementalMatcher {
   private coll: EamCollection | null = null;
   private version = -1;
   private n = 0;
+  /** D_n: packed (entries 2m, 2m+1 in `dots[m]`) while `packed`, else plain (`dots[n]`). */
   private dots = new Float64Array(0);
+  private packed = false;
   /** Q_n, once rows stopped arriving in layer order (see `ordered`). */
   private norms = new Float64Array(0);
   private qCur = 0;
@@ -314,11 +414,13 @@ export class IncrementalMatcher {
     this.coll = coll;
     this.version = coll.version;
     this.n = coll.size;
-    if (this.dots.length < this.n) {
-      this.dots = new Float64Array(coll.capacity > 4 * this.n ? Math.max(this.n * 2, 16) : coll.capacity);
+    // One spare double: the packed scan may touch slot ⌈n/2⌉ … of an odd n never past n.
+    if (this.dots.length < this.n + 1) {
+      this.dots = new Float64Array(coll.capacity > 4 * this.n ? Math.max(this.n * 2, 16) : coll.capacity + 1);
       this.norms = new Float64Array(this.dots.length);
     }
     this.dots.fill(0, 0, this.n);
+    this.packed = coll.lanes === 2;
     this.qCur = 0;
     this.seen.fill(0);
     this.rowsSeen = 0;
@@ -335,6 +437,24 @@ export class IncrementalMatcher {
     return this.n;
   }
 
+  /** D kept packed so far (for tests). */
+  get packedDots(): boolean {
+    return this.packed;
+  }
+
+  /** Unpacks D in place (backwards: slot m goes to 2m, 2m+1 ≥ m), for the rest of the match. */
+  private unpackDots(): void {
+    const dots = this.dots;
+    const n = this.n;
+    for (let m = ((n + 1) >> 1) - 1; m >= 0; m--) {
+      const p = dots[m]!;
+      const hi = Math.floor(p * INV_LANE);
+      if (2 * m + 1 < n) dots[2 * m + 1] = hi;
+      dots[2 * m] = p - hi * LANE;
+    }
+    this.packed = false;
+  }
+
   /**
    * Adds row `layer` of the iteration EAM (`counts[e]`, length E) and updates every stored
    * entry's similarity and the best matches. Each row may be added once per `reset`.
@@ -347,20 +467,24 @@ export class IncrementalMatcher {
     this.seen[layer] = 1;
     const E = coll.experts;
     const stride = coll.stride;
+    const colStride = coll.columnStride;
     const { cols, rowNorm2, prefixNorm2 } = coll.internals;
     const n = this.n;
     const dots = this.dots;
     const norms = this.norms;
 
     let nnz = 0;
+    let packs = true;
     for (let e = 0; e < E; e++) {
       const c = counts[e]!;
       if (c === 0) continue;
+      if (!packable(c)) packs = false;
       this.nzE[nnz] = e;
       this.nzC[nnz] = c;
       nnz++;
       this.qCur += c * c;
     }
+    if (this.packed && !(packs && this.qCur * coll.maxEntryNorm2 <= PACK_LIMIT)) this.unpackDots();
 
     // Q_n: the prefix norms while rows come in order; else accumulate from the last prefix.
     let qArr: Float64Array;
@@ -381,55 +505,68 @@ export class IncrementalMatcher {
     }
     this.rowsSeen++;
 
-    // Dense rows (prefill): columns eight (then four) per pass over D until at most eight are
-    // left; those are added in the scan below (one pass). The counts are integers, so D_n is
-    // the same exact integer whatever the grouping.
     const cb = layer * E;
     const nzC = this.nzC;
     const nzE = this.nzE;
-    let done = 0;
-    while (nnz - done > 8) {
-      const c = done;
-      if (nnz - done >= 16) {
-        // prettier-ignore
-        addColumns8(dots, cols, n,
-          (cb + nzE[c]!) * stride, (cb + nzE[c + 1]!) * stride, (cb + nzE[c + 2]!) * stride, (cb + nzE[c + 3]!) * stride,
-          (cb + nzE[c + 4]!) * stride, (cb + nzE[c + 5]!) * stride, (cb + nzE[c + 6]!) * stride, (cb + nzE[c + 7]!) * stride,
-          nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!, nzC[c + 4]!, nzC[c + 5]!, nzC[c + 6]!, nzC[c + 7]!);
-        done += 8;
-      } else {
-        // prettier-ignore
-        addColumns4(dots, cols, n,
-          (cb + nzE[c]!) * stride, (cb + nzE[c + 1]!) * stride, (cb + nzE[c + 2]!) * stride, (cb + nzE[c + 3]!) * stride,
-          nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!);
-        done += 4;
+    let count: number;
+    if (coll.lanes === 2 && !this.packed) {
+      // Packed columns, plain D (counts not integers, or sums past the packing limit): each
+      // column unpacked on the fly, then the scan.
+      for (let t = 0; t < nnz; t++) addPackedColumn(dots, cols, n, (cb + nzE[t]!) * colStride, nzC[t]!);
+      count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, 0, 0, 0, 0);
+    } else {
+      // Dense rows (prefill): columns eight (then four) per pass over D until at most eight
+      // are left; those are added in one pass (width 4 or 8; missing columns have coefficient
+      // 0 and read column o0: + 0 is exact), then the best M by D_n / sqrt(Q_n) in a second
+      // pass (two tight loops in small functions compile better than one fused loop with
+      // eight columns); width ≤ 2 (a decode token of a top-1/top-2 model) is added inside the
+      // scan (one pass). The counts are integers, so D_n is the same exact integer whatever
+      // the grouping. Packed: every pass covers two entries per double.
+      const w = this.packed ? (n + 1) >> 1 : n;
+      let done = 0;
+      while (nnz - done > 8) {
+        const c = done;
+        if (nnz - done >= 16) {
+          // prettier-ignore
+          addColumns8(dots, cols, w,
+            (cb + nzE[c]!) * colStride, (cb + nzE[c + 1]!) * colStride, (cb + nzE[c + 2]!) * colStride, (cb + nzE[c + 3]!) * colStride,
+            (cb + nzE[c + 4]!) * colStride, (cb + nzE[c + 5]!) * colStride, (cb + nzE[c + 6]!) * colStride, (cb + nzE[c + 7]!) * colStride,
+            nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!, nzC[c + 4]!, nzC[c + 5]!, nzC[c + 6]!, nzC[c + 7]!);
+          done += 8;
+        } else {
+          // prettier-ignore
+          addColumns4(dots, cols, w,
+            (cb + nzE[c]!) * colStride, (cb + nzE[c + 1]!) * colStride, (cb + nzE[c + 2]!) * colStride, (cb + nzE[c + 3]!) * colStride,
+            nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!);
+          done += 4;
+        }
       }
+      const left = nnz - done;
+      const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
+      const c0 = left > 0 ? nzC[done]! : 0;
+      const c1 = left > 1 ? nzC[done + 1]! : 0;
+      const c2 = left > 2 ? nzC[done + 2]! : 0;
+      const c3 = left > 3 ? nzC[done + 3]! : 0;
+      const c4 = left > 4 ? nzC[done + 4]! : 0;
+      const c5 = left > 5 ? nzC[done + 5]! : 0;
+      const c6 = left > 6 ? nzC[done + 6]! : 0;
+      const c7 = left > 7 ? nzC[done + 7]! : 0;
+      const o0 = left > 0 ? (cb + nzE[done]!) * colStride : 0;
+      const o1 = left > 1 ? (cb + nzE[done + 1]!) * colStride : o0;
+      const o2 = left > 2 ? (cb + nzE[done + 2]!) * colStride : o0;
+      const o3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : o0;
+      const o4 = left > 4 ? (cb + nzE[done + 4]!) * colStride : o0;
+      const o5 = left > 5 ? (cb + nzE[done + 5]!) * colStride : o0;
+      const o6 = left > 6 ? (cb + nzE[done + 6]!) * colStride : o0;
+      const o7 = left > 7 ? (cb + nzE[done + 7]!) * colStride : o0;
+      if (width === 4) addColumns4(dots, cols, w, o0, o1, o2, o3, c0, c1, c2, c3);
+      else if (width === 8) addColumns8(dots, cols, w, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
+      const a0 = width === 2 ? c0 : 0;
+      const a1 = width === 2 ? c1 : 0;
+      count = this.packed
+        ? selectTopPacked(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1)
+        : selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1);
     }
-    // The last ≤ 8 columns in one pass (width 4 or 8; missing columns have coefficient 0 and
-    // read column o0: + 0 is exact), then the best M by D_n / sqrt(Q_n) in a second pass (two
-    // tight loops in small functions compile better than one fused loop with eight columns).
-    const left = nnz - done;
-    const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
-    const c0 = left > 0 ? nzC[done]! : 0;
-    const c1 = left > 1 ? nzC[done + 1]! : 0;
-    const c2 = left > 2 ? nzC[done + 2]! : 0;
-    const c3 = left > 3 ? nzC[done + 3]! : 0;
-    const c4 = left > 4 ? nzC[done + 4]! : 0;
-    const c5 = left > 5 ? nzC[done + 5]! : 0;
-    const c6 = left > 6 ? nzC[done + 6]! : 0;
-    const c7 = left > 7 ? nzC[done + 7]! : 0;
-    const o0 = left > 0 ? (cb + nzE[done]!) * stride : 0;
-    const o1 = left > 1 ? (cb + nzE[done + 1]!) * stride : o0;
-    const o2 = left > 2 ? (cb + nzE[done + 2]!) * stride : o0;
-    const o3 = left > 3 ? (cb + nzE[done + 3]!) * stride : o0;
-    const o4 = left > 4 ? (cb + nzE[done + 4]!) * stride : o0;
-    const o5 = left > 5 ? (cb + nzE[done + 5]!) * stride : o0;
-    const o6 = left > 6 ? (cb + nzE[done + 6]!) * stride : o0;
-    const o7 = left > 7 ? (cb + nzE[done + 7]!) * stride : o0;
-    if (width === 4) addColumns4(dots, cols, n, o0, o1, o2, o3, c0, c1, c2, c3);
-    else if (width === 8) addColumns8(dots, cols, n, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
-    // Width ≤ 2 (a decode token of a top-1/top-2 model) is added inside the scan (one pass).
-    const count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, width === 2 ? c0 : 0, width === 2 ? c1 : 0, o0, o1);
     const score = this.topScore;
     this.topCount = count;
     // Scores were kept without Q_cur; turn them into similarities.
@@ -442,22 +579,60 @@ export class IncrementalMatcher {
     const coll = this.coll;
     if (!coll || this.rowsSeen === 0) return 0;
     const qn = this.ordered ? coll.internals.prefixNorm2[(this.rowsSeen - 1) * coll.stride + n]! : this.norms[n]!;
-    const d = this.dots[n]!;
+    let d: number;
+    if (this.packed) {
+      const p = this.dots[n >> 1]!;
+      const hi = Math.floor(p * INV_LANE);
+      d = (n & 1) === 1 ? hi : p - hi * LANE;
+    } else d = this.dots[n]!;
     const q = this.qCur * qn;
     return q > 0 ? d / Math.sqrt(q) : 0;
   }
 }
 
-// Row-update kernels: D_n += Σ c_j · column_j[n]. The products are summed as a tree (not a
-// chain: independent additions overlap in the CPU); all terms are integers, so the sum is the
-// same exact integer in any order.
-function addColumns4(dots: Float64Array, cols: Float32Array, n: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): void {
+/** D += Σ_t v_t · column at offset `offs[t]`, over `n` doubles: eight, then four, then one column per pass. */
+function addColumns(out: Float64Array, cols: Float64Array, n: number, offs: readonly number[], vals: readonly number[]): void {
+  let t = 0;
+  for (; t + 8 <= offs.length; t += 8) {
+    // prettier-ignore
+    addColumns8(out, cols, n, offs[t]!, offs[t + 1]!, offs[t + 2]!, offs[t + 3]!, offs[t + 4]!, offs[t + 5]!, offs[t + 6]!, offs[t + 7]!,
+      vals[t]!, vals[t + 1]!, vals[t + 2]!, vals[t + 3]!, vals[t + 4]!, vals[t + 5]!, vals[t + 6]!, vals[t + 7]!);
+  }
+  for (; t + 4 <= offs.length; t += 4) {
+    addColumns4(out, cols, n, offs[t]!, offs[t + 1]!, offs[t + 2]!, offs[t + 3]!, vals[t]!, vals[t + 1]!, vals[t + 2]!, vals[t + 3]!);
+  }
+  for (; t < offs.length; t++) {
+    const v = vals[t]!;
+    const off = offs[t]!;
+    for (let i = 0; i < n; i++) out[i]! += v * cols[off + i]!;
+  }
+}
+
+/** Plain D_i += c · count of entry i, for i < n, from a packed column at `off` (lanes unpacked on the fly). */
+function addPackedColumn(out: Float64Array, cols: Float64Array, n: number, off: number, c: number): void {
+  const pairs = n >> 1;
+  for (let m = 0; m < pairs; m++) {
+    const p = cols[off + m]!;
+    const hi = Math.floor(p * INV_LANE);
+    out[2 * m]! += c * (p - hi * LANE);
+    out[2 * m + 1]! += c * hi;
+  }
+  if ((n & 1) === 1) {
+    const p = cols[off + pairs]!;
+    out[n - 1]! += c * (p - Math.floor(p * INV_LANE) * LANE);
+  }
+}
+
+// Row-update kernels: D += Σ c_j · column_j over `n` doubles (entries, or pairs of entries when
+// packed). The products are summed as a tree (not a chain: independent additions overlap in
+// the CPU); all terms are integers, so the sum is the same exact integer in any order.
+function addColumns4(dots: Float64Array, cols: Float64Array, n: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): void {
   for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!);
 }
 
 function addColumns8(
   dots: Float64Array,
-  cols: Float32Array,
+  cols: Float64Array,
   n: number,
   o0: number,
   o1: number,
@@ -490,7 +665,7 @@ function addColumns8(
  */
 // prettier-ignore
 function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
-  cols: Float32Array, c0: number, c1: number, o0: number, o1: number): number {
+  cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
   const add = c0 !== 0 || c1 !== 0;
   let count = 0;
   let floor = 0; // score of the worst kept match once `count === M`
@@ -506,19 +681,75 @@ function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: numb
     if (count === M && d * d <= floor2 * q) continue;
     const s = d / Math.sqrt(q);
     if (count === M && s <= floor) continue;
-    // Insertion into the sorted list (strict >: an equal later index never displaces an earlier one).
-    let j = count < M ? count++ : M - 1;
-    while (j > 0 && score[j - 1]! < s) {
-      score[j] = score[j - 1]!;
-      top[j] = top[j - 1]!;
-      j--;
-    }
-    score[j] = s;
-    top[j] = i;
+    count = insertTop(top, score, count, M, i, s);
     if (count === M) {
       floor = score[M - 1]!;
       floor2 = floor * floor * (1 - 1e-9);
     }
   }
+  return count;
+}
+
+/**
+ * `selectTop` on packed D (entries 2m and 2m+1 in `dots[m]`, the same scan in the same entry
+ * order): each double is unpacked into its two exact integers.
+ */
+// prettier-ignore
+function selectTopPacked(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
+  cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
+  const add = c0 !== 0 || c1 !== 0;
+  const pairs = (n + 1) >> 1;
+  let count = 0;
+  let floor = 0;
+  let floor2 = 0;
+  for (let m = 0; m < pairs; m++) {
+    let p = dots[m]!;
+    if (add) {
+      p += c0 * cols[o0 + m]! + c1 * cols[o1 + m]!;
+      dots[m] = p;
+    }
+    if (p <= 0) continue;
+    const hi = Math.floor(p * INV_LANE);
+    const lo = p - hi * LANE;
+    const i = 2 * m;
+    if (lo > 0) {
+      const q = qArr[qOff + i]!;
+      if (!(count === M && lo * lo <= floor2 * q)) {
+        const s = lo / Math.sqrt(q);
+        if (!(count === M && s <= floor)) {
+          count = insertTop(top, score, count, M, i, s);
+          if (count === M) {
+            floor = score[M - 1]!;
+            floor2 = floor * floor * (1 - 1e-9);
+          }
+        }
+      }
+    }
+    // An odd n's last slot has no entry 2m+1: its lane is 0 (never written).
+    if (hi > 0) {
+      const q = qArr[qOff + i + 1]!;
+      if (count === M && hi * hi <= floor2 * q) continue;
+      const s = hi / Math.sqrt(q);
+      if (count === M && s <= floor) continue;
+      count = insertTop(top, score, count, M, i + 1, s);
+      if (count === M) {
+        floor = score[M - 1]!;
+        floor2 = floor * floor * (1 - 1e-9);
+      }
+    }
+  }
+  return count;
+}
+
+/** Inserts entry `i` with score `s` into the sorted list (strict >: an equal later index never displaces an earlier one); returns the new count. */
+function insertTop(top: Int32Array, score: Float64Array, count: number, M: number, i: number, s: number): number {
+  let j = count < M ? count++ : M - 1;
+  while (j > 0 && score[j - 1]! < s) {
+    score[j] = score[j - 1]!;
+    top[j] = top[j - 1]!;
+    j--;
+  }
+  score[j] = s;
+  top[j] = i;
   return count;
 }
