@@ -133,6 +133,120 @@ export class CachePriorities {
     return this.o.requestPriorities ? this.priority[key]! : 0;
   }
 
+  // Victims a prefetch could evict now (resident, unpinned, outside the ranked set), collected by
+  // `scanVictims` (key, priority, last use), for one admission round; `vTaken` marks the ones
+  // handed out.
+  private vKey = new Int32Array(64);
+  private vPrio = new Float64Array(64);
+  private vUsed = new Float64Array(64);
+  private vTaken = new Uint8Array(64);
+  private vCount = 0;
+  private vFor: BufferView | null = null;
+  // The admission round (`beginAdmission` / `admitNext`): free slots left, victims handed out, cap.
+  private admFree = 0;
+  private admVi = 0;
+  private admLimit = 0;
+
+  /**
+   * Collects the victims a prefetch could evict now (resident, unpinned, outside the ranked set)
+   * and returns the lowest victim priority (Infinity when there is none).
+   */
+  private scanVictims(buffer: BufferView): number {
+    let n = 0;
+    let min = Infinity;
+    const req = this.o.requestPriorities;
+    const prio = this.priority;
+    const rankGen = this.rankGen;
+    const gen = this.gen;
+    for (const e of buffer.entries()) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      const k = e.key;
+      if (rankGen[k] === gen) continue;
+      if (n === this.vKey.length) this.growVictims();
+      const p = req ? prio[k]! : 0;
+      this.vKey[n] = k;
+      this.vPrio[n] = p;
+      this.vUsed[n] = e.lastUsedNs;
+      this.vTaken[n] = 0;
+      n++;
+      if (p < min) min = p;
+    }
+    this.vCount = n;
+    this.vFor = buffer;
+    return min;
+  }
+
+  private growVictims(): void {
+    const n = this.vKey.length * 2;
+    const k = new Int32Array(n);
+    k.set(this.vKey);
+    const p = new Float64Array(n);
+    p.set(this.vPrio);
+    const u = new Float64Array(n);
+    u.set(this.vUsed);
+    const t = new Uint8Array(n);
+    t.set(this.vTaken);
+    this.vKey = k;
+    this.vPrio = p;
+    this.vUsed = u;
+    this.vTaken = t;
+  }
+
+  /** Index of the cheapest collected victim not handed out yet, in eviction order (priority, last use, key); −1 if none. */
+  private nextVictim(): number {
+    let b = -1;
+    let bp = 0;
+    let bu = 0;
+    let bk = 0;
+    for (let i = 0; i < this.vCount; i++) {
+      if (this.vTaken[i]) continue;
+      const p = this.vPrio[i]!;
+      const u = this.vUsed[i]!;
+      const k = this.vKey[i]!;
+      if (b < 0 || (p !== bp ? p < bp : u !== bu ? u < bu : k < bk)) {
+        b = i;
+        bp = p;
+        bu = u;
+        bk = k;
+      }
+    }
+    if (b >= 0) this.vTaken[b] = 1;
+    return b;
+  }
+
+  /**
+   * Starts a prefetch admission round: the policy's allocation-free form of `admission` (same
+   * decisions; call after `setRanked`, then `admitNext` in queue order). `scanned`: the
+   * victims were just collected by `minVictimPriority` on this buffer, unchanged since.
+   */
+  beginAdmission(buffer: BufferView, maxAdmissions = Infinity, scanned = false): void {
+    this.admFree = buffer.slots - buffer.occupied;
+    this.admVi = 0;
+    this.admLimit = maxAdmissions;
+    if (!scanned) this.vFor = null;
+  }
+
+  /** One step of the admission round begun by `beginAdmission`: see `admission`. */
+  admitNext(buffer: BufferView, key: ExpertKey, freq: number): boolean {
+    if (this.admFree > 0) {
+      this.admFree--;
+      this.markAdmitted(key, Infinity);
+      return true;
+    }
+    if (this.vFor !== buffer) this.scanVictims(buffer);
+    if (this.admVi >= this.admLimit) return false;
+    const v = this.nextVictim();
+    if (v < 0) return false;
+    if (!(this.vPrio[v]! < freq)) {
+      // Not spoken for: a next call would see the same victim first.
+      this.vTaken[v] = 0;
+      return false;
+    }
+    this.admVi++;
+    this.markAdmitted(key, freq);
+    return true;
+  }
+
   /**
    * Prefetch admission for one re-ranking (call in queue order, after `setRanked`): a ranked
    * expert that is not in the buffer is admitted while a slot is free, or when the
@@ -163,33 +277,24 @@ export class CachePriorities {
   /**
    * The cache priority of the cheapest victim a prefetch could evict now (resident, unpinned,
    * outside the ranked set), or Infinity when there is none — a prefetch into a full buffer
-   * needs a higher expected activation frequency than this.
+   * needs a higher expected activation frequency than this. (Keeps them for an admission round
+   * begun right after: `beginAdmission(buffer, n, true)`.)
    */
   minVictimPriority(buffer: BufferView): number {
-    let min = Infinity;
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned || this.rankGen[e.key] === this.gen) continue;
-      const p = this.victimPriority(e.key);
-      if (p < min) min = p;
-    }
-    return min;
+    return this.scanVictims(buffer);
   }
 
-  /**
-   * The `limit` cheapest resident, unpinned experts outside the ranked set, in eviction order
-   * (priority, last use, key): a bounded heap over the buffer, O(slots · log limit).
-   */
+  /** The `limit` cheapest resident, unpinned experts outside the ranked set, in eviction order (priority, last use, key). */
   private cheapestVictims(buffer: BufferView, limit: number): ExpertKey[] {
-    const h = new VictimHeap(true);
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned || this.rankGen[e.key] === this.gen) continue;
-      const p = this.victimPriority(e.key);
-      if (h.size < limit) h.push(e.key, p, e.lastUsedNs);
-      else if (h.size > 0 && h.ranksBeforeTop(e.key, p, e.lastUsedNs)) h.replaceTop(e.key, p, e.lastUsedNs);
-    }
+    this.scanVictims(buffer);
+    this.vFor = null;
     const out: ExpertKey[] = [];
-    while (h.size > 0) out.push(h.pop());
-    return out.reverse();
+    while (out.length < limit) {
+      const v = this.nextVictim();
+      if (v < 0) break;
+      out.push(this.vKey[v]!);
+    }
+    return out;
   }
 
   /**
@@ -203,12 +308,26 @@ export class CachePriorities {
     let bestProt = true;
     let bestPrio = Infinity;
     let bestUsed = Infinity;
-    for (const k of q.candidates) {
-      const rank = this.rankOf(k);
-      const prot = rank !== undefined;
+    const cands = q.candidates;
+    const nc = cands.length;
+    const rankGen = this.rankGen;
+    const gen = this.gen;
+    const req = this.o.requestPriorities;
+    // The executor's candidates are the buffer's resident, unpinned entries in insertion order:
+    // walk the buffer alongside them (no lookup per candidate); any other list takes the lookup path.
+    let ci = 0;
+    for (const e of buffer.entries()) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      const k = e.key;
+      if (ci >= nc || cands[ci] !== k) {
+        ci = -1;
+        break;
+      }
+      ci++;
+      const prot = rankGen[k] === gen;
       // Inside the ranked set the least urgent (highest rank) goes first.
-      const prio = prot ? -rank : this.victimPriority(k);
-      const used = buffer.entry(k)?.lastUsedNs ?? -1;
+      const prio = prot ? -this.rank[k]! : req ? this.priority[k]! : 0;
+      const used = e.lastUsedNs;
       const better =
         best === undefined ||
         (bestProt && !prot) ||
@@ -220,97 +339,32 @@ export class CachePriorities {
         bestUsed = used;
       }
     }
+    if (ci !== nc) {
+      best = undefined;
+      bestProt = true;
+      bestPrio = Infinity;
+      bestUsed = Infinity;
+      for (const k of cands) {
+        const rank = this.rankOf(k);
+        const prot = rank !== undefined;
+        const prio = prot ? -rank : this.victimPriority(k);
+        const used = buffer.entry(k)?.lastUsedNs ?? -1;
+        const better =
+          best === undefined ||
+          (bestProt && !prot) ||
+          (prot === bestProt && (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
+        if (better) {
+          best = k;
+          bestProt = prot;
+          bestPrio = prio;
+          bestUsed = used;
+        }
+      }
+    }
     if (best !== undefined && q.reason === 'prefetch') {
       if (bestProt) return undefined;
       if (this.admittedGen[q.forKey] === this.gen && !(bestPrio < this.admitted[q.forKey]!)) return undefined;
     }
     return best;
-  }
-}
-
-/**
- * A binary heap of eviction candidates ordered by (priority, last use, key): a min-heap, or
- * with `max` a max-heap (the last of the cheapest kept on top, for bounded selection).
- */
-class VictimHeap {
-  private readonly keys: number[] = [];
-  private readonly prio: number[] = [];
-  private readonly used: number[] = [];
-
-  constructor(private readonly max = false) {}
-
-  get size(): number {
-    return this.keys.length;
-  }
-
-  /** (k, p, u) is evicted before (k2, p2, u2). */
-  private static first(k: number, p: number, u: number, k2: number, p2: number, u2: number): boolean {
-    return p !== p2 ? p < p2 : u !== u2 ? u < u2 : k < k2;
-  }
-
-  /** Node a belongs above node b. */
-  private above(a: number, b: number): boolean {
-    const f = VictimHeap.first(this.keys[a]!, this.prio[a]!, this.used[a]!, this.keys[b]!, this.prio[b]!, this.used[b]!);
-    return this.max ? !f : f;
-  }
-
-  /** The candidate is evicted before the top (max-heap: it belongs among the cheapest kept). */
-  ranksBeforeTop(key: number, priority: number, lastUsedNs: number): boolean {
-    return VictimHeap.first(key, priority, lastUsedNs, this.keys[0]!, this.prio[0]!, this.used[0]!);
-  }
-
-  private swap(a: number, b: number): void {
-    for (const arr of [this.keys, this.prio, this.used]) {
-      const t = arr[a]!;
-      arr[a] = arr[b]!;
-      arr[b] = t;
-    }
-  }
-
-  private up(j: number): void {
-    while (j > 0) {
-      const p = (j - 1) >> 1;
-      if (!this.above(j, p)) return;
-      this.swap(j, p);
-      j = p;
-    }
-  }
-
-  private down(j: number): void {
-    const n = this.keys.length;
-    for (;;) {
-      const l = 2 * j + 1;
-      if (l >= n) return;
-      const r = l + 1;
-      const m = r < n && this.above(r, l) ? r : l;
-      if (!this.above(m, j)) return;
-      this.swap(m, j);
-      j = m;
-    }
-  }
-
-  push(key: number, priority: number, lastUsedNs: number): void {
-    this.keys.push(key);
-    this.prio.push(priority);
-    this.used.push(lastUsedNs);
-    this.up(this.keys.length - 1);
-  }
-
-  replaceTop(key: number, priority: number, lastUsedNs: number): void {
-    this.keys[0] = key;
-    this.prio[0] = priority;
-    this.used[0] = lastUsedNs;
-    this.down(0);
-  }
-
-  pop(): number {
-    const top = this.keys[0]!;
-    const last = this.keys.length - 1;
-    this.swap(0, last);
-    this.keys.pop();
-    this.prio.pop();
-    this.used.pop();
-    if (this.keys.length > 0) this.down(0);
-    return top;
   }
 }

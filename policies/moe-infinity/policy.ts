@@ -189,6 +189,9 @@ export class MoeInfinityPolicy implements ServingPolicy {
   private readonly rankScratch = new RankScratch();
   private readonly accumulator: ScoreAccumulator;
   private readonly matched: MatchedGroup[] = [];
+  /** Keys admitted by the last `admit`, and its heap. */
+  private admitted = new Int32Array(64);
+  private readonly admitHeap = new MaxScoreHeap();
   private batchTokens = 0;
   private batchIds: number[] = [];
   private batchPhases: Phase[] = [];
@@ -304,39 +307,46 @@ export class MoeInfinityPolicy implements ServingPolicy {
       sel = dependencySelection(l, L, E, this.params.fixedPrefetchExperts ?? E, budget);
     }
     this.cache.setRanked(sel.keys, sel.urgency, sel.count);
-    return this.queue.plan(view.buffer, sel, this.admit(view, sel));
+    const n = this.admit(view, sel);
+    return this.queue.plan(view.buffer, sel, this.admitted, n);
   }
 
   /**
-   * The absent members of the ranked set to prefetch now: all of them, or (priority
-   * admission) the most probable ones while each beats the cheapest cached expert it would
-   * evict — in probability order, so the first refusal ends it.
+   * The absent members of the ranked set to prefetch now, into `this.admitted` (returns their
+   * count): all of them, or (priority admission) the most probable ones while each beats the
+   * cheapest cached expert it would evict — in probability order, so the first refusal ends it.
    */
-  private admit(view: ServingView, sel: Selection): ExpertKey[] {
+  private admit(view: ServingView, sel: Selection): number {
     const buffer = view.buffer;
+    if (this.admitted.length < sel.count) this.admitted = new Int32Array(sel.count * 2);
+    const out = this.admitted;
+    const keys = sel.keys;
     if (!(this.params.requestTracing && this.params.prefetchAdmission === 'priority')) {
-      const all: ExpertKey[] = [];
-      for (let j = 0; j < sel.count; j++) if (!buffer.has(sel.keys[j]!)) all.push(sel.keys[j]!);
-      return all;
+      let n = 0;
+      for (let j = 0; j < sel.count; j++) if (!buffer.has(keys[j]!)) out[n++] = keys[j]!;
+      return n;
     }
     // Expected activations per token (the cache priorities' unit): score / tokens × top-k.
-    if (!(this.batchTokens > 0)) return [];
+    if (!(this.batchTokens > 0)) return 0;
     const perToken = this.topK / this.batchTokens;
+    const scores = sel.scores;
     // With no free slot, only scores above the cheapest victim's priority can get in.
     const full = buffer.slots - buffer.occupied <= 0;
     const minScore = full ? this.cache.minVictimPriority(buffer) / perToken : -Infinity;
-    const candidates: number[] = [];
-    for (let j = 0; j < sel.count; j++) if (sel.scores[j]! > minScore && !buffer.has(sel.keys[j]!)) candidates.push(j);
-    if (candidates.length === 0) return [];
-    const gate = this.cache.admission(buffer, candidates.length);
-    const heap = new MaxScoreHeap(candidates, sel.scores, sel.keys);
-    const out: ExpertKey[] = [];
+    const heap = this.admitHeap;
+    const cand = heap.ensure(sel.count);
+    let m = 0;
+    for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
+    if (m === 0) return 0;
+    this.cache.beginAdmission(buffer, m, full);
+    heap.build(m, scores, keys);
+    let n = 0;
     while (heap.size > 0) {
       const j = heap.pop();
-      if (!gate(sel.keys[j]!, sel.scores[j]! * perToken)) break;
-      out.push(sel.keys[j]!);
+      if (!this.cache.admitNext(buffer, keys[j]!, scores[j]! * perToken)) break;
+      out[n++] = keys[j]!;
     }
-    return out;
+    return n;
   }
 
   /**

@@ -81,9 +81,11 @@ export class ScoreAccumulator implements RowSource {
   private gen = 0;
   private coef = new Float64Array(0);
   private bounds = new Float64Array(0);
-  /** Distinct matched entries of the current preparation: collection and index. */
+  /** Distinct matched entries of the current preparation: collection, its stored rows, and the entry's offset in them. */
   private readonly entryColl: EamCollection[] = [];
+  private readonly entryRows: Float32Array[] = [];
   private entryN = new Int32Array(16);
+  private entryBase = new Int32Array(16);
   private entries = 0;
   private from = 0;
   private rows = 0;
@@ -103,50 +105,66 @@ export class ScoreAccumulator implements RowSource {
   /** Coefficients and row bounds for rows [from, to). */
   prepare(groups: readonly MatchedGroup[], from: number, to: number): void {
     const L = this.shape.layers;
+    const LE = L * this.shape.experts;
     const rows = Math.max(0, to - from);
     this.from = from;
     this.rows = rows;
     this.entries = 0;
     const gen = ++this.gen;
     let memberships = 0;
-    for (const g of groups) memberships += g.count;
+    for (let gi = 0; gi < groups.length; gi++) memberships += groups[gi]!.count;
     if (this.coef.length < memberships * rows) this.coef = new Float64Array(memberships * rows * 2);
-    if (this.entryN.length < memberships) this.entryN = new Int32Array(memberships * 2);
+    if (this.entryN.length < memberships) {
+      this.entryN = new Int32Array(memberships * 2);
+      this.entryBase = new Int32Array(memberships * 2);
+    }
     if (this.bounds.length < rows) this.bounds = new Float64Array(L);
     const coef = this.coef;
-    for (const g of groups) {
+    const entryN = this.entryN;
+    for (let gi = 0; gi < groups.length; gi++) {
+      const g = groups[gi]!;
       if (g.count === 0 || !(g.weight > 0)) continue;
       const coll = g.collection;
-      const { rowTotal } = coll.internals;
+      const internals = coll.internals;
+      const rowTotal = internals.rowTotal;
+      const top = g.top;
+      const count = g.count;
       const sl = this.slots(coll);
+      const stamp = sl.stamp;
+      const slot = sl.slot;
       for (let i = from; i < to; i++) {
         let tot = 0;
-        for (let j = 0; j < g.count; j++) tot += rowTotal[g.top[j]! * L + i]!;
+        for (let j = 0; j < count; j++) tot += rowTotal[top[j]! * L + i]!;
         if (!(tot > 0)) continue;
         const c = g.weight / tot;
-        for (let j = 0; j < g.count; j++) {
-          const n = g.top[j]!;
+        const r = i - from;
+        for (let j = 0; j < count; j++) {
+          const n = top[j]!;
           let u: number;
-          if (sl.stamp[n] === gen) {
-            u = sl.slot[n]!;
+          if (stamp[n] === gen) {
+            u = slot[n]!;
           } else {
             u = this.entries++;
             this.entryColl[u] = coll;
-            this.entryN[u] = n;
-            sl.stamp[n] = gen;
-            sl.slot[n] = u;
+            this.entryRows[u] = internals.rows;
+            entryN[u] = n;
+            this.entryBase[u] = n * LE;
+            stamp[n] = gen;
+            slot[n] = u;
             coef.fill(0, u * rows, (u + 1) * rows);
           }
-          coef[u * rows + (i - from)]! += c;
+          coef[u * rows + r]! += c;
         }
       }
     }
     const bounds = this.bounds;
     bounds.fill(0, 0, rows);
     for (let u = 0; u < this.entries; u++) {
-      const n = this.entryN[u]!;
+      const n = entryN[u]!;
       const rowMax = this.entryColl[u]!.internals.rowMax;
-      for (let r = 0; r < rows; r++) bounds[r]! += coef[u * rows + r]! * rowMax[n * L + from + r]!;
+      const cb = u * rows;
+      const mb = n * L + from;
+      for (let r = 0; r < rows; r++) bounds[r]! += coef[cb + r]! * rowMax[mb + r]!;
     }
   }
 
@@ -158,18 +176,20 @@ export class ScoreAccumulator implements RowSource {
 
   /** Writes row i's scores into `out` (L×E) (after `prepare`). */
   fill(i: number, out: Float64Array): void {
-    const { layers: L, experts: E } = this.shape;
+    const E = this.shape.experts;
     const rb = i * E;
     out.fill(0, rb, rb + E);
     const r = i - this.from;
     if (r < 0 || r >= this.rows) return;
     const rows = this.rows;
     const coef = this.coef;
+    const entryRows = this.entryRows;
+    const entryBase = this.entryBase;
     for (let u = 0; u < this.entries; u++) {
       const c = coef[u * rows + r]!;
       if (c === 0) continue;
-      const stored = this.entryColl[u]!.internals.rows;
-      const base = this.entryN[u]! * L * E + rb;
+      const stored = entryRows[u]!;
+      const base = entryBase[u]! + rb;
       for (let e = 0; e < E; e++) out[rb + e]! += c * stored[base + e]!;
     }
   }
@@ -194,10 +214,22 @@ export class RankScratch {
   vals = new Float64Array(64);
   /** Score × proximity by key, for the selected keys. */
   byKey = new Float64Array(64);
+  /** Keys of the heap, marked with the current generation (to list them in key order). */
+  mark = new Uint32Array(64);
+  markGen = 0;
   /** The selection. */
   outKeys = new Int32Array(64);
   outScores = new Float64Array(64);
   outUrgency = new Float64Array(64);
+  /** Layer of each selected cell. */
+  outRow = new Int32Array(64);
+  /** The selection returned by the last call (rewritten by every call). */
+  readonly selection: { count: number; keys: Int32Array; scores: Float64Array; urgency: Float64Array } = {
+    count: 0,
+    keys: this.outKeys,
+    scores: this.outScores,
+    urgency: this.outUrgency,
+  };
   ensure(heap: number, cells: number, keys: number): void {
     if (this.keys.length < heap) {
       this.keys = new Int32Array(heap * 2);
@@ -207,8 +239,22 @@ export class RankScratch {
       this.outKeys = new Int32Array(cells * 2);
       this.outScores = new Float64Array(cells * 2);
       this.outUrgency = new Float64Array(cells * 2);
+      this.outRow = new Int32Array(cells * 2);
     }
-    if (this.byKey.length < keys) this.byKey = new Float64Array(keys);
+    if (this.byKey.length < keys) {
+      this.byKey = new Float64Array(keys);
+      this.mark = new Uint32Array(keys);
+      this.markGen = 0;
+    }
+  }
+  /** The selection of `count` cells in the output arrays. */
+  result(count: number): Selection {
+    const s = this.selection;
+    s.count = count;
+    s.keys = this.outKeys;
+    s.scores = this.outScores;
+    s.urgency = this.outUrgency;
+    return s;
   }
 }
 
@@ -225,9 +271,6 @@ export interface Selection {
   readonly urgency: Float64Array;
 }
 
-/** a ranks before b: higher score, then lower key (nearer layer, then lower expert). */
-const before = (sa: number, ka: number, sb: number, kb: number): boolean => sa > sb || (sa === sb && ka < kb);
-
 /**
  * The ranked set at layer `layer`: the `budget` best cells of rows l+1 … l+horizon of
  * `scores` (score × proximity, score > 0; ties: nearer layer, then lower expert), in layer
@@ -235,89 +278,119 @@ const before = (sa: number, ka: number, sb: number, kb: number): boolean => sa >
  * (O(K log budget) for K cells, no sort of the whole set); with a `source`, each row is
  * computed into `scores` only if its upper bound × proximity can beat the worst cell held
  * (cells of later rows lose ties, so a bound equal to it cannot). The result lives in
- * `scratch`.
+ * `scratch` (valid until its next use).
  */
 export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
   const E = o.experts;
-  const { from, to } = horizonRows(layer, o);
+  const L = o.layers;
+  const from = layer + 1;
+  const to = Math.min(L, layer + 1 + o.horizon);
   const maxCells = Math.max(0, to - from) * E;
   const cap = Math.max(0, Math.min(budget, maxCells));
-  scratch.ensure(cap + 1, cap, o.layers * E);
-  if (cap <= 0) return { count: 0, keys: scratch.outKeys, scores: scratch.outScores, urgency: scratch.outUrgency };
+  scratch.ensure(cap + 1, cap, L * E);
+  if (cap <= 0) return scratch.result(0);
+  const proximity = o.proximity;
   const ok = scratch.outKeys;
   const os = scratch.outScores;
   const ou = scratch.outUrgency;
+  const orow = scratch.outRow;
   let n = 0;
   if (cap === maxCells) {
     // Every positive cell fits: no selection, already in layer order.
     for (let i = from; i < to; i++) {
       if (source) source.fill(i, scores);
-      const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
+      const f = proximity ? proximityFactor(i, layer, L) : 1;
+      const base = i * E;
       for (let e = 0; e < E; e++) {
-        const raw = scores[i * E + e]!;
+        const raw = scores[base + e]!;
         if (!(raw > 0)) continue;
-        ok[n] = i * E + e;
+        ok[n] = base + e;
         os[n] = raw * f;
+        orow[n] = i;
         n++;
       }
     }
   } else {
     // The best `cap` cells: appended in row order until `cap` are held (no heap work when
-    // fewer exist: already in layer order), then a min-heap (worst on top).
+    // fewer exist: already in layer order), then a min-heap (worst on top). Keys grow along
+    // the scan, so a new cell tied with the worst held one ranks after it: only a strictly
+    // higher score enters.
     const hk = scratch.keys;
     const hv = scratch.vals;
     let size = 0;
     let isHeap = false;
     for (let i = from; i < to; i++) {
-      const f = o.proximity ? proximityFactor(i, layer, o.layers) : 1;
+      const f = proximity ? proximityFactor(i, layer, L) : 1;
       if (source) {
         if (isHeap && !(source.bound(i) * f > hv[0]!)) continue;
         source.fill(i, scores);
       }
       const base = i * E;
-      for (let e = 0; e < E; e++) {
+      let e = 0;
+      if (!isHeap) {
+        for (; e < E; e++) {
+          const raw = scores[base + e]!;
+          if (!(raw > 0)) continue;
+          hk[size] = base + e;
+          hv[size] = raw * f;
+          if (++size === cap) {
+            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j, hk[j]!, hv[j]!);
+            isHeap = true;
+            e++;
+            break;
+          }
+        }
+      }
+      for (; e < E; e++) {
         const raw = scores[base + e]!;
         if (!(raw > 0)) continue;
         const s = raw * f;
-        const key = base + e;
-        if (!isHeap) {
-          hk[size] = key;
-          hv[size] = s;
-          if (++size === cap) {
-            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
-            isHeap = true;
-          }
-          continue;
-        }
         // Worse than (or tied after) the worst kept: skip.
-        if (!before(s, key, hv[0]!, hk[0]!)) continue;
-        hk[0] = key;
-        hv[0] = s;
-        siftDown(hk, hv, size, 0);
+        if (!(s > hv[0]!)) continue;
+        siftDown(hk, hv, size, 0, base + e, s);
       }
     }
     if (!isHeap) {
-      ok.set(hk.subarray(0, size));
-      os.set(hv.subarray(0, size));
-    } else {
-      // Layer order = key order.
-      const byKey = scratch.byKey;
-      for (let j = 0; j < size; j++) byKey[hk[j]!] = hv[j]!;
-      const sorted = hk.subarray(0, size).slice().sort();
       for (let j = 0; j < size; j++) {
-        ok[j] = sorted[j]!;
-        os[j] = byKey[sorted[j]!]!;
+        const k = hk[j]!;
+        ok[j] = k;
+        os[j] = hv[j]!;
+        orow[j] = Math.floor(k / E);
+      }
+    } else {
+      // Layer order = key order: mark the held keys and list them along their range.
+      const byKey = scratch.byKey;
+      const mark = scratch.mark;
+      let g = ++scratch.markGen;
+      if (g === 0xffffffff) {
+        mark.fill(0);
+        g = scratch.markGen = 1;
+      }
+      for (let j = 0; j < size; j++) {
+        byKey[hk[j]!] = hv[j]!;
+        mark[hk[j]!] = g;
+      }
+      let m = 0;
+      for (let i = from; i < to; i++) {
+        for (let k = i * E, end = k + E; k < end; k++) {
+          if (mark[k] !== g) continue;
+          ok[m] = k;
+          os[m] = byKey[k]!;
+          orow[m] = i;
+          m++;
+        }
       }
     }
     n = size;
   }
   let sMax = 0;
   for (let j = 0; j < n; j++) if (os[j]! > sMax) sMax = os[j]!;
-  for (let j = 0; j < n; j++) {
-    const rel = 1 - os[j]! / sMax;
-    ou[j] = o.order === 'nearest-first' ? Math.floor(ok[j]! / E) - layer + rel : 1 + rel;
+  if (o.order === 'nearest-first') {
+    for (let j = 0; j < n; j++) ou[j] = orow[j]! - layer + (1 - os[j]! / sMax);
+  } else {
+    for (let j = 0; j < n; j++) ou[j] = 1 + (1 - os[j]! / sMax);
   }
-  return { count: n, keys: ok, scores: os, urgency: ou };
+  return scratch.result(n);
 }
 
 /**
@@ -347,27 +420,35 @@ export function rankPrefetch(
   return idx.map((j) => k[j]!);
 }
 
-function swap(k: Int32Array, v: Float64Array, a: number, b: number): void {
-  const tk = k[a]!;
-  k[a] = k[b]!;
-  k[b] = tk;
-  const tv = v[a]!;
-  v[a] = v[b]!;
-  v[b] = tv;
-}
-
-/** Restores the min-heap (worst cell on top) below `j`. */
-function siftDown(k: Int32Array, v: Float64Array, size: number, j: number): void {
+/**
+ * Restores the min-heap (worst cell on top) below `j`, where the cell (`key`, `val`) is
+ * placed: the hole moves down past every child it ranks before.
+ */
+function siftDown(k: Int32Array, v: Float64Array, size: number, j: number, key: number, val: number): void {
   for (;;) {
     const l = 2 * j + 1;
-    if (l >= size) return;
+    if (l >= size) break;
     const r = l + 1;
     // The worse child (the one that ranks after the other).
-    const w = r < size && before(v[l]!, k[l]!, v[r]!, k[r]!) ? r : l;
-    if (!before(v[j]!, k[j]!, v[w]!, k[w]!)) return;
-    swap(k, v, j, w);
+    let w = l;
+    let kw = k[l]!;
+    let vw = v[l]!;
+    if (r < size) {
+      const kr = k[r]!;
+      const vr = v[r]!;
+      if (vw > vr || (vw === vr && kw < kr)) {
+        w = r;
+        kw = kr;
+        vw = vr;
+      }
+    }
+    if (!(val > vw || (val === vw && key < kw))) break;
+    k[j] = kw;
+    v[j] = vw;
     j = w;
   }
+  k[j] = key;
+  v[j] = val;
 }
 
 /** Dependency prefetch: the first `count` experts of layer l+1 in expert order (none after the last layer). */
@@ -383,110 +464,174 @@ export function dependencySelection(layer: number, layers: number, experts: numb
   return { count: keys.length, keys, scores: new Float64Array(keys.length).fill(1), urgency: Float64Array.from(keys, (_, j) => 1 + j) };
 }
 
-/** A max-heap of selection positions by score (ties: lower key first): the admission order. */
+/**
+ * A max-heap of selection positions by score (ties: lower key first): the admission order.
+ * Reusable: write the positions into `a`, then `build`.
+ */
 export class MaxScoreHeap {
-  private readonly a: number[];
-  constructor(
-    positions: number[],
-    private readonly score: Float64Array,
-    private readonly key: Int32Array,
-  ) {
-    this.a = positions;
-    for (let j = (this.a.length >> 1) - 1; j >= 0; j--) this.down(j);
+  /** The positions (the heap once built). */
+  a = new Int32Array(64);
+  size = 0;
+  private score: Float64Array = new Float64Array(0);
+  private key: Int32Array = new Int32Array(0);
+
+  /** Room for `n` positions in `a` (its content is lost when it grows). */
+  ensure(n: number): Int32Array {
+    if (this.a.length < n) this.a = new Int32Array(n * 2);
+    return this.a;
   }
-  get size(): number {
-    return this.a.length;
+
+  /** Orders positions a[0 … count) by `score` (then `key`). */
+  build(count: number, score: Float64Array, key: Int32Array): void {
+    this.size = count;
+    this.score = score;
+    this.key = key;
+    for (let j = (count >> 1) - 1; j >= 0; j--) this.down(j, this.a[j]!);
   }
-  private better(x: number, y: number): boolean {
-    const sx = this.score[x]!;
-    const sy = this.score[y]!;
-    return sx > sy || (sx === sy && this.key[x]! < this.key[y]!);
-  }
-  private down(j: number): void {
+
+  /** Moves the hole at `j` down until position `x` fits there. */
+  private down(j: number, x: number): void {
     const a = this.a;
+    const n = this.size;
+    const score = this.score;
+    const key = this.key;
+    const sx = score[x]!;
+    const kx = key[x]!;
     for (;;) {
       const l = 2 * j + 1;
-      if (l >= a.length) return;
+      if (l >= n) break;
       const r = l + 1;
-      const m = r < a.length && this.better(a[r]!, a[l]!) ? r : l;
-      if (!this.better(a[m]!, a[j]!)) return;
-      const t = a[m]!;
-      a[m] = a[j]!;
-      a[j] = t;
+      let m = l;
+      let pm = a[l]!;
+      let sm = score[pm]!;
+      if (r < n) {
+        const pr = a[r]!;
+        const sr = score[pr]!;
+        if (sr > sm || (sr === sm && key[pr]! < key[pm]!)) {
+          m = r;
+          pm = pr;
+          sm = sr;
+        }
+      }
+      if (!(sm > sx || (sm === sx && key[pm]! < kx))) break;
+      a[j] = pm;
       j = m;
     }
+    a[j] = x;
   }
+
   pop(): number {
     const a = this.a;
     const top = a[0]!;
-    const last = a.pop()!;
-    if (a.length > 0) {
-      a[0] = last;
-      this.down(0);
-    }
+    const last = a[--this.size]!;
+    if (this.size > 0) this.down(0, last);
     return top;
   }
 }
+
+/** Empty decision lists, shared (never modified). */
+const NO_KEYS: ExpertKey[] = Object.freeze([]) as unknown as ExpertKey[];
+const NO_REQUESTS: PrefetchRequest[] = Object.freeze([]) as unknown as PrefetchRequest[];
 
 /**
  * The prefetches this policy has in flight, and the decision that turns a new ranked set into
  * cancellations, re-prioritisations and new prefetches.
  */
 export class PrefetchQueue {
-  /** Keys this policy asked to prefetch that may still be loading. */
-  private readonly issued = new Set<ExpertKey>();
+  /** Keys this policy asked to prefetch that may still be loading, in the order they were issued. */
+  private issued: Int32Array;
+  private issuedCount = 0;
   /** Urgency of the current ranked set's keys, valid where `stamp[key] === gen`. */
   private readonly urgencyOf: Float64Array;
   private readonly stamp: Uint32Array;
   private gen = 0;
+  private fresh: Int32Array;
+  /** Marks keys added to `issued` by the current call (an admitted key listed twice is issued once). */
+  private readonly issuedGen: Uint32Array;
 
   /** @param cells L × E (keys are below it). */
   constructor(cells: number) {
     this.urgencyOf = new Float64Array(cells);
     this.stamp = new Uint32Array(cells);
+    this.issued = new Int32Array(Math.max(16, cells));
+    this.fresh = new Int32Array(Math.max(16, cells));
+    this.issuedGen = new Uint32Array(cells);
   }
 
   /** Keys possibly still loading on this policy's behalf (for tests and metrics). */
   get outstanding(): ReadonlySet<ExpertKey> {
-    return this.issued;
+    return new Set(this.issued.subarray(0, this.issuedCount));
   }
 
   /**
    * Decision for the ranked set `sel`: cancel loading prefetches of ours that left it,
    * re-prioritise the loading members to their urgency, and prefetch the `admitted` keys
-   * (absent members of the set), most urgent first, at their urgency.
+   * (absent members of the set; the first `admittedCount`), most urgent first, at their urgency.
    */
-  plan(buffer: BufferView, sel: Selection, admitted: readonly ExpertKey[]): PolicyDecision {
+  plan(buffer: BufferView, sel: Selection, admitted: ArrayLike<ExpertKey>, admittedCount = admitted.length): PolicyDecision {
     const gen = ++this.gen;
+    const urgencyOf = this.urgencyOf;
+    const stamp = this.stamp;
     for (let j = 0; j < sel.count; j++) {
-      this.urgencyOf[sel.keys[j]!] = sel.urgency[j]!;
-      this.stamp[sel.keys[j]!] = gen;
+      urgencyOf[sel.keys[j]!] = sel.urgency[j]!;
+      stamp[sel.keys[j]!] = gen;
     }
-    const cancel: ExpertKey[] = [];
-    const prefetch: PrefetchRequest[] = [];
-    for (const k of this.issued) {
+    let cancel: ExpertKey[] = NO_KEYS;
+    let prefetch: PrefetchRequest[] = NO_REQUESTS;
+    // In issue order; keys no longer ours are dropped, the others keep their order.
+    const issued = this.issued;
+    let kept = 0;
+    for (let r = 0; r < this.issuedCount; r++) {
+      const k = issued[r]!;
       const e = buffer.entry(k);
       // Completed, dropped, cancelled, or now needed by the GPU (pinned): no longer ours.
-      if (!e || e.state !== 'loading' || e.pinned) {
-        this.issued.delete(k);
-      } else if (this.stamp[k] !== gen) {
+      if (!e || e.state !== 'loading' || e.pinned) continue;
+      if (stamp[k] !== gen) {
+        if (cancel === NO_KEYS) cancel = [];
         cancel.push(k);
-        this.issued.delete(k);
-      } else {
-        prefetch.push({ key: k, priority: this.urgencyOf[k]! });
+        continue;
       }
+      if (prefetch === NO_REQUESTS) prefetch = [];
+      prefetch.push({ key: k, priority: urgencyOf[k]! });
+      issued[kept++] = k;
     }
-    const fresh = admitted.filter((k) => this.stamp[k] === gen && !buffer.has(k));
-    fresh.sort((a, b) => this.urgencyOf[a]! - this.urgencyOf[b]! || a - b);
-    for (const k of fresh) {
-      prefetch.push({ key: k, priority: this.urgencyOf[k]! });
-      this.issued.add(k);
+    this.issuedCount = kept;
+    // Fresh prefetches, most urgent first (ties: lower key); few, so an insertion sort.
+    if (this.fresh.length < admittedCount) this.fresh = new Int32Array(admittedCount * 2);
+    const fresh = this.fresh;
+    let f = 0;
+    for (let j = 0; j < admittedCount; j++) {
+      const k = admitted[j]!;
+      if (stamp[k] !== gen || buffer.has(k)) continue;
+      const u = urgencyOf[k]!;
+      let p = f++;
+      while (p > 0) {
+        const q = fresh[p - 1]!;
+        const uq = urgencyOf[q]!;
+        if (!(u < uq || (u === uq && k < q))) break;
+        fresh[p] = q;
+        p--;
+      }
+      fresh[p] = k;
+    }
+    if (this.issuedCount + f > issued.length) {
+      const grown = new Int32Array((this.issuedCount + f) * 2);
+      grown.set(issued.subarray(0, this.issuedCount));
+      this.issued = grown;
+    }
+    for (let j = 0; j < f; j++) {
+      const k = fresh[j]!;
+      if (prefetch === NO_REQUESTS) prefetch = [];
+      prefetch.push({ key: k, priority: urgencyOf[k]! });
+      if (this.issuedGen[k] === gen) continue;
+      this.issuedGen[k] = gen;
+      this.issued[this.issuedCount++] = k;
     }
     return { cancel, prefetch };
   }
 
   /** Forgets everything (keys no longer loading are dropped lazily anyway). */
   clear(): void {
-    this.issued.clear();
+    this.issuedCount = 0;
   }
 }
