@@ -541,31 +541,57 @@ export class IncrementalMatcher {
           done += 4;
         }
       }
-      const left = nnz - done;
-      const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
-      const c0 = left > 0 ? nzC[done]! : 0;
-      const c1 = left > 1 ? nzC[done + 1]! : 0;
-      const c2 = left > 2 ? nzC[done + 2]! : 0;
-      const c3 = left > 3 ? nzC[done + 3]! : 0;
-      const c4 = left > 4 ? nzC[done + 4]! : 0;
-      const c5 = left > 5 ? nzC[done + 5]! : 0;
-      const c6 = left > 6 ? nzC[done + 6]! : 0;
-      const c7 = left > 7 ? nzC[done + 7]! : 0;
-      const o0 = left > 0 ? (cb + nzE[done]!) * colStride : 0;
-      const o1 = left > 1 ? (cb + nzE[done + 1]!) * colStride : o0;
-      const o2 = left > 2 ? (cb + nzE[done + 2]!) * colStride : o0;
-      const o3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : o0;
-      const o4 = left > 4 ? (cb + nzE[done + 4]!) * colStride : o0;
-      const o5 = left > 5 ? (cb + nzE[done + 5]!) * colStride : o0;
-      const o6 = left > 6 ? (cb + nzE[done + 6]!) * colStride : o0;
-      const o7 = left > 7 ? (cb + nzE[done + 7]!) * colStride : o0;
-      if (width === 4) addColumns4(dots, cols, w, o0, o1, o2, o3, c0, c1, c2, c3);
-      else if (width === 8) addColumns8(dots, cols, w, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
-      const a0 = width === 2 ? c0 : 0;
-      const a1 = width === 2 ? c1 : 0;
-      count = this.packed
-        ? selectTopPacked(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1)
-        : selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1);
+      if (this.packed) {
+        // The last ≤ 8: up to four in one pass, then the last ≤ 4 (two for a decode token of a
+        // top-1/top-2 model) inside the scan. Missing columns have coefficient 0 and read the
+        // first column (+ 0 is exact).
+        const pre = nnz - done > 4 ? nnz - done - 4 : 0;
+        if (pre > 0) {
+          const p0 = (cb + nzE[done]!) * colStride;
+          const p1 = pre > 1 ? (cb + nzE[done + 1]!) * colStride : p0;
+          const p2 = pre > 2 ? (cb + nzE[done + 2]!) * colStride : p0;
+          const p3 = pre > 3 ? (cb + nzE[done + 3]!) * colStride : p0;
+          addColumns4(dots, cols, w, p0, p1, p2, p3, nzC[done]!, pre > 1 ? nzC[done + 1]! : 0, pre > 2 ? nzC[done + 2]! : 0, pre > 3 ? nzC[done + 3]! : 0);
+          done += pre;
+        }
+        const left = nnz - done;
+        const k0 = left > 0 ? nzC[done]! : 0;
+        const k1 = left > 1 ? nzC[done + 1]! : 0;
+        const k2 = left > 2 ? nzC[done + 2]! : 0;
+        const k3 = left > 3 ? nzC[done + 3]! : 0;
+        const q0 = left > 0 ? (cb + nzE[done]!) * colStride : 0;
+        const q1 = left > 1 ? (cb + nzE[done + 1]!) * colStride : q0;
+        const q2 = left > 2 ? (cb + nzE[done + 2]!) * colStride : q0;
+        const q3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : q0;
+        // prettier-ignore
+        count = left <= 2
+          ? scanPacked2(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, q0, q1)
+          : scanPacked4(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, k2, k3, q0, q1, q2, q3);
+      } else {
+        const left = nnz - done;
+        const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
+        const c0 = left > 0 ? nzC[done]! : 0;
+        const c1 = left > 1 ? nzC[done + 1]! : 0;
+        const c2 = left > 2 ? nzC[done + 2]! : 0;
+        const c3 = left > 3 ? nzC[done + 3]! : 0;
+        const c4 = left > 4 ? nzC[done + 4]! : 0;
+        const c5 = left > 5 ? nzC[done + 5]! : 0;
+        const c6 = left > 6 ? nzC[done + 6]! : 0;
+        const c7 = left > 7 ? nzC[done + 7]! : 0;
+        const o0 = left > 0 ? (cb + nzE[done]!) * colStride : 0;
+        const o1 = left > 1 ? (cb + nzE[done + 1]!) * colStride : o0;
+        const o2 = left > 2 ? (cb + nzE[done + 2]!) * colStride : o0;
+        const o3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : o0;
+        const o4 = left > 4 ? (cb + nzE[done + 4]!) * colStride : o0;
+        const o5 = left > 5 ? (cb + nzE[done + 5]!) * colStride : o0;
+        const o6 = left > 6 ? (cb + nzE[done + 6]!) * colStride : o0;
+        const o7 = left > 7 ? (cb + nzE[done + 7]!) * colStride : o0;
+        if (width === 4) addColumns4(dots, cols, w, o0, o1, o2, o3, c0, c1, c2, c3);
+        else if (width === 8) addColumns8(dots, cols, w, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
+        const a0 = width === 2 ? c0 : 0;
+        const a1 = width === 2 ? c1 : 0;
+        count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1);
+      }
     }
     const score = this.topScore;
     this.topCount = count;
@@ -691,52 +717,116 @@ function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: numb
 }
 
 /**
- * `selectTop` on packed D (entries 2m and 2m+1 in `dots[m]`, the same scan in the same entry
- * order): each double is unpacked into its two exact integers.
+ * `selectTop` on packed D (entries 2m and 2m+1 in `dots[m]`: the same scan, in the same entry
+ * order), after D += c0·column o0 + c1·column o1: each double is unpacked into its two exact
+ * integers. Until M entries are kept every positive one is taken; after that the floor test
+ * alone (`scanRest`).
  */
 // prettier-ignore
-function selectTopPacked(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
+function scanPacked2(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
   cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
-  const add = c0 !== 0 || c1 !== 0;
   const pairs = (n + 1) >> 1;
   let count = 0;
-  let floor = 0;
-  let floor2 = 0;
-  for (let m = 0; m < pairs; m++) {
-    let p = dots[m]!;
-    if (add) {
-      p += c0 * cols[o0 + m]! + c1 * cols[o1 + m]!;
-      dots[m] = p;
-    }
+  let m = 0;
+  for (; m < pairs && count < M; m++) {
+    const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]!);
+    dots[m] = p;
+    count = takePair(p, 2 * m, qArr, qOff, M, top, score, count);
+  }
+  if (m >= pairs) return count;
+  let floor = score[M - 1]!;
+  let floor2 = floor * floor * (1 - 1e-9);
+  for (; m < pairs; m++) {
+    const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]!);
+    dots[m] = p;
     if (p <= 0) continue;
     const hi = Math.floor(p * INV_LANE);
     const lo = p - hi * LANE;
     const i = 2 * m;
-    if (lo > 0) {
-      const q = qArr[qOff + i]!;
-      if (!(count === M && lo * lo <= floor2 * q)) {
-        const s = lo / Math.sqrt(q);
-        if (!(count === M && s <= floor)) {
-          count = insertTop(top, score, count, M, i, s);
-          if (count === M) {
-            floor = score[M - 1]!;
-            floor2 = floor * floor * (1 - 1e-9);
-          }
-        }
-      }
-    }
-    // An odd n's last slot has no entry 2m+1: its lane is 0 (never written).
-    if (hi > 0) {
-      const q = qArr[qOff + i + 1]!;
-      if (count === M && hi * hi <= floor2 * q) continue;
-      const s = hi / Math.sqrt(q);
-      if (count === M && s <= floor) continue;
-      count = insertTop(top, score, count, M, i + 1, s);
-      if (count === M) {
+    const qa = qArr[qOff + i]!;
+    if (lo * lo > floor2 * qa) {
+      const s = lo / Math.sqrt(qa);
+      if (s > floor) {
+        insertTop(top, score, M, M, i, s);
         floor = score[M - 1]!;
         floor2 = floor * floor * (1 - 1e-9);
       }
     }
+    // An odd n's last double has no entry 2m+1: its lane is 0 (never written).
+    if (hi > 0) {
+      const qb = qArr[qOff + i + 1]!;
+      if (hi * hi > floor2 * qb) {
+        const s = hi / Math.sqrt(qb);
+        if (s > floor) {
+          insertTop(top, score, M, M, i + 1, s);
+          floor = score[M - 1]!;
+          floor2 = floor * floor * (1 - 1e-9);
+        }
+      }
+    }
+  }
+  return M;
+}
+
+/** `scanPacked2` with four columns added. */
+// prettier-ignore
+function scanPacked4(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
+  cols: Float64Array, c0: number, c1: number, c2: number, c3: number, o0: number, o1: number, o2: number, o3: number): number {
+  const pairs = (n + 1) >> 1;
+  let count = 0;
+  let m = 0;
+  for (; m < pairs && count < M; m++) {
+    const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]! + (c2 * cols[o2 + m]! + c3 * cols[o3 + m]!));
+    dots[m] = p;
+    count = takePair(p, 2 * m, qArr, qOff, M, top, score, count);
+  }
+  if (m >= pairs) return count;
+  let floor = score[M - 1]!;
+  let floor2 = floor * floor * (1 - 1e-9);
+  for (; m < pairs; m++) {
+    const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]! + (c2 * cols[o2 + m]! + c3 * cols[o3 + m]!));
+    dots[m] = p;
+    if (p <= 0) continue;
+    const hi = Math.floor(p * INV_LANE);
+    const lo = p - hi * LANE;
+    const i = 2 * m;
+    const qa = qArr[qOff + i]!;
+    if (lo * lo > floor2 * qa) {
+      const s = lo / Math.sqrt(qa);
+      if (s > floor) {
+        insertTop(top, score, M, M, i, s);
+        floor = score[M - 1]!;
+        floor2 = floor * floor * (1 - 1e-9);
+      }
+    }
+    if (hi > 0) {
+      const qb = qArr[qOff + i + 1]!;
+      if (hi * hi > floor2 * qb) {
+        const s = hi / Math.sqrt(qb);
+        if (s > floor) {
+          insertTop(top, score, M, M, i + 1, s);
+          floor = score[M - 1]!;
+          floor2 = floor * floor * (1 - 1e-9);
+        }
+      }
+    }
+  }
+  return M;
+}
+
+/**
+ * The entries 2m = `i` and i + 1 of packed D value `p` while fewer than M are kept (once M
+ * are, a later entry must beat the worst strictly); returns the new count.
+ */
+// prettier-ignore
+function takePair(p: number, i: number, qArr: Float64Array, qOff: number, M: number, top: Int32Array, score: Float64Array, count: number): number {
+  if (p <= 0) return count;
+  const hi = Math.floor(p * INV_LANE);
+  const lo = p - hi * LANE;
+  if (lo > 0) count = insertTop(top, score, count, M, i, lo / Math.sqrt(qArr[qOff + i]!));
+  if (hi > 0) {
+    const s = hi / Math.sqrt(qArr[qOff + i + 1]!);
+    if (count < M || s > score[M - 1]!) count = insertTop(top, score, count, M, i + 1, s);
   }
   return count;
 }
