@@ -283,6 +283,8 @@ export class ServingExecutor {
     this.onExpertArrived(key);
   };
   private scratch = new Int32Array(1024);
+  private readonly absentScratch: ExpertKey[] = [];
+  private readonly chainParts: KernelPart[] = [];
   private perRequestCounts: Int32Array[] = [];
   private readonly activationReserveBytes: number;
   readonly slots: number;
@@ -715,7 +717,9 @@ export class ServingExecutor {
    */
   private startLayer(layer: number): void {
     const it = this.iter!;
-    const parts: KernelPart[] = [];
+    // Reused: the GPU holds a chain's parts until it completes, and the next chain starts after.
+    const parts = this.chainParts;
+    parts.length = 0;
     for (;;) {
       it.layer = layer;
       if (layer === this.m.layers) {
@@ -820,7 +824,8 @@ export class ServingExecutor {
         else this.waitingForSlot.push(key);
       }
     } else {
-      const absent: ExpertKey[] = [];
+      const absent = this.absentScratch;
+      absent.length = 0;
       for (const e of activated) {
         const key = moeLayer * E + e;
         if (this.buffer.has(key)) this.need(key);

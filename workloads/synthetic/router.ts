@@ -58,6 +58,12 @@ export class SyntheticRequestRouter implements RequestRouter {
     task: string | undefined,
     /** Prompt length p: tokens t < p use the prefill temporal reuse τ_P. */
     private readonly promptTokens = 0,
+    /**
+     * Tokens the request will route (prompt + output), when known: the token buffer starts at
+     * that size (at most 64 tokens) instead of 64 tokens, so short requests allocate less. Only
+     * memory depends on it: tokens are generated in order and regenerated identically.
+     */
+    expectedTokens = 64,
   ) {
     const { L, E, k } = model;
     this.L = L;
@@ -77,7 +83,7 @@ export class SyntheticRequestRouter implements RequestRouter {
       this.table = base.alias;
     }
     this.rng = new Rng(`${seed}/tokens`);
-    this.buf = new Int32Array(64 * this.stride);
+    this.buf = new Int32Array(Math.max(1, Math.min(64, expectedTokens)) * this.stride);
     this.routedTo = new Int32Array(L);
     this.H = model.mu > 0 ? MEMORY_TOKENS : 1;
     this.hist = new Int32Array(this.H * this.stride);
@@ -260,7 +266,7 @@ export class SyntheticRouting implements RoutingSource {
   }
 
   forRequest(request: RequestSpec): SyntheticRequestRouter {
-    const r = this.create(request.id, request.task, request.promptTokens);
+    const r = new SyntheticRequestRouter(this.model, `${this.seedBase}:${request.id}`, request.task, request.promptTokens, request.promptTokens + request.outputTokens);
     if (this.live.size >= LIVE_CAP) this.live.delete(this.live.keys().next().value!);
     this.live.set(request.id, r);
     return r;
