@@ -1313,7 +1313,9 @@ export class ServingExecutor {
         if (reason === 'prefetch') return false;
         throw new PolicyError(`declined to evict for an on-demand fetch of ${key}`, this.sim.now, this.policy.name, 'chooseVictim');
       }
-      if (!candidates.includes(victim)) {
+      // A candidate is exactly a resident, unpinned entry (`ExpertBuffer.evictable`): checked on the entry, not by a search of the list.
+      const ve = this.buffer.entry(victim);
+      if (ve === undefined || ve.state !== 'resident' || ve.pinned) {
         throw new PolicyError(`chose ${victim}, which is not an evictable candidate`, this.sim.now, this.policy.name, 'chooseVictim');
       }
     } else {
