@@ -147,13 +147,9 @@ export class CachePriorities {
   private admVi = 0;
   private admLimit = 0;
 
-  /**
-   * Collects the victims a prefetch could evict now (resident, unpinned, outside the ranked set)
-   * and returns the lowest victim priority (Infinity when there is none).
-   */
-  private scanVictims(buffer: BufferView): number {
+  /** Collects the victims a prefetch could evict now (resident, unpinned, outside the ranked set). */
+  private scanVictims(buffer: BufferView): void {
     let n = 0;
-    let min = Infinity;
     const req = this.o.requestPriorities;
     const prio = this.priority;
     const rankGen = this.rankGen;
@@ -169,11 +165,9 @@ export class CachePriorities {
       this.vUsed[n] = e.lastUsedNs;
       this.vTaken[n] = 0;
       n++;
-      if (p < min) min = p;
     }
     this.vCount = n;
     this.vFor = buffer;
-    return min;
   }
 
   private growVictims(): void {
@@ -216,14 +210,14 @@ export class CachePriorities {
 
   /**
    * Starts a prefetch admission round: the policy's allocation-free form of `admission` (same
-   * decisions; call after `setRanked`, then `admitNext` in queue order). `scanned`: the
-   * victims were just collected by `minVictimPriority` on this buffer, unchanged since.
+   * decisions; call after `setRanked`, then `admitNext` in queue order, with the buffer
+   * unchanged in between).
    */
-  beginAdmission(buffer: BufferView, maxAdmissions = Infinity, scanned = false): void {
+  beginAdmission(buffer: BufferView, maxAdmissions = Infinity): void {
     this.admFree = buffer.slots - buffer.occupied;
     this.admVi = 0;
     this.admLimit = maxAdmissions;
-    if (!scanned) this.vFor = null;
+    this.vFor = null;
   }
 
   /** One step of the admission round begun by `beginAdmission`: see `admission`. */
@@ -277,11 +271,22 @@ export class CachePriorities {
   /**
    * The cache priority of the cheapest victim a prefetch could evict now (resident, unpinned,
    * outside the ranked set), or Infinity when there is none — a prefetch into a full buffer
-   * needs a higher expected activation frequency than this. (Keeps them for an admission round
-   * begun right after: `beginAdmission(buffer, n, true)`.)
+   * needs a higher expected activation frequency than this.
    */
   minVictimPriority(buffer: BufferView): number {
-    return this.scanVictims(buffer);
+    let min = Infinity;
+    const req = this.o.requestPriorities;
+    const prio = this.priority;
+    const rankGen = this.rankGen;
+    const gen = this.gen;
+    for (const e of buffer.entries()) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      const k = e.key;
+      if (rankGen[k] === gen) continue;
+      const p = req ? prio[k]! : 0;
+      if (p < min) min = p;
+    }
+    return min;
   }
 
   /** The `limit` cheapest resident, unpinned experts outside the ranked set, in eviction order (priority, last use, key). */
@@ -307,58 +312,38 @@ export class CachePriorities {
     let best: ExpertKey | undefined;
     let bestProt = true;
     let bestPrio = Infinity;
+    // The last use of `best`, read from the buffer only when a tie needs it (NaN: not read yet).
     let bestUsed = Infinity;
     const cands = q.candidates;
-    const nc = cands.length;
     const rankGen = this.rankGen;
     const gen = this.gen;
     const req = this.o.requestPriorities;
-    // The executor's candidates are the buffer's resident, unpinned entries in insertion order:
-    // walk the buffer alongside them (no lookup per candidate); any other list takes the lookup path.
-    let ci = 0;
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned) continue;
-      const k = e.key;
-      if (ci >= nc || cands[ci] !== k) {
-        ci = -1;
-        break;
-      }
-      ci++;
+    for (let i = 0; i < cands.length; i++) {
+      const k = cands[i]!;
       const prot = rankGen[k] === gen;
       // Inside the ranked set the least urgent (highest rank) goes first.
       const prio = prot ? -this.rank[k]! : req ? this.priority[k]! : 0;
-      const used = e.lastUsedNs;
-      const better =
-        best === undefined ||
-        (bestProt && !prot) ||
-        (prot === bestProt && (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
+      let better: boolean;
+      if (best === undefined || (bestProt && !prot)) better = true;
+      else if (prot !== bestProt) better = false;
+      else if (prio !== bestPrio) better = prio < bestPrio;
+      else {
+        // Tied priority: least recently used, then lowest key.
+        if (bestUsed !== bestUsed) bestUsed = buffer.entry(best)?.lastUsedNs ?? -1;
+        const used = buffer.entry(k)?.lastUsedNs ?? -1;
+        better = used < bestUsed || (used === bestUsed && k < best);
+        if (better) {
+          best = k;
+          bestPrio = prio;
+          bestUsed = used;
+        }
+        continue;
+      }
       if (better) {
         best = k;
         bestProt = prot;
         bestPrio = prio;
-        bestUsed = used;
-      }
-    }
-    if (ci !== nc) {
-      best = undefined;
-      bestProt = true;
-      bestPrio = Infinity;
-      bestUsed = Infinity;
-      for (const k of cands) {
-        const rank = this.rankOf(k);
-        const prot = rank !== undefined;
-        const prio = prot ? -rank : this.victimPriority(k);
-        const used = buffer.entry(k)?.lastUsedNs ?? -1;
-        const better =
-          best === undefined ||
-          (bestProt && !prot) ||
-          (prot === bestProt && (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
-        if (better) {
-          best = k;
-          bestProt = prot;
-          bestPrio = prio;
-          bestUsed = used;
-        }
+        bestUsed = NaN;
       }
     }
     if (best !== undefined && q.reason === 'prefetch') {

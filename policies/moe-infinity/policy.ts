@@ -338,7 +338,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
     let m = 0;
     for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
     if (m === 0) return 0;
-    this.cache.beginAdmission(buffer, m, full);
+    this.cache.beginAdmission(buffer, m);
     heap.build(m, scores, keys);
     let n = 0;
     while (heap.size > 0) {
