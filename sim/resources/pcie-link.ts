@@ -47,6 +47,8 @@ export interface TransferSpec {
   readonly category: string;
   /** Called once when the last byte has arrived. */
   readonly onDone?: (t: Transfer) => void;
+  /** The submitter's own number for this transfer (e.g. the expert it carries); default −1. */
+  readonly tag?: number;
 }
 
 export interface Transfer {
@@ -63,6 +65,7 @@ export interface Transfer {
   readonly seq: number;
   latencyPaid: boolean;
   onDone: ((t: Transfer) => void) | undefined;
+  readonly tag: number;
 }
 
 export interface PcieLinkOptions {
@@ -205,6 +208,7 @@ export class PcieLink implements ExclusiveHolder {
       seq: this.nextId++,
       latencyPaid: false,
       onDone: spec.onDone,
+      tag: spec.tag ?? -1,
     };
     this.queue.push(t);
     if (this.runActive && t.priority < this.curTransfer!.priority) this.splitRun();

@@ -276,12 +276,8 @@ export class ServingExecutor {
    * every fetch: a closure per transfer costs an allocation plus (under tsx, which keeps
    * function names) a `defineProperty` for its name.
    */
-  private readonly fetchKeys = new Map<number, ExpertKey>();
-  private readonly onFetchDone = (t: Transfer): void => {
-    const key = this.fetchKeys.get(t.id)!;
-    this.fetchKeys.delete(t.id);
-    this.onExpertArrived(key);
-  };
+  /** Expert transfers carry their key (top segments: key + span) as their tag. */
+  private readonly onFetchDone = (t: Transfer): void => this.onExpertArrived(t.tag);
   private scratch = new Int32Array(1024);
   private readonly absentScratch: ExpertKey[] = [];
   private readonly chainParts: KernelPart[] = [];
@@ -963,8 +959,8 @@ export class ServingExecutor {
       label: top ? this.segmentLabel(key, false) : this.expertLabel(key),
       category: origin === 'demand' ? 'expert-demand' : 'expert-prefetch',
       onDone: this.onFetchDone,
+      tag: key,
     });
-    this.fetchKeys.set(e.transfer.id, key);
   }
 
   private onExpertArrived(key: ExpertKey): void {
@@ -1193,7 +1189,6 @@ export class ServingExecutor {
     }
     if (t.transfer) {
       this.res.h2d.cancel(t.transfer);
-      this.fetchKeys.delete(t.transfer.id);
       t.transfer = null;
     }
     tops.release(key);
@@ -1217,8 +1212,7 @@ export class ServingExecutor {
     const t = tops.add(key, fraction, false);
     this.counters.topLoads++;
     this.counters.topLoadBytes += bytes;
-    t.transfer = this.res.h2d.submit({ bytes, priority, label: this.segmentLabel(key, true), category: 'expert-reshape', onDone: this.onFetchDone });
-    this.fetchKeys.set(t.transfer.id, key + this.span);
+    t.transfer = this.res.h2d.submit({ bytes, priority, label: this.segmentLabel(key, true), category: 'expert-reshape', onDone: this.onFetchDone, tag: key + this.span });
   }
 
   private afterExpert(key: ExpertKey): void {
@@ -1335,7 +1329,6 @@ export class ServingExecutor {
     const e = this.buffer.entry(key)!;
     const t = e.transfer!;
     this.res.h2d.cancel(t);
-    this.fetchKeys.delete(t.id);
     this.counters.prefetchesCancelled++;
     // The bytes it already sent (and the packet on the wire, when it lands) are counted by the
     // link as cancelledSentBytes; the metrics add them to the wasted bytes.
