@@ -14,7 +14,8 @@
  * Storage: each entry twice, entry-major (`rows`, Float32, read by the batch scores of
  * `prefetcher.ts`) and column-major (`cols`, cell (l, e) of every entry contiguous, for the
  * matcher's per-row update and for replacement), plus per entry and row the squared norm, its
- * prefix sum over rows 0…l, the total and the largest cell. The column-major copy is packed:
+ * prefix sum over rows 0…l (and 1/sqrt of it in Float32, for the scan's pre-filter), the total
+ * and the largest cell. The column-major copy is packed:
  * counts are integers, so two entries share one double, `count(2m) + count(2m+1) · 2^26`
  * (exact while counts are integers in [0, 2^24], which every stored count is checked to be).
  * A dot product of packed columns with integer coefficients is then two exact dot products
@@ -22,11 +23,11 @@
  * integer below 2^53, so exact in any order): guaranteed by Cauchy–Schwarz when
  * ‖x‖² · max_n ‖entry n‖² ≤ 2^51 (checked before every packed sum; else the lanes are
  * unpacked on the fly). Half the loads and multiply-adds of one value per entry, the same
- * memory as Float32. That is 8·L·E + 32·L bytes per entry (Arctic, 35×128: 37 KB; 10 000
- * entries: 360 MB per phase). A collection given a count that does not pack (non-integer,
- * negative or above 2^24; never in the simulator, where counts are token counts) goes plain
- * for good: one Float32-rounded value per double, 12·L·E + 32·L bytes per entry. Storage grows
- * by doubling up to the capacity.
+ * memory as Float32. That is 8·L·E + 36·L bytes per entry (Arctic, 35×128: 37 KB; 10 000
+ * entries: 360 MB per phase; the Float32 pre-filter norms add 4·L bytes, 1.4 MB per phase). A
+ * collection given a count that does not pack (non-integer, negative or above 2^24; never in
+ * the simulator, where counts are token counts) goes plain for good: one Float32-rounded value
+ * per double, 12·L·E + 36·L bytes per entry. Storage grows by doubling up to the capacity.
  *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:
@@ -54,8 +55,10 @@
  * All sums are of integer products in doubles, so the result equals the brute-force cosine
  * exactly (tested on random matrices and row orders, packed and not, bit for bit). The best
  * `topMatches` entries are kept in the same pass over the N entries, in index order, by
- * D_n / sqrt(Q_n) (Q_cur is common to all), rejecting most with D_n² ≤ floor²·Q_n before any
- * square root; ties go to the lowest index; entries with similarity 0 never match.
+ * D_n / sqrt(Q_n) (Q_cur is common to all), rejecting most before any square root (packed:
+ * D_n · fround(1/sqrt(Q_n)) ≤ floor · (1 − 1e-6), reading 4 bytes per entry instead of Q_n's 8;
+ * plain: D_n² ≤ floor²·Q_n with a relative margin; both conservative: an entry is kept or
+ * not by its exact score); ties go to the lowest index; entries with similarity 0 never match.
  *
  * Replacement (`most-similar`) computes D_n = x · entry n for every entry the same way
  * (packed, eight columns of the new EAM's non-zero cells per pass) and the cosine with the
@@ -107,6 +110,11 @@ export class EamCollection {
   private rowNorm2 = new Float64Array(0);
   /** Σ_{i ≤ l} ‖row i of entry n‖², at `l * alloc + n` (rows seen in order 0…l). */
   private prefixNorm2 = new Float64Array(0);
+  /**
+   * 1/sqrt(prefixNorm2) rounded to Float32, at `l * alloc + n` (one spare value at the end):
+   * the scan's pre-filter (a conservative test; the exact score is computed from Q_n).
+   */
+  private prefixInvSqrt = new Float32Array(1);
   /** Σ of row l of entry n, at `n * layers + l`. */
   private rowTotal = new Float64Array(0);
   /** Largest cell of row l of entry n, at `n * layers + l` (bounds for pruning score rows). */
@@ -161,10 +169,12 @@ export class EamCollection {
     const cols = new Float64Array(cells * slots);
     const rowNorm2 = new Float64Array(layers * alloc);
     const prefixNorm2 = new Float64Array(layers * alloc);
+    const prefixInvSqrt = new Float32Array(layers * alloc + 1);
     for (let c = 0; c < cells; c++) cols.set(this.cols.subarray(c * this.slots, c * this.slots + used), c * slots);
     for (let l = 0; l < layers; l++) {
       rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
       prefixNorm2.set(this.prefixNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+      prefixInvSqrt.set(this.prefixInvSqrt.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
     }
     const rowTotal = new Float64Array(alloc * layers);
     rowTotal.set(this.rowTotal.subarray(0, this.size * layers));
@@ -184,6 +194,7 @@ export class EamCollection {
     this.slots = slots;
     this.rowNorm2 = rowNorm2;
     this.prefixNorm2 = prefixNorm2;
+    this.prefixInvSqrt = prefixInvSqrt;
     this.rowTotal = rowTotal;
     this.rowMax = rowMax;
     this.alloc = alloc;
@@ -263,6 +274,7 @@ export class EamCollection {
       this.rowMax[n * layers + l] = max;
       full += sq;
       this.prefixNorm2[l * alloc + n] = full;
+      this.prefixInvSqrt[l * alloc + n] = 1 / Math.sqrt(full);
     }
     this.fullNorm2[n] = full;
     if (full > this.maxNorm2) this.maxNorm2 = full;
@@ -350,6 +362,7 @@ export class EamCollection {
     readonly rows: Float32Array;
     readonly rowNorm2: Float64Array;
     readonly prefixNorm2: Float64Array;
+    readonly prefixInvSqrt: Float32Array;
     readonly rowTotal: Float64Array;
     readonly rowMax: Float64Array;
   } {
@@ -358,6 +371,7 @@ export class EamCollection {
       rows: this.rows,
       rowNorm2: this.rowNorm2,
       prefixNorm2: this.prefixNorm2,
+      prefixInvSqrt: this.prefixInvSqrt,
       rowTotal: this.rowTotal,
       rowMax: this.rowMax,
     };
@@ -372,10 +386,10 @@ export class EamCollection {
  * (always, in the executor) Q_n is read from the collection's prefix norms instead of being
  * accumulated; while the collection is packed, the row's counts are integers and
  * Q_cur · max‖entry‖² ≤ 2^51, D is kept packed (two entries per double, exact: see
- * `PACK_LIMIT`), else it is unpacked for the rest of the match; a row with at most two
- * non-zero cells (a decode token of a top-1/top-2 model) updates D and scans in one pass, one
- * with at most eight in two; the scan rejects an entry by D_n² ≤ floor²·Q_n (with a relative
- * margin) before taking a square root.
+ * `PACK_LIMIT`), else it is unpacked for the rest of the match. Packed, a row with at most
+ * four non-zero cells (decode tokens) updates D and scans in one pass, one with at most eight
+ * in two (plain: two and eight cells); the scan rejects most entries by a conservative
+ * pre-filter before taking a square root (see the file header).
  */
 export class IncrementalMatcher {
   private coll: EamCollection | null = null;
@@ -386,6 +400,8 @@ export class IncrementalMatcher {
   private packed = false;
   /** Q_n, once rows stopped arriving in layer order (see `ordered`). */
   private norms = new Float64Array(0);
+  /** 1/sqrt(Q_n) rounded to Float32, for the scan's pre-filter once rows are out of order. */
+  private invSqrt = new Float32Array(0);
   private qCur = 0;
   private readonly seen: Uint8Array;
   private rowsSeen = 0;
@@ -418,6 +434,7 @@ export class IncrementalMatcher {
     if (this.dots.length < this.n + 1) {
       this.dots = new Float64Array(coll.capacity > 4 * this.n ? Math.max(this.n * 2, 16) : coll.capacity + 1);
       this.norms = new Float64Array(this.dots.length);
+      this.invSqrt = new Float32Array(this.dots.length);
     }
     this.dots.fill(0, 0, this.n);
     this.packed = coll.lanes === 2;
@@ -468,7 +485,7 @@ export class IncrementalMatcher {
     const E = coll.experts;
     const stride = coll.stride;
     const colStride = coll.columnStride;
-    const { cols, rowNorm2, prefixNorm2 } = coll.internals;
+    const { cols, rowNorm2, prefixNorm2, prefixInvSqrt } = coll.internals;
     const n = this.n;
     const dots = this.dots;
     const norms = this.norms;
@@ -489,9 +506,11 @@ export class IncrementalMatcher {
     // Q_n: the prefix norms while rows come in order; else accumulate from the last prefix.
     let qArr: Float64Array;
     let qOff: number;
+    let rArr: Float32Array;
     if (this.ordered && layer === this.rowsSeen) {
       qArr = prefixNorm2;
       qOff = layer * stride;
+      rArr = prefixInvSqrt;
     } else {
       if (this.ordered) {
         const from = (this.rowsSeen - 1) * stride;
@@ -502,6 +521,8 @@ export class IncrementalMatcher {
       for (let i = 0; i < n; i++) norms[i]! += rowNorm2[rn + i]!;
       qArr = norms;
       qOff = 0;
+      rArr = this.invSqrt;
+      if (this.packed) for (let i = 0; i < n; i++) rArr[i] = 1 / Math.sqrt(norms[i]!);
     }
     this.rowsSeen++;
 
@@ -565,8 +586,8 @@ export class IncrementalMatcher {
         const q3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : q0;
         // prettier-ignore
         count = left <= 2
-          ? scanPacked2(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, q0, q1)
-          : scanPacked4(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, k2, k3, q0, q1, q2, q3);
+          ? scanPacked2(dots, qArr, rArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, q0, q1)
+          : scanPacked4(dots, qArr, rArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, k2, k3, q0, q1, q2, q3);
       } else {
         const left = nnz - done;
         const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
@@ -719,12 +740,15 @@ function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: numb
 /**
  * `selectTop` on packed D (entries 2m and 2m+1 in `dots[m]`: the same scan, in the same entry
  * order), after D += c0·column o0 + c1·column o1: each double is unpacked into its two exact
- * integers. Until M entries are kept every positive one is taken; after that the floor test
- * alone (`scanRest`).
+ * integers. Until M entries are kept every positive one is taken; after that an entry is a
+ * candidate only if D_n · r_n > floor · (1 − 1e-6), r_n = 1/sqrt(Q_n) rounded to Float32
+ * (`rArr`, relative error < 1.3e-7: a candidate test that never rejects an entry whose exact
+ * score D_n / sqrt(Q_n) beats the floor, and reads half the bytes of Q), and is kept by the
+ * exact score, strictly above the floor.
  */
 // prettier-ignore
-function scanPacked2(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
-  cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
+function scanPacked2(dots: Float64Array, qArr: Float64Array, rArr: Float32Array, qOff: number, n: number, M: number, top: Int32Array,
+  score: Float64Array, cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
   const pairs = (n + 1) >> 1;
   let count = 0;
   let m = 0;
@@ -735,34 +759,18 @@ function scanPacked2(dots: Float64Array, qArr: Float64Array, qOff: number, n: nu
   }
   if (m >= pairs) return count;
   let floor = score[M - 1]!;
-  let floor2 = floor * floor * (1 - 1e-9);
+  let thr = floor * (1 - 1e-6);
   for (; m < pairs; m++) {
     const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]!);
     dots[m] = p;
-    if (p <= 0) continue;
     const hi = Math.floor(p * INV_LANE);
     const lo = p - hi * LANE;
     const i = 2 * m;
-    const qa = qArr[qOff + i]!;
-    if (lo * lo > floor2 * qa) {
-      const s = lo / Math.sqrt(qa);
-      if (s > floor) {
-        insertTop(top, score, M, M, i, s);
-        floor = score[M - 1]!;
-        floor2 = floor * floor * (1 - 1e-9);
-      }
-    }
-    // An odd n's last double has no entry 2m+1: its lane is 0 (never written).
-    if (hi > 0) {
-      const qb = qArr[qOff + i + 1]!;
-      if (hi * hi > floor2 * qb) {
-        const s = hi / Math.sqrt(qb);
-        if (s > floor) {
-          insertTop(top, score, M, M, i + 1, s);
-          floor = score[M - 1]!;
-          floor2 = floor * floor * (1 - 1e-9);
-        }
-      }
+    // An odd n's last double has no entry 2m+1: its lane is 0 (never a candidate; `rArr`
+    // has a spare value past the last entry).
+    if (lo * rArr[qOff + i]! > thr || hi * rArr[qOff + i + 1]! > thr) {
+      floor = takeCandidates(lo, hi, i, qArr, qOff, M, top, score, floor);
+      thr = floor * (1 - 1e-6);
     }
   }
   return M;
@@ -770,8 +778,8 @@ function scanPacked2(dots: Float64Array, qArr: Float64Array, qOff: number, n: nu
 
 /** `scanPacked2` with four columns added. */
 // prettier-ignore
-function scanPacked4(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
-  cols: Float64Array, c0: number, c1: number, c2: number, c3: number, o0: number, o1: number, o2: number, o3: number): number {
+function scanPacked4(dots: Float64Array, qArr: Float64Array, rArr: Float32Array, qOff: number, n: number, M: number, top: Int32Array,
+  score: Float64Array, cols: Float64Array, c0: number, c1: number, c2: number, c3: number, o0: number, o1: number, o2: number, o3: number): number {
   const pairs = (n + 1) >> 1;
   let count = 0;
   let m = 0;
@@ -782,36 +790,42 @@ function scanPacked4(dots: Float64Array, qArr: Float64Array, qOff: number, n: nu
   }
   if (m >= pairs) return count;
   let floor = score[M - 1]!;
-  let floor2 = floor * floor * (1 - 1e-9);
+  let thr = floor * (1 - 1e-6);
   for (; m < pairs; m++) {
     const p = dots[m]! + (c0 * cols[o0 + m]! + c1 * cols[o1 + m]! + (c2 * cols[o2 + m]! + c3 * cols[o3 + m]!));
     dots[m] = p;
-    if (p <= 0) continue;
     const hi = Math.floor(p * INV_LANE);
     const lo = p - hi * LANE;
     const i = 2 * m;
-    const qa = qArr[qOff + i]!;
-    if (lo * lo > floor2 * qa) {
-      const s = lo / Math.sqrt(qa);
-      if (s > floor) {
-        insertTop(top, score, M, M, i, s);
-        floor = score[M - 1]!;
-        floor2 = floor * floor * (1 - 1e-9);
-      }
-    }
-    if (hi > 0) {
-      const qb = qArr[qOff + i + 1]!;
-      if (hi * hi > floor2 * qb) {
-        const s = hi / Math.sqrt(qb);
-        if (s > floor) {
-          insertTop(top, score, M, M, i + 1, s);
-          floor = score[M - 1]!;
-          floor2 = floor * floor * (1 - 1e-9);
-        }
-      }
+    if (lo * rArr[qOff + i]! > thr || hi * rArr[qOff + i + 1]! > thr) {
+      floor = takeCandidates(lo, hi, i, qArr, qOff, M, top, score, floor);
+      thr = floor * (1 - 1e-6);
     }
   }
   return M;
+}
+
+/**
+ * Entries `i` (D = lo) and i + 1 (D = hi) of a candidate pair with M entries kept: each replaces
+ * the worst if its exact score is strictly above the floor; returns the new floor.
+ */
+// prettier-ignore
+function takeCandidates(lo: number, hi: number, i: number, qArr: Float64Array, qOff: number, M: number, top: Int32Array, score: Float64Array, floor: number): number {
+  if (lo > 0) {
+    const s = lo / Math.sqrt(qArr[qOff + i]!);
+    if (s > floor) {
+      insertTop(top, score, M, M, i, s);
+      floor = score[M - 1]!;
+    }
+  }
+  if (hi > 0) {
+    const s = hi / Math.sqrt(qArr[qOff + i + 1]!);
+    if (s > floor) {
+      insertTop(top, score, M, M, i + 1, s);
+      floor = score[M - 1]!;
+    }
+  }
+  return floor;
 }
 
 /**
