@@ -160,8 +160,9 @@ export class ExpertBuffer implements BufferView {
   }
 
   /** Resident, unpinned entries: what may be evicted, in insertion order. */
-  evictable(): ExpertKey[] {
-    const out: ExpertKey[] = [];
+  /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
+  evictable(out: ExpertKey[] = []): ExpertKey[] {
+    out.length = 0;
     for (const e of this.map.values()) if (e.state === 'resident' && !e.pinned) out.push(e.key);
     return out;
   }

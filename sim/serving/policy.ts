@@ -199,7 +199,7 @@ export interface EvictionQuery {
   readonly reason: 'demand' | 'prefetch';
   /** The expert that needs the slot. */
   readonly forKey: ExpertKey;
-  /** Resident, unpinned experts, in buffer insertion order. */
+  /** Resident, unpinned experts, in buffer insertion order. Valid during the call only (the executor reuses the array). */
   readonly candidates: readonly ExpertKey[];
 }
 

@@ -280,6 +280,8 @@ export class ServingExecutor {
   private readonly onFetchDone = (t: Transfer): void => this.onExpertArrived(t.tag);
   private scratch = new Int32Array(1024);
   private readonly absentScratch: ExpertKey[] = [];
+  /** Eviction candidates of the current `acquireSlot` (EvictionQuery.candidates: valid during the call). */
+  private readonly candidateScratch: ExpertKey[] = [];
   private readonly chainParts: KernelPart[] = [];
   private perRequestCounts: Int32Array[] = [];
   private readonly activationReserveBytes: number;
@@ -1286,7 +1288,7 @@ export class ServingExecutor {
   /** Makes room for `key`. Returns false when no slot can be freed now. */
   private acquireSlot(key: ExpertKey, reason: 'demand' | 'prefetch'): boolean {
     if (this.buffer.free > 0) return true;
-    const candidates = this.buffer.evictable();
+    const candidates = this.buffer.evictable(this.candidateScratch);
     if (candidates.length === 0) {
       if (reason === 'prefetch') return false;
       // A demand fetch may take the slot of the least urgent loading prefetch nobody waits for.
@@ -1302,7 +1304,11 @@ export class ServingExecutor {
     const query: EvictionQuery = { reason, forKey: key, candidates };
     let victim: ExpertKey | undefined;
     if (this.policy.chooseVictim) {
-      victim = this.callPolicy('chooseVictim', () => this.policy.chooseVictim!(this.view, query));
+      try {
+        victim = this.policy.chooseVictim(this.view, query);
+      } catch (err) {
+        throw this.policyFailure('chooseVictim', err);
+      }
       if (victim === undefined) {
         if (reason === 'prefetch') return false;
         throw new PolicyError(`declined to evict for an on-demand fetch of ${key}`, this.sim.now, this.policy.name, 'chooseVictim');
