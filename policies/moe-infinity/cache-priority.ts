@@ -63,6 +63,8 @@ export class CachePriorities {
     this.rankGen = new Uint32Array(n);
     this.admitted = new Float64Array(n);
     this.admittedGen = new Uint32Array(n);
+    this.batchCount = new Float64Array(n);
+    this.countVersion = new Float64Array(o.layers).fill(-1);
   }
 
   /** Multiplier of layer `layer`'s priorities. */
@@ -104,20 +106,62 @@ export class CachePriorities {
     return tokens > 0 ? count * (this.boostFactor[layer]! / tokens) : 0;
   }
 
-  /** Resets every expert of `layer` (its routing is known: each one is used or known unused). */
-  resetLayer(eams: RequestEams, batchIds: readonly number[], layer: number): void {
-    const E = this.o.experts;
-    const base = layer * E;
-    const p = this.priority;
-    p.fill(0, base, base + E);
+  // The batch as `resetLayer` last saw it: its requests' EAMs (prefill then decode, in batch
+  // order) and routed tokens, valid while the request EAMs' layout and the ids are the same.
+  private bEams: RequestEams | null = null;
+  private bIds: number[] = [];
+  private bLayout = -1;
+  private readonly bArrays: Float64Array[] = [];
+  private bTokens = 0;
+  /**
+   * Σ over the batch of each key's count (both phases), as `resetLayer` summed it: valid for
+   * `layer` while the request EAMs are at version `countVersion[layer]` (integer counts only,
+   * whose sums are exact in any order).
+   */
+  private readonly batchCount: Float64Array = new Float64Array(0);
+  private readonly countVersion: Float64Array = new Float64Array(0);
+
+  private sameBatch(eams: RequestEams, batchIds: readonly number[]): boolean {
+    if (this.bEams !== eams || this.bLayout !== eams.layoutVersion || this.bIds.length !== batchIds.length) return false;
+    for (let i = 0; i < batchIds.length; i++) if (this.bIds[i] !== batchIds[i]) return false;
+    return true;
+  }
+
+  private useBatch(eams: RequestEams, batchIds: readonly number[]): void {
+    if (this.sameBatch(eams, batchIds)) return;
+    this.bEams = eams;
+    this.bLayout = eams.layoutVersion;
+    this.bIds = batchIds.slice();
+    this.bArrays.length = 0;
     let tokens = 0;
     for (const id of batchIds) {
       tokens += eams.tokens(id);
       for (const phase of PHASES) {
         const m = eams.get(id, phase);
-        if (m) for (let e = 0; e < E; e++) p[base + e]! += m[base + e]!;
+        if (m) this.bArrays.push(m);
       }
     }
+    this.bTokens = tokens;
+    this.countVersion.fill(-1);
+  }
+
+  /** Resets every expert of `layer` (its routing is known: each one is used or known unused). */
+  resetLayer(eams: RequestEams, batchIds: readonly number[], layer: number): void {
+    const E = this.o.experts;
+    const base = layer * E;
+    const p = this.priority;
+    this.useBatch(eams, batchIds);
+    p.fill(0, base, base + E);
+    const arrays = this.bArrays;
+    for (let a = 0; a < arrays.length; a++) {
+      const m = arrays[a]!;
+      for (let e = 0; e < E; e++) p[base + e]! += m[base + e]!;
+    }
+    if (eams.integral) {
+      for (let e = 0; e < E; e++) this.batchCount[base + e] = p[base + e]!;
+      this.countVersion[layer] = eams.version;
+    }
+    const tokens = this.bTokens;
     const f = tokens > 0 ? this.boostFactor[layer]! / tokens : 0;
     for (let e = 0; e < E; e++) p[base + e]! *= f;
   }
@@ -125,7 +169,14 @@ export class CachePriorities {
   /** Resets one expert (after use). */
   resetKey(eams: RequestEams, batchIds: readonly number[], key: ExpertKey): void {
     const E = this.o.experts;
-    this.priority[key] = this.valueFor(eams, batchIds, Math.floor(key / E), key % E);
+    const layer = Math.floor(key / E);
+    if (this.countVersion[layer] === eams.version && this.sameBatch(eams, batchIds)) {
+      // Nothing changed since the layer's reset: its summed count is `valueFor`'s count (exact).
+      const tokens = this.bTokens;
+      this.priority[key] = tokens > 0 ? this.batchCount[key]! * (this.boostFactor[layer]! / tokens) : 0;
+      return;
+    }
+    this.priority[key] = this.valueFor(eams, batchIds, layer, key % E);
   }
 
   /** Priority a prefetch must beat to evict `key` (request priorities; LRU: 0). */

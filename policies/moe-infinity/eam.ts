@@ -76,6 +76,12 @@ interface RequestEamState {
 export class RequestEams {
   private readonly map = new Map<number, RequestEamState>();
   private readonly free: Float64Array[] = [];
+  /** Increments on every change (a row or tokens added, a request added or taken). */
+  version = 0;
+  /** Increments when requests are added or taken, or tokens added (not on rows). */
+  layoutVersion = 0;
+  /** Every row added so far came as integer counts (an `Int32Array`): every sum of cells is exact. */
+  integral = true;
 
   constructor(readonly shape: EamShape) {}
 
@@ -88,6 +94,8 @@ export class RequestEams {
     if (!s) {
       s = { prefill: this.alloc(), decode: this.alloc(), prefillTokens: 0, decodeTokens: 0 };
       this.map.set(id, s);
+      this.version++;
+      this.layoutVersion++;
     }
     return s;
   }
@@ -104,12 +112,16 @@ export class RequestEams {
   /** Adds request `id`'s routing of `layer` in an iteration of `phase`. */
   addRow(id: number, phase: Phase, layer: number, counts: ArrayLike<number>): void {
     const s = this.state(id);
+    this.version++;
+    if (!(counts instanceof Int32Array)) this.integral = false;
     addRow(phase === 'prefill' ? s.prefill : s.decode, this.shape.experts, layer, counts);
   }
 
   /** Records that request `id` routed `tokens` tokens in an iteration of `phase` (once per iteration). */
   addTokens(id: number, phase: Phase, tokens: number): void {
     const s = this.state(id);
+    this.version++;
+    this.layoutVersion++;
     if (phase === 'prefill') s.prefillTokens += tokens;
     else s.decodeTokens += tokens;
   }
@@ -139,6 +151,8 @@ export class RequestEams {
     const s = this.map.get(id);
     if (!s) return;
     this.map.delete(id);
+    this.version++;
+    this.layoutVersion++;
     if (s.prefillTokens > 0) sink('prefill', s.prefill);
     if (s.decodeTokens > 0) sink('decode', s.decode);
     this.free.push(s.prefill, s.decode);

@@ -9,13 +9,15 @@
  *   full scores and with a row source;
  * - `PrefetchQueue.plan` gives the same decisions and outstanding keys as the Set-based version;
  * - `CachePriorities` chooses the same victims, the same minimum victim priority and the same
- *   admissions as the buffer-scanning version.
+ *   admissions as the buffer-scanning version, and resets priorities to the same values as the
+ *   per-request lookups.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { BufferEntryView, BufferView, EvictionQuery, ExpertKey, PolicyDecision, PrefetchRequest } from '../../sim/serving/policy.ts';
 import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
+import { RequestEams } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection } from '../../policies/moe-infinity/eam-collection.ts';
 import {
   PrefetchQueue,
@@ -588,6 +590,77 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
             const freq = rng.int(6) / 4;
             expect(g1(k, freq)).toBe(g2(k, freq));
           }
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('CachePriorities: the same priorities after layer and key resets as per-request lookups', () => {
+    const refLayer = (pr: Float64Array, eams: RequestEams, ids: readonly number[], layer: number, E: number, boost: number): void => {
+      const base = layer * E;
+      pr.fill(0, base, base + E);
+      let tokens = 0;
+      for (const id of ids) {
+        tokens += eams.tokens(id);
+        for (const phase of ['prefill', 'decode'] as const) {
+          const m = eams.get(id, phase);
+          if (m) for (let e = 0; e < E; e++) pr[base + e]! += m[base + e]!;
+        }
+      }
+      const f = tokens > 0 ? boost / tokens : 0;
+      for (let e = 0; e < E; e++) pr[base + e]! *= f;
+    };
+    const refKey = (eams: RequestEams, ids: readonly number[], layer: number, expert: number, boost: number): number => {
+      let count = 0;
+      let tokens = 0;
+      for (const id of ids) {
+        count += eams.count(id, layer, expert);
+        tokens += eams.tokens(id);
+      }
+      return tokens > 0 ? count * (boost / tokens) : 0;
+    };
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 8 }), fc.integer(), (L, E, seed) => {
+        const rng = new Rng(`reset-${seed}`);
+        const eams = new RequestEams({ layers: L, experts: E });
+        const fast = new CachePriorities({ layers: L, experts: E, requestPriorities: true, initialLayerBoost: rng.int(3) / 2 });
+        const ref = new Float64Array(L * E);
+        let ids: number[] = [0];
+        let nextId = 1;
+        for (let step = 0; step < 60; step++) {
+          const op = rng.int(12);
+          if (op === 0) {
+            // A new batch: some requests stay, some join.
+            ids = ids.filter(() => rng.next() < 0.6);
+            while (ids.length < 2 || rng.next() < 0.3) ids.push(nextId++);
+            for (const id of ids) eams.addTokens(id, rng.next() < 0.5 ? 'prefill' : 'decode', 1 + rng.int(5));
+          } else if (op === 1 && ids.length > 0) {
+            // The batch array changed in place.
+            ids[rng.int(ids.length)] = rng.next() < 0.5 ? nextId++ : ids[0]!;
+          } else if (op === 2 && ids.length > 0) {
+            eams.take(ids[rng.int(ids.length)]!, () => {});
+          } else if (op <= 8) {
+            const l = rng.int(L);
+            for (const id of ids) {
+              const counts = Array.from({ length: E }, () => (rng.next() < 0.5 ? 0 : rng.int(4)));
+              const row = rng.next() < 0.7 ? Int32Array.from(counts) : counts.map((c) => c + Math.sqrt(2 + rng.int(1000)) / 7);
+              eams.addRow(id, rng.next() < 0.5 ? 'prefill' : 'decode', l, row);
+            }
+            fast.resetLayer(eams, ids, l);
+            refLayer(ref, eams, ids, l, E, fast.boost(l));
+            // Experts of that layer used right after (the executor's order).
+            while (rng.next() < 0.6) {
+              const key = l * E + rng.int(E);
+              fast.resetKey(eams, ids, key);
+              ref[key] = refKey(eams, ids, l, key % E, fast.boost(l));
+            }
+          } else {
+            const key = rng.int(L * E);
+            fast.resetKey(eams, ids, key);
+            ref[key] = refKey(eams, ids, Math.floor(key / E), key % E, fast.boost(Math.floor(key / E)));
+          }
+          for (let k = 0; k < L * E; k++) expect(same(fast.priority[k]!, ref[k]!)).toBe(true);
         }
       }),
       { numRuns: 300 },
