@@ -29,30 +29,45 @@ export const LruParams = z
 export type LruParams = z.infer<typeof LruParams>;
 
 /**
- * An LRU order over expert keys: a Map keeps insertion order, so delete + set moves a key to
- * the most-recent end, and the first key is the least recent.
+ * An LRU order over expert keys. Stamps (when each key was last touched) live in an array
+ * indexed by key; with `ordered`, a Map also keeps the keys in recency order (delete + set
+ * moves a key to the most-recent end, the first key is the least recent) for `oldest`/`keys` —
+ * a global cache needs that order, a per-layer cache compares stamps only.
  */
 export class LruOrder {
-  private readonly order = new Map<ExpertKey, number>();
+  private readonly order: Map<ExpertKey, number> | null;
+  private readonly stamps: number[] = [];
   private clock = 0;
+  constructor(ordered = true) {
+    this.order = ordered ? new Map() : null;
+  }
   touch(key: ExpertKey): void {
-    this.order.delete(key);
-    this.order.set(key, ++this.clock);
+    const stamp = ++this.clock;
+    this.stamps[key] = stamp;
+    if (this.order) {
+      this.order.delete(key);
+      this.order.set(key, stamp);
+    }
   }
   /** When `key` was last touched (larger is more recent); 0 if never (or removed). */
   stampOf(key: ExpertKey): number {
-    return this.order.get(key) ?? 0;
+    return this.stamps[key] ?? 0;
   }
   remove(key: ExpertKey): void {
-    this.order.delete(key);
+    this.stamps[key] = 0;
+    this.order?.delete(key);
   }
   keys(): IterableIterator<ExpertKey> {
-    return this.order.keys();
+    return this.ordered().keys();
   }
   /** Least recently used key satisfying `ok`. */
   oldest(ok: (k: ExpertKey) => boolean): ExpertKey | undefined {
-    for (const k of this.order.keys()) if (ok(k)) return k;
+    for (const k of this.ordered().keys()) if (ok(k)) return k;
     return undefined;
+  }
+  private ordered(): Map<ExpertKey, number> {
+    if (!this.order) throw new Error('LruOrder built without order: use stampOf');
+    return this.order;
   }
 }
 
@@ -70,8 +85,9 @@ export function lruSlots(p: LruParams, model: Pick<ModelProfile, 'moeLayers' | '
 }
 
 export function createLru(name: string, p: LruParams): ServingPolicy {
-  const lru = new LruOrder();
   const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
+  // Per-layer caches compare stamps (`oldestOf`); only the global cache walks the recency order.
+  const lru = new LruOrder(capOf === undefined);
   // Least recently used first; keys never touched (absent from the order) first of all.
   const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => firstBy(pool, (a, b) => lru.stampOf(a) - lru.stampOf(b) || a - b)!;
   return {
