@@ -5,7 +5,8 @@
  *    EAM against all entries (`nsPerUpdate`: a decode row, k non-zero cells; and a prefill
  *    row), and the share of a representative serving run's wall time (Arctic on the A5000
  *    testbed, continuous batching up to 4, 24 requests) spent in matching (`matchLayer`: row
- *    updates, best matches, batch scores), within it in row updates and in scores, in the whole
+ *    updates, best matches, batch scores), within it in row updates (also per decode row, ≤ 8
+ *    non-zero cells, and per prefill row, in the run) and in scores, in the whole
  *    `onLayerRouted` hook, and in EAMC insertions (most-similar replacement when full).
  *    Target (issue #12): matching + insertion (`eamcShareOfWall`) < 10 % of the run's wall
  *    time, at `simulatedSPerWallS` simulated s per wall s. `eamc-match-arctic-1k`: the same with
@@ -161,19 +162,29 @@ async function arcticMatching(name: string, capacity: number): Promise<BenchReco
   let insertMs = 0;
   let insertCalls = 0;
   const restore: (() => void)[] = [];
-  const wrap = <T extends object, K extends keyof T>(proto: T, key: K, onTime: (ms: number) => void): void => {
+  const wrap = <T extends object, K extends keyof T>(proto: T, key: K, onTime: (ms: number, args: unknown[]) => void): void => {
     const orig = proto[key] as unknown as (...a: unknown[]) => unknown;
     (proto as Record<K, unknown>)[key] = function (this: unknown, ...a: unknown[]) {
       const t0 = performance.now();
       const r = orig.apply(this, a);
-      onTime(performance.now() - t0);
+      onTime(performance.now() - t0, a);
       return r;
     };
     restore.push(() => ((proto as Record<K, unknown>)[key] = orig));
   };
-  wrap(IncrementalMatcher.prototype, 'addRow', (ms) => {
+  // Row updates split by the row's non-zero cells: ≤ 8 (decode tokens of a batch) or more (prefill).
+  let decodeRowMs = 0;
+  let decodeRows = 0;
+  wrap(IncrementalMatcher.prototype, 'addRow', (ms, args) => {
     rowMs += ms;
     rowCalls++;
+    const counts = args[1] as ArrayLike<number>;
+    let nnz = 0;
+    for (let e = 0; e < counts.length; e++) if (counts[e] !== 0) nnz++;
+    if (nnz <= 8) {
+      decodeRowMs += ms;
+      decodeRows++;
+    }
   });
   wrap(ScoreAccumulator.prototype, 'prepare', (ms) => (scoreMs += ms));
   wrap(ScoreAccumulator.prototype, 'fill', (ms) => (scoreMs += ms));
@@ -216,6 +227,8 @@ async function arcticMatching(name: string, capacity: number): Promise<BenchReco
     insertShareOfWall: insertMs / wallMs,
     usPerLayerMatch: (matchMs * 1000) / Math.max(1, matchCalls),
     usPerRowUpdateInRun: (rowMs * 1000) / Math.max(1, rowCalls),
+    usPerDecodeRowInRun: (decodeRowMs * 1000) / Math.max(1, decodeRows),
+    usPerPrefillRowInRun: ((rowMs - decodeRowMs) * 1000) / Math.max(1, rowCalls - decodeRows),
     msPerInsertion: insertMs / Math.max(1, insertCalls),
     runWallS: wallMs / 1000,
     simulatedS: o.endNs / 1e9,
