@@ -20,6 +20,9 @@ export const MEMORY_CATEGORIES = [
 ] as const;
 export type MemoryCategory = (typeof MEMORY_CATEGORIES)[number];
 
+/** Index of each category in MEMORY_CATEGORIES (per-category sums live in arrays, not Maps). */
+const CATEGORY_INDEX = Object.fromEntries(MEMORY_CATEGORIES.map((c, i) => [c, i])) as Record<MemoryCategory, number>;
+
 export interface Allocation {
   readonly id: number;
   readonly bytes: number;
@@ -35,8 +38,9 @@ export interface Clock {
 export class MemoryPool {
   private used = 0;
   private peak = 0;
-  private readonly usedByCat = new Map<MemoryCategory, number>();
-  private readonly peakByCat = new Map<MemoryCategory, number>();
+  /** Bytes in use and peak bytes per category (index: CATEGORY_INDEX); a peak of −1: never used. */
+  private readonly usedByCat = new Array<number>(MEMORY_CATEGORIES.length).fill(0);
+  private readonly peakByCat = new Array<number>(MEMORY_CATEGORIES.length).fill(-1);
   private nextId = 0;
   private readonly freeListeners: (() => void)[] = [];
   private live = 0;
@@ -65,17 +69,17 @@ export class MemoryPool {
     return this.live;
   }
   usedBy(category: MemoryCategory): number {
-    return this.usedByCat.get(category) ?? 0;
+    return this.usedByCat[CATEGORY_INDEX[category]] ?? 0;
   }
   peakBy(category: MemoryCategory): number {
-    return this.peakByCat.get(category) ?? 0;
+    return Math.max(0, this.peakByCat[CATEGORY_INDEX[category]] ?? 0);
   }
   /** Peak bytes per category that was ever used. */
   peaks(): Record<string, number> {
     const out: Record<string, number> = {};
     for (const c of MEMORY_CATEGORIES) {
-      const p = this.peakByCat.get(c);
-      if (p !== undefined) out[c] = p;
+      const p = this.peakByCat[CATEGORY_INDEX[c]]!;
+      if (p >= 0) out[c] = p;
     }
     return out;
   }
@@ -91,10 +95,12 @@ export class MemoryPool {
     }
     if (bytes > this.capacityBytes - this.used) return null;
     this.used += bytes;
-    const catUsed = (this.usedByCat.get(category) ?? 0) + bytes;
-    this.usedByCat.set(category, catUsed);
+    const ci = CATEGORY_INDEX[category];
+    if (ci === undefined) throw new RangeError(`${this.name}: unknown memory category ${category}`);
+    const catUsed = this.usedByCat[ci]! + bytes;
+    this.usedByCat[ci] = catUsed;
     if (this.used > this.peak) this.peak = this.used;
-    if (catUsed > (this.peakByCat.get(category) ?? -1)) this.peakByCat.set(category, catUsed);
+    if (catUsed > this.peakByCat[ci]!) this.peakByCat[ci] = catUsed;
     this.live++;
     this.report(category);
     return { id: this.nextId++, bytes, category, label, freed: false };
@@ -119,7 +125,7 @@ export class MemoryPool {
     if (a.freed) throw new InvariantError(`double free of allocation ${a.id} (${a.label})`, this.clock.now, this.name);
     a.freed = true;
     this.used -= a.bytes;
-    this.usedByCat.set(a.category, (this.usedByCat.get(a.category) ?? 0) - a.bytes);
+    this.usedByCat[CATEGORY_INDEX[a.category]]! -= a.bytes;
     this.live--;
     this.report(a.category);
     if (this.freeListeners.length > 0) {
@@ -141,7 +147,7 @@ export class MemoryPool {
       pool: this.name,
       category,
       timeNs: this.clock.now,
-      categoryUsedBytes: this.usedByCat.get(category) ?? 0,
+      categoryUsedBytes: this.usedByCat[CATEGORY_INDEX[category]] ?? 0,
       usedBytes: this.used,
       capacityBytes: this.capacityBytes,
     });
