@@ -256,14 +256,19 @@ export class EamCollection {
       for (let e = 0; e < experts; e++) {
         const j = l * experts + e;
         const v = eam[j]!;
+        const old = this.rows[base + j]!;
         this.rows[base + j] = v;
-        const at = j * slots + slot;
-        if (!packed) cols[at] = Math.fround(v);
-        else {
-          // Replace this entry's lane, keep the other's.
-          const p = cols[at]!;
-          const hi = Math.floor(p * INV_LANE);
-          cols[at] = high ? p - hi * LANE + v * LANE : hi * LANE + v;
+        // The column copy always equals `rows` (zero in unused entries): a cell left as it was
+        // (mostly zero to zero) skips its strided write.
+        if (old !== Math.fround(v)) {
+          const at = j * slots + slot;
+          if (!packed) cols[at] = Math.fround(v);
+          else {
+            // Replace this entry's lane, keep the other's.
+            const p = cols[at]!;
+            const hi = Math.floor(p * INV_LANE);
+            cols[at] = high ? p - hi * LANE + v * LANE : hi * LANE + v;
+          }
         }
         sq += v * v;
         tot += v;
