@@ -96,7 +96,6 @@ import {
   RankScratch,
   ScoreAccumulator,
   dependencySelection,
-  horizonRows,
   selectPrefetch,
   type MatchedGroup,
   type RankOptions,
@@ -356,7 +355,9 @@ export class MoeInfinityPolicy implements ServingPolicy {
    */
   matchLayer(l: number, routing: LayerRouting): void {
     const E = this.shape.experts;
-    const { from, to } = horizonRows(l, this.rankOptions);
+    // The horizon rows (`horizonRows`).
+    const from = l + 1;
+    const to = Math.min(this.rankOptions.layers, l + 1 + this.rankOptions.horizon);
     const matched = this.matched;
     matched.length = 0;
     for (let gi = 0; gi < this.activeGroups; gi++) {

@@ -90,9 +90,9 @@ export class ScoreAccumulator implements RowSource {
   private uniform = false;
   private rowCoef = new Float64Array(0);
   private bounds = new Float64Array(0);
-  /** Distinct matched entries of the current preparation: collection, its stored rows, and the entry's offset in them. */
-  private readonly entryColl: EamCollection[] = [];
+  /** Distinct matched entries of the current preparation: their collection's stored rows and row maxima, and the entry's offset in them. */
   private readonly entryRows: StoredRows[] = [];
+  private readonly entryMax: EamCollection['internals']['rowMax'][] = [];
   private entryN = new Int32Array(16);
   private entryBase = new Int32Array(16);
   private entries = 0;
@@ -116,6 +116,10 @@ export class ScoreAccumulator implements RowSource {
   private sigWeight = NaN;
   private sigTop = new Int32Array(16);
   private sigCount = -1;
+  /** Coefficient and bound of row i prepared under the current matches, where `rowAt[i] === cacheEpoch`. */
+  private rowAt = new Float64Array(0);
+  private coefOf = new Float64Array(0);
+  private boundOf = new Float64Array(0);
 
   constructor(private readonly shape: EamShape) {}
 
@@ -185,8 +189,8 @@ export class ScoreAccumulator implements RowSource {
             u = slot[n]!;
           } else {
             u = this.entries++;
-            this.entryColl[u] = coll;
             this.entryRows[u] = internals.rows;
+            this.entryMax[u] = internals.rowMax;
             entryN[u] = n;
             this.entryBase[u] = n * LE;
             stamp[n] = gen;
@@ -201,7 +205,7 @@ export class ScoreAccumulator implements RowSource {
     bounds.fill(0, 0, rows);
     for (let u = 0; u < this.entries; u++) {
       const n = entryN[u]!;
-      const rowMax = this.entryColl[u]!.internals.rowMax;
+      const rowMax = this.entryMax[u]!;
       const cb = u * rows;
       const mb = n * L + from;
       for (let r = 0; r < rows; r++) bounds[r]! += coef[cb + r]! * rowMax[mb + r]!;
@@ -251,34 +255,53 @@ export class ScoreAccumulator implements RowSource {
     const rows = to - from;
     const rowCoef = this.rowCoef;
     const bounds = this.bounds;
+    if (this.rowAt.length < L) {
+      this.rowAt = new Float64Array(L);
+      this.coefOf = new Float64Array(L);
+      this.boundOf = new Float64Array(L);
+    }
+    const epoch = this.cacheEpoch;
+    const rowAt = this.rowAt;
     let any = false;
     for (let i = from; i < to; i++) {
-      let tot = 0;
-      for (let j = 0; j < count; j++) tot += rowTotal[top[j]! * L + i]!;
       const r = i - from;
-      if (!(tot > 0)) {
-        rowCoef[r] = 0;
+      // A row prepared under the same matches: its coefficient (and bound, below) as then.
+      if (rowAt[i] === epoch) {
+        rowCoef[r] = this.coefOf[i]!;
+        if (rowCoef[r] !== 0) any = true;
         continue;
       }
+      let tot = 0;
+      for (let j = 0; j < count; j++) tot += rowTotal[top[j]! * L + i]!;
       // 0 + c: the general case's accumulated coefficient, exactly.
-      rowCoef[r] = 0 + g.weight / tot;
-      any = true;
+      rowCoef[r] = tot > 0 ? 0 + g.weight / tot : 0;
+      if (tot > 0) any = true;
     }
     // Entries exist once some row has a positive total (the general case assigns them then).
     const entries = any ? count : 0;
     for (let u = 0; u < entries; u++) {
       const n = top[u]!;
-      this.entryColl[u] = coll;
       this.entryRows[u] = internals.rows;
       this.entryN[u] = n;
       this.entryBase[u] = n * LE;
     }
     this.entries = entries;
     for (let r = 0; r < rows; r++) {
+      const i = from + r;
+      if (rowAt[i] === epoch) {
+        bounds[r] = this.boundOf[i]!;
+        continue;
+      }
       const c = rowCoef[r]!;
       let b = 0;
-      for (let u = 0; u < entries; u++) b += c * rowMax[this.entryN[u]! * L + from + r]!;
+      for (let u = 0; u < entries; u++) b += c * rowMax[this.entryN[u]! * L + i]!;
       bounds[r] = b;
+      // With no entries every coefficient is 0 and every bound 0: nothing to keep.
+      if (entries > 0) {
+        rowAt[i] = epoch;
+        this.coefOf[i] = c;
+        this.boundOf[i] = b;
+      }
     }
     return true;
   }
@@ -528,7 +551,7 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
           hk[size] = base + e;
           hv[size] = raw * f;
           if (++size === cap) {
-            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j, hk[j]!, hv[j]!);
+            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
             isHeap = true;
             e++;
             break;
@@ -541,7 +564,9 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
         const s = raw * f;
         // Worse than (or tied after) the worst kept: skip.
         if (!(s > hv[0]!)) continue;
-        siftDown(hk, hv, size, 0, base + e, s);
+        hk[0] = base + e;
+        hv[0] = s;
+        siftDown(hk, hv, size, 0);
       }
     }
     if (!isHeap) {
@@ -615,10 +640,12 @@ export function rankPrefetch(
 }
 
 /**
- * Restores the min-heap (worst cell on top) below `j`, where the cell (`key`, `val`) is
- * placed: the hole moves down past every child it ranks before.
+ * Restores the min-heap (worst cell on top) below `j`: the cell at `j` moves down past every
+ * child it ranks before (a hole moves down; no double crosses a call).
  */
-function siftDown(k: Int32Array, v: Float64Array, size: number, j: number, key: number, val: number): void {
+function siftDown(k: Int32Array, v: Float64Array, size: number, j: number): void {
+  const key = k[j]!;
+  const val = v[j]!;
   for (;;) {
     const l = 2 * j + 1;
     if (l >= size) break;
