@@ -43,9 +43,10 @@
  *   O(N · L · E). D is packed like the columns (entries 2m and 2m+1 in one double, the same
  *   exact integers) while the collection is packed, the row's counts are integers and
  *   Q_cur · max‖entry‖² ≤ 2^51; else it is unpacked once and the rest of the match reads the
- *   columns lane by lane. Rows with ≤ 2 non-zero cells are folded into the scan below (one
- *   pass); rows with ≤ 8 (decode tokens of a batch) take one column pass before it; denser
- *   rows (prefill) go eight columns per pass over D. The counts are integers, so D_n is the
+ *   columns lane by lane. Packed, rows with ≤ 4 non-zero cells (decode tokens) are folded
+ *   into the scan below (one pass) and rows with ≤ 8 (decode tokens of a batch) take one
+ *   column pass before it (plain: ≤ 2 and ≤ 8); denser rows (prefill) go eight columns per
+ *   pass over D, the last ≤ 8 as above. The counts are integers, so D_n is the
  *   same exact integer however the products are grouped (sums are trees, not chains:
  *   independent additions overlap in the CPU).
  * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and
