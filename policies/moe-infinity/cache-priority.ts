@@ -77,10 +77,21 @@ export class CachePriorities {
    * lower most urgent. Clears the admissions of the previous set.
    */
   setRanked(keys: ArrayLike<ExpertKey>, urgency?: ArrayLike<number>, count = keys.length): void {
-    this.gen++;
-    for (let j = 0; j < count; j++) {
-      this.rank[keys[j]!] = urgency ? urgency[j]! : j;
-      this.rankGen[keys[j]!] = this.gen;
+    const gen = ++this.gen;
+    const rank = this.rank;
+    const rankGen = this.rankGen;
+    if (urgency) {
+      for (let j = 0; j < count; j++) {
+        const k = keys[j]!;
+        rank[k] = urgency[j]!;
+        rankGen[k] = gen;
+      }
+    } else {
+      for (let j = 0; j < count; j++) {
+        const k = keys[j]!;
+        rank[k] = j;
+        rankGen[k] = gen;
+      }
     }
   }
 
@@ -367,13 +378,15 @@ export class CachePriorities {
     let bestUsed = Infinity;
     const cands = q.candidates;
     const rankGen = this.rankGen;
+    const rank = this.rank;
+    const priority = this.priority;
     const gen = this.gen;
     const req = this.o.requestPriorities;
     for (let i = 0; i < cands.length; i++) {
       const k = cands[i]!;
       const prot = rankGen[k] === gen;
       // Inside the ranked set the least urgent (highest rank) goes first.
-      const prio = prot ? -this.rank[k]! : req ? this.priority[k]! : 0;
+      const prio = prot ? -rank[k]! : req ? priority[k]! : 0;
       let better: boolean;
       if (best === undefined || (bestProt && !prot)) better = true;
       else if (prot !== bestProt) better = false;

@@ -357,11 +357,12 @@ export class ScoreAccumulator implements RowSource {
         for (let u = 0; u < m; u++) a += c * stored![base[u]! + rb + e]!;
         out[rb + e] = a;
       }
-      if (cache.length < this.shape.layers * E) {
-        this.cache = new Float64Array(this.shape.layers * E);
+      let keep = cache;
+      if (keep.length < this.shape.layers * E) {
+        keep = this.cache = new Float64Array(this.shape.layers * E);
         this.cachedAt = new Uint32Array(this.shape.layers);
       }
-      for (let k = rb; k < rb + E; k++) this.cache[k] = out[k]!;
+      for (let k = rb, end = rb + E; k < end; k++) keep[k] = out[k]!;
       this.cachedAt[i] = this.cacheEpoch;
       return;
     }
@@ -793,9 +794,12 @@ export class PrefetchQueue {
     const gen = ++this.gen;
     const urgencyOf = this.urgencyOf;
     const stamp = this.stamp;
-    for (let j = 0; j < sel.count; j++) {
-      urgencyOf[sel.keys[j]!] = sel.urgency[j]!;
-      stamp[sel.keys[j]!] = gen;
+    const selKeys = sel.keys;
+    const selUrgency = sel.urgency;
+    for (let j = 0, n = sel.count; j < n; j++) {
+      const k = selKeys[j]!;
+      urgencyOf[k] = selUrgency[j]!;
+      stamp[k] = gen;
     }
     let cancel: ExpertKey[] = NO_KEYS;
     let prefetch: PrefetchRequest[] = NO_REQUESTS;
