@@ -751,10 +751,6 @@ export class MaxScoreHeap {
   }
 }
 
-/** Empty decision lists, shared (never modified). */
-const NO_KEYS: ExpertKey[] = Object.freeze([]) as unknown as ExpertKey[];
-const NO_REQUESTS: PrefetchRequest[] = Object.freeze([]) as unknown as PrefetchRequest[];
-
 /**
  * The prefetches this policy has in flight, and the decision that turns a new ranked set into
  * cancellations, re-prioritisations and new prefetches.
@@ -801,8 +797,8 @@ export class PrefetchQueue {
       urgencyOf[k] = selUrgency[j]!;
       stamp[k] = gen;
     }
-    let cancel: ExpertKey[] = NO_KEYS;
-    let prefetch: PrefetchRequest[] = NO_REQUESTS;
+    const cancel: ExpertKey[] = [];
+    const prefetch: PrefetchRequest[] = [];
     // In issue order; keys no longer ours are dropped, the others keep their order.
     const issued = this.issued;
     let kept = 0;
@@ -812,11 +808,9 @@ export class PrefetchQueue {
       // Completed, dropped, cancelled, or now needed by the GPU (pinned): no longer ours.
       if (!e || e.state !== 'loading' || e.pinned) continue;
       if (stamp[k] !== gen) {
-        if (cancel === NO_KEYS) cancel = [];
         cancel.push(k);
         continue;
       }
-      if (prefetch === NO_REQUESTS) prefetch = [];
       prefetch.push({ key: k, priority: urgencyOf[k]! });
       issued[kept++] = k;
     }
@@ -846,7 +840,6 @@ export class PrefetchQueue {
     }
     for (let j = 0; j < f; j++) {
       const k = fresh[j]!;
-      if (prefetch === NO_REQUESTS) prefetch = [];
       prefetch.push({ key: k, priority: urgencyOf[k]! });
       if (this.issuedGen[k] === gen) continue;
       this.issuedGen[k] = gen;
