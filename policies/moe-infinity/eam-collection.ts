@@ -64,6 +64,13 @@
  * Replacement (`most-similar`) computes D_n = x · entry n for every entry the same way
  * (packed, eight columns of the new EAM's non-zero cells per pass) and the cosine with the
  * same expression as the matcher's, D_n / sqrt(‖x‖² · ‖entry n‖²).
+ *
+ * Measured and left out (issue #12, Arctic with 10 000 entries per phase): per-cell posting
+ * lists (entries with a non-zero count) — stored columns are 15–40 % non-zero and a scatter
+ * costs several times a packed multiply-add, so they were no faster for rows or replacement,
+ * at up to 16 bytes per non-zero; pruning replacement by per-row Cauchy–Schwarz bounds —
+ * served EAMs' cosines to all entries lie within a few per cent, nothing was pruned. In a
+ * serving run the passes are bound by memory traffic (cold columns, 4 bytes per entry each).
  */
 import type { EamShape } from './eam.ts';
 
