@@ -1,7 +1,7 @@
 /**
  * Serving-executor benchmarks: simulator events/s on the quickstart workload and on one 10×
  * larger, the bare heap-js push/pop rate at the same queue depth, their ratio, and simulated
- * seconds per wall second.
+ * seconds per wall second (best of three timed runs after a warm-up).
  *
  * `ratio` divides a whole run's events/s — kernel plus every handler's work (executor, policy,
  * resources) — by bare heap push/pops: since PCIe runs made most events carry real work (a
@@ -97,13 +97,21 @@ async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number
     },
   });
   probe.run();
-  const ex = await buildServingWorld(spec, { baseDir });
-  const c0 = process.cpuUsage();
-  const t0 = performance.now();
-  const o = ex.run();
-  const wallS = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(c0);
-  return { events: o.events, wallS, cpuS: (cpu.user + cpu.system) / 1e6, simulatedS: o.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
+  // Best of three timed runs (wall and CPU each): on a shared machine a slower run only ever
+  // overstates the cost.
+  let wallS = Infinity;
+  let cpuS = Infinity;
+  let o: ReturnType<typeof probe.run> | undefined;
+  for (let i = 0; i < 3; i++) {
+    const ex = await buildServingWorld(spec, { baseDir });
+    const c0 = process.cpuUsage();
+    const t0 = performance.now();
+    o = ex.run();
+    wallS = Math.min(wallS, (performance.now() - t0) / 1000);
+    const cpu = process.cpuUsage(c0);
+    cpuS = Math.min(cpuS, (cpu.user + cpu.system) / 1e6);
+  }
+  return { events: o!.events, wallS, cpuS, simulatedS: o!.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
 }
 
 export async function servingBenchmarks(): Promise<BenchRecord[]> {
