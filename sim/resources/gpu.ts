@@ -10,6 +10,10 @@
  * Busy time is accounted per stream and for the engine as a whole; blocked-on-data time is an
  * executor notion (the executor knows why the GPU has nothing to run) and is reported through
  * the trace sink's `onBlocked`.
+ *
+ * Chains (`submitChain`, speed): kernels that run back to back with nothing to decide between
+ * them (the serving executor's attention → router) are one completion event; each is still
+ * accounted and traced on its own.
  */
 import { SimError } from '../kernel/errors.ts';
 import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
