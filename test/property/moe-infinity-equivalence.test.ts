@@ -503,6 +503,65 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
     );
   });
 
+  it('selectPrefetch: the same over sequences of rankings sharing a scratch', () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          L: fc.integer({ min: 2, max: 10 }),
+          E: fc.integer({ min: 1, max: 9 }),
+          proximity: fc.boolean(),
+          order: fc.constantFrom('nearest-first' as const, 'score' as const),
+          withSource: fc.boolean(),
+          seed: fc.integer(),
+        }),
+        ({ L, E, proximity, order, withSource, seed }) => {
+          const rng = new Rng(`seq-${seed}`);
+          const o = { layers: L, experts: E, horizon: L, proximity, order };
+          const coarse = rng.next() < 0.3;
+          let scores = Float64Array.from({ length: L * E }, () => (rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next()));
+          const scratch = new RankScratch();
+          const coll = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
+          for (let n = 0; n < 6; n++) coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
+          // Matches that mostly stay (the next ranking's threshold is then near the last one's).
+          let top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(Math.max(1, coll.size))))];
+          let weight = 1 + rng.int(3);
+          for (let step = 0; step < 25; step++) {
+            const layer = rng.int(L - 1);
+            const budget = 1 + rng.int(2 * E * (L - layer));
+            // Scores drift (the guess is near), jump (far off) or stay.
+            const jump = rng.next();
+            scores = scores.map((v) => (jump < 0.15 ? v * (0.2 + 3 * rng.next()) : jump < 0.8 ? v * (0.9 + 0.2 * rng.next()) : v));
+            if (rng.next() < 0.1) scores[rng.int(L * E)] = 0;
+            let got: Selection;
+            let want: ReturnType<typeof refSelect>;
+            if (withSource && coll.size > 0) {
+              if (rng.next() < 0.2) top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
+              if (rng.next() < 0.3) weight = 1 + rng.int(3);
+              const groups = [{ collection: coll, top, count: top.length, weight }];
+              const fast = new ScoreAccumulator({ layers: L, experts: E });
+              const ref = new RefAccumulator(L, E);
+              const from = layer + 1;
+              fast.prepare(groups, from, L);
+              ref.prepare(groups, from, L);
+              got = selectPrefetch(new Float64Array(L * E), layer, budget, o, scratch, fast);
+              want = refSelect(new Float64Array(L * E), layer, budget, o, ref);
+            } else {
+              got = selectPrefetch(scores, layer, budget, o, scratch);
+              want = refSelect(scores, layer, budget, o);
+            }
+            expect(got.count).toBe(want.keys.length);
+            for (let j = 0; j < got.count; j++) {
+              expect(got.keys[j]).toBe(want.keys[j]);
+              expect(same(got.scores[j]!, want.scores[j]!)).toBe(true);
+              expect(same(got.urgency[j]!, want.urgency[j]!)).toBe(true);
+            }
+          }
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
   it('PrefetchQueue.plan: same decisions and outstanding keys over sequences of re-rankings', () => {
     fc.assert(
       fc.property(fc.integer({ min: 2, max: 40 }), fc.integer(), (cells, seed) => {
