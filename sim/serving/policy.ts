@@ -146,7 +146,10 @@ export interface ServingView extends ModelShapeView {
   estimateNs?(op: Operation): number;
 }
 
-/** Routing of one MoE layer of the current iteration, given to `onLayerRouted`. */
+/**
+ * Routing of one MoE layer of the current iteration, given to `onLayerRouted`. Valid during the
+ * call only: the executor reuses the object and its arrays for the next layer (copy what you keep).
+ */
 export interface LayerRouting {
   readonly layer: number;
   /** Tokens routed to each expert, summed over the batch (length = experts). */

@@ -280,6 +280,12 @@ export class ServingExecutor {
   private readonly onFetchDone = (t: Transfer): void => this.onExpertArrived(t.tag);
   private scratch = new Int32Array(1024);
   private readonly absentScratch: ExpertKey[] = [];
+  private readonly routing: { -readonly [K in keyof LayerRouting]: LayerRouting[K] } & { perRequest: Int32Array[] } = {
+    layer: -1,
+    tokensPerExpert: new Int32Array(0),
+    perRequest: [],
+    activated: [],
+  };
   /** Eviction candidates of the current `acquireSlot` (EvictionQuery.candidates: valid during the call). */
   private readonly candidateScratch: ExpertKey[] = [];
   private readonly chainParts: KernelPart[] = [];
@@ -832,7 +838,14 @@ export class ServingExecutor {
       for (const key of absent) this.need(key);
     }
     if (this.policy.onLayerRouted) {
-      const routing: LayerRouting = { layer: moeLayer, tokensPerExpert: total, perRequest: this.perRequestCounts.slice(0, it.batch.length), activated };
+      // One object and one array for every layer (LayerRouting is valid during the call only).
+      const routing = this.routing;
+      routing.layer = moeLayer;
+      routing.tokensPerExpert = total;
+      const perRequest = routing.perRequest;
+      perRequest.length = it.batch.length;
+      for (let i = 0; i < it.batch.length; i++) perRequest[i] = this.perRequestCounts[i]!;
+      routing.activated = activated;
       let d: PolicyDecision | void;
       try {
         d = this.policy.onLayerRouted(this.view, routing);
