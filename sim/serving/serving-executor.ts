@@ -157,9 +157,6 @@ interface RequestState {
   router: RequestRouter | null;
   processed: number;
   emitted: number;
-  admitNs: number;
-  firstTokenNs: number;
-  finishNs: number;
   kv: Allocation | null;
 }
 
@@ -537,7 +534,7 @@ export class ServingExecutor {
   // ---------------------------------------------------------------- arrivals and batching
 
   private onArrival(index: number): void {
-    const s: RequestState = { index, spec: this.specs[index]!, router: null, processed: 0, emitted: 0, admitNs: -1, firstTokenNs: -1, finishNs: -1, kv: null };
+    const s: RequestState = { index, spec: this.specs[index]!, router: null, processed: 0, emitted: 0, kv: null };
     this.waiting.push(s);
     this.sink?.onRequest?.(s.spec.id, 'arrive', this.sim.now);
     const next = this.specs[index + 1];
@@ -560,7 +557,7 @@ export class ServingExecutor {
     if (this.tops) reserved += this.tops.freeBytes;
     if (this.res.vram.freeBytes - reserved < kv) return false;
     s.kv = this.res.vram.allocate(kv, 'kvCache', `kv r${s.spec.id}`);
-    s.admitNs = this.sim.now;
+    this.outcome.admitNs[s.index] = this.sim.now;
     s.router = this.workload.routing.forRequest(s.spec);
     this.sink?.onRequest?.(s.spec.id, 'admit', this.sim.now);
     return true;
@@ -1266,7 +1263,7 @@ export class ServingExecutor {
       s.processed += it.tokens[i]!;
       s.emitted++;
       if (s.emitted === 1) {
-        s.firstTokenNs = now;
+        this.outcome.firstTokenNs[s.index] = now;
         this.sink?.onRequest?.(s.spec.id, 'firstToken', now);
       } else {
         this.sink?.onRequest?.(s.spec.id, 'token', now);
@@ -1276,12 +1273,8 @@ export class ServingExecutor {
     if (it.activations) this.res.vram.free(it.activations);
     this.iterations++;
     for (const s of finished) {
-      s.finishNs = now;
-      const out = this.outcome;
-      out.admitNs[s.index] = s.admitNs;
-      out.firstTokenNs[s.index] = s.firstTokenNs;
-      out.finishNs[s.index] = now;
-      out.emitted[s.index] = s.emitted;
+      this.outcome.finishNs[s.index] = now;
+      this.outcome.emitted[s.index] = s.emitted;
       this.finishedRequests++;
       if (s.kv) this.res.vram.free(s.kv);
       s.kv = null;
@@ -1290,7 +1283,7 @@ export class ServingExecutor {
       this.sink?.onRequest?.(s.spec.id, 'finish', now);
       this.callPolicy('onRequestFinished', () => this.policy.onRequestFinished?.(this.view, s.spec));
     }
-    this.active = this.active.filter((s) => s.finishNs < 0);
+    this.active = this.active.filter((s) => s.emitted < s.spec.outputTokens);
     this.apply('onIterationEnd', this.callPolicy('onIterationEnd', () => this.policy.onIterationEnd?.(this.view)));
     this.iter = null;
     this.maybeStartIteration();
