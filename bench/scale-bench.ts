@@ -15,7 +15,7 @@
  * `MOESIM_SCALE_POINTS=10000,100000` overrides the points (e.g. for a quick look).
  */
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +29,22 @@ import { QUICKSTART, type BenchRecord } from './serving-bench.ts';
 const here = fileURLToPath(import.meta.url);
 const HEAP_CAP_MB = 768;
 const POINTS = (process.env.MOESIM_SCALE_POINTS ?? '10000,100000,1000000').split(',').map(Number);
+
+/**
+ * This process's own peak RSS: Linux's VmHWM (the high-water mark of this address space). Not
+ * `resourceUsage().maxRSS`: a spawned child inherits its parent's maxrss across fork and exec,
+ * so a point spawned by a bench process that already grew large (the moe-infinity suite: ~1.2 GB)
+ * would report the parent's peak. Falls back to maxRSS where /proc is absent.
+ */
+function ownPeakRssBytes(): number {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) * 1024;
+  } catch {
+    // not Linux
+  }
+  return process.resourceUsage().maxRSS * 1024;
+}
 
 /** One point, in this process. */
 async function point(requests: number): Promise<BenchRecord> {
@@ -62,7 +78,7 @@ async function point(requests: number): Promise<BenchRecord> {
     simulatedS: o.endNs / 1e9,
     events: o.events,
     ttftP50Ms: (m as unknown as { ttftMs: { p50: number } }).ttftMs.p50,
-    peakRssBytes: process.resourceUsage().maxRSS * 1024,
+    peakRssBytes: ownPeakRssBytes(),
   };
 }
 
