@@ -67,8 +67,18 @@ export class Gpu {
   private readonly doneEvents: readonly ResourceEvent[];
   /** Busy ns per stream (completed kernels). */
   readonly busyNsByStream: number[];
-  /** Busy ns per kernel category (completed kernels). */
-  readonly busyNsByCategory = new Map<string, number>();
+  /**
+   * Busy ns per kernel category (completed kernels), in first-seen order. Kept as parallel
+   * arrays searched by string identity (a handful of category literals) rather than a Map
+   * updated per kernel; the Map is built when asked for.
+   */
+  private readonly catNames: string[] = [];
+  private readonly catNs: number[] = [];
+  get busyNsByCategory(): Map<string, number> {
+    const m = new Map<string, number>();
+    for (let i = 0; i < this.catNames.length; i++) m.set(this.catNames[i]!, this.catNs[i]!);
+    return m;
+  }
   /** Time during which at least one kernel ran. */
   private engineBusyNs = 0;
   private engineBusySince: Ns | -1 = -1;
@@ -173,7 +183,14 @@ export class Gpu {
   }
 
   private account(stream: number, label: string, category: string, startNs: number, endNs: number): void {
-    this.busyNsByCategory.set(category, (this.busyNsByCategory.get(category) ?? 0) + (endNs - startNs));
+    const names = this.catNames;
+    let i = 0;
+    while (i < names.length && names[i] !== category) i++;
+    if (i === names.length) {
+      names.push(category);
+      this.catNs.push(0);
+    }
+    this.catNs[i]! += endNs - startNs;
     this.kernels++;
     this.sink?.onKernel?.({ stream: this.streamName(stream), label, category, startNs: startNs as Ns, endNs: endNs as Ns });
   }

@@ -29,7 +29,12 @@ export interface BufferEntry extends BufferEntryView {
 }
 
 export class ExpertBuffer implements BufferView {
-  private readonly map = new Map<ExpertKey, BufferEntry>();
+  /**
+   * Entries by key (keys are dense, 0 … moeLayers · experts): an array lookup rather than a
+   * Map's hash, on the executor's every need, arrival and release. `size` counts the entries.
+   */
+  private byKey: (BufferEntry | undefined)[] = [];
+  private size = 0;
   /**
    * The entries in insertion order (as the Map's), as an array: the executor's eviction
    * candidates and policies' walks over `entries()` iterate it on every slot they need, and an
@@ -73,22 +78,22 @@ export class ExpertBuffer implements BufferView {
   }
 
   get occupied(): number {
-    return this.map.size;
+    return this.size;
   }
   get free(): number {
-    return this.slots - this.map.size;
+    return this.slots - this.size;
   }
   has(key: ExpertKey): boolean {
-    return this.map.has(key);
+    return this.byKey[key] !== undefined;
   }
   isResident(key: ExpertKey): boolean {
-    return this.map.get(key)?.state === 'resident';
+    return this.byKey[key]?.state === 'resident';
   }
   isLoading(key: ExpertKey): boolean {
-    return this.map.get(key)?.state === 'loading';
+    return this.byKey[key]?.state === 'loading';
   }
   entry(key: ExpertKey): BufferEntry | undefined {
-    return this.map.get(key);
+    return this.byKey[key];
   }
   entries(): IterableIterator<BufferEntry> {
     return this.list.values();
@@ -100,10 +105,11 @@ export class ExpertBuffer implements BufferView {
    * that many bytes (its residency is reported under the key + 2 × `segmentKeySpan`).
    */
   occupy(key: ExpertKey, origin: EntryOrigin, resident = false, bottomBytes?: number): BufferEntry {
-    if (this.map.size >= this.slots) {
+    if (this.size >= this.slots) {
       throw new InvariantError(`expert buffer full (${this.slots} slots) when occupying ${key}`, this.clock.now, 'expert buffer');
     }
-    if (this.map.has(key)) throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
+    if (!(Number.isInteger(key) && key >= 0)) throw new InvariantError(`expert key ${key} is not a non-negative integer`, this.clock.now, 'expert buffer');
+    if (this.byKey[key] !== undefined) throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
     const bytes = bottomBytes ?? this.bytesPerExpert;
     const allocation = this.vram.allocate(bytes, 'expertCache', (this.labels[key] ??= `expert ${key}`));
     const e: BufferEntry = {
@@ -120,7 +126,11 @@ export class ExpertBuffer implements BufferView {
       part: bottomBytes === undefined ? 'whole' : 'bottom',
       bytes,
     };
-    this.map.set(key, e);
+    const byKey = this.byKey;
+    // Grown densely (holes would turn the array into a dictionary).
+    while (byKey.length <= key) byKey.push(undefined);
+    byKey[key] = e;
+    this.size++;
     this.list.push(e);
     if (this.byLayer) this.layerSet(key).add(e);
     if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
@@ -145,7 +155,7 @@ export class ExpertBuffer implements BufferView {
 
   /** Marks a loading entry resident (its transfer completed). */
   arrived(key: ExpertKey): BufferEntry {
-    const e = this.map.get(key);
+    const e = this.byKey[key];
     if (!e || e.state !== 'loading') throw new InvariantError(`arrival of expert ${key}, which is not loading`, this.clock.now, 'expert buffer');
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
@@ -156,10 +166,11 @@ export class ExpertBuffer implements BufferView {
 
   /** Frees the slot of `key`. */
   release(key: ExpertKey): BufferEntry {
-    const e = this.map.get(key);
+    const e = this.byKey[key];
     if (!e) throw new InvariantError(`release of absent expert ${key}`, this.clock.now, 'expert buffer');
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
-    this.map.delete(key);
+    this.byKey[key] = undefined;
+    this.size--;
     this.list.splice(this.list.indexOf(e), 1);
     if (this.byLayer) this.layerSet(key).delete(e);
     this.vram.free(e.allocation);
@@ -170,7 +181,7 @@ export class ExpertBuffer implements BufferView {
   /** Resident, unpinned entries: what may be evicted, in insertion order. */
   /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
   evictable(out: ExpertKey[] = []): ExpertKey[] {
-    out.length = 0;
+    while (out.length > 0) out.pop(); // pops inline; `length = 0` is a runtime call
     const list = this.list;
     for (let i = 0; i < list.length; i++) {
       const e = list[i]!;

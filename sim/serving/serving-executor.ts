@@ -720,7 +720,7 @@ export class ServingExecutor {
     const it = this.iter!;
     // Reused: the GPU holds a chain's parts until it completes, and the next chain starts after.
     const parts = this.chainParts;
-    parts.length = 0;
+    while (parts.length > 0) parts.pop(); // pops inline; `length = 0` is a runtime call
     for (;;) {
       it.layer = layer;
       if (layer === this.m.layers) {
@@ -800,7 +800,7 @@ export class ServingExecutor {
     this.counters.layerRoutings++;
 
     // Needs first (hits, queue-jumps, on-demand fetches), then the policy's prefetches.
-    it.ready.length = 0;
+    while (it.ready.length > 0) it.ready.pop();
     it.remaining = activated.length;
     if (this.indexOrder) {
       it.order = activated;
@@ -826,7 +826,7 @@ export class ServingExecutor {
       }
     } else {
       const absent = this.absentScratch;
-      absent.length = 0;
+      while (absent.length > 0) absent.pop();
       for (const e of activated) {
         const key = moeLayer * E + e;
         if (this.buffer.has(key)) this.need(key);
@@ -840,8 +840,11 @@ export class ServingExecutor {
       routing.layer = moeLayer;
       routing.tokensPerExpert = total;
       const perRequest = routing.perRequest;
-      perRequest.length = it.batch.length;
-      for (let i = 0; i < it.batch.length; i++) perRequest[i] = this.perRequestCounts[i]!;
+      while (perRequest.length > it.batch.length) perRequest.pop();
+      for (let i = 0; i < it.batch.length; i++) {
+        if (i < perRequest.length) perRequest[i] = this.perRequestCounts[i]!;
+        else perRequest.push(this.perRequestCounts[i]!);
+      }
       routing.activated = activated;
       let d: PolicyDecision | void;
       try {
