@@ -432,9 +432,11 @@ export class RankScratch {
   vals = new Float64Array(64);
   /** Score × proximity by key, for the selected keys. */
   byKey = new Float64Array(64);
-  /** Keys of the heap, marked with the current generation (to list them in key order). */
-  mark = new Uint32Array(64);
-  markGen = 0;
+  /** Held cells by row, a bit per expert (⌈E/32⌉ words a row); all zero between calls. */
+  private mask = new Uint32Array(0);
+  /** The layer of the last ranking that selected from a heap (−2: none) and its worst selected score (the next layer's floor guess). */
+  lastLayer = -2;
+  lastWorst = 0;
   /** The selection. */
   outKeys = new Int32Array(64);
   outScores = new Float64Array(64);
@@ -459,11 +461,12 @@ export class RankScratch {
       this.outUrgency = new Float64Array(cells * 2);
       this.outRow = new Int32Array(cells * 2);
     }
-    if (this.byKey.length < keys) {
-      this.byKey = new Float64Array(keys);
-      this.mark = new Uint32Array(keys);
-      this.markGen = 0;
-    }
+    if (this.byKey.length < keys) this.byKey = new Float64Array(keys);
+  }
+  /** The row masks, `words` of them at least (zero). */
+  rowMask(words: number): Uint32Array {
+    if (this.mask.length < words) this.mask = new Uint32Array(words);
+    return this.mask;
   }
   /** The selection of `count` cells in the output arrays. */
   result(count: number): Selection {
@@ -497,6 +500,15 @@ export interface Selection {
  * computed into `scores` only if its upper bound × proximity can beat the worst cell held
  * (cells of later rows lose ties, so a bound equal to it cannot). The result lives in
  * `scratch` (valid until its next use).
+ *
+ * Floor (a fast path, same result). When the previous call on `scratch` ranked layer l − 1,
+ * its selection's worst score × `FLOOR_GUESS` is taken as a floor: the scan offers the heap
+ * only cells at or above it and skips rows whose bound is below it. If at least `budget`
+ * cells reach the floor, every cell below it is beaten by `budget` others, so the selection
+ * is the one of the plain scan (which the floored scan then is, restricted to the cells that
+ * can matter: same order, same heap decisions); otherwise the scan is repeated without a
+ * floor. Successive layers' selections have close worst scores (a layer's match changes
+ * little), so the heap sees few more cells than it keeps.
  */
 export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
   const E = o.experts;
@@ -506,6 +518,8 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
   const maxCells = Math.max(0, to - from) * E;
   const cap = Math.max(0, Math.min(budget, maxCells));
   scratch.ensure(cap + 1, cap, L * E);
+  const guessed = scratch.lastLayer === layer - 1 ? scratch.lastWorst * FLOOR_GUESS : 0;
+  scratch.lastLayer = -2;
   if (cap <= 0) return scratch.result(0);
   const proximity = o.proximity;
   const ok = scratch.outKeys;
@@ -529,79 +543,61 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
       }
     }
   } else {
-    // The best `cap` cells: appended in row order until `cap` are held (no heap work when
-    // fewer exist: already in layer order), then a min-heap (worst on top). Keys grow along
-    // the scan, so a new cell tied with the worst held one ranks after it: only a strictly
-    // higher score enters.
     const hk = scratch.keys;
     const hv = scratch.vals;
-    let size = 0;
-    let isHeap = false;
-    for (let i = from; i < to; i++) {
-      const f = proximity ? proximityFactor(i, layer, L) : 1;
-      if (source) {
-        if (isHeap && !(source.bound(i) * f > hv[0]!)) continue;
-        source.fill(i, scores);
-      }
-      const base = i * E;
-      let e = 0;
-      if (!isHeap) {
-        for (; e < E; e++) {
-          const raw = scores[base + e]!;
-          if (!(raw > 0)) continue;
-          hk[size] = base + e;
-          hv[size] = raw * f;
-          if (++size === cap) {
-            for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
-            isHeap = true;
-            e++;
-            break;
-          }
-        }
-      }
-      for (; e < E; e++) {
-        const raw = scores[base + e]!;
-        if (!(raw > 0)) continue;
-        const s = raw * f;
-        // Worse than (or tied after) the worst kept: skip.
-        if (!(s > hv[0]!)) continue;
-        hk[0] = base + e;
-        hv[0] = s;
-        siftDown(hk, hv, size, 0);
-      }
-    }
-    if (!isHeap) {
+    // A floor only when it is positive and finite (NaN or ∞ from odd scores: no floor).
+    let size = guessed > 0 && guessed < Infinity ? heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, source) : -1;
+    if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, source);
+    if (size < cap) {
+      // Fewer positive cells than the budget: all of them, already in layer order.
       for (let j = 0; j < size; j++) {
         const k = hk[j]!;
         ok[j] = k;
         os[j] = hv[j]!;
         orow[j] = Math.floor(k / E);
       }
+      n = size;
     } else {
-      // Layer order = key order: mark the held keys and list them along their range.
+      // Layer order = key order: each held cell sets its bit in its row's mask, then the rows
+      // are walked in order, their set bits lowest first (urgencies computed on the way).
       const byKey = scratch.byKey;
-      const mark = scratch.mark;
-      let g = ++scratch.markGen;
-      if (g === 0xffffffff) {
-        mark.fill(0);
-        g = scratch.markGen = 1;
-      }
+      const W = (E + 31) >>> 5;
+      const mask = scratch.rowMask(L * W);
+      let sMax = 0;
       for (let j = 0; j < size; j++) {
-        byKey[hk[j]!] = hv[j]!;
-        mark[hk[j]!] = g;
+        const k = hk[j]!;
+        const v = hv[j]!;
+        byKey[k] = v;
+        if (v > sMax) sMax = v;
+        const i = (k / E) | 0;
+        const e = k - i * E;
+        mask[i * W + (e >>> 5)]! |= 1 << (e & 31);
       }
+      scratch.lastLayer = layer;
+      scratch.lastWorst = hv[0]!;
+      const nearest = o.order === 'nearest-first';
       let m = 0;
       for (let i = from; i < to; i++) {
-        for (let k = i * E, end = k + E; k < end; k++) {
-          if (mark[k] !== g) continue;
-          ok[m] = k;
-          os[m] = byKey[k]!;
-          orow[m] = i;
-          m++;
+        const mb = i * W;
+        for (let w = 0; w < W; w++) {
+          let bits = mask[mb + w]!;
+          if (bits === 0) continue;
+          mask[mb + w] = 0;
+          const kb = i * E + (w << 5);
+          while (bits !== 0) {
+            const low = bits & -bits;
+            const k = kb + 31 - Math.clz32(low);
+            bits ^= low;
+            const s = byKey[k]!;
+            ok[m] = k;
+            os[m] = s;
+            ou[m] = nearest ? i - layer + (1 - s / sMax) : 1 + (1 - s / sMax);
+            m++;
+          }
         }
       }
+      return scratch.result(m);
     }
-    n = size;
   }
   let sMax = 0;
   for (let j = 0; j < n; j++) if (os[j]! > sMax) sMax = os[j]!;
@@ -611,6 +607,78 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
     for (let j = 0; j < n; j++) ou[j] = 1 + (1 - os[j]! / sMax);
   }
   return scratch.result(n);
+}
+
+/** Fraction of the previous layer's worst selected score taken as the next ranking's floor. */
+export const FLOOR_GUESS = 0.9;
+
+/**
+ * The scan of `selectPrefetch` (cap < the horizon's cells): the best `cap` cells of rows
+ * [from, to) into hk/hv — a min-heap (worst on top) when `cap` are held, else the cells in
+ * key order — and their count. With `floor` > 0 only cells at or above it are offered and
+ * rows whose bound is below it are skipped; −1 when fewer than `cap` cells reach the floor
+ * (the caller then scans without one).
+ */
+function heapScan(
+  scores: Float64Array,
+  layer: number,
+  from: number,
+  to: number,
+  cap: number,
+  o: RankOptions,
+  hk: Int32Array,
+  hv: Float64Array,
+  floor: number,
+  source?: RowSource,
+): number {
+  // The best `cap` cells: appended in row order until `cap` are held (no heap work when
+  // fewer exist: already in layer order), then a min-heap (worst on top). Keys grow along
+  // the scan, so a new cell tied with the worst held one ranks after it: only a strictly
+  // higher score enters.
+  const E = o.experts;
+  const L = o.layers;
+  const proximity = o.proximity;
+  let size = 0;
+  let isHeap = false;
+  for (let i = from; i < to; i++) {
+    const f = proximity ? proximityFactor(i, layer, L) : 1;
+    if (source) {
+      if (floor > 0 || isHeap) {
+        const b = source.bound(i) * f;
+        if (b < floor || (isHeap && !(b > hv[0]!))) continue;
+      }
+      source.fill(i, scores);
+    }
+    const base = i * E;
+    let e = 0;
+    if (!isHeap) {
+      for (; e < E; e++) {
+        const raw = scores[base + e]!;
+        if (!(raw > 0)) continue;
+        const s = raw * f;
+        if (s < floor) continue;
+        hk[size] = base + e;
+        hv[size] = s;
+        if (++size === cap) {
+          for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
+          isHeap = true;
+          e++;
+          break;
+        }
+      }
+    }
+    for (; e < E; e++) {
+      const raw = scores[base + e]!;
+      if (!(raw > 0)) continue;
+      const s = raw * f;
+      // Worse than (or tied after) the worst kept: skip (the worst kept is at or above the floor).
+      if (!(s > hv[0]!)) continue;
+      hk[0] = base + e;
+      hv[0] = s;
+      siftDown(hk, hv, size, 0);
+    }
+  }
+  return floor > 0 && !isHeap ? -1 : size;
 }
 
 /**

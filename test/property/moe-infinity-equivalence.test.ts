@@ -20,6 +20,7 @@ import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
 import { RequestEams } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection } from '../../policies/moe-infinity/eam-collection.ts';
 import {
+  FLOOR_GUESS,
   PrefetchQueue,
   RankScratch,
   ScoreAccumulator,
@@ -560,6 +561,75 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       ),
       { numRuns: 400 },
     );
+  });
+
+  it('selectPrefetch: layer after layer (the floor from the last ranking), with drifting, jumping and tied scores, wide rows', () => {
+    let floored = 0;
+    let failed = 0;
+    fc.assert(
+      fc.property(
+        fc.record({
+          L: fc.integer({ min: 3, max: 12 }),
+          E: fc.constantFrom(1, 2, 5, 8, 31, 32, 33, 70),
+          proximity: fc.boolean(),
+          order: fc.constantFrom('nearest-first' as const, 'score' as const),
+          withSource: fc.boolean(),
+          seed: fc.integer(),
+        }),
+        ({ L, E, proximity, order, withSource, seed }) => {
+          const rng = new Rng(`floor-${seed}`);
+          const o = { layers: L, experts: E, horizon: L, proximity, order };
+          const coarse = rng.next() < 0.3;
+          let scores = Float64Array.from({ length: L * E }, () => (rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next()));
+          const scratch = new RankScratch();
+          const coll = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
+          for (let n = 0; n < 6; n++) coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
+          let top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(Math.max(1, coll.size))))];
+          const weight = 1 + rng.int(3);
+          const budget = 1 + rng.int(Math.max(1, Math.floor((E * L) / 2)));
+          for (let sweep = 0; sweep < 2; sweep++) {
+            for (let layer = 0; layer < L - 1; layer++) {
+              const jump = rng.next();
+              scores = scores.map((v) => (jump < 0.15 ? v * (0.2 + 3 * rng.next()) : jump < 0.3 ? v * 0.5 : jump < 0.8 ? v * (0.9 + 0.2 * rng.next()) : v));
+              const guess = scratch.lastLayer === layer - 1 ? scratch.lastWorst * FLOOR_GUESS : 0;
+              let got: Selection;
+              let want: ReturnType<typeof refSelect>;
+              let all: ReturnType<typeof refSelect>;
+              if (withSource && coll.size > 0) {
+                if (rng.next() < 0.3) top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
+                const groups = [{ collection: coll, top, count: top.length, weight }];
+                const fast = new ScoreAccumulator({ layers: L, experts: E });
+                const ref = new RefAccumulator(L, E);
+                fast.prepare(groups, layer + 1, L);
+                ref.prepare(groups, layer + 1, L);
+                got = selectPrefetch(new Float64Array(L * E), layer, budget, o, scratch, fast);
+                const sc = new Float64Array(L * E);
+                want = refSelect(sc, layer, budget, o, ref);
+                all = refSelect(sc, layer, L * E, o, ref);
+              } else {
+                got = selectPrefetch(scores, layer, budget, o, scratch);
+                want = refSelect(scores, layer, budget, o);
+                all = refSelect(scores, layer, L * E, o);
+              }
+              if (guess > 0 && all.keys.length > budget) {
+                floored++;
+                if (all.scores.filter((s) => s >= guess).length < budget) failed++;
+              }
+              expect(got.count).toBe(want.keys.length);
+              for (let j = 0; j < got.count; j++) {
+                expect(got.keys[j]).toBe(want.keys[j]);
+                expect(same(got.scores[j]!, want.scores[j]!)).toBe(true);
+                expect(same(got.urgency[j]!, want.urgency[j]!)).toBe(true);
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+    // Both outcomes of the floor were exercised: enough cells reached it, and too few (rescan).
+    expect(floored - failed).toBeGreaterThan(50);
+    expect(failed).toBeGreaterThan(10);
   });
 
   it('PrefetchQueue.plan: same decisions and outstanding keys over sequences of re-rankings', () => {
