@@ -255,15 +255,20 @@ export class ServingExecutor {
   private readonly segmentLabels: string[] = [];
   /**
    * Kernel durations, memoised by numeric keys (no key string per kernel): by token count per
-   * kind, and for attention by token count then context.
+   * kind in an array indexed by the count (−1: not yet computed; counts are small integers,
+   * at most a batch's tokens), and for attention by token count then context.
    */
-  private readonly tokenOpCost: Record<TokenOp, Map<number, Ns>> = {
-    expert: new Map(),
-    sharedExperts: new Map(),
-    denseFfn: new Map(),
-    router: new Map(),
-    lmHead: new Map(),
+  private readonly tokenOpCost: Record<TokenOp, number[]> = {
+    expert: [],
+    sharedExperts: [],
+    denseFfn: [],
+    router: [],
+    lmHead: [],
   };
+  /** The last attention duration asked for (a decode iteration asks the same for every layer). */
+  private lastAttnTokens = -1;
+  private lastAttnContext = -1;
+  private lastAttnNs = 0 as Ns;
   private readonly attentionCost = new Map<number, Map<number, Ns>>();
   /** Kernel and transfer labels, built once per layer / expert rather than per submission. */
   private readonly layerLabels: { readonly attention: string; readonly cross: string; readonly dense: string; readonly router: string; readonly shared: string }[];
@@ -655,16 +660,22 @@ export class ServingExecutor {
   }
 
   private tokenOpNs(kind: TokenOp, tokens: number): Ns {
+    if ((tokens | 0) !== tokens || tokens < 0) return this.cost.estimate({ kind, tokens }).ns;
     const cache = this.tokenOpCost[kind];
-    let t = cache.get(tokens);
-    if (t === undefined) {
-      t = this.cost.estimate({ kind, tokens }).ns;
-      cache.set(tokens, t);
+    if (tokens < cache.length) {
+      const t = cache[tokens]!;
+      if (t >= 0) return t as Ns;
+    } else {
+      // Grown densely with −1 (an array with holes would fall back to a dictionary).
+      while (cache.length <= tokens) cache.push(-1);
     }
+    const t = this.cost.estimate({ kind, tokens }).ns;
+    cache[tokens] = t;
     return t;
   }
 
   private attentionNs(tokens: number, contextTokens: number): Ns {
+    if (tokens === this.lastAttnTokens && contextTokens === this.lastAttnContext) return this.lastAttnNs;
     let byContext = this.attentionCost.get(tokens);
     if (byContext === undefined) this.attentionCost.set(tokens, (byContext = new Map()));
     let t = byContext.get(contextTokens);
@@ -672,6 +683,9 @@ export class ServingExecutor {
       t = this.cost.estimate({ kind: 'attention', tokens, contextTokens }).ns;
       byContext.set(contextTokens, t);
     }
+    this.lastAttnTokens = tokens;
+    this.lastAttnContext = contextTokens;
+    this.lastAttnNs = t;
     return t;
   }
 
