@@ -130,9 +130,17 @@ export class EamCollection {
   /** ‖entry n‖² over all rows. */
   private fullNorm2 = new Float64Array(0);
   private access = new Float64Array(0);
+  /** The collection version at which entry n was last written (a dot-product hint older than it is stale for n). */
+  private writtenAt = new Float64Array(0);
   private scratch = new Float64Array(0);
   /** Increments on every insertion or replacement (matchers built on an older version are stale). */
   version = 0;
+  /**
+   * Largest share of stale entries (written since a hint) for which `similaritiesFromHint`
+   * still completes the hint (each costs a dot product over all L·E cells); above it the column
+   * passes of `similarities` are cheaper. Either way the values are the same (tests set 1).
+   */
+  hintStaleLimit = 1 / 8;
 
   constructor(
     shape: EamShape,
@@ -195,6 +203,7 @@ export class EamCollection {
     };
     this.fullNorm2 = grow1(this.fullNorm2);
     this.access = grow1(this.access);
+    this.writtenAt = grow1(this.writtenAt);
     this.scratch = new Float64Array(alloc);
     this.packedScratch = new Float64Array(Math.ceil(alloc / 2));
     this.rows = rows;
@@ -212,7 +221,7 @@ export class EamCollection {
    * Stores `eam` (L×E counts): in a free entry while there is one, else in place of the entry
    * the replacement rule picks. Returns the entry index. Empty EAMs are ignored (−1).
    */
-  insert(eam: ArrayLike<number>): number {
+  insert(eam: ArrayLike<number>, hint?: EamcDots): number {
     if (eam.length !== this.cells) throw new RangeError(`EAM has ${eam.length} cells, the collection ${this.cells}`);
     let any = false;
     let packs = true;
@@ -228,11 +237,12 @@ export class EamCollection {
       this.grow(this.size + 1);
       n = this.size++;
     } else {
-      n = this.replacement === 'most-similar' ? this.mostSimilar(eam) : this.leastAccessed();
+      n = this.replacement === 'most-similar' ? this.mostSimilar(eam, hint) : this.leastAccessed();
     }
     this.write(n, eam);
     this.access[n] = 1;
     this.version++;
+    this.writtenAt[n] = this.version;
     return n;
   }
 
@@ -335,9 +345,93 @@ export class EamCollection {
     }
   }
 
-  /** The stored entry most similar to `eam` (highest cosine; ties: lowest index). */
-  mostSimilar(eam: ArrayLike<number>): number {
-    this.similarities(eam, this.scratch);
+  /**
+   * `similarities` from a hint: `hint` holds the exact dot products of `eam`'s rows `hint.rows`
+   * with entries 0 … hint.size−1 as they were at `hint.version` (a matcher's D, see
+   * `EamcDots`). Completed here: the rows not covered are added column by column (as in
+   * `similarities`), and an entry written since `hint.version` (or past `hint.size`) gets a
+   * fresh dot product over all rows from its entry-major copy. Every count is an integer, so
+   * every D_n is the same exact integer as `similarities` computes, and the cosine is the same
+   * expression: bit for bit. Returns false (nothing done) unless the collection is packed
+   * (integer counts), `eam` packs and the hint is this collection's.
+   */
+  similaritiesFromHint(eam: ArrayLike<number>, hint: EamcDots, out: Float64Array): boolean {
+    if (hint.collection !== this || !hint.valid || this.lanesValue !== 2 || hint.version > this.version) return false;
+    const { size, cols, slots, cells, experts } = this;
+    const hs = Math.min(hint.size, size);
+    const hv = hint.version;
+    const writtenAt = this.writtenAt;
+    // Stale entries (written since the hint, or past it) are recomputed over all rows from the
+    // entry-major copy; when there are many, the column passes of `similarities` are cheaper.
+    const stale = (n: number): boolean => n >= hs || writtenAt[n]! > hv;
+    let staleCount = size - hs;
+    for (let n = 0; n < hs; n++) if (writtenAt[n]! > hv) staleCount++;
+    if (staleCount > size * this.hintStaleLimit) return false;
+    const nzJ: number[] = [];
+    const nzV: number[] = [];
+    let norm = 0;
+    for (let j = 0; j < cells; j++) {
+      const v = eam[j]!;
+      if (v === 0) continue;
+      if (!packable(v)) return false;
+      norm += v * v;
+      const l = (j / experts) | 0;
+      if (!hint.rows[l]) {
+        nzJ.push(j * slots);
+        nzV.push(v);
+      }
+    }
+    // Stale entries start from 0: their fresh dot product replaces whatever the missing rows add below.
+    const src = hint.dots;
+    if (norm * this.maxNorm2 <= PACK_LIMIT) {
+      // Packed, as in `similarities`: D packed two entries per double (every D_n < 2^26: no
+      // carry), the missing rows added eight columns per pass, then unpacked.
+      const half = (size + 1) >> 1;
+      const packed = this.packedScratch;
+      for (let m = 0; m < half; m++) {
+        const a = 2 * m;
+        const lo = stale(a) ? 0 : src[a]!;
+        const hi = a + 1 >= size || stale(a + 1) ? 0 : src[a + 1]!;
+        packed[m] = lo + hi * LANE;
+      }
+      addColumns(packed, cols, half, nzJ, nzV);
+      for (let m = half - 1; m >= 0; m--) {
+        const p = packed[m]!;
+        const hi = Math.floor(p * INV_LANE);
+        if (2 * m + 1 < size) out[2 * m + 1] = hi;
+        out[2 * m] = p - hi * LANE;
+      }
+    } else {
+      for (let n = 0; n < size; n++) out[n] = stale(n) ? 0 : src[n]!;
+      for (let t = 0; t < nzJ.length; t++) addPackedColumn(out, cols, size, nzJ[t]!, nzV[t]!);
+    }
+    // Entries written since the hint: a fresh dot product over all rows (entry-major copy;
+    // the missing rows' columns were added to a zero lane above and are overwritten).
+    const rowsF = this.rows;
+    for (let n = 0; n < size; n++) {
+      if (!stale(n)) continue;
+      const base = n * cells;
+      let d = 0;
+      for (let j = 0; j < cells; j++) {
+        const v = eam[j]!;
+        if (v !== 0) d += v * rowsF[base + j]!;
+      }
+      out[n] = d;
+    }
+    for (let n = 0; n < size; n++) {
+      const q = norm * this.fullNorm2[n]!;
+      out[n] = q > 0 ? out[n]! / Math.sqrt(q) : 0;
+    }
+    return true;
+  }
+
+  /**
+   * The stored entry most similar to `eam` (highest cosine; ties: lowest index). With a valid
+   * `hint` (dot products of `eam` already accumulated by a matcher) the dot products are
+   * completed from it (`similaritiesFromHint`), else computed in full; the same values either way.
+   */
+  mostSimilar(eam: ArrayLike<number>, hint?: EamcDots): number {
+    if (!(hint && this.similaritiesFromHint(eam, hint, this.scratch))) this.similarities(eam, this.scratch);
     let best = 0;
     for (let n = 1; n < this.size; n++) if (this.scratch[n]! > this.scratch[best]!) best = n;
     return best;
@@ -392,6 +486,48 @@ export class EamCollection {
 }
 
 /**
+ * Dot products of one request EAM (of one phase) with every entry of a collection, over some
+ * of its rows, accumulated by matchers (`IncrementalMatcher.exportDots`) while the request's
+ * iterations were matched, for `EamCollection.insert` to complete instead of recomputing
+ * (`similaritiesFromHint`). Plain doubles, exact integers: valid only while every row matched
+ * had integer counts against a packed (integer) collection.
+ * - `dots[n]`, n < `size`: Σ over the rows in `rows` of (the request's rows) · entry n, for the
+ *   entries as they were at `version` (the oldest version accumulated: an entry written since
+ *   is recomputed);
+ * - `rows[l]`: row l is covered (the same rows in every iteration accumulated).
+ * The caller guarantees that the EAM later inserted with it is exactly the sum of the matched
+ * iteration EAMs (e.g. a request that was alone in every matched group of its phase).
+ */
+export class EamcDots {
+  collection: EamCollection | null = null;
+  /** Something was accumulated (or the hint was poisoned): `valid` says whether it can be used. */
+  started = false;
+  valid = false;
+  version = 0;
+  size = 0;
+  dots = new Float64Array(0);
+  readonly rows: Uint8Array;
+
+  constructor(shape: EamShape) {
+    this.rows = new Uint8Array(shape.layers);
+  }
+
+  /** Forgets everything (the next `exportDots` starts afresh). */
+  clear(): void {
+    this.collection = null;
+    this.started = false;
+    this.valid = false;
+    this.size = 0;
+  }
+
+  /** Marks the hint unusable for good (until `clear`): e.g. the request shared a matched group. */
+  poison(): void {
+    this.started = true;
+    this.valid = false;
+  }
+}
+
+/**
  * Incremental cosine matching of one iteration EAM (fed row by row) against a collection, and
  * its best matches. Reusable: `reset` starts a new iteration EAM.
  *
@@ -418,6 +554,8 @@ export class IncrementalMatcher {
   private qCur = 0;
   private readonly seen: Uint8Array;
   private rowsSeen = 0;
+  /** Every row so far had integer counts (that pack) and the collection was packed at `reset`: D is exact. */
+  private exact = true;
   /** Rows seen so far are exactly 0 … rowsSeen−1: Q_n = prefixNorm2[rowsSeen−1][n]. */
   private ordered = true;
   private readonly nzE: Int32Array;
@@ -451,6 +589,7 @@ export class IncrementalMatcher {
     }
     this.dots.fill(0, 0, this.n);
     this.packed = coll.lanes === 2;
+    this.exact = this.packed;
     this.qCur = 0;
     this.seen.fill(0);
     this.rowsSeen = 0;
@@ -514,6 +653,7 @@ export class IncrementalMatcher {
       nnz++;
       this.qCur += c * c;
     }
+    if (!packs) this.exact = false;
     if (this.packed && !(packs && this.qCur * coll.maxEntryNorm2 <= PACK_LIMIT)) this.unpackDots();
 
     // Q_n: the prefix norms while rows come in order; else accumulate from the last prefix.
@@ -632,6 +772,59 @@ export class IncrementalMatcher {
     // Scores were kept without Q_cur; turn them into similarities.
     const qc = Math.sqrt(this.qCur);
     for (let j = 0; j < count; j++) score[j] = score[j]! / qc;
+  }
+
+  /**
+   * Adds this match's dot products (the rows seen so far, exact integers) to `into`: starts it
+   * when `into` is clear, else accumulates (entries added since `into` started are left out:
+   * they are recomputed at insertion). Marks `into` invalid when the dot products are not exact
+   * or the rows seen differ from those already accumulated.
+   */
+  exportDots(into: EamcDots): void {
+    const coll = this.coll;
+    if (!coll || !this.exact) {
+      into.poison();
+      return;
+    }
+    const n = this.n;
+    const dots = this.dots;
+    if (!into.started) {
+      into.started = true;
+      into.collection = coll;
+      into.valid = true;
+      into.version = this.version;
+      into.size = n;
+      into.rows.set(this.seen);
+      if (into.dots.length < n) into.dots = new Float64Array(Math.max(n, coll.capacity > 4 * n ? 2 * n : coll.capacity));
+      if (this.packed) {
+        for (let i = 0; i < n; i++) {
+          const p = dots[i >> 1]!;
+          const hi = Math.floor(p * INV_LANE);
+          into.dots[i] = (i & 1) === 1 ? hi : p - hi * LANE;
+        }
+      } else into.dots.set(dots.subarray(0, n));
+      return;
+    }
+    if (!into.valid) return;
+    if (into.collection !== coll) {
+      into.valid = false;
+      return;
+    }
+    for (let l = 0; l < this.seen.length; l++) {
+      if (into.rows[l] !== this.seen[l]) {
+        into.valid = false;
+        return;
+      }
+    }
+    const m = Math.min(n, into.size);
+    const out = into.dots;
+    if (this.packed) {
+      for (let i = 0; i < m; i++) {
+        const p = dots[i >> 1]!;
+        const hi = Math.floor(p * INV_LANE);
+        out[i]! += (i & 1) === 1 ? hi : p - hi * LANE;
+      }
+    } else for (let i = 0; i < m; i++) out[i]! += dots[i]!;
   }
 
   /** Current similarity of entry `n` (over the rows seen so far). */

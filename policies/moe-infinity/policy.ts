@@ -89,7 +89,7 @@ import type {
 import { definePolicy } from '../types.ts';
 import { CachePriorities } from './cache-priority.ts';
 import { RequestEams, type EamShape, type Phase } from './eam.ts';
-import { EamCollection, IncrementalMatcher } from './eam-collection.ts';
+import { EamCollection, EamcDots, IncrementalMatcher } from './eam-collection.ts';
 import {
   MaxScoreHeap,
   PrefetchQueue,
@@ -194,6 +194,16 @@ export class MoeInfinityPolicy implements ServingPolicy {
   private batchTokens = 0;
   private batchIds: number[] = [];
   private batchPhases: Phase[] = [];
+  /**
+   * Per request in flight and phase (key id·2 + phase), the dot products of its EAM with the
+   * EAMC entries accumulated by the matchers of its iterations (`EamcDots`): a most-similar
+   * insertion completes them instead of recomputing. Poisoned when the request shared a
+   * matched group (batch rows: its own dot products are not known).
+   */
+  private readonly insertHints = new Map<number, EamcDots>();
+  private readonly freeHints: EamcDots[] = [];
+  /** The active groups' dot products were already handed to `insertHints`. */
+  private hintsFlushed = true;
 
   constructor(
     readonly name: string,
@@ -237,6 +247,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
   // ------------------------------------------------------------------ hooks
 
   onIterationStart(view: ServingView): void {
+    this.flushHints();
     const batch = view.batch;
     this.batchIds = batch.map((r) => r.spec.id);
     this.batchPhases = batch.map((r) => r.phase);
@@ -260,6 +271,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
         if (members.length > 0) this.openGroup(phase, tokens, members);
       }
     }
+    this.hintsFlushed = false;
   }
 
   private openGroup(phase: Phase, weight: number, members: number[]): void {
@@ -337,7 +349,8 @@ export class MoeInfinityPolicy implements ServingPolicy {
     let m = 0;
     for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
     if (m === 0) return 0;
-    this.cache.beginAdmission(buffer, m);
+    // Full: the victims `minVictimPriority` collected are the round's (buffer and ranked set unchanged).
+    this.cache.beginAdmission(buffer, m, full);
     heap.build(m, scores, keys);
     let n = 0;
     while (heap.size > 0) {
@@ -398,11 +411,45 @@ export class MoeInfinityPolicy implements ServingPolicy {
   }
 
   onRequestFinished(_view: ServingView, request: RequestSpec): void {
+    this.flushHints();
     this.requestEams.take(request.id, (phase, eam) => {
       if (!this.params.requestTracing) return;
-      this.collections[phase].insert(eam);
+      this.collections[phase].insert(eam, this.insertHints.get(request.id * 2 + (phase === 'prefill' ? 0 : 1)));
       this.stats.insertions++;
     });
+    for (let p = 0; p < 2; p++) {
+      const key = request.id * 2 + p;
+      const h = this.insertHints.get(key);
+      if (h) {
+        this.insertHints.delete(key);
+        h.clear();
+        this.freeHints.push(h);
+      }
+    }
+  }
+
+  /**
+   * Hands the current iteration's matches to the requests' insertion hints (once per
+   * iteration, before the matchers are reset or a request's EAM is inserted): a request alone
+   * in its group adds the group's dot products, a request sharing a group is poisoned.
+   */
+  private flushHints(): void {
+    if (this.hintsFlushed) return;
+    this.hintsFlushed = true;
+    if (this.params.eamcReplacement !== 'most-similar') return;
+    for (let gi = 0; gi < this.activeGroups; gi++) {
+      const g = this.groups[gi]!;
+      for (const i of g.members) {
+        const key = this.batchIds[i]! * 2 + (g.phase === 'prefill' ? 0 : 1);
+        let h = this.insertHints.get(key);
+        if (!h) {
+          h = this.freeHints.pop() ?? new EamcDots(this.shape);
+          this.insertHints.set(key, h);
+        }
+        if (g.members.length === 1) g.matcher.exportDots(h);
+        else h.poison();
+      }
+    }
   }
 }
 
