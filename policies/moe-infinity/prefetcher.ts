@@ -106,8 +106,12 @@ export class ScoreAccumulator implements RowSource {
    * Rows computed under the current matches, kept while the next preparation has the very same
    * single group (collection and its version, weight, best matches in the same order): their
    * scores are then bit-for-bit the same (`fill` copies them). Row i is kept where
-   * `cachedAt[i] === cacheEpoch`.
+   * `cachedAt[i] === cacheEpoch`. Rows (and their coefficients and bounds) are kept only once a
+   * preparation repeats the last one's matches (`keeping`): matches mostly change from one
+   * layer to the next, and keeping rows that are never read again costs a copy each.
    */
+  private keeping = false;
+  private tots = new Float64Array(0);
   private cache = new Float64Array(0);
   private cachedAt = new Uint32Array(0);
   private cacheEpoch = 1;
@@ -248,6 +252,7 @@ export class ScoreAccumulator implements RowSource {
       if (this.sigTop.length < count) this.sigTop = new Int32Array(count * 2);
       for (let j = 0; j < count; j++) this.sigTop[j] = top[j]!;
     }
+    this.keeping = same;
     this.uniform = true;
     const internals = coll.internals;
     const rowTotal = internals.rowTotal;
@@ -255,6 +260,42 @@ export class ScoreAccumulator implements RowSource {
     const rows = to - from;
     const rowCoef = this.rowCoef;
     const bounds = this.bounds;
+    if (!same) {
+      // Nothing kept: entry by entry along the rows (contiguous per entry). Each row's sums run
+      // over the entries in order, as row by row: the same sums.
+      if (this.tots.length < L) this.tots = new Float64Array(L);
+      const tots = this.tots;
+      tots.fill(0, 0, rows);
+      for (let j = 0; j < count; j++) {
+        const b = top[j]! * L + from;
+        for (let r = 0; r < rows; r++) tots[r]! += rowTotal[b + r]!;
+      }
+      let any = false;
+      const w = g.weight;
+      for (let r = 0; r < rows; r++) {
+        const tot = tots[r]!;
+        // 0 + c: the general case's accumulated coefficient, exactly.
+        if (tot > 0) {
+          rowCoef[r] = 0 + w / tot;
+          any = true;
+        } else {
+          rowCoef[r] = 0;
+        }
+      }
+      // Entries exist once some row has a positive total (the general case assigns them then).
+      const entries = any ? count : 0;
+      bounds.fill(0, 0, rows);
+      for (let u = 0; u < entries; u++) {
+        const n = top[u]!;
+        this.entryRows[u] = internals.rows;
+        this.entryN[u] = n;
+        this.entryBase[u] = n * LE;
+        const b = n * L + from;
+        for (let r = 0; r < rows; r++) bounds[r]! += rowCoef[r]! * rowMax[b + r]!;
+      }
+      this.entries = entries;
+      return true;
+    }
     if (this.rowAt.length < L) {
       this.rowAt = new Float64Array(L);
       this.coefOf = new Float64Array(L);
@@ -357,6 +398,7 @@ export class ScoreAccumulator implements RowSource {
         for (let u = 0; u < m; u++) a += c * stored![base[u]! + rb + e]!;
         out[rb + e] = a;
       }
+      if (!this.keeping) return;
       let keep = cache;
       if (keep.length < this.shape.layers * E) {
         keep = this.cache = new Float64Array(this.shape.layers * E);
@@ -434,6 +476,13 @@ export class RankScratch {
   byKey = new Float64Array(64);
   /** Held cells by row, a bit per expert (⌈E/32⌉ words a row); all zero between calls. */
   private mask = new Uint32Array(0);
+  /** Candidates of a floored scan (`collectScan`): key, score × proximity, row; the highest score; positions dropped (all zero between calls); heap of the worst. */
+  candKeys = new Int32Array(64);
+  candScores = new Float64Array(64);
+  candRows = new Int32Array(64);
+  candMax = 0;
+  candDrop = new Uint8Array(64);
+  dropHeap = new Int32Array(64);
   /** The layer of the last ranking that selected from a heap (−2: none) and its worst selected score (the next layer's floor guess). */
   lastLayer = -2;
   lastWorst = 0;
@@ -461,7 +510,14 @@ export class RankScratch {
       this.outUrgency = new Float64Array(cells * 2);
       this.outRow = new Int32Array(cells * 2);
     }
-    if (this.byKey.length < keys) this.byKey = new Float64Array(keys);
+    if (this.byKey.length < keys) {
+      this.byKey = new Float64Array(keys);
+      this.candKeys = new Int32Array(keys);
+      this.candScores = new Float64Array(keys);
+      this.candRows = new Int32Array(keys);
+      this.candDrop = new Uint8Array(keys);
+      this.dropHeap = new Int32Array(keys);
+    }
   }
   /** The row masks, `words` of them at least (zero). */
   rowMask(words: number): Uint32Array {
@@ -546,7 +602,14 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
     const hk = scratch.keys;
     const hv = scratch.vals;
     // A floor only when it is positive and finite (NaN or ∞ from odd scores: no floor).
-    let size = guessed > 0 && guessed < Infinity ? heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, source) : -1;
+    const floored = guessed > 0 && guessed < Infinity;
+    let size = -1;
+    if (floored) {
+      const n = collectScan(scores, layer, from, to, o, guessed, scratch, source);
+      if (n >= cap && n - cap <= cap) return dropWorst(n, cap, layer, o, scratch);
+      // Too few reached the floor (rescan without it), or far more than the budget (a heap of the best).
+      if (n >= cap) size = heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, source);
+    }
     if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, source);
     if (size < cap) {
       // Fewer positive cells than the budget: all of them, already in layer order.
@@ -607,6 +670,121 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
     for (let j = 0; j < n; j++) ou[j] = 1 + (1 - os[j]! / sMax);
   }
   return scratch.result(n);
+}
+
+/**
+ * The cells of rows [from, to) at or above `floor` (> 0), in key order, into the scratch's
+ * candidate arrays (key, score × proximity, row), rows whose bound is below the floor skipped;
+ * their count. The highest score is left in `scratch.candMax`.
+ */
+function collectScan(scores: Float64Array, layer: number, from: number, to: number, o: RankOptions, floor: number, scratch: RankScratch, source?: RowSource): number {
+  const E = o.experts;
+  const L = o.layers;
+  const proximity = o.proximity;
+  const ck = scratch.candKeys;
+  const cv = scratch.candScores;
+  const cr = scratch.candRows;
+  let n = 0;
+  let max = 0;
+  for (let i = from; i < to; i++) {
+    const f = proximity ? proximityFactor(i, layer, L) : 1;
+    if (source) {
+      if (source.bound(i) * f < floor) continue;
+      source.fill(i, scores);
+    }
+    const base = i * E;
+    for (let e = 0; e < E; e++) {
+      const raw = scores[base + e]!;
+      if (!(raw > 0)) continue;
+      const s = raw * f;
+      if (s < floor) continue;
+      ck[n] = base + e;
+      cv[n] = s;
+      cr[n] = i;
+      if (s > max) max = s;
+      n++;
+    }
+  }
+  scratch.candMax = max;
+  return n;
+}
+
+/**
+ * The selection from `n` ≥ `cap` candidates (`collectScan`, key order): all but the n − cap
+ * worst (score, then higher key), found with a heap of the worst held (best of them on top:
+ * a candidate enters when it ranks after it), then listed in key order with urgencies. The
+ * highest candidate score is the selection's s_max (the best candidate is always selected).
+ */
+function dropWorst(n: number, cap: number, layer: number, o: RankOptions, scratch: RankScratch): Selection {
+  const cv = scratch.candScores;
+  const drop = scratch.candDrop;
+  const d = n - cap;
+  if (d > 0) {
+    // From the last candidate back (farther rows, lower proximity first: the worst are then
+    // mostly met early, and nearer candidates rarely enter).
+    const h = scratch.dropHeap;
+    for (let j = 0; j < d; j++) h[j] = n - 1 - j;
+    for (let j = (d >> 1) - 1; j >= 0; j--) siftBest(h, cv, d, j);
+    for (let j = n - 1 - d; j >= 0; j--) {
+      // Positions follow key order: an earlier candidate wins a tie against every held one.
+      if (!(cv[h[0]!]! > cv[j]!)) continue;
+      h[0] = j;
+      siftBest(h, cv, d, 0);
+    }
+    for (let j = 0; j < d; j++) drop[h[j]!] = 1;
+  }
+  const ck = scratch.candKeys;
+  const cr = scratch.candRows;
+  const ok = scratch.outKeys;
+  const os = scratch.outScores;
+  const ou = scratch.outUrgency;
+  const sMax = scratch.candMax;
+  const nearest = o.order === 'nearest-first';
+  let worst = Infinity;
+  let m = 0;
+  for (let j = 0; j < n; j++) {
+    if (drop[j] !== 0) {
+      drop[j] = 0;
+      continue;
+    }
+    const s = cv[j]!;
+    if (s < worst) worst = s;
+    ok[m] = ck[j]!;
+    os[m] = s;
+    ou[m] = nearest ? cr[j]! - layer + (1 - s / sMax) : 1 + (1 - s / sMax);
+    m++;
+  }
+  scratch.lastLayer = layer;
+  scratch.lastWorst = worst;
+  return scratch.result(m);
+}
+
+/**
+ * Restores the heap of candidate positions `h` (best on top: higher score, then lower position)
+ * below `j`.
+ */
+function siftBest(h: Int32Array, v: Float64Array, size: number, j: number): void {
+  const x = h[j]!;
+  const vx = v[x]!;
+  for (;;) {
+    let c = 2 * j + 1;
+    if (c >= size) break;
+    let pc = h[c]!;
+    let vc = v[pc]!;
+    if (c + 1 < size) {
+      const pr = h[c + 1]!;
+      const vr = v[pr]!;
+      if (vr > vc || (vr === vc && pr < pc)) {
+        c++;
+        pc = pr;
+        vc = vr;
+      }
+    }
+    if (!(vc > vx || (vc === vx && pc < x))) break;
+    h[j] = pc;
+    j = c;
+  }
+  h[j] = x;
 }
 
 /** Fraction of the previous layer's worst selected score taken as the next ranking's floor. */

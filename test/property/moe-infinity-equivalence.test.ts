@@ -373,6 +373,7 @@ const same = (a: number, b: number): boolean => Object.is(a, b);
 
 describe('moe-infinity fast paths equal the reference implementations', () => {
   it('ScoreAccumulator: same bounds and row scores over sequences of preparations', () => {
+    let keptPreparations = 0;
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 11 }), fc.integer(), (L, E, seed) => {
         const rng = new Rng(`acc-${seed}`);
@@ -427,6 +428,8 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           const to = Math.min(L, from + rng.int(L + 1));
           fast.prepare(groups, from, to);
           ref.prepare(groups, from, to);
+          // Repeated matches: rows kept from the last preparation (the path read back below).
+          if ((fast as unknown as { keeping: boolean }).keeping) keptPreparations++;
           for (let i = 0; i < L; i++) expect(same(fast.bound(i), ref.bound(i))).toBe(true);
           // Rows in any order and subset (a ranking skips some), some twice.
           const order = Array.from({ length: L }, (_, i) => i).filter(() => rng.next() < 0.8);
@@ -443,6 +446,7 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       }),
       { numRuns: 300 },
     );
+    expect(keptPreparations).toBeGreaterThan(50);
   });
 
   it('selectPrefetch: same keys, scores and urgencies, with full scores and with a row source', () => {
@@ -566,6 +570,7 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
   it('selectPrefetch: layer after layer (the floor from the last ranking), with drifting, jumping and tied scores, wide rows', () => {
     let floored = 0;
     let failed = 0;
+    let wide = 0;
     fc.assert(
       fc.property(
         fc.record({
@@ -613,7 +618,9 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
               }
               if (guess > 0 && all.keys.length > budget) {
                 floored++;
-                if (all.scores.filter((s) => s >= guess).length < budget) failed++;
+                const reached = all.scores.filter((s) => s >= guess).length;
+                if (reached < budget) failed++;
+                else if (reached - budget > budget) wide++;
               }
               expect(got.count).toBe(want.keys.length);
               for (let j = 0; j < got.count; j++) {
@@ -627,8 +634,10 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       ),
       { numRuns: 150 },
     );
-    // Both outcomes of the floor were exercised: enough cells reached it, and too few (rescan).
-    expect(floored - failed).toBeGreaterThan(50);
+    // Every outcome of the floor was exercised: up to twice the budget reached it (the worst
+    // dropped), more (a heap of the best), too few (rescan without it).
+    expect(floored - failed - wide).toBeGreaterThan(50);
+    expect(wide).toBeGreaterThan(10);
     expect(failed).toBeGreaterThan(10);
   });
 
@@ -695,7 +704,15 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           // Admission round over the absent ranked keys in random order and frequencies.
           const absent = ranked.filter((k) => !buffer.has(k));
           const limit = rng.next() < 0.5 ? absent.length : Infinity;
-          fast.beginAdmission(buffer, limit);
+          // Right after the minimum: its victims, reused (as the policy does when the buffer is full) or collected again;
+          // sometimes the ranked set changes in between (the minimum's victims are then stale: not reused).
+          if (rng.next() < 0.2) {
+            const again = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
+            const u2 = Float64Array.from(again, () => rng.int(6) / 2);
+            fast.setRanked(again, u2, again.length);
+            ref.setRanked(again, u2, again.length);
+          }
+          fast.beginAdmission(buffer, limit, rng.next() < 0.5);
           const gate = ref.admission(buffer, limit);
           for (const k of absent) {
             const freq = rng.int(6) / 4;
