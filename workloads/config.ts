@@ -28,7 +28,7 @@ import { z } from 'zod';
 import type { RngStreams } from '../sim/kernel/rng.ts';
 import { UserError } from '../sim/kernel/errors.ts';
 import { secondsToNs } from '../sim/kernel/time.ts';
-import type { AggregateRouter, ExpertPredictor, RequestSpec, RoutingSource, Workload } from '../sim/workload.ts';
+import { RequestTable, type AggregateRouter, type ExpertPredictor, type RequestSpec, type RoutingSource, type Workload } from '../sim/workload.ts';
 import { ArrivalSchema, arrivalTimesS } from './arrivals.ts';
 import { LengthSchema, lengthSampler, type LengthConfig, type LengthSampler } from './lengths.ts';
 import { readRequestLog, type RequestLogEntry } from './request-log.ts';
@@ -155,7 +155,7 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
   const promptFrom = lengthSource('prompt', cfg.promptTokens, store !== undefined, log, profile);
   const outputFrom = lengthSource('output', cfg.outputTokens, store !== undefined, log, profile);
   let unknownPrompts = 0;
-  const requests: RequestSpec[] = [];
+  const table = new RequestTable(n);
   for (let id = 0; id < n; id++) {
     const task = taskOf(id);
     const stored = store?.requests[id % store.requests.length];
@@ -169,13 +169,7 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
     if (outputFrom.sampler) outputTokens = outputFrom.sampler(lengthRng, task);
     else if (stored) outputTokens = stored.outputTokens;
     else outputTokens = log![id % log!.length]!.outputTokens!;
-    requests.push({
-      id,
-      arrivalNs: secondsToNs(timesS[id]!),
-      promptTokens: Math.max(1, promptTokens),
-      outputTokens: Math.max(1, outputTokens),
-      ...(task !== undefined ? { task } : {}),
-    });
+    table.push(secondsToNs(timesS[id]!), Math.max(1, promptTokens), Math.max(1, outputTokens), task);
   }
   if (unknownPrompts > 0) notes.push(`${unknownPrompts} decode-only trace requests without a recorded prompt get a 1-token prompt (set promptTokens to override)`);
 
@@ -222,7 +216,7 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
   const p = cfg.prediction;
   if (p.kind === 'profile' || p.kind === 'oracle') {
     const acc = p.kind === 'oracle' ? accuracyByLayer(1, shape.moeLayers) : accuracyByLayer(p.accuracy, shape.moeLayers);
-    predictor = new ProfilePredictor(routing, requests, acc, predRng, p.kind === 'oracle' ? 'oracle prediction' : undefined);
+    predictor = new ProfilePredictor(routing, table, acc, predRng, p.kind === 'oracle' ? 'oracle prediction' : undefined);
   } else if (p.kind === 'trace') {
     if (!(routing instanceof TraceRouting)) {
       throw new UserError('prediction kind "trace" needs routing kind "trace" (predictions come from the trace)', undefined, 'workload.prediction.kind');
@@ -230,8 +224,8 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
     if (!store!.requests.some((r) => r.predictions)) {
       throw new UserError('the trace carries no predictions (no "predictions" field)', store!.path, 'predictions');
     }
-    const fallback = new ProfilePredictor(routing, requests, accuracyByLayer(p.fallback, shape.moeLayers), predRng);
-    predictor = new TracePredictor(routing, new Map(requests.map((r) => [r.id, r])), fallback);
+    const fallback = new ProfilePredictor(routing, table, accuracyByLayer(p.fallback, shape.moeLayers), predRng);
+    predictor = new TracePredictor(routing, table, fallback);
   }
 
   const parts = [
@@ -243,7 +237,19 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
     predictor?.describe ?? 'no prediction',
     ...notes,
   ];
-  return { requests, routing, aggregate, ...(predictor ? { predictor } : {}), describe: parts.join('; ') };
+  // The requests live in the table; `requests` is built only if somebody asks (the serving
+  // executor streams `source`, so a million-request run never holds a million specs).
+  let requests: RequestSpec[] | undefined;
+  return {
+    get requests(): readonly RequestSpec[] {
+      return (requests ??= table.toArray());
+    },
+    source: table,
+    routing,
+    aggregate,
+    ...(predictor ? { predictor } : {}),
+    describe: parts.join('; '),
+  };
 }
 
 function checkProfileShape(p: Profile, file: string, shape: RoutingShape): void {

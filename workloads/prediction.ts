@@ -21,7 +21,7 @@
  */
 import { z } from 'zod';
 import type { Rng } from '../sim/kernel/rng.ts';
-import type { ExpertPredictor, RequestRouter, RequestSpec, RoutingSource } from '../sim/workload.ts';
+import type { ExpertPredictor, RequestRouter, RequestSource, RequestSpec, RoutingSource } from '../sim/workload.ts';
 import { AliasTables, aliasScratch } from './random/alias.ts';
 import { HashRng, seedFrom } from './random/hash-rng.ts';
 import { TraceRouting } from './trace-routing.ts';
@@ -100,7 +100,8 @@ export class ProfilePredictor implements ExpertPredictor {
   readonly describe: string;
   private readonly ranker: Ranker;
   private readonly h: HashRng;
-  private readonly specs = new Map<number, RequestSpec>();
+  /** Request specs by id (a workload's source: ids are positions, `RequestSpec.id` being dense in arrival order). */
+  private readonly specOf: (id: number) => RequestSpec | undefined;
   private readonly shadows = new Map<number, RequestRouter>();
   private truth = new Int32Array(0);
 
@@ -111,7 +112,7 @@ export class ProfilePredictor implements ExpertPredictor {
    */
   constructor(
     private readonly routing: RoutingSource,
-    requests: readonly RequestSpec[],
+    requests: readonly RequestSpec[] | RequestSource,
     accuracy: readonly number[],
     rng: Rng,
     describe?: string,
@@ -120,7 +121,7 @@ export class ProfilePredictor implements ExpertPredictor {
     this.accuracyByLayer = accuracy;
     this.ranker = new Ranker(routing);
     this.h = new HashRng(seedFrom(rng));
-    for (const r of requests) this.specs.set(r.id, r);
+    this.specOf = specLookup(requests);
     this.describe = describe ?? `prediction accuracy ${summariseAccuracy(accuracy)}`;
   }
 
@@ -178,7 +179,7 @@ export class ProfilePredictor implements ExpertPredictor {
     if (live?.peek) return live;
     let shadow = this.shadows.get(requestId);
     if (!shadow) {
-      const spec = this.specs.get(requestId);
+      const spec = this.specOf(requestId);
       if (!spec) return undefined;
       shadow = this.routing.forRequest(spec);
       if (this.shadows.size >= 256) this.shadows.delete(this.shadows.keys().next().value!);
@@ -188,17 +189,31 @@ export class ProfilePredictor implements ExpertPredictor {
   }
 }
 
+/** Request lookup by id: a source by position (ids are positions), an array through a Map by `id`. */
+function specLookup(requests: readonly RequestSpec[] | RequestSource): (id: number) => RequestSpec | undefined {
+  if (!Array.isArray(requests)) {
+    const src = requests as RequestSource;
+    return (id) => (id >= 0 && id < src.count ? src.spec(id) : undefined);
+  }
+  const byId = new Map<number, RequestSpec>();
+  for (const r of requests as readonly RequestSpec[]) byId.set(r.id, r);
+  return (id) => byId.get(id);
+}
+
 /** Predictions recorded in the replayed trace, with a profile predictor for the gaps. */
 export class TracePredictor implements ExpertPredictor {
+  private readonly specOf: (id: number) => RequestSpec | undefined;
   readonly describe: string;
   readonly accuracyByLayer?: readonly number[];
   private readonly ranker: Ranker;
 
   constructor(
     private readonly routing: TraceRouting,
-    private readonly specs: ReadonlyMap<number, RequestSpec>,
+    /** The workload's requests (a source: by id = position; an array: by `id`). */
+    specs: RequestSource | readonly RequestSpec[],
     private readonly fallback: ProfilePredictor,
   ) {
+    this.specOf = specLookup(specs);
     this.ranker = new Ranker(routing);
     this.describe = `predictions from the trace (gaps: ${fallback.describe})`;
   }
@@ -206,7 +221,7 @@ export class TracePredictor implements ExpertPredictor {
   predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[] {
     const { moeLayers: L, experts: E, topK: k } = this.routing;
     const s = this.routing.storedFor(requestId);
-    const spec = this.specs.get(requestId);
+    const spec = this.specOf(requestId);
     const score = new Float64Array(E);
     const p = s.predictions;
     for (let t = fromToken; t < toToken; t++) {

@@ -44,7 +44,7 @@ import { createResources, resourceHandlers, type Resources } from '../resources/
 import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
 import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
-import type { RequestRouter, RequestSpec, Workload } from '../workload.ts';
+import { arraySource, type RequestRouter, type RequestSource, type RequestSpec, type Workload } from '../workload.ts';
 import { ExpertBuffer, TopSegmentCache, type BufferEntry } from './expert-buffer.ts';
 import type {
   EvictionQuery,
@@ -223,7 +223,7 @@ export class ServingExecutor {
   private readonly sink: TraceSink | undefined;
   private readonly E: number;
   private readonly moeIndexOfLayer: Int32Array;
-  private readonly specs: readonly RequestSpec[];
+  private readonly src: RequestSource;
   /**
    * Per-request outcomes by workload position, in typed arrays (about 30 B a request): a state
    * object lives only from arrival to finish, so a run of a million requests keeps no million
@@ -256,7 +256,7 @@ export class ServingExecutor {
   /**
    * Kernel durations, memoised by numeric keys (no key string per kernel): by token count per
    * kind in an array indexed by the count (−1: not yet computed; counts are small integers,
-   * at most a batch's tokens), and for attention by token count then context.
+   * at most a batch's tokens) (attention: see `attentionNs`).
    */
   private readonly tokenOpCost: Record<TokenOp, number[]> = {
     expert: [],
@@ -269,7 +269,6 @@ export class ServingExecutor {
   private lastAttnTokens = -1;
   private lastAttnContext = -1;
   private lastAttnNs = 0 as Ns;
-  private readonly attentionCost = new Map<number, Map<number, Ns>>();
   /** Kernel and transfer labels, built once per layer / expert rather than per submission. */
   private readonly layerLabels: { readonly attention: string; readonly cross: string; readonly dense: string; readonly router: string; readonly shared: string }[];
   private readonly expertLabels: string[] = [];
@@ -358,8 +357,17 @@ export class ServingExecutor {
     }));
 
     const d = model.derived;
-    const maxPrompt = workload.requests.reduce((a, q) => Math.max(a, q.promptTokens), 1);
-    const maxKv = workload.requests.reduce((a, q) => Math.max(a, (q.promptTokens + q.outputTokens) * d.kvBytesPerToken), 0);
+    // Requests are streamed from the workload's source (a spec object exists only while its
+    // request is in flight); a workload given as an array alone is read through it.
+    const src = workload.source ?? arraySource(workload.requests);
+    this.src = src;
+    let maxPrompt = 1;
+    let maxKv = 0;
+    for (let i = 0; i < src.count; i++) {
+      const p = src.promptTokens(i);
+      maxPrompt = Math.max(maxPrompt, p);
+      maxKv = Math.max(maxKv, (p + src.outputTokens(i)) * d.kvBytesPerToken);
+    }
     const iterTokenCap = Math.max(config.maxBatchTokens, maxPrompt) + config.maxBatchSize;
     this.activationReserveBytes = activationBytes(model, iterTokenCap);
     const allExperts = model.moeLayers * this.E;
@@ -418,8 +426,7 @@ export class ServingExecutor {
       this.piecesLeft = new Int8Array(this.E);
     }
 
-    this.specs = workload.requests;
-    const n = this.specs.length;
+    const n = src.count;
     this.outcome = {
       admitNs: new Float64Array(n).fill(-1),
       firstTokenNs: new Float64Array(n).fill(-1),
@@ -495,18 +502,18 @@ export class ServingExecutor {
         if (this.tops.topBytes(t.fraction) > 0) this.tops.add(t.key, t.fraction, true);
       }
     }
-    if (this.specs.length > 0) {
-      this.sim.schedule(this.specs[0]!.arrivalNs, { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
+    if (this.src.count > 0) {
+      this.sim.schedule(this.src.arrivalNs(0), { kind: 'serving.arrival', index: 0 }, EventPriority.arrival);
     }
     const result = this.sim.run({ maxEvents: this.input.maxEvents });
     if (result.stoppedBy === 'maxEvents') {
       throw new SimError(`stopped after ${result.events} events (maxEvents)`, this.sim.now, 'serving executor');
     }
     const out = this.outcome;
-    if (this.finishedRequests < this.specs.length) {
+    if (this.finishedRequests < this.src.count) {
       const first = out.finishNs.findIndex((f) => f < 0);
       throw new SimError(
-        `${this.specs.length - this.finishedRequests} request(s) never finished (first: ${this.specs[first]!.id}); the executor is stuck`,
+        `${this.src.count - this.finishedRequests} request(s) never finished (first: ${this.src.spec(first).id}); the executor is stuck`,
         this.sim.now,
         'serving executor',
       );
@@ -516,8 +523,10 @@ export class ServingExecutor {
     this.counters.iterations = this.iterations;
     const policyReport = this.policy.report ? this.callPolicy('report', () => this.policy.report!()) : undefined;
     this.sink?.onEnd?.(this.sim.now);
-    return {
-      requests: this.specs.map((spec, i) => ({
+    const requests: RequestOutcome[] = [];
+    for (let i = 0; i < this.src.count; i++) {
+      const spec = this.src.spec(i);
+      requests.push({
         id: spec.id,
         arrivalNs: spec.arrivalNs,
         admitNs: out.admitNs[i]!,
@@ -526,7 +535,10 @@ export class ServingExecutor {
         promptTokens: spec.promptTokens,
         outputTokens: spec.outputTokens,
         emittedTokens: out.emitted[i]!,
-      })),
+      });
+    }
+    return {
+      requests,
       counters: this.counters,
       resources: this.res,
       endNs: this.sim.now,
@@ -539,11 +551,10 @@ export class ServingExecutor {
   // ---------------------------------------------------------------- arrivals and batching
 
   private onArrival(index: number): void {
-    const s: RequestState = { index, spec: this.specs[index]!, router: null, processed: 0, emitted: 0, kv: null };
+    const s: RequestState = { index, spec: this.src.spec(index), router: null, processed: 0, emitted: 0, kv: null };
     this.waiting.push(s);
     this.sink?.onRequest?.(s.spec.id, 'arrive', this.sim.now);
-    const next = this.specs[index + 1];
-    if (next) this.sim.schedule(next.arrivalNs, { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
+    if (index + 1 < this.src.count) this.sim.schedule(this.src.arrivalNs(index + 1), { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
     if (!this.iter && !this.decidePending) {
       // Decide after every arrival of this instant has been processed.
       this.decidePending = true;
@@ -674,15 +685,15 @@ export class ServingExecutor {
     return t;
   }
 
+  /**
+   * Attention's duration for `tokens` tokens over `contextTokens`: the context differs from one
+   * iteration to the next (it grows with every token), so a memo by context would only grow
+   * with the run; the last pair asked is kept instead (every layer of an iteration, or of its
+   * encoder and of its decoder, asks the same).
+   */
   private attentionNs(tokens: number, contextTokens: number): Ns {
     if (tokens === this.lastAttnTokens && contextTokens === this.lastAttnContext) return this.lastAttnNs;
-    let byContext = this.attentionCost.get(tokens);
-    if (byContext === undefined) this.attentionCost.set(tokens, (byContext = new Map()));
-    let t = byContext.get(contextTokens);
-    if (t === undefined) {
-      t = this.cost.estimate({ kind: 'attention', tokens, contextTokens }).ns;
-      byContext.set(contextTokens, t);
-    }
+    const t = this.cost.estimate({ kind: 'attention', tokens, contextTokens }).ns;
     this.lastAttnTokens = tokens;
     this.lastAttnContext = contextTokens;
     this.lastAttnNs = t;
@@ -1417,7 +1428,7 @@ export class ServingExecutor {
     }
     // Once every request has finished nobody can use a prefetch. Dropping them lets the run end:
     // a policy that prefetches again from onPrefetchDone would otherwise keep the link busy forever.
-    const workloadDone = this.finishedRequests === this.specs.length;
+    const workloadDone = this.finishedRequests === this.src.count;
     if (this.tops) for (const key of d.dropTops ?? []) if (this.validKey(key, hook)) this.dropTop(key);
     for (const p of d.prefetch ?? []) {
       if (!this.validKey(p.key, hook)) continue;
