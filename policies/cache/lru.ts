@@ -17,7 +17,7 @@ import { z } from 'zod';
 import type { ExpertKey, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import { evictable, firstBy, trimToCaps, victimPool, type CapOf } from './victims.ts';
+import { evictable, firstBy, firstVictimBy, trimToCaps, type CapOf } from './victims.ts';
 
 export const LruParams = z
   .object({
@@ -89,7 +89,8 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
   // Per-layer caches compare stamps (`oldestOf`); only the global cache walks the recency order.
   const lru = new LruOrder(capOf === undefined);
   // Least recently used first; keys never touched (absent from the order) first of all.
-  const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => firstBy(pool, (a, b) => lru.stampOf(a) - lru.stampOf(b) || a - b)!;
+  const leastRecentFirst = (a: ExpertKey, b: ExpertKey): number => lru.stampOf(a) - lru.stampOf(b) || a - b;
+  const oldestOf = (pool: readonly ExpertKey[]): ExpertKey => firstBy(pool, leastRecentFirst)!;
   return {
     name,
     onLayerRouted(view, routing) {
@@ -103,7 +104,7 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
       if (capOf) return { evict: trimToCaps(view, capOf, oldestOf, layer) };
     },
     chooseVictim(view, q) {
-      if (capOf) return oldestOf(victimPool(view, q.candidates, q.forKey, capOf));
+      if (capOf) return firstVictimBy(view, q.candidates, q.forKey, capOf, leastRecentFirst);
       // Global: candidates are exactly the resident, unpinned entries; test that directly
       // instead of building a set.
       const v = lru.oldest((k) => evictable(view.buffer, k)) ?? q.candidates[0];

@@ -50,6 +50,38 @@ export function victimPool(view: ServingView, candidates: readonly ExpertKey[], 
   return over.length > 0 || !fallback ? over : candidates;
 }
 
+/**
+ * `firstBy(victimPool(view, candidates, forKey, capOf, fallback), cmp)` in one pass over the
+ * candidates, without building the pools (a cache's `chooseVictim` runs on every miss of a full
+ * buffer). `cmp` must be a total order (ties broken by key), so the first minimum of a pool is
+ * its minimum whatever its order.
+ */
+export function firstVictimBy(
+  view: ServingView,
+  candidates: readonly ExpertKey[],
+  forKey: ExpertKey,
+  capOf: CapOf | undefined,
+  cmp: (a: ExpertKey, b: ExpertKey) => number,
+  fallback = true,
+): ExpertKey | undefined {
+  if (!capOf || candidates.length === 0) return firstBy(candidates, cmp);
+  const count = layerCountOf(view);
+  const forLayer = view.layerOf(forKey);
+  const ownFull = count(forLayer) + 1 > capOf(forLayer);
+  let own: ExpertKey | undefined;
+  let over: ExpertKey | undefined;
+  let any: ExpertKey | undefined;
+  for (let i = 0; i < candidates.length; i++) {
+    const c = candidates[i]!;
+    if (any === undefined || cmp(c, any) < 0) any = c;
+    const l = view.layerOf(c);
+    if (ownFull && l === forLayer && (own === undefined || cmp(c, own) < 0)) own = c;
+    if (count(l) > capOf(l) && (over === undefined || cmp(c, over) < 0)) over = c;
+  }
+  if (own !== undefined) return own;
+  return over !== undefined || !fallback ? over : any;
+}
+
 /** Entries per layer: the buffer's own index when it keeps one, else counted once over all entries. */
 function layerCountOf(view: ServingView): (layer: number) => number {
   const buffer = view.buffer;
@@ -78,6 +110,8 @@ export const evictable = (buffer: BufferView, key: ExpertKey): boolean => {
  */
 export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose, onlyLayer?: number): ExpertKey[] {
   if (onlyLayer !== undefined) {
+    // A layer within its cap gives nothing back (the common case of a cache with room).
+    if (view.buffer.layerCount && view.buffer.layerCount(onlyLayer) <= capOf(onlyLayer)) return [];
     let count = 0;
     const pool: ExpertKey[] = [];
     // The layer's own entries when the buffer indexes them (the victim order does not depend on

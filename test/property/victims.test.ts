@@ -1,0 +1,54 @@
+/**
+ * `firstVictimBy` (one pass, no pools: issue #12) chooses exactly what the reference
+ * `firstBy(victimPool(…), cmp)` chooses, on random buffers, per-layer caps and orders — total
+ * orders and orders with ties (where the first minimum in candidate order decides) — with and
+ * without the buffer's per-layer index, with and without the fallback to every candidate.
+ */
+import * as fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { ExpertKey, ServingView } from '../../sim/serving/policy.ts';
+import { firstBy, firstVictimBy, victimPool } from '../../policies/cache/victims.ts';
+
+const E = 4;
+
+function fakeView(keys: readonly ExpertKey[], layers: number, indexed: boolean): ServingView {
+  const counts = new Int32Array(layers);
+  for (const k of keys) counts[Math.floor(k / E)]!++;
+  const entries = keys.map((key) => ({ key, state: 'resident', pinned: false }));
+  const buffer = {
+    entries: () => entries.values(),
+    ...(indexed ? { layerCount: (l: number) => counts[l]! } : {}),
+  };
+  return { moeLayers: layers, layerOf: (k: ExpertKey) => Math.floor(k / E), buffer } as unknown as ServingView;
+}
+
+describe('firstVictimBy', () => {
+  it('equals firstBy(victimPool(...)) bit for bit', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 5 }),
+        fc.uniqueArray(fc.integer({ min: 0, max: 5 * E - 1 }), { minLength: 0, maxLength: 14 }),
+        fc.integer({ min: 0, max: 5 * E - 1 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5, maxLength: 5 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5 * E, maxLength: 5 * E }),
+        fc.boolean(),
+        fc.boolean(),
+        fc.boolean(),
+        fc.boolean(),
+        (layers, rawKeys, rawFor, caps, score, indexed, withCaps, ties, fallback) => {
+          const keys = rawKeys.filter((k) => k < layers * E);
+          const forKey = rawFor % (layers * E);
+          const view = fakeView(keys, layers, indexed);
+          // Candidates: a subset of the entries in buffer order (the executor's evictable ones).
+          const candidates = keys.filter((k) => score[k]! !== 0 || k % 2 === 0);
+          const capOf = withCaps ? (l: number) => caps[l]! : undefined;
+          // With ties: equal scores compare 0 (the first in pool order wins); else ties broken by key.
+          const cmp = ties ? (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! : (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! || a - b;
+          const want = firstBy(victimPool(view, candidates, forKey, capOf, fallback), cmp);
+          expect(firstVictimBy(view, candidates, forKey, capOf, cmp, fallback)).toBe(want);
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
