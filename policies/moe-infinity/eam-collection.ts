@@ -133,6 +133,7 @@ export class EamCollection {
   /** The collection version at which entry n was last written (a dot-product hint older than it is stale for n). */
   private writtenAt = new Float64Array(0);
   private scratch = new Float64Array(0);
+  private scratch2 = new Float64Array(0);
   /** Increments on every insertion or replacement (matchers built on an older version are stale). */
   version = 0;
   /**
@@ -382,7 +383,8 @@ export class EamCollection {
       }
     }
     // Stale entries start from 0: their fresh dot product replaces whatever the missing rows add below.
-    const src = hint.dots;
+    const src = this.scratch2.length >= size ? this.scratch2 : (this.scratch2 = new Float64Array(this.alloc));
+    for (let n = 0; n < size; n++) src[n] = stale(n) ? 0 : hint.dot(n);
     if (norm * this.maxNorm2 <= PACK_LIMIT) {
       // Packed, as in `similarities`: D packed two entries per double (every D_n < 2^26: no
       // carry), the missing rows added eight columns per pass, then unpacked.
@@ -390,9 +392,7 @@ export class EamCollection {
       const packed = this.packedScratch;
       for (let m = 0; m < half; m++) {
         const a = 2 * m;
-        const lo = stale(a) ? 0 : src[a]!;
-        const hi = a + 1 >= size || stale(a + 1) ? 0 : src[a + 1]!;
-        packed[m] = lo + hi * LANE;
+        packed[m] = src[a]! + (a + 1 < size ? src[a + 1]! : 0) * LANE;
       }
       addColumns(packed, cols, half, nzJ, nzV);
       for (let m = half - 1; m >= 0; m--) {
@@ -402,7 +402,7 @@ export class EamCollection {
         out[2 * m] = p - hi * LANE;
       }
     } else {
-      for (let n = 0; n < size; n++) out[n] = stale(n) ? 0 : src[n]!;
+      out.set(src.subarray(0, size));
       for (let t = 0; t < nzJ.length; t++) addPackedColumn(out, cols, size, nzJ[t]!, nzV[t]!);
     }
     // Entries written since the hint: a fresh dot product over all rows (entry-major copy;
@@ -487,16 +487,24 @@ export class EamCollection {
 
 /**
  * Dot products of one request EAM (of one phase) with every entry of a collection, over some
- * of its rows, accumulated by matchers (`IncrementalMatcher.exportDots`) while the request's
- * iterations were matched, for `EamCollection.insert` to complete instead of recomputing
- * (`similaritiesFromHint`). Plain doubles, exact integers: valid only while every row matched
- * had integer counts against a packed (integer) collection.
- * - `dots[n]`, n < `size`: Σ over the rows in `rows` of (the request's rows) · entry n, for the
+ * of its rows, accumulated while the request's iterations were matched, for
+ * `EamCollection.insert` to complete instead of recomputing (`similaritiesFromHint`): a request
+ * alone in its matched group adds the matcher's dot products at the end of every iteration
+ * (`IncrementalMatcher.exportDots`; free, the match computed them). A request sharing its group
+ * (a batch's decode steps) is poisoned: its own dot products are not known. (Measured and left
+ * out, issue #12: adding such a request's own rows' columns after each batch row update, about
+ * 23 µs per request and row on Arctic with 10 000 entries, cost more than the insertions it
+ * saved — a decode EAM repeats cells across steps, which one computation at insertion reads
+ * once.) The dot products are exact integers (valid only while every row had integer counts against a
+ * packed collection), packed two entries per double like the matcher's while every lane is
+ * bounded: a lane holds at most Σ counts added · max cell ≤ l1 · sqrt(max‖entry‖²) (an entry
+ * replaced between iterations too), kept below 2^25.5 by l1² · max‖entry‖² ≤ 2^51; else plain.
+ * - `dots`, entries n < `size`: Σ over the rows `rows` of (the request's rows) · entry n, for the
  *   entries as they were at `version` (the oldest version accumulated: an entry written since
- *   is recomputed);
- * - `rows[l]`: row l is covered (the same rows in every iteration accumulated).
- * The caller guarantees that the EAM later inserted with it is exactly the sum of the matched
- * iteration EAMs (e.g. a request that was alone in every matched group of its phase).
+ *   is recomputed at insertion);
+ * - `rows[l]`: row l is covered (the same rows in every iteration, else the hint is poisoned).
+ * The caller guarantees that the EAM later inserted with it is, on the covered rows, exactly the
+ * sum of the rows accumulated.
  */
 export class EamcDots {
   collection: EamCollection | null = null;
@@ -505,25 +513,115 @@ export class EamcDots {
   valid = false;
   version = 0;
   size = 0;
+  /** `dots` packed (entry n in lane n & 1 of `dots[n >> 1]`) or plain. */
+  packed = false;
   dots = new Float64Array(0);
+  /** Σ of every count accumulated (all rows, all iterations): the lane bound. */
+  private l1 = 0;
+  /** The covered rows are known (set by the first iteration). */
+  private rowsSet = false;
   readonly rows: Uint8Array;
 
   constructor(shape: EamShape) {
     this.rows = new Uint8Array(shape.layers);
   }
 
-  /** Forgets everything (the next `exportDots` starts afresh). */
+  /** Forgets everything (the next iteration starts afresh). */
   clear(): void {
     this.collection = null;
     this.started = false;
     this.valid = false;
     this.size = 0;
+    this.l1 = 0;
+    this.rowsSet = false;
   }
 
-  /** Marks the hint unusable for good (until `clear`): e.g. the request shared a matched group. */
+  /** Marks the hint unusable for good (until `clear`): its dot products are not known exactly. */
   poison(): void {
     this.started = true;
     this.valid = false;
+  }
+
+  /** Dot product of entry `n` (n < size). */
+  dot(n: number): number {
+    if (!this.packed) return this.dots[n]!;
+    const p = this.dots[n >> 1]!;
+    const hi = Math.floor(p * INV_LANE);
+    return (n & 1) === 1 ? hi : p - hi * LANE;
+  }
+
+  /** Starts accumulating against `coll` at `version` with its first `size` entries; false if poisoned or another collection. */
+  private begin(coll: EamCollection, version: number, size: number): boolean {
+    if (!this.started) {
+      this.started = true;
+      this.valid = coll.lanes === 2;
+      this.collection = coll;
+      this.version = version;
+      this.size = size;
+      this.packed = true;
+      this.l1 = 0;
+      const need = (size >> 1) + 1;
+      if (this.dots.length < need) this.dots = new Float64Array(Math.max(need, coll.capacity > 4 * size ? 2 * size : coll.capacity + 1));
+      else this.dots.fill(0, 0, need);
+    }
+    if (this.valid && (this.collection !== coll || coll.lanes !== 2)) this.valid = false;
+    return this.valid;
+  }
+
+  /** Adds `l1` to the counts accumulated; goes plain when the lanes could carry. */
+  private addL1(l1: number, coll: EamCollection): void {
+    this.l1 += l1;
+    if (this.packed && this.l1 * this.l1 * coll.maxEntryNorm2 > PACK_LIMIT) {
+      const size = this.size;
+      const plain = new Float64Array(Math.max(size, 1));
+      for (let n = 0; n < size; n++) plain[n] = this.dot(n);
+      this.dots = plain;
+      this.packed = false;
+    }
+  }
+
+  /** Closes an iteration that covered rows `seen` (the same rows every iteration, else poisoned). */
+  closeIteration(seen: Uint8Array): void {
+    if (!this.valid) return;
+    if (!this.rowsSet) {
+      this.rows.set(seen);
+      this.rowsSet = true;
+    } else {
+      for (let l = 0; l < seen.length; l++) {
+        if (this.rows[l] !== seen[l]) {
+          this.valid = false;
+          return;
+        }
+      }
+    }
+  }
+
+  /** Adds a matcher's dot products (one iteration): `n` entries at `version`, D packed or plain, rows `seen`, Σ counts `l1`. */
+  addIteration(coll: EamCollection, version: number, n: number, dots: Float64Array, packed: boolean, seen: Uint8Array, l1: number): void {
+    if (!this.begin(coll, version, n)) return;
+    this.closeIteration(seen);
+    if (!this.valid) return;
+    this.addL1(l1, coll);
+    const m = Math.min(n, this.size);
+    const out = this.dots;
+    if (this.packed && packed) {
+      // Lane sums: both sides' lanes are bounded (the check above), so no carry.
+      const w = (m + 1) >> 1;
+      for (let i = 0; i < w; i++) out[i]! += dots[i]!;
+      // An odd m's last double: the matcher's high lane is entry m (n > m), past this hint: leave it out.
+      if ((m & 1) === 1 && n > m) {
+        const p = dots[w - 1]!;
+        out[w - 1]! -= Math.floor(p * INV_LANE) * LANE;
+      }
+    } else if (this.packed) {
+      for (let i = 0; i < m; i++) out[i >> 1]! += (i & 1) === 1 ? dots[i]! * LANE : dots[i]!;
+    } else if (packed) {
+      for (let i = 0; i < m; i++) {
+        const p = dots[i >> 1]!;
+        const hi = Math.floor(p * INV_LANE);
+        out[i]! += (i & 1) === 1 ? hi : p - hi * LANE;
+      }
+    } else for (let i = 0; i < m; i++) out[i]! += dots[i]!;
   }
 }
 
@@ -556,6 +654,8 @@ export class IncrementalMatcher {
   private rowsSeen = 0;
   /** Every row so far had integer counts (that pack) and the collection was packed at `reset`: D is exact. */
   private exact = true;
+  /** Σ of the counts of the rows seen (the packing bound of dot products exported). */
+  private l1 = 0;
   /** Rows seen so far are exactly 0 … rowsSeen−1: Q_n = prefixNorm2[rowsSeen−1][n]. */
   private ordered = true;
   private readonly nzE: Int32Array;
@@ -590,6 +690,7 @@ export class IncrementalMatcher {
     this.dots.fill(0, 0, this.n);
     this.packed = coll.lanes === 2;
     this.exact = this.packed;
+    this.l1 = 0;
     this.qCur = 0;
     this.seen.fill(0);
     this.rowsSeen = 0;
@@ -652,6 +753,7 @@ export class IncrementalMatcher {
       this.nzC[nnz] = c;
       nnz++;
       this.qCur += c * c;
+      this.l1 += c;
     }
     if (!packs) this.exact = false;
     if (this.packed && !(packs && this.qCur * coll.maxEntryNorm2 <= PACK_LIMIT)) this.unpackDots();
@@ -775,56 +877,14 @@ export class IncrementalMatcher {
   }
 
   /**
-   * Adds this match's dot products (the rows seen so far, exact integers) to `into`: starts it
-   * when `into` is clear, else accumulates (entries added since `into` started are left out:
-   * they are recomputed at insertion). Marks `into` invalid when the dot products are not exact
-   * or the rows seen differ from those already accumulated.
+   * Adds this match's dot products (the rows seen so far, exact integers) to `into`
+   * (`EamcDots.addIteration`); poisons it when they are not exact (non-integer rows or a
+   * collection gone plain).
    */
   exportDots(into: EamcDots): void {
     const coll = this.coll;
-    if (!coll || !this.exact) {
-      into.poison();
-      return;
-    }
-    const n = this.n;
-    const dots = this.dots;
-    if (!into.started) {
-      into.started = true;
-      into.collection = coll;
-      into.valid = true;
-      into.version = this.version;
-      into.size = n;
-      into.rows.set(this.seen);
-      if (into.dots.length < n) into.dots = new Float64Array(Math.max(n, coll.capacity > 4 * n ? 2 * n : coll.capacity));
-      if (this.packed) {
-        for (let i = 0; i < n; i++) {
-          const p = dots[i >> 1]!;
-          const hi = Math.floor(p * INV_LANE);
-          into.dots[i] = (i & 1) === 1 ? hi : p - hi * LANE;
-        }
-      } else into.dots.set(dots.subarray(0, n));
-      return;
-    }
-    if (!into.valid) return;
-    if (into.collection !== coll) {
-      into.valid = false;
-      return;
-    }
-    for (let l = 0; l < this.seen.length; l++) {
-      if (into.rows[l] !== this.seen[l]) {
-        into.valid = false;
-        return;
-      }
-    }
-    const m = Math.min(n, into.size);
-    const out = into.dots;
-    if (this.packed) {
-      for (let i = 0; i < m; i++) {
-        const p = dots[i >> 1]!;
-        const hi = Math.floor(p * INV_LANE);
-        out[i]! += (i & 1) === 1 ? hi : p - hi * LANE;
-      }
-    } else for (let i = 0; i < m; i++) out[i]! += dots[i]!;
+    if (!coll || !this.exact) into.poison();
+    else into.addIteration(coll, this.version, this.n, this.dots, this.packed, this.seen, this.l1);
   }
 
   /** Current similarity of entry `n` (over the rows seen so far). */

@@ -201,6 +201,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
    * matched group (batch rows: its own dot products are not known).
    */
   private readonly insertHints = new Map<number, EamcDots>();
+  private readonly useHints: boolean;
   private readonly freeHints: EamcDots[] = [];
   /** The active groups' dot products were already handed to `insertHints`. */
   private hintsFlushed = true;
@@ -237,6 +238,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
     this.queue = new PrefetchQueue(L * E);
     this.accumulator = new ScoreAccumulator(this.shape);
     this.rowScratch = new Float64Array(E);
+    this.useHints = params.eamcReplacement === 'most-similar';
   }
 
   /** Stores past request EAMs (L×E counts each) in a phase's collection, e.g. from an offline trace. */
@@ -428,6 +430,17 @@ export class MoeInfinityPolicy implements ServingPolicy {
     }
   }
 
+  /** The insertion hint of request `id`'s phase EAM (created empty). */
+  private hint(id: number, phase: Phase): EamcDots {
+    const key = id * 2 + (phase === 'prefill' ? 0 : 1);
+    let h = this.insertHints.get(key);
+    if (!h) {
+      h = this.freeHints.pop() ?? new EamcDots(this.shape);
+      this.insertHints.set(key, h);
+    }
+    return h;
+  }
+
   /**
    * Hands the current iteration's matches to the requests' insertion hints (once per
    * iteration, before the matchers are reset or a request's EAM is inserted): a request alone
@@ -436,16 +449,11 @@ export class MoeInfinityPolicy implements ServingPolicy {
   private flushHints(): void {
     if (this.hintsFlushed) return;
     this.hintsFlushed = true;
-    if (this.params.eamcReplacement !== 'most-similar') return;
+    if (!this.useHints) return;
     for (let gi = 0; gi < this.activeGroups; gi++) {
       const g = this.groups[gi]!;
       for (const i of g.members) {
-        const key = this.batchIds[i]! * 2 + (g.phase === 'prefill' ? 0 : 1);
-        let h = this.insertHints.get(key);
-        if (!h) {
-          h = this.freeHints.pop() ?? new EamcDots(this.shape);
-          this.insertHints.set(key, h);
-        }
+        const h = this.hint(this.batchIds[i]!, g.phase);
         if (g.members.length === 1) g.matcher.exportDots(h);
         else h.poison();
       }
