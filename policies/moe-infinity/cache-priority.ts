@@ -204,9 +204,6 @@ export class CachePriorities {
   private vTaken = new Uint8Array(64);
   private vCount = 0;
   private vFor: BufferView | null = null;
-  /** Ranked-set generation of the collection, and whether it is `minVictimPriority`'s with nothing handed out since. */
-  private vGen = 0;
-  private vFresh = false;
   // The admission round (`beginAdmission` / `admitNext`): free slots left, victims handed out, cap.
   private admFree = 0;
   private admVi = 0;
@@ -276,16 +273,13 @@ export class CachePriorities {
   /**
    * Starts a prefetch admission round: the policy's allocation-free form of `admission` (same
    * decisions; call after `setRanked`, then `admitNext` in queue order, with the buffer
-   * unchanged in between). `afterMinimum`: the last call on this object was
-   * `minVictimPriority(buffer)`, with the same ranked set and the buffer unchanged since — its
-   * victims are the round's (no second scan of the buffer).
+   * unchanged in between).
    */
-  beginAdmission(buffer: BufferView, maxAdmissions = Infinity, afterMinimum = false): void {
+  beginAdmission(buffer: BufferView, maxAdmissions = Infinity): void {
     this.admFree = buffer.slots - buffer.occupied;
     this.admVi = 0;
     this.admLimit = maxAdmissions;
-    if (!(afterMinimum && this.vFor === buffer && this.vGen === this.gen && this.vFresh)) this.vFor = null;
-    this.vFresh = false;
+    this.vFor = null;
   }
 
   /** One step of the admission round begun by `beginAdmission`: see `admission`. */
@@ -342,13 +336,19 @@ export class CachePriorities {
    * needs a higher expected activation frequency than this.
    */
   minVictimPriority(buffer: BufferView): number {
-    // The victims collected (for an admission round that follows: `beginAdmission(…, true)`).
-    this.scanVictims(buffer);
-    this.vGen = this.gen;
-    this.vFresh = true;
+    // Read-only (no victims collected): most rankings admit nothing after it.
     let min = Infinity;
-    const vPrio = this.vPrio;
-    for (let i = 0, n = this.vCount; i < n; i++) if (vPrio[i]! < min) min = vPrio[i]!;
+    const req = this.o.requestPriorities;
+    const prio = this.priority;
+    const rankGen = this.rankGen;
+    const gen = this.gen;
+    for (const e of buffer.entries()) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      const k = e.key;
+      if (rankGen[k] === gen) continue;
+      const p = req ? prio[k]! : 0;
+      if (p < min) min = p;
+    }
     return min;
   }
 

@@ -351,8 +351,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
     let m = 0;
     for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
     if (m === 0) return 0;
-    // Full: the victims `minVictimPriority` collected are the round's (buffer and ranked set unchanged).
-    this.cache.beginAdmission(buffer, m, full);
+    this.cache.beginAdmission(buffer, m);
     heap.build(m, scores, keys);
     let n = 0;
     while (heap.size > 0) {

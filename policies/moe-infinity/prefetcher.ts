@@ -111,7 +111,6 @@ export class ScoreAccumulator implements RowSource {
    * layer to the next, and keeping rows that are never read again costs a copy each.
    */
   private keeping = false;
-  private tots = new Float64Array(0);
   private cache = new Float64Array(0);
   private cachedAt = new Uint32Array(0);
   private cacheEpoch = 1;
@@ -260,42 +259,6 @@ export class ScoreAccumulator implements RowSource {
     const rows = to - from;
     const rowCoef = this.rowCoef;
     const bounds = this.bounds;
-    if (!same) {
-      // Nothing kept: entry by entry along the rows (contiguous per entry). Each row's sums run
-      // over the entries in order, as row by row: the same sums.
-      if (this.tots.length < L) this.tots = new Float64Array(L);
-      const tots = this.tots;
-      tots.fill(0, 0, rows);
-      for (let j = 0; j < count; j++) {
-        const b = top[j]! * L + from;
-        for (let r = 0; r < rows; r++) tots[r]! += rowTotal[b + r]!;
-      }
-      let any = false;
-      const w = g.weight;
-      for (let r = 0; r < rows; r++) {
-        const tot = tots[r]!;
-        // 0 + c: the general case's accumulated coefficient, exactly.
-        if (tot > 0) {
-          rowCoef[r] = 0 + w / tot;
-          any = true;
-        } else {
-          rowCoef[r] = 0;
-        }
-      }
-      // Entries exist once some row has a positive total (the general case assigns them then).
-      const entries = any ? count : 0;
-      bounds.fill(0, 0, rows);
-      for (let u = 0; u < entries; u++) {
-        const n = top[u]!;
-        this.entryRows[u] = internals.rows;
-        this.entryN[u] = n;
-        this.entryBase[u] = n * LE;
-        const b = n * L + from;
-        for (let r = 0; r < rows; r++) bounds[r]! += rowCoef[r]! * rowMax[b + r]!;
-      }
-      this.entries = entries;
-      return true;
-    }
     if (this.rowAt.length < L) {
       this.rowAt = new Float64Array(L);
       this.coefOf = new Float64Array(L);
@@ -338,7 +301,7 @@ export class ScoreAccumulator implements RowSource {
       for (let u = 0; u < entries; u++) b += c * rowMax[this.entryN[u]! * L + i]!;
       bounds[r] = b;
       // With no entries every coefficient is 0 and every bound 0: nothing to keep.
-      if (entries > 0) {
+      if (same && entries > 0) {
         rowAt[i] = epoch;
         this.coefOf[i] = c;
         this.boundOf[i] = b;
