@@ -7,7 +7,9 @@
  *    testbed, continuous batching up to 4, 24 requests) spent in matching (`matchLayer`: row
  *    updates, best matches, batch scores), within it in row updates (also per decode row, ≤ 8
  *    non-zero cells, and per prefill row, in the run) and in scores, in the whole
- *    `onLayerRouted` hook, and in EAMC insertions (most-similar replacement when full).
+ *    `onLayerRouted` hook, and in EAMC insertions (most-similar replacement when full; split
+ *    into those completed from the matchers' dot products, `hintedInsertions`, and the others).
+ *    `runCpuS`: the process CPU time of the run (the wall time is noisy on a shared machine).
  *    Target (issue #12): matching + insertion (`eamcShareOfWall`) < 10 % of the run's wall
  *    time, at `simulatedSPerWallS` simulated s per wall s. `eamc-match-arctic-1k`: the same with
  *    MoE-Infinity's default capacity (1 000).
@@ -27,7 +29,7 @@ import type { LayerRouting, ServingView } from '../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../sim/serving/serving-executor.ts';
 import { buildWorkload, WorkloadSchema } from '../workloads/config.ts';
 import type { Phase } from '../policies/moe-infinity/eam.ts';
-import { EamCollection, IncrementalMatcher } from '../policies/moe-infinity/eam-collection.ts';
+import { EamCollection, IncrementalMatcher, type EamcDots } from '../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../policies/moe-infinity/policy.ts';
 import { ScoreAccumulator } from '../policies/moe-infinity/prefetcher.ts';
 
@@ -188,9 +190,16 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
   });
   wrap(ScoreAccumulator.prototype, 'prepare', (ms) => (scoreMs += ms));
   wrap(ScoreAccumulator.prototype, 'fill', (ms) => (scoreMs += ms));
-  wrap(EamCollection.prototype, 'insert', (ms) => {
+  let hintedInsertMs = 0;
+  let hintedInsertCalls = 0;
+  wrap(EamCollection.prototype, 'insert', (ms, args) => {
     insertMs += ms;
     insertCalls++;
+    // Completed from the dot products its matchers accumulated (`EamcDots`), when valid.
+    if ((args[1] as EamcDots | undefined)?.valid) {
+      hintedInsertMs += ms;
+      hintedInsertCalls++;
+    }
   });
   let matchMs = 0;
   let hookMs = 0;
@@ -232,6 +241,9 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
     usPerDecodeRowInRun: (decodeRowMs * 1000) / Math.max(1, decodeRows),
     usPerPrefillRowInRun: ((rowMs - decodeRowMs) * 1000) / Math.max(1, rowCalls - decodeRows),
     msPerInsertion: insertMs / Math.max(1, insertCalls),
+    msPerHintedInsertion: hintedInsertMs / Math.max(1, hintedInsertCalls),
+    msPerOtherInsertion: (insertMs - hintedInsertMs) / Math.max(1, insertCalls - hintedInsertCalls),
+    hintedInsertions: hintedInsertCalls,
     runWallS: wallMs / 1000,
     // Process CPU time of the run (user + system; other processes sharing the cores do not count).
     runCpuS: (cpu.user + cpu.system) / 1e6,
