@@ -41,6 +41,15 @@ export interface KernelPart {
   readonly category: string;
 }
 
+/** The kernel running on a stream (one reused record per stream). */
+interface RunningKernel {
+  durationNs: Ns;
+  label: string;
+  category: string;
+  onDone: (() => void) | undefined;
+  parts: readonly KernelPart[] | undefined;
+}
+
 export interface GpuOptions {
   readonly streams: number;
   readonly concurrentStreams: boolean;
@@ -58,7 +67,13 @@ export class Gpu {
   private readonly queues: KernelSpec[][];
   private readonly queueSeqs: number[][];
   private queued = 0;
-  private readonly running: (KernelSpec | null)[];
+  /**
+   * The kernel running on each stream, in a record per stream reused for every kernel (its
+   * spec's fields copied in), so a kernel started at once (`submitKernel`) allocates nothing;
+   * `runningOn` says whether one runs.
+   */
+  private readonly running: RunningKernel[];
+  private readonly runningOn: boolean[];
   private readonly startedNs: number[];
   private runningCount = 0;
   private seq = 0;
@@ -92,7 +107,8 @@ export class Gpu {
     this.sink = o.sink;
     this.queues = Array.from({ length: o.streams }, () => []);
     this.queueSeqs = Array.from({ length: o.streams }, () => []);
-    this.running = Array.from({ length: o.streams }, () => null);
+    this.running = Array.from({ length: o.streams }, () => ({ durationNs: 0 as Ns, label: '', category: '', onDone: undefined, parts: undefined }));
+    this.runningOn = Array.from({ length: o.streams }, () => false);
     this.startedNs = Array.from({ length: o.streams }, () => 0);
     this.busyNsByStream = Array.from({ length: o.streams }, () => 0);
     this.names = o.streamNames ?? Array.from({ length: o.streams }, (_, i) => `gpu.stream${i}`);
@@ -115,14 +131,30 @@ export class Gpu {
     const seq = this.seq++;
     // Nothing waits and the engine (or, with concurrent streams, this stream) is free: it starts
     // now — what `pump` would choose, without queueing it first.
-    if (this.queued === 0 && (this.concurrentStreams ? this.running[spec.stream] === null : this.runningCount === 0)) {
-      this.start(spec.stream, spec);
+    if (this.queued === 0 && (this.concurrentStreams ? !this.runningOn[spec.stream] : this.runningCount === 0)) {
+      this.start(spec.stream, spec.durationNs, spec.label, spec.category, spec.onDone, spec.parts);
       return;
     }
     this.queues[spec.stream]!.push(spec);
     this.queueSeqs[spec.stream]!.push(seq);
     this.queued++;
     this.pump();
+  }
+
+  /**
+   * `submit` of one kernel given by its fields: when it can start at once (the usual case of an
+   * executor with one kernel at a time) no spec object is made.
+   */
+  submitKernel(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void): void {
+    if (this.queued === 0 && stream >= 0 && stream < this.streams && (this.concurrentStreams ? !this.runningOn[stream] : this.runningCount === 0)) {
+      if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
+        throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
+      }
+      this.seq++;
+      this.start(stream, durationNs, label, category, onDone, undefined);
+      return;
+    }
+    this.submit({ stream, durationNs, label, category, onDone });
   }
 
   /**
@@ -158,10 +190,12 @@ export class Gpu {
 
   /** Handler of `gpu.kernelDone`. */
   onKernelDone(stream: number): void {
-    const spec = this.running[stream];
-    if (!spec) throw new SimError(`kernel done on idle stream ${stream}`, this.sched.now, 'gpu');
+    if (!this.runningOn[stream]) throw new SimError(`kernel done on idle stream ${stream}`, this.sched.now, 'gpu');
+    const spec = this.running[stream]!;
+    // Read before `pump` may start the next kernel into the same record.
+    const onDone = spec.onDone;
     const startNs = this.startedNs[stream]!;
-    this.running[stream] = null;
+    this.runningOn[stream] = false;
     this.runningCount--;
     const now = this.sched.now;
     this.busyNsByStream[stream]! += now - startNs;
@@ -178,8 +212,10 @@ export class Gpu {
       this.engineBusyNs += now - this.engineBusySince;
       this.engineBusySince = -1;
     }
+    spec.onDone = undefined;
+    spec.parts = undefined;
     if (this.queued > 0) this.pump();
-    spec.onDone?.();
+    onDone?.();
   }
 
   private account(stream: number, label: string, category: string, startNs: number, endNs: number): void {
@@ -207,7 +243,7 @@ export class Gpu {
       let bestStream = -1;
       let bestSeq = Infinity;
       for (let s = 0; s < this.streams; s++) {
-        if (this.running[s]) continue;
+        if (this.runningOn[s]) continue;
         const q = this.queueSeqs[s]!;
         if (q.length > 0 && q[0]! < bestSeq) {
           bestSeq = q[0]!;
@@ -217,19 +253,25 @@ export class Gpu {
       if (bestStream < 0) return;
       this.queueSeqs[bestStream]!.shift();
       this.queued--;
-      this.start(bestStream, this.queues[bestStream]!.shift()!);
+      const spec = this.queues[bestStream]!.shift()!;
+      this.start(bestStream, spec.durationNs, spec.label, spec.category, spec.onDone, spec.parts);
     }
   }
 
-  private start(stream: number, spec: KernelSpec): void {
+  private start(stream: number, durationNs: Ns, label: string, category: string, onDone: (() => void) | undefined, parts: readonly KernelPart[] | undefined): void {
     const now = this.sched.now;
-    this.running[stream] = spec;
+    const r = this.running[stream]!;
+    r.durationNs = durationNs;
+    r.label = label;
+    r.category = category;
+    r.onDone = onDone;
+    r.parts = parts;
+    this.runningOn[stream] = true;
     this.startedNs[stream] = now;
     if (this.runningCount === 0) this.engineBusySince = now;
     this.runningCount++;
-    const parts = spec.parts;
     // A chain's completion is stamped when its last part would have been submitted.
-    const stamp = parts === undefined ? now : now + spec.durationNs - parts[parts.length - 1]!.durationNs;
-    this.sched.post((now + spec.durationNs) as Ns, this.doneEvents[stream]!, EventPriority.completion, stamp);
+    const stamp = parts === undefined ? now : now + durationNs - parts[parts.length - 1]!.durationNs;
+    this.sched.post((now + durationNs) as Ns, this.doneEvents[stream]!, EventPriority.completion, stamp);
   }
 }

@@ -224,8 +224,7 @@ export class PcieLink implements ExclusiveHolder {
     if (t.state === 'done' || t.state === 'cancelled') return false;
     if (this.runActive && this.curTransfer === t) this.splitRun();
     t.state = 'cancelled';
-    const i = this.queue.indexOf(t);
-    if (i >= 0) this.queue.splice(i, 1);
+    this.unqueue(t);
     this.cancelledTransfers++;
     this.cancelledSentBytes += t.sentBytes;
     // A packet in flight is accounted when it lands (see onPacketDone).
@@ -295,8 +294,7 @@ export class PcieLink implements ExclusiveHolder {
     } else if (t.sentBytes === t.bytes) {
       t.state = 'done';
       t.doneNs = this.sched.now;
-      const i = this.queue.indexOf(t);
-      if (i >= 0) this.queue.splice(i, 1);
+      this.unqueue(t);
       this.completedBytes += t.bytes;
       this.completedTransfers++;
       this.recordTransfer(t, 'done');
@@ -312,6 +310,18 @@ export class PcieLink implements ExclusiveHolder {
   /** Busy time including the running packet up to now. */
   busyTimeNs(): number {
     return this.busyNs + (this.busySinceNs >= 0 ? this.sched.now - this.busySinceNs : 0);
+  }
+
+  /**
+   * Removes `t` from the pending transfers: the last one takes its place (the queue has no
+   * order: `best` picks by priority, then submission), so nothing is shifted or allocated.
+   */
+  private unqueue(t: Transfer): void {
+    const q = this.queue;
+    const i = q.indexOf(t);
+    if (i < 0) return;
+    const last = q.pop()!;
+    if (i < q.length) q[i] = last;
   }
 
   /** The most urgent pending transfer (lowest priority, then oldest). */

@@ -38,7 +38,7 @@ export class ExpertBuffer implements BufferView {
   /**
    * The entries in insertion order (as the Map's), as an array: the executor's eviction
    * candidates and policies' walks over `entries()` iterate it on every slot they need, and an
-   * array walks faster than a Map. Removal keeps the order (a splice of a few dozen slots).
+   * array walks faster than a Map. Removal keeps the order (a shift of a few dozen slots).
    */
   private readonly list: BufferEntry[] = [];
   /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
@@ -171,7 +171,11 @@ export class ExpertBuffer implements BufferView {
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.byKey[key] = undefined;
     this.size--;
-    this.list.splice(this.list.indexOf(e), 1);
+    // Removed in place, keeping insertion order (`splice` would allocate the array of removed items).
+    const list = this.list;
+    const n = list.length - 1;
+    for (let i = list.indexOf(e); i < n; i++) list[i] = list[i + 1]!;
+    list.pop();
     if (this.byLayer) this.layerSet(key).delete(e);
     this.vram.free(e.allocation);
     if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);

@@ -281,6 +281,7 @@ export class ServingExecutor {
   private readonly onFetchDone = (t: Transfer): void => this.onExpertArrived(t.tag);
   private scratch = new Int32Array(1024);
   private readonly absentScratch: ExpertKey[] = [];
+  private readonly activatedScratch: number[] = [];
   private readonly routing: { -readonly [K in keyof LayerRouting]: LayerRouting[K] } & { perRequest: Int32Array[] } = {
     layer: -1,
     tokensPerExpert: new Int32Array(0),
@@ -290,6 +291,8 @@ export class ServingExecutor {
   /** Eviction candidates of the current `acquireSlot` (EvictionQuery.candidates: valid during the call). */
   private readonly candidateScratch: ExpertKey[] = [];
   private readonly chainParts: KernelPart[] = [];
+  /** The chain's part objects, by position, reused (the GPU reads them until the chain completes, and the next chain starts after). */
+  private readonly partPool: { durationNs: Ns; label: string; category: string }[] = [];
   private perRequestCounts: Int32Array[] = [];
   private readonly activationReserveBytes: number;
   readonly slots: number;
@@ -715,7 +718,7 @@ export class ServingExecutor {
   }
 
   private kernel(durationNs: Ns, label: string, category: string, onDone: () => void): void {
-    this.res.gpu.submit({ stream: 0, durationNs, label, category, onDone });
+    this.res.gpu.submitKernel(0, durationNs, label, category, onDone);
   }
 
   // Kernel completions. The executor has at most one kernel on the GPU at a time, and the
@@ -741,6 +744,21 @@ export class ServingExecutor {
    * they go to the GPU as one chain: one completion event instead of one per kernel, with each
    * kernel's busy time and trace span its own (`Gpu.submitChain`).
    */
+  /** Appends a kernel to the chain being built, in a part object reused from chain to chain. */
+  private pushPart(durationNs: Ns, label: string, category: string): void {
+    const parts = this.chainParts;
+    let p = this.partPool[parts.length];
+    if (p === undefined) {
+      p = { durationNs, label, category };
+      this.partPool.push(p);
+    } else {
+      p.durationNs = durationNs;
+      p.label = label;
+      p.category = category;
+    }
+    parts.push(p);
+  }
+
   private startLayer(layer: number): void {
     const it = this.iter!;
     // Reused: the GPU holds a chain's parts until it completes, and the next chain starts after.
@@ -749,7 +767,7 @@ export class ServingExecutor {
     for (;;) {
       it.layer = layer;
       if (layer === this.m.layers) {
-        parts.push({ durationNs: this.tokenOpNs('lmHead', this.encoderLayers > 0 ? it.batch.length : it.totalTokens), label: 'lm head', category: 'lmHead' });
+        this.pushPart(this.tokenOpNs('lmHead', this.encoderLayers > 0 ? it.batch.length : it.totalTokens), 'lm head', 'lmHead');
         this.res.gpu.submitChain(0, parts, this.afterLmHead);
         return;
       }
@@ -777,16 +795,16 @@ export class ServingExecutor {
         cross = true;
       }
       const labels = this.layerLabels[layer]!;
-      parts.push({ durationNs: this.attentionNs(it.layerTotal, contextTokens), label: labels.attention, category: 'attention' });
+      this.pushPart(this.attentionNs(it.layerTotal, contextTokens), labels.attention, 'attention');
       if (cross) {
-        parts.push({ durationNs: this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext }).ns, label: labels.cross, category: 'attention' });
+        this.pushPart(this.cost.estimate({ kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext }).ns, labels.cross, 'attention');
       }
       if (this.moeIndexOfLayer[layer]! >= 0) {
-        parts.push({ durationNs: this.tokenOpNs('router', it.layerTotal), label: labels.router, category: 'router' });
+        this.pushPart(this.tokenOpNs('router', it.layerTotal), labels.router, 'router');
         this.res.gpu.submitChain(0, parts, this.afterRouter);
         return;
       }
-      parts.push({ durationNs: this.tokenOpNs('denseFfn', it.layerTotal), label: labels.dense, category: 'dense' });
+      this.pushPart(this.tokenOpNs('denseFfn', it.layerTotal), labels.dense, 'dense');
       layer++;
     }
   }
@@ -819,7 +837,10 @@ export class ServingExecutor {
       }
       for (let e = 0; e < E; e++) total[e]! += counts[e]!;
     }
-    const activated: number[] = [];
+    // Reused from layer to layer (`LayerRouting.activated` and the index-order loop's order are
+    // valid while the layer runs).
+    const activated = this.activatedScratch;
+    while (activated.length > 0) activated.pop();
     for (let e = 0; e < E; e++) if (total[e]! > 0) activated.push(e);
     this.counters.activationRatioSum += activated.length / E;
     this.counters.layerRoutings++;

@@ -60,8 +60,9 @@ export class SyntheticRequestRouter implements RequestRouter {
     private readonly promptTokens = 0,
     /**
      * Tokens the request will route (prompt + output), when known: the token buffer starts at
-     * that size (at most 64 tokens) instead of 64 tokens, so short requests allocate less. Only
-     * memory depends on it: tokens are generated in order and regenerated identically.
+     * that size (at most 64 tokens, or the prompt's length if longer) instead of 64 tokens, so
+     * short requests allocate less and long prompts do not grow it by doubling. Only memory
+     * depends on it: tokens are generated in order and regenerated identically.
      */
     expectedTokens = 64,
   ) {
@@ -83,7 +84,9 @@ export class SyntheticRequestRouter implements RequestRouter {
       this.table = base.alias;
     }
     this.rng = new Rng(`${seed}/tokens`);
-    this.buf = new Int32Array(Math.max(1, Math.min(64, expectedTokens)) * this.stride);
+    // The prompt is routed layer by layer over all its tokens, so the buffer holds it whole
+    // anyway: starting at its length spares the doublings (and copies) on the way there.
+    this.buf = new Int32Array(Math.max(1, Math.min(64, expectedTokens), promptTokens) * this.stride);
     this.routedTo = new Int32Array(L);
     this.H = model.mu > 0 ? MEMORY_TOKENS : 1;
     this.hist = new Int32Array(this.H * this.stride);
