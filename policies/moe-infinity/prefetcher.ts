@@ -13,7 +13,10 @@
  *    `multiLayerPrefetch`, else 1).
  * 3. Ranking (`selectPrefetch`). The `budget` best cells (score > 0; ties: nearer layer,
  *    then lower expert; rows scanned nearest first, a row skipped when its score bound cannot
- *    beat the cells already held) form the ranked set, queued nearest layer first (then by score) — or
+ *    beat the cells already held; after a ranking of the previous layer, only cells and rows
+ *    reaching 0.9 × its worst selected score are looked at, the rest provably outranked when at
+ *    least `budget` cells reach it — else the plain scan) form the ranked set, queued nearest
+ *    layer first (then by score) — or
  *    purely by score with `queueOrder: 'score'`. The queue position is encoded in the H2D
  *    priority (lower is more urgent, ≥ 1) without sorting: nearest-first
  *    u = (i − l) + (1 − s/s_max), by score u = 1 + (1 − s/s_max).
@@ -521,13 +524,13 @@ export interface Selection {
  * `scratch` (valid until its next use).
  *
  * Floor (a fast path, same result). When the previous call on `scratch` ranked layer l − 1,
- * its selection's worst score × `FLOOR_GUESS` is taken as a floor: the scan offers the heap
- * only cells at or above it and skips rows whose bound is below it. If at least `budget`
+ * its selection's worst score × `FLOOR_GUESS` is taken as a floor: only cells at or above it
+ * are collected, rows whose bound is below it skipped (`collectScan`). If at least `budget`
  * cells reach the floor, every cell below it is beaten by `budget` others, so the selection
- * is the one of the plain scan (which the floored scan then is, restricted to the cells that
- * can matter: same order, same heap decisions); otherwise the scan is repeated without a
- * floor. Successive layers' selections have close worst scores (a layer's match changes
- * little), so the heap sees few more cells than it keeps.
+ * is the best `budget` of the collected ones: up to twice the budget, the collected minus
+ * their worst (`dropWorst`), beyond that the heap scan with the floor; if fewer reach it, the
+ * plain scan. Successive layers' selections have close worst scores (a layer's match changes
+ * little): on the quickstart workload 97 % of floored rankings keep ~59 of ~72 collected.
  */
 export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
   const E = o.experts;
