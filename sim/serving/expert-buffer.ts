@@ -185,12 +185,18 @@ export class ExpertBuffer implements BufferView {
   /** Resident, unpinned entries: what may be evicted, in insertion order. */
   /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
   evictable(out: ExpertKey[] = []): ExpertKey[] {
-    while (out.length > 0) out.pop(); // pops inline; `length = 0` is a runtime call
+    // Written by index over the previous contents, the length cut once at the end (popping
+    // dozens of old candidates one by one cost more than the one runtime call).
     const list = this.list;
+    let n = 0;
     for (let i = 0; i < list.length; i++) {
       const e = list[i]!;
-      if (e.state === 'resident' && !e.pinned) out.push(e.key);
+      if (e.state !== 'resident' || e.pinned) continue;
+      if (n < out.length) out[n] = e.key;
+      else out.push(e.key);
+      n++;
     }
+    if (out.length > n) out.length = n;
     return out;
   }
 }
