@@ -10,19 +10,18 @@
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { deriveModel } from '../../hardware-profiles/derive.ts';
-import { loadHardware, loadModel } from '../../hardware-profiles/load.ts';
-import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { loadHardware } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
-import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
+import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { cosineSimilarity } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../../policies/moe-infinity/policy.ts';
 import { RankScratch, ScoreAccumulator, rankPrefetch, selectPrefetch } from '../../policies/moe-infinity/prefetcher.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
+import { clusteredRouting, smallModel } from '../helpers/moe-infinity-world.ts';
 
 const matrixArb = (L: number, E: number) =>
   fc
@@ -181,38 +180,7 @@ describe('prefetch ranking', () => {
 
 const BASES = ['mixtral-8x7b', 'qwen1.5-moe-a2.7b'] as const;
 
-function smallModel(base: string, L: number, E: number, k: number): ModelProfile {
-  const m = loadModel(base);
-  const input = { ...m, layers: L, moeLayers: L, moeLayerIndices: Array.from({ length: L }, (_, i) => i), experts: E, topK: k, details: { ...m.details, decoderLayers: L } };
-  return { ...input, id: `${base}-small-${L}l${E}e${k}k`, derived: deriveModel(input) };
-}
 
-/** Clustered routing: request r of cluster r % 3 prefers a few experts per layer, with noise. */
-function clusteredRouting(L: number, E: number, k: number, seed: number): RoutingSource {
-  return {
-    moeLayers: L,
-    experts: E,
-    topK: k,
-    forRequest: (spec) => {
-      const rng = new Rng(`route-${seed}-${spec.id}`);
-      const c = spec.id % 3;
-      return {
-        route(layer, from, to, out) {
-          let o = 0;
-          for (let t = from; t < to; t++) {
-            const start = o;
-            while (o - start < k) {
-              const e = rng.next() < 0.7 ? (c * 3 + layer + rng.int(2) + (o - start)) % E : rng.int(E);
-              let dup = false;
-              for (let j = start; j < o; j++) if (out[j] === e) dup = true;
-              if (!dup) out[o++] = e;
-            }
-          }
-        },
-      };
-    },
-  };
-}
 
 const worldArb = fc.record({
   base: fc.constantFrom(...BASES),

@@ -1,0 +1,44 @@
+/**
+ * Small MoE-Infinity executor worlds shared by the property tests (moe-infinity.test.ts,
+ * eamc-hint-policy.test.ts): a model profile shrunk to L layers of E experts, top-k, and a
+ * clustered routing source (request r of cluster r % 3 prefers a few experts per layer).
+ */
+import { deriveModel } from '../../hardware-profiles/derive.ts';
+import { loadModel } from '../../hardware-profiles/load.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { Rng } from '../../sim/kernel/rng.ts';
+import type { RoutingSource } from '../../sim/workload.ts';
+
+/** `base` with every layer an MoE layer of `E` experts, top-`k`, `L` layers. */
+export function smallModel(base: string, L: number, E: number, k: number): ModelProfile {
+  const m = loadModel(base);
+  const input = { ...m, layers: L, moeLayers: L, moeLayerIndices: Array.from({ length: L }, (_, i) => i), experts: E, topK: k, details: { ...m.details, decoderLayers: L } };
+  return { ...input, id: `${base}-small-${L}l${E}e${k}k`, derived: deriveModel(input) };
+}
+
+/** Clustered routing: request r of cluster r % 3 prefers a few experts per layer, with noise. */
+export function clusteredRouting(L: number, E: number, k: number, seed: number): RoutingSource {
+  return {
+    moeLayers: L,
+    experts: E,
+    topK: k,
+    forRequest: (spec) => {
+      const rng = new Rng(`route-${seed}-${spec.id}`);
+      const c = spec.id % 3;
+      return {
+        route(layer, from, to, out) {
+          let o = 0;
+          for (let t = from; t < to; t++) {
+            const start = o;
+            while (o - start < k) {
+              const e = rng.next() < 0.7 ? (c * 3 + layer + rng.int(2) + (o - start)) % E : rng.int(E);
+              let dup = false;
+              for (let j = start; j < o; j++) if (out[j] === e) dup = true;
+              if (!dup) out[o++] = e;
+            }
+          }
+        },
+      };
+    },
+  };
+}
