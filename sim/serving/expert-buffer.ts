@@ -48,7 +48,7 @@ export class ExpertBuffer implements BufferView {
    * `layerCount` call when the shape is given, then kept up to date (policies that never ask
    * pay nothing).
    */
-  private byLayer: Set<BufferEntry>[] | null = null;
+  private byLayer: BufferEntry[][] | null = null;
 
   constructor(
     readonly slots: number,
@@ -60,11 +60,11 @@ export class ExpertBuffer implements BufferView {
     private readonly shape?: { readonly experts: number; readonly moeLayers: number },
   ) {}
 
-  private layerIndex(): Set<BufferEntry>[] {
+  private layerIndex(): BufferEntry[][] {
     if (this.byLayer === null) {
       if (!this.shape) throw new InvariantError('per-layer entries need the model shape (ExpertBuffer constructor)', this.clock.now, 'expert buffer');
-      this.byLayer = Array.from({ length: this.shape.moeLayers }, () => new Set<BufferEntry>());
-      for (const e of this.list) this.layerSet(e.key).add(e);
+      this.byLayer = Array.from({ length: this.shape.moeLayers }, () => [] as BufferEntry[]);
+      for (const e of this.list) this.layerSet(e.key).push(e);
     }
     return this.byLayer;
   }
@@ -74,7 +74,7 @@ export class ExpertBuffer implements BufferView {
   }
 
   layerCount(layer: number): number {
-    return this.layerIndex()[layer]?.size ?? 0;
+    return this.layerIndex()[layer]?.length ?? 0;
   }
 
   get occupied(): number {
@@ -132,7 +132,7 @@ export class ExpertBuffer implements BufferView {
     byKey[key] = e;
     this.size++;
     this.list.push(e);
-    if (this.byLayer) this.layerSet(key).add(e);
+    if (this.byLayer) this.layerSet(key).push(e);
     if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
   }
@@ -142,7 +142,8 @@ export class ExpertBuffer implements BufferView {
    * key for a whole expert; for split experts, key + span (top) or key + 2·span (bottom), where
    * span = `segmentKeySpan` (moeLayers × experts).
    */
-  private layerSet(key: ExpertKey): Set<BufferEntry> {
+  /** The entries of `key`'s layer in insertion order (arrays: a layer holds a handful; add and remove as a Set would, in order). */
+  private layerSet(key: ExpertKey): BufferEntry[] {
     const set = this.byLayer![Math.floor(key / this.shape!.experts)];
     if (!set) throw new InvariantError(`expert key ${key} beyond the model's MoE layers`, this.clock.now, 'expert buffer');
     return set;
@@ -171,12 +172,8 @@ export class ExpertBuffer implements BufferView {
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.byKey[key] = undefined;
     this.size--;
-    // Removed in place, keeping insertion order (`splice` would allocate the array of removed items).
-    const list = this.list;
-    const n = list.length - 1;
-    for (let i = list.indexOf(e); i < n; i++) list[i] = list[i + 1]!;
-    list.pop();
-    if (this.byLayer) this.layerSet(key).delete(e);
+    removeInOrder(this.list, e);
+    if (this.byLayer) removeInOrder(this.layerSet(key), e);
     this.vram.free(e.allocation);
     if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
     return e;
@@ -199,6 +196,15 @@ export class ExpertBuffer implements BufferView {
     if (out.length > n) out.length = n;
     return out;
   }
+}
+
+/** Removes `e` from `list` in place, keeping the order (`splice` would allocate the array of removed items). */
+function removeInOrder(list: BufferEntry[], e: BufferEntry): void {
+  const i = list.indexOf(e);
+  if (i < 0) return;
+  const n = list.length - 1;
+  for (let j = i; j < n; j++) list[j] = list[j + 1]!;
+  list.pop();
 }
 
 /** A top segment in the segment cache (split experts, MoEpic). */
