@@ -129,9 +129,7 @@ export class Gpu {
       throw new SimError(`kernel ${spec.label} duration must be a non-negative integer of ns, got ${spec.durationNs}`, this.sched.now, 'gpu');
     }
     const seq = this.seq++;
-    // Nothing waits and the engine (or, with concurrent streams, this stream) is free: it starts
-    // now — what `pump` would choose, without queueing it first.
-    if (this.queued === 0 && (this.concurrentStreams ? !this.runningOn[spec.stream] : this.runningCount === 0)) {
+    if (this.startsNow(spec.stream)) {
       this.start(spec.stream, spec.durationNs, spec.label, spec.category, spec.onDone, spec.parts);
       return;
     }
@@ -142,11 +140,19 @@ export class Gpu {
   }
 
   /**
+   * Nothing waits and the engine (or, with concurrent streams, `stream`) is free: a kernel
+   * submitted now starts now — what `pump` would choose, without queueing it first.
+   */
+  private startsNow(stream: number): boolean {
+    return this.queued === 0 && (this.concurrentStreams ? !this.runningOn[stream] : this.runningCount === 0);
+  }
+
+  /**
    * `submit` of one kernel given by its fields: when it can start at once (the usual case of an
    * executor with one kernel at a time) no spec object is made.
    */
   submitKernel(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void): void {
-    if (this.queued === 0 && stream >= 0 && stream < this.streams && (this.concurrentStreams ? !this.runningOn[stream] : this.runningCount === 0)) {
+    if (stream >= 0 && stream < this.streams && this.startsNow(stream)) {
       if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
         throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
       }

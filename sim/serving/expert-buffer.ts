@@ -137,11 +137,6 @@ export class ExpertBuffer implements BufferView {
     return e;
   }
 
-  /**
-   * Key under which residency and compute of an entry are reported to trace sinks: the expert
-   * key for a whole expert; for split experts, key + span (top) or key + 2·span (bottom), where
-   * span = `segmentKeySpan` (moeLayers × experts).
-   */
   /** The entries of `key`'s layer in insertion order (arrays: a layer holds a handful; add and remove as a Set would, in order). */
   private layerSet(key: ExpertKey): BufferEntry[] {
     const set = this.byLayer![Math.floor(key / this.shape!.experts)];
@@ -150,6 +145,11 @@ export class ExpertBuffer implements BufferView {
   }
 
   segmentKeySpan = 0;
+  /**
+   * Key under which residency and compute of an entry are reported to trace sinks: the expert
+   * key for a whole expert; for split experts, key + span (top) or key + 2·span (bottom), where
+   * span = `segmentKeySpan` (moeLayers × experts).
+   */
   reportKey(e: { key: ExpertKey; part: 'whole' | 'bottom' }): number {
     return e.part === 'whole' ? e.key : e.key + 2 * this.segmentKeySpan;
   }

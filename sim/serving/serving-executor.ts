@@ -736,14 +736,6 @@ export class ServingExecutor {
   private readonly afterExpertKernel = (): void => this.afterExpert(this.iter!.computingKey);
   private readonly afterLmHead = (): void => this.finishIteration();
 
-  /**
-   * Runs the model from `layer` to the next decision: attention (and cross-attention) of each
-   * layer, the FFN of dense layers, up to the router of the next MoE layer (then `routeLayer`)
-   * or the LM head (then `finishIteration`). Nothing between these kernels depends on the
-   * simulated time — each starts when the previous one ends, on the executor's one stream — so
-   * they go to the GPU as one chain: one completion event instead of one per kernel, with each
-   * kernel's busy time and trace span its own (`Gpu.submitChain`).
-   */
   /** Appends a kernel to the chain being built, in a part object reused from chain to chain. */
   private pushPart(durationNs: Ns, label: string, category: string): void {
     const parts = this.chainParts;
@@ -759,6 +751,14 @@ export class ServingExecutor {
     parts.push(p);
   }
 
+  /**
+   * Runs the model from `layer` to the next decision: attention (and cross-attention) of each
+   * layer, the FFN of dense layers, up to the router of the next MoE layer (then `routeLayer`)
+   * or the LM head (then `finishIteration`). Nothing between these kernels depends on the
+   * simulated time — each starts when the previous one ends, on the executor's one stream — so
+   * they go to the GPU as one chain: one completion event instead of one per kernel, with each
+   * kernel's busy time and trace span its own (`Gpu.submitChain`).
+   */
   private startLayer(layer: number): void {
     const it = this.iter!;
     // Reused: the GPU holds a chain's parts until it completes, and the next chain starts after.
@@ -839,9 +839,16 @@ export class ServingExecutor {
     }
     // Reused from layer to layer (`LayerRouting.activated` and the index-order loop's order are
     // valid while the layer runs).
+    // Written by index over the previous layer's list, the length cut once (up to E entries).
     const activated = this.activatedScratch;
-    while (activated.length > 0) activated.pop();
-    for (let e = 0; e < E; e++) if (total[e]! > 0) activated.push(e);
+    let na = 0;
+    for (let e = 0; e < E; e++) {
+      if (total[e]! === 0) continue;
+      if (na < activated.length) activated[na] = e;
+      else activated.push(e);
+      na++;
+    }
+    if (activated.length > na) activated.length = na;
     this.counters.activationRatioSum += activated.length / E;
     this.counters.layerRoutings++;
 
