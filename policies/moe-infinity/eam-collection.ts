@@ -340,12 +340,7 @@ export class EamCollection {
       const packed = this.packedScratch;
       packed.fill(0, 0, half);
       addColumns(packed, cols, half, nzJ, nzV);
-      for (let m = half - 1; m >= 0; m--) {
-        const p = packed[m]!;
-        const hi = Math.floor(p * INV_LANE);
-        if (2 * m + 1 < size) out[2 * m + 1] = hi;
-        out[2 * m] = p - hi * LANE;
-      }
+      unpackPairs(packed, half, size, out);
     } else {
       out.fill(0, 0, size);
       for (let t = 0; t < nzJ.length; t++) addPackedColumn(out, cols, size, nzJ[t]!, nzV[t]!);
@@ -405,12 +400,7 @@ export class EamCollection {
         packed[m] = src[a]! + (a + 1 < size ? src[a + 1]! : 0) * LANE;
       }
       addColumns(packed, cols, half, nzJ, nzV);
-      for (let m = half - 1; m >= 0; m--) {
-        const p = packed[m]!;
-        const hi = Math.floor(p * INV_LANE);
-        if (2 * m + 1 < size) out[2 * m + 1] = hi;
-        out[2 * m] = p - hi * LANE;
-      }
+      unpackPairs(packed, half, size, out);
     } else {
       out.set(src.subarray(0, size));
       for (let t = 0; t < nzJ.length; t++) addPackedColumn(out, cols, size, nzJ[t]!, nzV[t]!);
@@ -910,6 +900,16 @@ export class IncrementalMatcher {
     } else d = this.dots[n]!;
     const q = this.qCur * qn;
     return q > 0 ? d / Math.sqrt(q) : 0;
+  }
+}
+
+/** Unpacks `half` doubles of two lanes (count(2m) + count(2m+1)·2^26) into `out[0 … size)`, from the last pair down. */
+function unpackPairs(packed: Float64Array, half: number, size: number, out: Float64Array): void {
+  for (let m = half - 1; m >= 0; m--) {
+    const p = packed[m]!;
+    const hi = Math.floor(p * INV_LANE);
+    if (2 * m + 1 < size) out[2 * m + 1] = hi;
+    out[2 * m] = p - hi * LANE;
   }
 }
 
