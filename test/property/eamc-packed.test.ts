@@ -16,6 +16,10 @@
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
+import { eamcWasmModule } from '../../policies/moe-infinity/eamc-wasm.ts';
+
+/** The kernel a `wasm` collection gets here (`packed` where build/eamc.wasm is absent). */
+const wasmKernel = eamcWasmModule() ? 'wasm' : 'packed';
 
 /** Exact integer dot product of rows `rows` of `a` and `b` (E experts per row). */
 function dotRows(a: ArrayLike<number>, b: ArrayLike<number>, E: number, rows: readonly number[]): number {
@@ -63,13 +67,14 @@ const caseArb = (maxCount: number) =>
 
 /** Checks the column copy against the stored entries, whatever its lane count. */
 function checkColumns(c: EamCollection): void {
-  const { cols } = c.internals;
+  const { cols, cols16 } = c.internals;
   const cells = c.layers * c.experts;
   for (let n = 0; n < c.size; n++) {
     const entry = c.entry(n);
     for (let j = 0; j < cells; j++) {
       let v: number;
-      if (c.lanes === 1) v = cols[j * c.columnStride + n]!;
+      if (c.kernel === 'wasm') v = cols16[j * c.columnStride + n]!;
+      else if (c.lanes === 1) v = cols[j * c.columnStride + n]!;
       else {
         const p = cols[j * c.columnStride + (n >> 1)]!;
         const hi = Math.floor(p / 2 ** 26);
@@ -134,11 +139,13 @@ function checkMatcher(coll: EamCollection, M: number, cur: Float64Array, order: 
   return m;
 }
 
-describe('EAMC packed storage', () => {
+// Each property on the JS kernels (packed doubles) and on the WASM ones (u16 columns, i32 dot
+// products; the JS kernels where build/eamc.wasm is absent).
+describe.each(['js', 'wasm'] as const)('EAMC packed storage (%s kernels)', (kernel) => {
   it('decodes to the stored counts and picks the brute-force most similar entry for replacement, bit for bit', () => {
     fc.assert(
       fc.property(caseArb(9), ({ L, E, capacity, inserts }) => {
-        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar');
+        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
         const stored: Float64Array[] = [];
         for (const x of inserts) {
           const empty = x.every((v) => v === 0);
@@ -163,11 +170,12 @@ describe('EAMC packed storage', () => {
   it('matcher: packed best matches, scores and similarities equal the brute force bit for bit, rows in any order', () => {
     fc.assert(
       fc.property(caseArb(9), ({ L, E, capacity, M, inserts, cur, order }) => {
-        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar');
+        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
         for (const x of inserts) c.insert(x);
         if (c.size === 0) return;
         const m = checkMatcher(c, M, cur, order, true);
-        expect(m.packedDots).toBe(true);
+        if (c.kernel === 'wasm') expect(m.wasmDots).toBe(true);
+        else expect(m.packedDots).toBe(true);
       }),
       { numRuns: 200 },
     );
@@ -176,7 +184,7 @@ describe('EAMC packed storage', () => {
   it('past the packing limit (huge counts) the dot products unpack and stay exact', () => {
     fc.assert(
       fc.property(caseArb(2 ** 20), ({ L, E, capacity, M, inserts, cur, order }) => {
-        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar');
+        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
         for (const x of inserts) {
           const empty = x.every((v) => v === 0);
           const expected = empty ? -1 : c.size < capacity ? c.size : bruteMostSimilar(c, x).best;
@@ -188,18 +196,43 @@ describe('EAMC packed storage', () => {
       { numRuns: 200 },
     );
     // A case that surely crosses the limit mid-match: row 0 small, row 1 with a 2^20 count.
-    const c = new EamCollection({ layers: 2, experts: 2 }, 4, 'most-similar');
+    const c = new EamCollection({ layers: 2, experts: 2 }, 4, 'most-similar', { kernel });
     c.insert(Float64Array.of(2 ** 20, 1, 2 ** 20, 3));
     c.insert(Float64Array.of(1, 2 ** 20, 5, 2 ** 20));
     c.insert(Float64Array.of(7, 0, 0, 2 ** 20));
     const m = checkMatcher(c, 2, Float64Array.of(3, 1, 2 ** 20, 2), [0, 1], true);
     expect(m.packedDots).toBe(false);
+    expect(m.wasmDots).toBe(false);
+  });
+
+  it('counts up to 65535 (u16 columns): past the i32 limit the dot products go plain and stay exact', () => {
+    fc.assert(
+      fc.property(caseArb(65535), ({ L, E, capacity, M, inserts, cur, order }) => {
+        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
+        for (const x of inserts) {
+          const empty = x.every((v) => v === 0);
+          const expected = empty ? -1 : c.size < capacity ? c.size : bruteMostSimilar(c, x).best;
+          expect(c.insert(x)).toBe(expected);
+        }
+        expect(c.kernel).toBe(kernel === 'js' ? 'packed' : wasmKernel);
+        checkColumns(c);
+        if (c.size > 0) checkMatcher(c, M, cur, order, true);
+      }),
+      { numRuns: 100 },
+    );
+    // Row 0 small, row 1 with counts near 2^16: Q_cur · max‖entry‖² passes 2^61 mid-match.
+    const c = new EamCollection({ layers: 2, experts: 2 }, 4, 'most-similar', { kernel });
+    c.insert(Float64Array.of(65535, 1, 65535, 3));
+    c.insert(Float64Array.of(1, 65535, 5, 65535));
+    c.insert(Float64Array.of(7, 0, 0, 65535));
+    const m = checkMatcher(c, 2, Float64Array.of(3, 1, 65535, 65534), [0, 1], true);
+    expect(m.wasmDots).toBe(false);
   });
 
   it('non-integer counts: the collection goes plain, or the matcher unpacks; results equal the brute force', () => {
     fc.assert(
       fc.property(caseArb(9), fc.integer({ min: 1, max: 21 }).map((k) => k / 4), fc.boolean(), ({ L, E, capacity, M, inserts, cur, order }, scale, inCollection) => {
-        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar');
+        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
         const odd = inserts.length > 1 ? Math.floor(inserts.length / 2) : 0;
         inserts.forEach((x, i) => {
           const v = inCollection && i === odd ? x.map((y) => y * scale) : x;
