@@ -6,7 +6,7 @@
  * does for one run: workload generation, simulation and the serving metrics (exact
  * percentiles over per-request arrays: ~50 B per request, no streaming sketch needed at 1 M).
  *
- * Figures per point: wall and CPU seconds, simulated seconds, events, peak RSS; then the growth
+ * Figures per point (its timed run, after a 5 000-request warm-up in the same process): wall and CPU seconds, simulated seconds, events, peak RSS; then the growth
  * of CPU time per 10× requests (target ≤ 11×) and the largest peak RSS (target < 1 GB; each
  * point runs with a 768 MB V8 old-space cap, see below). The
  * curve is written to `bench-scale.svg` (Vega-Lite, `experiments/outputs/plot.ts`).
@@ -24,6 +24,7 @@ import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
 import { renderPlot } from '../experiments/outputs/plot.ts';
 import { buildServingWorld } from '../experiments/world.ts';
 import { servingMetrics } from '../sim/metrics/serving-metrics.ts';
+import type { ServingOutcome } from '../sim/serving/serving-executor.ts';
 import { QUICKSTART, type BenchRecord } from './serving-bench.ts';
 
 const here = fileURLToPath(import.meta.url);
@@ -46,8 +47,35 @@ function ownPeakRssBytes(): number {
   return process.resourceUsage().maxRSS * 1024;
 }
 
-/** One point, in this process. */
+/** Requests of the warm-up run each point makes before its timed run (see `point`). */
+const WARMUP_REQUESTS = 5000;
+
+/**
+ * One point, in this process: a warm-up run of `WARMUP_REQUESTS` requests (JIT compilation and
+ * its inlining choices, which otherwise differ from one process to the next by ±15 % of the
+ * per-request cost, settle on the same workload before the clock starts), then the timed run.
+ */
 async function point(requests: number): Promise<BenchRecord> {
+  await run(Math.min(requests, WARMUP_REQUESTS));
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  const { o, m } = await run(requests);
+  const wallS = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(c0);
+  return {
+    name: `scale-${requests}`,
+    requests,
+    wallS,
+    cpuS: (cpu.user + cpu.system) / 1e6,
+    simulatedS: o.endNs / 1e9,
+    events: o.events,
+    ttftP50Ms: (m as unknown as { ttftMs: { p50: number } }).ttftMs.p50,
+    peakRssBytes: ownPeakRssBytes(),
+  };
+}
+
+/** The point's whole run: workload generation, simulation and the serving metrics. */
+async function run(requests: number): Promise<{ o: ServingOutcome; m: ReturnType<typeof servingMetrics> }> {
   const loaded = loadConfigFile(QUICKSTART);
   const raw = JSON.parse(JSON.stringify(loaded.config)) as Record<string, unknown>;
   raw.name = 'scale';
@@ -63,23 +91,9 @@ async function point(requests: number): Promise<BenchRecord> {
   delete raw.output;
   const config = validateConfig(raw, loaded.file);
   const [spec] = await expandRuns(config, loaded.baseDir, loaded.file);
-  const c0 = process.cpuUsage();
-  const t0 = performance.now();
   const ex = await buildServingWorld(spec!, { baseDir: loaded.baseDir });
   const o = ex.run();
-  const m = servingMetrics(o);
-  const wallS = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(c0);
-  return {
-    name: `scale-${requests}`,
-    requests,
-    wallS,
-    cpuS: (cpu.user + cpu.system) / 1e6,
-    simulatedS: o.endNs / 1e9,
-    events: o.events,
-    ttftP50Ms: (m as unknown as { ttftMs: { p50: number } }).ttftMs.p50,
-    peakRssBytes: ownPeakRssBytes(),
-  };
+  return { o, m: servingMetrics(o) };
 }
 
 export async function scaleBenchmarks(): Promise<BenchRecord[]> {
