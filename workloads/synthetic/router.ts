@@ -140,7 +140,8 @@ export class SyntheticRequestRouter implements RequestRouter {
 
   /** Drops tokens below `keepFrom` if that frees enough room, else doubles the buffer. */
   private makeRoom(keepFrom: number): void {
-    const drop = Math.min(keepFrom, this.genUpTo) - this.bufStart;
+    // The last token generated stays: the next one may continue it (read in place, see genToken).
+    const drop = Math.min(keepFrom, this.genUpTo - 1) - this.bufStart;
     const capTokens = this.buf.length / this.stride;
     const held = this.genUpTo - this.bufStart;
     if (drop > 0 && held - drop <= (capTokens * 3) / 4) {
@@ -161,34 +162,44 @@ export class SyntheticRequestRouter implements RequestRouter {
     this.histCount = 0;
   }
 
-  /** Generates the next token into dst[pos … pos + L·k) and pushes it onto the history ring. */
+  /**
+   * Generates the next token into dst[pos … pos + L·k) and pushes it onto the history ring.
+   * Without temporal memory (μ = 0, a ring of one token) the ring is not written: the previous
+   * token is read where it was generated, dst[pos − L·k …) (the buffer always keeps the last
+   * token generated, and `generateAll` writes tokens contiguously).
+   */
   private genToken(dst: Int32Array, pos: number, t: number): void {
-    const { L, E, k, rng, hist, stride, H } = this;
+    const { L, E, k, rng, stride, H } = this;
+    const ring = H > 1;
     const m = this.model;
     const next = (this.histHead + 1) % H;
     if (t < m.startTokens) {
       const p = t * stride;
-      const h = next * stride;
-      for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i] = m.startPaths[p + i]!;
-      this.pushed(next);
+      for (let i = 0; i < stride; i++) dst[pos + i] = m.startPaths[p + i]!;
+      this.pushed(dst, pos, next);
       return;
     }
     const tau = t < this.promptTokens ? m.tauPrefill : m.tau;
     const cont = t > 0 && this.histCount > 0 && tau > 0 && rng.next() < tau;
     if (!cont && m.psi > 0 && rng.next() < m.psi) {
       const p = m.sharedAlias.sample(0, rng.next()) * stride;
-      const h = next * stride;
-      for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i] = m.sharedPaths[p + i]!;
-      this.pushed(next);
+      for (let i = 0; i < stride; i++) dst[pos + i] = m.sharedPaths[p + i]!;
+      this.pushed(dst, pos, next);
       return;
     }
     // The token continues an earlier one: the previous token, or (temporal memory μ > 0) the
     // j-th previous with P(j) = (1 − μ) μ^(j−1), j ≤ the tokens remembered.
+    // The token continued from: in the ring (μ > 0), or the previous token in dst.
+    const hist = ring ? this.hist : dst;
     let src = 0;
     if (cont) {
-      let lag = 1;
-      if (m.mu > 0) lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(m.mu)));
-      src = ((this.histHead - (lag - 1) + H) % H) * stride;
+      if (ring) {
+        let lag = 1;
+        if (m.mu > 0) lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(m.mu)));
+        src = ((this.histHead - (lag - 1) + H) % H) * stride;
+      } else {
+        src = pos - stride;
+      }
     }
     const { gamma, successor, rho } = m;
     const prob = this.table.prob;
@@ -228,12 +239,16 @@ export class SyntheticRequestRouter implements RequestRouter {
         dst[base + j] = e;
       }
     }
-    const h = next * stride;
-    for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i]!;
-    this.pushed(next);
+    this.pushed(dst, pos, next);
   }
 
-  private pushed(head: number): void {
+  /** Records the token just written at dst[pos …) as the newest (copied into the ring when μ > 0). */
+  private pushed(dst: Int32Array, pos: number, head: number): void {
+    if (this.H > 1) {
+      const { hist, stride } = this;
+      const h = head * stride;
+      for (let i = 0; i < stride; i++) hist[h + i] = dst[pos + i]!;
+    }
     this.histHead = head;
     if (this.histCount < this.H) this.histCount++;
   }
