@@ -31,27 +31,36 @@
  *
  * WASM kernels (issue #12; `assembly/eamc.ts`, AssemblyScript built to `build/eamc.wasm` by
  * `npm ci`, loaded by `eamc-wasm.ts`): where the module is built, a collection keeps its
- * column-major copy not as packed doubles but as u16 counts in a WebAssembly memory of its own
- * (column j: every entry's count, padded to a multiple of 8 entries with zeros; 2·L·E bytes per
- * entry, a quarter of the packed doubles, 90 MB per phase on Arctic with 10 000 entries), with
- * the prefix norms and their Float32 1/sqrt beside it, and each matcher keeps D_n as i32 in a
- * block of that memory. The row update D += Σ c · column (eight columns per pass) and the
- * top-M scan (the last ≤ 4 columns added in the same pass; the pre-filter in f32x4 on eight
- * entries at a time, f32(D_n) · r_n > f32(floor · (1 − 1e-6)), relative error < 2e-7, so still
- * conservative; the kept entries chosen by the same exact f64 score D_n / sqrt(Q_n), in index
+ * column-major copy not as packed doubles but as u8 counts in a WebAssembly memory of its own
+ * (column j: every entry's count, padded to a multiple of 16 entries with zeros; L·E bytes per
+ * entry, an eighth of the packed doubles: 45 MB per phase on Arctic with 10 000 entries). A
+ * count above 254 is stored as 255 and its excess (count − 255) kept aside per column (`wOver`,
+ * a map entry → excess; a prefill EAM of a long prompt has a few), added after each kernel
+ * pass: exact. The prefix norms and their Float32 1/sqrt live beside the columns (`prefixNorm2`
+ * and `prefixInvSqrt` are views), and each matcher keeps D_n as i32 in a block of that memory.
+ * The row update D += Σ c · column (eight columns per pass), the top-M scan (the last ≤ 4
+ * columns added in the same pass; the pre-filter in f32x4 on 16 entries at a time,
+ * f32(D_n) · r_n > f32(floor · (1 − 1e-6)), relative error < 2e-7, so still conservative; only
+ * the entries that pass are looked at, by the same exact f64 score D_n / sqrt(Q_n), in index
  * order, ties to the lower index) and replacement's dot products (the same kernel into a
- * scratch D) run in i32x4 SIMD: u16 × u16 products (`extmul`) summed in i32. Exact: the counts
- * are integers, every term non-negative and every D_n ≤ sqrt(‖x‖² · max‖entry‖²) ≤ 2^30.5 when
- * ‖x‖² · max‖entry‖² ≤ 2^61 (`WASM_LIMIT`, checked before every kernel call, as `PACK_LIMIT` is
- * for the packed doubles), so every D_n is the same integer as the JS kernels' and every
- * decision the same, bit for bit (property-tested against them). Where the guard fails, or a
- * row count is not an integer in [0, 65535], the matcher moves D to plain doubles for the rest
- * of the match (one u16 column at a time, as the packed path does); a stored count that is not
- * an integer in [0, 65535] makes the collection leave WASM for good (the packed doubles are
- * rebuilt from `rows`, then the rules above apply). Where `build/eamc.wasm` is absent (a copy of
- * the checkout without its build) the JS kernels run: the same results, slower. Measured in
- * the bench's run (Arctic, 10 000 entries per phase, CPU time on the same machine): a decode row
- * ~60 → ~27 µs, a prefill row ~450 → ~205 µs, an insertion ~6 → ~3 ms.
+ * scratch D) run in 128-bit SIMD: two columns' bytes interleaved and zero-extended to i16, one
+ * `i32x4.dot_i16x8_s` (pmaddwd) per eight products, coefficients ≤ 32767 (larger ones: a
+ * u8 × u16 `extmul` kernel). Exact: the counts are integers, every term non-negative and every
+ * D_n ≤ sqrt(‖x‖² · max‖entry‖²) ≤ 2^30.5 when ‖x‖² · max‖entry‖² ≤ 2^61 (`WASM_LIMIT`,
+ * checked before every kernel call, as `PACK_LIMIT` is for the packed doubles), so every D_n is
+ * the same integer as the JS kernels' and every decision the same, bit for bit
+ * (property-tested against them, `test/property/eamc-wasm.test.ts`). Where the guard fails,
+ * or a row count is not an integer in [0, 65535], the matcher moves D to plain doubles for the
+ * rest of the match (one column at a time, one multiply-add per entry, as the packed path
+ * does); a stored count that is not an integer in [0, 65535] makes the collection leave WASM
+ * for good (the packed doubles are rebuilt from `rows`, then the rules above apply). Where
+ * `build/eamc.wasm` is absent (a copy of the checkout without its build) or
+ * MOESIM_EAMC_KERNEL=js, the JS kernels run: the same results, slower. Measured in the bench's
+ * run (Arctic, 10 000 entries per phase; shared 2-core machine, ±30 %): a decode row (≤ 8
+ * cells) ~60 → ~20 µs, a prefill row ~450 → ~120 µs, an insertion ~6 → ~1.6 ms; u16 columns
+ * with u16 × u16 `extmul` measured no faster than u8 (the passes are not bound by memory
+ * traffic once in SIMD: a decode row's scan, ~12 µs of it for 10 000 entries, is ~60 SIMD
+ * instructions per 16 entries: load, update and store D, f32 pre-filter).
  *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:
@@ -138,6 +147,8 @@ function fitsWasm(v: number): boolean {
 }
 
 const align16 = (b: number): number => (b + 15) & ~15;
+/** Coefficients the paired kernels take (signed i16 multiply-adds); larger ones use the unpaired kernel. */
+const MAX_PAIR = 32767;
 
 /** Whether `v` is a count that packs (an integer in [0, MAX_PACKED]). */
 function packable(v: number): boolean {
@@ -194,8 +205,8 @@ export class EamCollection {
   hintStaleLimit = 1 / 8;
 
   // WASM storage (see the file header), while `wasm`: a memory of this collection's own with
-  // the u16 columns at `wColsOff` (column j at wColsOff + 2·j·wCs, wCs = alloc rounded up to 8,
-  // zero past `size`), prefixNorm2 (f64) at `wQOff` and prefixInvSqrt (f32) at `wROff` (the
+  // the u8 columns at `wColsOff` (column j at wColsOff + j·wCs, wCs = alloc rounded up to 16,
+  // zero past `size`; a count c > 254 stored as 255, its excess c − 255 in `wOver[j]`), prefixNorm2 (f64) at `wQOff` and prefixInvSqrt (f32) at `wROff` (the
   // fields `prefixNorm2` / `prefixInvSqrt` are views of them), an i32 scratch of wCs entries at
   // `wSOff` (replacement), then the matchers' blocks (D as i32, and Q_n / 1/sqrt(Q_n) for rows
   // out of order). Views are refreshed whenever the memory grows; `wGen` changes whenever the
@@ -205,7 +216,9 @@ export class EamCollection {
   private memory: WasmMemory | null = null;
   /** The kernels over `memory` (internal: for the matcher). */
   wk: EamcKernels | null = null;
-  wu16 = new Uint16Array(0);
+  wu8 = new Uint8Array(0);
+  /** Per column, the entries whose count there is above 254, and the excess (count − 255). */
+  wOver: (Map<number, number> | undefined)[] = [];
   wi32 = new Int32Array(0);
   wf64 = new Float64Array(0);
   wf32 = new Float32Array(0);
@@ -252,7 +265,7 @@ export class EamCollection {
   /** Refreshes the views over the WASM memory (after it grew or was replaced). */
   private refreshViews(): void {
     const buf = this.memory!.buffer;
-    this.wu16 = new Uint16Array(buf);
+    this.wu8 = new Uint8Array(buf);
     this.wi32 = new Int32Array(buf);
     this.wf64 = new Float64Array(buf);
     this.wf32 = new Float32Array(buf);
@@ -268,26 +281,26 @@ export class EamCollection {
    */
   private layoutWasm(alloc: number): void {
     const { cells, layers, size } = this;
-    const cs = (alloc + 7) & ~7;
+    const cs = (alloc + 15) & ~15;
     const colsOff = WASM_RESERVED;
-    const qOff = colsOff + align16(cells * cs * 2);
+    const qOff = colsOff + align16(cells * cs);
     const rOff = qOff + align16(layers * alloc * 8);
-    const sOff = rOff + align16((layers * alloc + 16) * 4);
-    const blocksOff = sOff + align16(cs * 4 + 32);
-    const blockBytes = align16(cs * 4) + align16(alloc * 8) + align16((alloc + 16) * 4);
+    const sOff = rOff + align16((layers * alloc + 32) * 4);
+    const blocksOff = sOff + align16(cs * 4 + 64);
+    const blockBytes = align16(cs * 4) + align16(alloc * 8) + align16((alloc + 32) * 4);
     const memory = newWasmMemory(Math.ceil((blocksOff + 2 * blockBytes) / 65536));
-    const u16 = new Uint16Array(memory.buffer);
+    const u8 = new Uint8Array(memory.buffer);
     const f64 = new Float64Array(memory.buffer);
     const f32 = new Float32Array(memory.buffer);
     if (this.memory && size > 0) {
-      const oc = this.wColsOff >> 1;
-      const nc = colsOff >> 1;
-      for (let j = 0; j < cells; j++) u16.set(this.wu16.subarray(oc + j * this.wCs, oc + j * this.wCs + size), nc + j * cs);
+      const oc = this.wColsOff;
+      for (let j = 0; j < cells; j++) u8.set(this.wu8.subarray(oc + j * this.wCs, oc + j * this.wCs + size), colsOff + j * cs);
       for (let l = 0; l < layers; l++) {
         f64.set(this.prefixNorm2.subarray(l * this.alloc, l * this.alloc + size), (qOff >> 3) + l * alloc);
         f32.set(this.prefixInvSqrt.subarray(l * this.alloc, l * this.alloc + size), (rOff >> 2) + l * alloc);
       }
     }
+    if (this.wOver.length !== cells) this.wOver = new Array<Map<number, number> | undefined>(cells);
     this.memory = memory;
     this.wk = instantiateEamcKernels(this.wasmModule!, memory);
     this.wCs = cs;
@@ -355,7 +368,8 @@ export class EamCollection {
     this.wasm = false;
     this.memory = null;
     this.wk = null;
-    this.wu16 = new Uint16Array(0);
+    this.wu8 = new Uint8Array(0);
+    this.wOver = [];
     this.wi32 = new Int32Array(0);
     this.wf64 = new Float64Array(0);
     this.wf32 = new Float32Array(0);
@@ -365,18 +379,21 @@ export class EamCollection {
 
   /**
    * Adds Σ_t vals[t] · column `cellBase + cellsList[t]` (u16, WASM), t ∈ [from, to), to the i32 array at byte offset `d`
-   * (entries 0 … 8·blocks−1), eight columns per pass. The caller guarantees no overflow.
+   * (entries 0 … 16·blocks−1), eight columns per pass: the stored bytes only (a count above 254
+   * counts 255; see `addOverflow`). The caller guarantees no overflow.
    */
   addColumnsWasm(d: number, blocks: number, cellsList: ArrayLike<number>, vals: ArrayLike<number>, from: number, to: number, cellBase = 0): void {
     const k = this.wk!;
-    const base = this.wColsOff + cellBase * this.wCs * 2;
-    const stride = this.wCs * 2;
+    const base = this.wColsOff + cellBase * this.wCs;
+    const stride = this.wCs;
     for (let t = from; t < to; t += 8) {
       const w = Math.min(8, to - t);
       const o0 = base + cellsList[t]! * stride;
+      let small = true;
+      for (let u = t; u < t + w; u++) if (vals[u]! > MAX_PAIR) small = false;
       // Missing columns have coefficient 0 and read column o0 (+ 0 is exact).
       // prettier-ignore
-      k.addColumns(d, blocks, w, o0,
+      (small ? k.addPairs : k.addColumns)(d, blocks, w, o0,
         w > 1 ? base + cellsList[t + 1]! * stride : o0, w > 2 ? base + cellsList[t + 2]! * stride : o0, w > 3 ? base + cellsList[t + 3]! * stride : o0,
         w > 4 ? base + cellsList[t + 4]! * stride : o0, w > 5 ? base + cellsList[t + 5]! * stride : o0, w > 6 ? base + cellsList[t + 6]! * stride : o0,
         w > 7 ? base + cellsList[t + 7]! * stride : o0,
@@ -503,9 +520,10 @@ export class EamCollection {
     const { experts, layers, alloc, cols } = this;
     const base = n * this.cells;
     const wasm = this.wasm;
-    const u16 = this.wu16;
+    const u8 = this.wu8;
     const cs = this.wCs;
-    const cb = this.wColsOff >> 1;
+    const cb = this.wColsOff;
+    const over = this.wOver;
     const packed = this.lanesValue === 2;
     const slot = packed ? n >> 1 : n;
     const high = (n & 1) === 1;
@@ -524,7 +542,11 @@ export class EamCollection {
         // (mostly zero to zero) skips its strided write.
         if (old !== Math.fround(v)) {
           const at = j * slots + slot;
-          if (wasm) u16[cb + j * cs + n] = v;
+          if (wasm) {
+            u8[cb + j * cs + n] = v > 255 ? 255 : v;
+            if (old > 254) over[j]!.delete(n);
+            if (v > 254) (over[j] ??= new Map()).set(n, v - 255);
+          }
           else if (!packed) cols[at] = Math.fround(v);
           else {
             // Replace this entry's lane, keep the other's.
@@ -591,6 +613,37 @@ export class EamCollection {
   }
 
   /**
+   * Adds the excess of the counts above 254 (stored as 255) of column `j`, times `c`, to the
+   * i32 array at byte offset `d` (entries below `n`): after `addColumnsWasm`, exact.
+   */
+  addOverflow(d: number, n: number, j: number, c: number): void {
+    const over = this.wOver[j];
+    if (!over) return;
+    const i32 = this.wi32;
+    const d4 = d >> 2;
+    for (const [e, x] of over) if (e < n) i32[d4 + e]! += c * x;
+  }
+
+  /**
+   * Plain D_i += c · count of entry i in column `j` of the WASM copy, for i < n: one
+   * multiply-add per entry, as the packed JS path (`addPackedColumn`) does.
+   */
+  addColumnPlain(out: Float64Array, n: number, j: number, c: number): void {
+    const u8 = this.wu8;
+    const off = this.wColsOff + j * this.wCs;
+    for (let i = 0; i < n; i++) {
+      const v = u8[off + i]!;
+      out[i]! += c * (v === 255 ? this.wasmCount(j, i) : v);
+    }
+  }
+
+  /** The count of entry `n` in column `j` of the WASM copy (u8 plus excess). */
+  wasmCount(j: number, n: number): number {
+    const v = this.wu8[this.wColsOff + j * this.wCs + n]!;
+    return v === 255 ? 255 + (this.wOver[j]?.get(n) ?? 0) : v;
+  }
+
+  /**
    * WASM: out[n] = D_n (n < size) = (src[n], or 0 without `src`) + Σ_t vals[t] · column
    * cellsList[t]: with the i32 kernels when `exact` (the caller's overflow guard: every count an
    * integer ≤ 65535, ‖x‖² · max‖entry‖² ≤ WASM_LIMIT, src[n] ≤ D_n), else one column at a time in
@@ -602,17 +655,17 @@ export class EamCollection {
     if (exact) {
       const s4 = this.wSOff >> 2;
       const i32 = this.wi32;
-      const blocks = (size + 7) >> 3;
-      i32.fill(0, s4, s4 + 8 * blocks);
+      const blocks = (size + 15) >> 4;
+      i32.fill(0, s4, s4 + 16 * blocks);
       if (src) for (let n = 0; n < size; n++) i32[s4 + n] = src[n]!;
       this.addColumnsWasm(this.wSOff, blocks, cellsList, vals, 0, cellsList.length);
+      for (let t = 0; t < cellsList.length; t++) this.addOverflow(this.wSOff, size, cellsList[t]!, vals[t]!);
       const r = this.wi32;
       for (let n = 0; n < size; n++) out[n] = r[s4 + n]!;
     } else {
       if (src) out.set(src.subarray(0, size));
       else out.fill(0, 0, size);
-      const cb = this.wColsOff >> 1;
-      for (let t = 0; t < cellsList.length; t++) addU16Column(out, this.wu16, size, cb + cellsList[t]! * this.wCs, vals[t]!);
+      for (let t = 0; t < cellsList.length; t++) this.addColumnPlain(out, size, cellsList[t]!, vals[t]!);
     }
   }
 
@@ -737,8 +790,8 @@ export class EamCollection {
   get internals(): {
     /** The JS column-major copy (empty while `kernel` is `wasm`). */
     readonly cols: Float64Array;
-    /** The WASM u16 columns (column j at j · columnStride; empty unless `kernel` is `wasm`). */
-    readonly cols16: Uint16Array;
+    /** The WASM u8 columns (column j at j · columnStride, counts above 254 as 255; empty unless `kernel` is `wasm`). */
+    readonly cols8: Uint8Array;
     readonly rows: Float32Array;
     readonly rowNorm2: Float64Array;
     readonly prefixNorm2: Float64Array;
@@ -748,7 +801,7 @@ export class EamCollection {
   } {
     return {
       cols: this.wasm ? new Float64Array(0) : this.cols,
-      cols16: this.wasm ? this.wu16.subarray(this.wColsOff >> 1, (this.wColsOff >> 1) + this.cells * this.wCs) : new Uint16Array(0),
+      cols8: this.wasm ? this.wu8.subarray(this.wColsOff, this.wColsOff + this.cells * this.wCs) : new Uint8Array(0),
       rows: this.rows,
       rowNorm2: this.rowNorm2,
       prefixNorm2: this.prefixNorm2,
@@ -981,7 +1034,7 @@ export class IncrementalMatcher {
         this.blockGen = coll.wGen;
       }
       const d = this.block >> 2;
-      coll.wi32.fill(0, d, d + ((this.n + 7) & ~7));
+      coll.wi32.fill(0, d, d + ((this.n + 15) & ~15));
     } else {
       this.releaseBlock();
       this.dots.fill(0, 0, this.n);
@@ -1116,14 +1169,19 @@ export class IncrementalMatcher {
       // those inside the scan (one pass for a decode token of up to four cells); see `scan`.
       const d = this.block;
       let done = 0;
-      while (nnz - done > 4) {
-        const w = Math.min(8, nnz - done - 4);
-        coll.addColumnsWasm(d, (n + 7) >> 3, nzE, nzC, done, done + w, cb);
+      // The scan's paired kernel takes coefficients ≤ 32767: a larger one sends every column through `addColumnsWasm`.
+      let fuse = 4;
+      for (let t = 0; t < nnz; t++) if (nzC[t]! > MAX_PAIR) fuse = 0;
+      while (nnz - done > fuse) {
+        const w = Math.min(8, nnz - done - fuse);
+        coll.addColumnsWasm(d, (n + 15) >> 4, nzE, nzC, done, done + w, cb);
         done += w;
       }
+      // The excess of counts above 254 of every column of the row (the scan's too: D is then exact when it looks).
+      for (let t = 0; t < nnz; t++) coll.addOverflow(d, n, cb + nzE[t]!, nzC[t]!);
       const left = nnz - done;
       const base = coll.wColsOff;
-      const cstride = coll.wCs * 2;
+      const cstride = coll.wCs;
       const o0 = left > 0 ? base + (cb + nzE[done]!) * cstride : base;
       const o1 = left > 1 ? base + (cb + nzE[done + 1]!) * cstride : o0;
       const o2 = left > 2 ? base + (cb + nzE[done + 2]!) * cstride : o0;
@@ -1150,9 +1208,7 @@ export class IncrementalMatcher {
     } else if (coll.kernel === 'wasm') {
       // WASM columns, plain D (counts past 65535 or not integers, or sums past the i32 limit):
       // one column at a time, then the scan.
-      const u16 = coll.wu16;
-      const c0 = coll.wColsOff >> 1;
-      for (let t = 0; t < nnz; t++) addU16Column(dots, u16, n, c0 + (cb + nzE[t]!) * colStride, nzC[t]!);
+      for (let t = 0; t < nnz; t++) coll.addColumnPlain(dots, n, cb + nzE[t]!, nzC[t]!);
       count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, 0, 0, 0, 0);
     } else if (coll.lanes === 2 && !this.packed) {
       // Packed columns, plain D (counts not integers, or sums past the packing limit): each
@@ -1303,11 +1359,6 @@ function addColumns(out: Float64Array, cols: Float64Array, n: number, offs: read
     const off = offs[t]!;
     for (let i = 0; i < n; i++) out[i]! += v * cols[off + i]!;
   }
-}
-
-/** Plain D_i += c · count of entry i, for i < n, from a u16 (WASM) column at `off`. */
-function addU16Column(out: Float64Array, cols: Uint16Array, n: number, off: number, c: number): void {
-  for (let i = 0; i < n; i++) out[i]! += c * cols[off + i]!;
 }
 
 /** Plain D_i += c · count of entry i, for i < n, from a packed column at `off` (lanes unpacked on the fly). */

@@ -25,7 +25,7 @@ declare const WebAssembly: {
 };
 
 export interface EamcKernels {
-  /** D[i] += Σ_{t<k} c_t · column_t[i], i < 8·blocks (byte offsets; u16 columns, i32 D; k ≤ 8). */
+  /** D[i] += Σ_{t<k} c_t · column_t[i], i < 16·blocks (byte offsets; u8 columns, i32 D; k ≤ 8, c_t ≤ 65535). */
   addColumns(
     d: number,
     blocks: number,
@@ -47,7 +47,29 @@ export interface EamcKernels {
     c6: number,
     c7: number,
   ): void;
-  /** D += Σ_{t<k} c_t · column_t (k ≤ 4), then the best M entries into the result region; returns how many. */
+  /** `addColumns` with every coefficient ≤ 32767 (two columns per multiply-add). */
+  addPairs(
+    d: number,
+    blocks: number,
+    k: number,
+    o0: number,
+    o1: number,
+    o2: number,
+    o3: number,
+    o4: number,
+    o5: number,
+    o6: number,
+    o7: number,
+    c0: number,
+    c1: number,
+    c2: number,
+    c3: number,
+    c4: number,
+    c5: number,
+    c6: number,
+    c7: number,
+  ): void;
+  /** D += Σ_{t<k} c_t · column_t (k ≤ 4, every c_t ≤ 32767), then the best M entries into the result region; returns how many. */
   scan(d: number, n: number, M: number, q: number, r: number, k: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): number;
 }
 
