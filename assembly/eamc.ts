@@ -196,7 +196,7 @@ export function addColumns(
 }
 
 /**
- * After D += Σ_{t<k} c_t · column_t (k ≤ 4, every c_t ≤ 32767; as `addPairs`), the best M (≤ 1024) of entries
+ * After D += Σ_{t<k} c_t · column_t (k ≤ 8, every c_t ≤ 32767; as `addPairs`), the best M (≤ 1024) of entries
  * 0 … n−1 by D_n / sqrt(Q_n) (D_n > 0; Q_n the f64 at `q + 8n`) into the result region, best
  * first, ties to the lower index; returns how many. Entries are visited in index order: until
  * M are kept every positive one is taken; after that an entry is kept only if its exact score
@@ -208,11 +208,13 @@ export function addColumns(
  */
 export function scan(
   d: usize, n: i32, M: i32, q: usize, r: usize, k: i32,
-  o0: usize, o1: usize, o2: usize, o3: usize,
-  c0: i32, c1: i32, c2: i32, c3: i32,
+  o0: usize, o1: usize, o2: usize, o3: usize, o4: usize, o5: usize, o6: usize, o7: usize,
+  c0: i32, c1: i32, c2: i32, c3: i32, c4: i32, c5: i32, c6: i32, c7: i32,
 ): i32 {
   const w0 = i32x4.splat(c0 | (c1 << 16));
   const w1 = i32x4.splat(c2 | (c3 << 16));
+  const w2 = i32x4.splat(c4 | (c5 << 16));
+  const w3 = i32x4.splat(c6 | (c7 << 16));
   const blocks = (n + 15) >> 4;
   let count = 0;
   let floor: f64 = 0;
@@ -242,6 +244,26 @@ export function scan(
         a1 = i32x4.add(a1, i32x4.dot_i16x8_s(zhi(t0), w1));
         a2 = i32x4.add(a2, i32x4.dot_i16x8_s(zlo(t1), w1));
         a3 = i32x4.add(a3, i32x4.dot_i16x8_s(zhi(t1), w1));
+        if (k > 4) {
+          v0 = v128.load(o4 + off);
+          v1 = v128.load(o5 + off);
+          t0 = ilo(v0, v1);
+          t1 = ihi(v0, v1);
+          a0 = i32x4.add(a0, i32x4.dot_i16x8_s(zlo(t0), w2));
+          a1 = i32x4.add(a1, i32x4.dot_i16x8_s(zhi(t0), w2));
+          a2 = i32x4.add(a2, i32x4.dot_i16x8_s(zlo(t1), w2));
+          a3 = i32x4.add(a3, i32x4.dot_i16x8_s(zhi(t1), w2));
+          if (k > 6) {
+            v0 = v128.load(o6 + off);
+            v1 = v128.load(o7 + off);
+            t0 = ilo(v0, v1);
+            t1 = ihi(v0, v1);
+            a0 = i32x4.add(a0, i32x4.dot_i16x8_s(zlo(t0), w3));
+            a1 = i32x4.add(a1, i32x4.dot_i16x8_s(zhi(t0), w3));
+            a2 = i32x4.add(a2, i32x4.dot_i16x8_s(zlo(t1), w3));
+            a3 = i32x4.add(a3, i32x4.dot_i16x8_s(zhi(t1), w3));
+          }
+        }
       }
       v128.store(dp, a0);
       v128.store(dp, a1, 16);

@@ -12,7 +12,9 @@
  *    `runCpuS`: the process CPU time of the run (the wall time is noisy on a shared machine).
  *    Target (issue #12): matching + insertion (`eamcShareOfWall`) < 10 % of the run's wall
  *    time, at `simulatedSPerWallS` simulated s per wall s. `eamc-match-arctic-1k`: the same with
- *    MoE-Infinity's default capacity (1 000).
+ *    MoE-Infinity's default capacity (1 000). `eamcKernel`: the collections' kernels (`wasm`:
+ *    the WebAssembly SIMD ones of `build/eamc.wasm`; `packed`: the JS ones, where the build is
+ *    absent or MOESIM_EAMC_KERNEL=js, for a comparison on the same machine).
  * 2. `e2e-mixtral-moe-infinity`: Mixtral-8x7B on the A5000 testbed, continuous batching (16),
  *    64 requests arriving at 4/s, far above capacity (the queue grows for the whole run):
  *    simulated seconds per wall second (target ≥ 1 000) and events per second, best of three
@@ -227,6 +229,7 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
   for (const r of restore) r();
   return {
     name,
+    eamcKernel: p.collections.decode.kernel,
     entriesPerPhase: p.collections.decode.size,
     nsPerUpdate: Math.round(decodeNs),
     nsPerPrefillUpdate: Math.round(prefillNs),

@@ -38,8 +38,8 @@
  * a map entry → excess; a prefill EAM of a long prompt has a few), added after each kernel
  * pass: exact. The prefix norms and their Float32 1/sqrt live beside the columns (`prefixNorm2`
  * and `prefixInvSqrt` are views), and each matcher keeps D_n as i32 in a block of that memory.
- * The row update D += Σ c · column (eight columns per pass), the top-M scan (the last ≤ 4
- * columns added in the same pass; the pre-filter in f32x4 on 16 entries at a time,
+ * The row update D += Σ c · column (eight columns per pass), the top-M scan (the last ≤ 8
+ * columns added in the same pass: a decode row of a batch is one pass; the pre-filter in f32x4 on 16 entries at a time,
  * f32(D_n) · r_n > f32(floor · (1 − 1e-6)), relative error < 2e-7, so still conservative; only
  * the entries that pass are looked at, by the same exact f64 score D_n / sqrt(Q_n), in index
  * order, ties to the lower index) and replacement's dot products (the same kernel into a
@@ -217,6 +217,8 @@ export class EamCollection {
   /** The kernels over `memory` (internal: for the matcher). */
   wk: EamcKernels | null = null;
   wu8 = new Uint8Array(0);
+  /** The columns' part of `wu8` (empty unless `wasm`). */
+  private wCols8 = new Uint8Array(0);
   /** Per column, the entries whose count there is above 254, and the excess (count − 255). */
   wOver: (Map<number, number> | undefined)[] = [];
   wi32 = new Int32Array(0);
@@ -271,6 +273,7 @@ export class EamCollection {
     this.wf32 = new Float32Array(buf);
     const q = this.wQOff >> 3;
     const r = this.wROff >> 2;
+    this.wCols8 = this.wu8.subarray(this.wColsOff, this.wColsOff + this.cells * this.wCs);
     this.prefixNorm2 = this.wf64.subarray(q, q + this.layers * this.alloc);
     this.prefixInvSqrt = this.wf32.subarray(r, r + this.layers * this.alloc + 1);
   }
@@ -369,6 +372,7 @@ export class EamCollection {
     this.memory = null;
     this.wk = null;
     this.wu8 = new Uint8Array(0);
+    this.wCols8 = new Uint8Array(0);
     this.wOver = [];
     this.wi32 = new Int32Array(0);
     this.wf64 = new Float64Array(0);
@@ -800,8 +804,8 @@ export class EamCollection {
     readonly rowMax: Float64Array;
   } {
     return {
-      cols: this.wasm ? new Float64Array(0) : this.cols,
-      cols8: this.wasm ? this.wu8.subarray(this.wColsOff, this.wColsOff + this.cells * this.wCs) : new Uint8Array(0),
+      cols: this.cols,
+      cols8: this.wCols8,
       rows: this.rows,
       rowNorm2: this.rowNorm2,
       prefixNorm2: this.prefixNorm2,
@@ -1165,12 +1169,12 @@ export class IncrementalMatcher {
     const nzE = this.nzE;
     let count: number;
     if (this.wasm) {
-      // D (i32) += the row's columns, eight per pass over D until at most four are left, then
-      // those inside the scan (one pass for a decode token of up to four cells); see `scan`.
+      // D (i32) += the row's columns, eight per pass over D until at most eight are left, then
+      // those inside the scan (one pass for the decode tokens of a batch of up to eight cells); see `scan`.
       const d = this.block;
       let done = 0;
       // The scan's paired kernel takes coefficients ≤ 32767: a larger one sends every column through `addColumnsWasm`.
-      let fuse = 4;
+      let fuse = 8;
       for (let t = 0; t < nnz; t++) if (nzC[t]! > MAX_PAIR) fuse = 0;
       while (nnz - done > fuse) {
         const w = Math.min(8, nnz - done - fuse);
@@ -1186,6 +1190,10 @@ export class IncrementalMatcher {
       const o1 = left > 1 ? base + (cb + nzE[done + 1]!) * cstride : o0;
       const o2 = left > 2 ? base + (cb + nzE[done + 2]!) * cstride : o0;
       const o3 = left > 3 ? base + (cb + nzE[done + 3]!) * cstride : o0;
+      const o4 = left > 4 ? base + (cb + nzE[done + 4]!) * cstride : o0;
+      const o5 = left > 5 ? base + (cb + nzE[done + 5]!) * cstride : o0;
+      const o6 = left > 6 ? base + (cb + nzE[done + 6]!) * cstride : o0;
+      const o7 = left > 7 ? base + (cb + nzE[done + 7]!) * cstride : o0;
       let qp: number;
       let rp: number;
       if (qArr === prefixNorm2) {
@@ -1197,8 +1205,9 @@ export class IncrementalMatcher {
         rp = at.r;
       }
       // prettier-ignore
-      count = coll.wk!.scan(d, n, this.topMatches, qp, rp, left, o0, o1, o2, o3,
-        left > 0 ? nzC[done]! : 0, left > 1 ? nzC[done + 1]! : 0, left > 2 ? nzC[done + 2]! : 0, left > 3 ? nzC[done + 3]! : 0);
+      count = coll.wk!.scan(d, n, this.topMatches, qp, rp, left, o0, o1, o2, o3, o4, o5, o6, o7,
+        left > 0 ? nzC[done]! : 0, left > 1 ? nzC[done + 1]! : 0, left > 2 ? nzC[done + 2]! : 0, left > 3 ? nzC[done + 3]! : 0,
+        left > 4 ? nzC[done + 4]! : 0, left > 5 ? nzC[done + 5]! : 0, left > 6 ? nzC[done + 6]! : 0, left > 7 ? nzC[done + 7]! : 0);
       const i32 = coll.wi32;
       const f64 = coll.wf64;
       for (let j = 0; j < count; j++) {

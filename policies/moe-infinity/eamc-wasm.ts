@@ -69,8 +69,31 @@ export interface EamcKernels {
     c6: number,
     c7: number,
   ): void;
-  /** D += Σ_{t<k} c_t · column_t (k ≤ 4, every c_t ≤ 32767), then the best M entries into the result region; returns how many. */
-  scan(d: number, n: number, M: number, q: number, r: number, k: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): number;
+  /** D += Σ_{t<k} c_t · column_t (k ≤ 8, every c_t ≤ 32767), then the best M entries into the result region; returns how many. */
+  scan(
+    d: number,
+    n: number,
+    M: number,
+    q: number,
+    r: number,
+    k: number,
+    o0: number,
+    o1: number,
+    o2: number,
+    o3: number,
+    o4: number,
+    o5: number,
+    o6: number,
+    o7: number,
+    c0: number,
+    c1: number,
+    c2: number,
+    c3: number,
+    c4: number,
+    c5: number,
+    c6: number,
+    c7: number,
+  ): number;
 }
 
 /** Bytes below which the JS side places nothing (the kernels' fixed result region lives there). */

@@ -18,12 +18,12 @@ import { eamcWasmModule } from '../../policies/moe-infinity/eamc-wasm.ts';
 
 const built = eamcWasmModule() !== null;
 
-/** Counts: mostly 0 and small, some near 2^16 (`big`), quarters when `quarter`. */
-const eamArb = (cells: number, big: number, quarter: boolean) =>
+/** Counts: 0 (weight `zeros`) and small, some near 2^16 (`big`), quarters when `quarter`. */
+const eamArb = (cells: number, big: number, quarter: boolean, zeros: number) =>
   fc
     .array(
       fc.oneof(
-        { weight: 6, arbitrary: fc.constant(0) },
+        { weight: zeros, arbitrary: fc.constant(0) },
         { weight: 4, arbitrary: fc.integer({ min: 1, max: 9 }) },
         { weight: big > 9 ? 1 : 0, arbitrary: fc.integer({ min: 1, max: Math.max(big, 1) }) },
         { weight: quarter ? 1 : 0, arbitrary: fc.integer({ min: 1, max: 40 }).map((v) => v / 4) },
@@ -32,14 +32,14 @@ const eamArb = (cells: number, big: number, quarter: boolean) =>
     )
     .map((a) => Float64Array.from(a));
 
-const stepArb = (L: number, cells: number, big: number, quarter: boolean) =>
+const stepArb = (L: number, cells: number, big: number, quarter: boolean, zeros: number) =>
   fc.oneof(
     { weight: 3, arbitrary: fc.record({ kind: fc.constant('insert' as const), pick: fc.nat() }) },
     {
       weight: 2,
       arbitrary: fc.record({
         kind: fc.constant('request' as const),
-        eam: eamArb(cells, big, quarter),
+        eam: eamArb(cells, big, quarter, zeros),
         order: fc.shuffledSubarray(
           Array.from({ length: L }, (_, l) => l),
           { minLength: 1 },
@@ -56,7 +56,10 @@ const worldArb = fc
     capacity: fc.oneof(fc.integer({ min: 1, max: 13 }), fc.integer({ min: 17, max: 40 })),
     M: fc.integer({ min: 1, max: 5 }),
     replacement: fc.constantFrom('most-similar' as const, 'lfu-access' as const),
-    big: fc.constantFrom(9, 9, 60_000, 65_535, 70_000),
+    // Small counts only (every kernel path with small coefficients), or some large ones.
+    big: fc.constantFrom(9, 9, 9, 300, 40_000, 65_535, 70_000),
+    // Sparse or dense rows (a row's non-zero cells: every pass width, up to 8 in the scan).
+    zeros: fc.constantFrom(1, 6),
     quarter: fc.boolean(),
     quarterPool: fc.boolean(),
   })
@@ -64,15 +67,17 @@ const worldArb = fc
     const cells = w.L * w.E;
     return fc.record({
       ...Object.fromEntries(Object.entries(w).map(([k, v]) => [k, fc.constant(v)])),
-      pool: fc.array(eamArb(cells, w.big, w.quarter && w.quarterPool), { minLength: 1, maxLength: 5 }),
-      steps: fc.array(stepArb(w.L, cells, w.big, w.quarter), { minLength: 1, maxLength: 60 }),
-    }) as fc.Arbitrary<typeof w & { pool: Float64Array[]; steps: Array<{ kind: 'insert'; pick: number } | { kind: 'request'; eam: Float64Array; order: number[]; unseenRows: boolean }> }>;
+      pool: fc.array(eamArb(cells, w.big, w.quarter && w.quarterPool, w.zeros), { minLength: 1, maxLength: 5 }),
+      // Entries stored before the steps (past 16 and 32: storage growth, full blocks of 16).
+      prefill: fc.integer({ min: 0, max: 45 }),
+      steps: fc.array(stepArb(w.L, cells, w.big, w.quarter, w.zeros), { minLength: 1, maxLength: 30 }),
+    }) as fc.Arbitrary<typeof w & { pool: Float64Array[]; prefill: number; steps: Array<{ kind: 'insert'; pick: number } | { kind: 'request'; eam: Float64Array; order: number[]; unseenRows: boolean }> }>;
   });
 
 describe.skipIf(!built)(`EAMC: the WASM kernels equal the JS kernels bit for bit${built ? '' : ' (build/eamc.wasm absent: npm run prepare)'}`, () => {
   it('insertions, replacements, similarities, matches, scores and hint dot products', () => {
     fc.assert(
-      fc.property(worldArb, ({ L, E, capacity, M, replacement, pool, steps }) => {
+      fc.property(worldArb, ({ L, E, capacity, M, replacement, pool, prefill, steps }) => {
         const shape = { layers: L, experts: E };
         const colls = [new EamCollection(shape, capacity, replacement, { kernel: 'js' }), new EamCollection(shape, capacity, replacement, { kernel: 'wasm' })] as const;
         expect(colls[1].kernel).toBe('wasm');
@@ -83,6 +88,7 @@ describe.skipIf(!built)(`EAMC: the WASM kernels equal the JS kernels bit for bit
           expect(f(1)).toEqual(a);
           return a;
         };
+        for (let i = 0; i < prefill; i++) same((c) => colls[c].insert(pool[i % pool.length]!));
         for (const step of steps) {
           if (step.kind === 'insert') {
             const x = pool[step.pick % pool.length]!;
