@@ -56,11 +56,17 @@
  * for good (the packed doubles are rebuilt from `rows`, then the rules above apply). Where
  * `build/eamc.wasm` is absent (a copy of the checkout without its build) or
  * MOESIM_EAMC_KERNEL=js, the JS kernels run: the same results, slower. Measured in the bench's
- * run (Arctic, 10 000 entries per phase; shared 2-core machine, ±30 %): a decode row (≤ 8
- * cells) ~60 → ~20 µs, a prefill row ~450 → ~120 µs, an insertion ~6 → ~1.6 ms; u16 columns
- * with u16 × u16 `extmul` measured no faster than u8 (the passes are not bound by memory
- * traffic once in SIMD: a decode row's scan, ~12 µs of it for 10 000 entries, is ~60 SIMD
- * instructions per 16 entries: load, update and store D, f32 pre-filter).
+ * run (`eamc-match-arctic-10k`: Arctic, 10 000 entries per phase; JS → WASM kernels on the
+ * same commit and machine, a shared 2-core machine, ±20 %): a decode row (≤ 8 cells)
+ * ~50 → ~19 µs, a prefill row ~400 → ~125 µs, an insertion ~5.2 → ~1.8 ms; matching +
+ * insertion 0.57 → 0.32 of the run's wall time, the run's CPU time 2.3 → 1.77 s. What bounds it
+ * now is arithmetic, not memory: u16 columns (u16 × u16 `extmul`) measured no faster than u8
+ * with the same kernel, and pairing the columns for `dot_i16x8_s` (fewer instructions per
+ * product) was what helped. A row update is O(N · nnz) multiply-adds plus an O(N) scan (D
+ * loaded, updated and stored, the f32 pre-filter: ~60 SIMD instructions per 16 entries, ~10 µs
+ * for 10 000 entries, most of a decode row); the run does ~9 000 decode rows, ~750 prefill rows
+ * (~100 cells each) and 48 insertions (~2 000 cells each, fewer with a hint) against 10 000
+ * entries: ~2·10^9 products in 128-bit SIMD.
  *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:

@@ -61,11 +61,12 @@ function brute(c: EamCollection, x: Float64Array): number[] {
 function scenario(
   k: { L: number; E: number; capacity: number; M: number; pool: Float64Array[]; picks: number[]; iterations: { rows: Float64Array; after: number[] }[]; order: number[]; shuffleEach: boolean; extra: Float64Array },
   scale = 1,
+  kernel: 'js' | 'wasm' = 'wasm',
 ): { c: EamCollection; twin: EamCollection; hint: EamcDots; x: Float64Array } {
   const { L, E, capacity, M, pool, picks, iterations, order, extra } = k;
   const shape = { layers: L, experts: E };
-  const c = new EamCollection(shape, capacity, 'most-similar');
-  const twin = new EamCollection(shape, capacity, 'most-similar');
+  const c = new EamCollection(shape, capacity, 'most-similar', { kernel });
+  const twin = new EamCollection(shape, capacity, 'most-similar', { kernel });
   c.hintStaleLimit = 1;
   const both = (x: Float64Array) => {
     expect(c.insert(x)).toBe(twin.insert(x));
@@ -92,12 +93,13 @@ function scenario(
   return { c, twin, hint, x };
 }
 
-describe('EAMC insertion from accumulated dot products', () => {
+// Each property on the JS kernels and on the WASM ones (the JS ones where build/eamc.wasm is absent).
+describe.each(['js', 'wasm'] as const)('EAMC insertion from accumulated dot products (%s kernels)', (kernel) => {
   it('similarities and the replaced entry equal the full computation and the brute force, bit for bit', () => {
     let used = 0;
     fc.assert(
       fc.property(caseArb(9), (k) => {
-        const { c, twin, hint, x } = scenario(k);
+        const { c, twin, hint, x } = scenario(k, 1, kernel);
         if (c.size === 0 || x.every((v) => v === 0)) return;
         const a = new Float64Array(c.size);
         const b = new Float64Array(c.size);
@@ -119,7 +121,7 @@ describe('EAMC insertion from accumulated dot products', () => {
     let plain = 0;
     fc.assert(
       fc.property(caseArb(2 ** 20), (k) => {
-        const { c, twin, hint, x } = scenario(k);
+        const { c, twin, hint, x } = scenario(k, 1, kernel);
         if (c.size === 0 || x.every((v) => v === 0)) return;
         const a = new Float64Array(c.size);
         if (c.similaritiesFromHint(x, hint, a)) {
@@ -137,7 +139,7 @@ describe('EAMC insertion from accumulated dot products', () => {
   it('is refused for non-integer rows, rows that differ across iterations, another collection, or a collection gone plain', () => {
     fc.assert(
       fc.property(caseArb(9), (k) => {
-        const { c, hint, x } = scenario(k, 0.5);
+        const { c, hint, x } = scenario(k, 0.5, kernel);
         const a = new Float64Array(Math.max(1, c.size));
         if (k.order.some((l) => k.iterations.some((it) => it.rows.subarray(l * k.E, (l + 1) * k.E).some((v) => v % 2 === 1)))) {
           expect(c.similaritiesFromHint(x, hint, a)).toBe(false);
@@ -146,7 +148,7 @@ describe('EAMC insertion from accumulated dot products', () => {
       { numRuns: 100 },
     );
     const shape = { layers: 2, experts: 2 };
-    const c = new EamCollection(shape, 4, 'most-similar');
+    const c = new EamCollection(shape, 4, 'most-similar', { kernel });
     c.hintStaleLimit = 1;
     c.insert(Float64Array.of(1, 2, 3, 4));
     c.insert(Float64Array.of(4, 0, 1, 1));
@@ -164,7 +166,7 @@ describe('EAMC insertion from accumulated dot products', () => {
     m.reset(c);
     m.addRow(0, Float64Array.of(2, 1));
     m.exportDots(h2);
-    const other = new EamCollection(shape, 4, 'most-similar');
+    const other = new EamCollection(shape, 4, 'most-similar', { kernel });
     other.insert(Float64Array.of(1, 2, 3, 4));
     expect(other.similaritiesFromHint(Float64Array.of(2, 1, 0, 0), h2, new Float64Array(2))).toBe(false);
     expect(c.similaritiesFromHint(Float64Array.of(2, 1, 0, 0), h2, new Float64Array(2))).toBe(true);
