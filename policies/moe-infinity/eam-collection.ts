@@ -440,6 +440,8 @@ export class EamCollection {
     rows.set(this.rows.subarray(0, this.size * cells));
     const rowNorm2 = new Float64Array(layers * alloc);
     for (let l = 0; l < layers; l++) rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+    // A 32-bit WASM memory holds at most 4 GiB: a collection that would not fit leaves WASM.
+    if (this.wasm && WASM_RESERVED + cells * alloc + layers * alloc * 16 + alloc * 64 > 3.5 * 2 ** 30) this.leaveWasm();
     if (this.wasm) {
       // Columns and prefix norms in a new WASM memory (sets `alloc`).
       this.layoutWasm(alloc);
