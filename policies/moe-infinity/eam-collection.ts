@@ -139,7 +139,7 @@ const MAX_PACKED = 2 ** 24;
  */
 const PACK_LIMIT = 2 ** 51;
 
-/** Counts the WASM kernels store (u16 columns, u16 coefficients): integers in [0, MAX_WASM]. */
+/** Counts the WASM path stores and coefficients its kernels take: integers in [0, MAX_WASM] (u8 columns, a count above 254 with its excess kept aside; u16 coefficients). */
 const MAX_WASM = 65535;
 /**
  * The kernels' i32 dot products cannot overflow while ‖x‖² · max_n ‖entry n‖² ≤ WASM_LIMIT
@@ -257,7 +257,7 @@ export class EamCollection {
   }
 
   /**
-   * The column-major storage and kernels: `wasm` (u16 columns, SIMD kernels), `packed` (JS, two
+   * The column-major storage and kernels: `wasm` (u8 columns, SIMD kernels), `packed` (JS, two
    * entries per double) or `plain` (JS, one Float32-rounded value per double). A collection
    * starts `wasm` where the module is built (else `packed`) and only ever moves right.
    */
@@ -388,7 +388,7 @@ export class EamCollection {
   }
 
   /**
-   * Adds Σ_t vals[t] · column `cellBase + cellsList[t]` (u16, WASM), t ∈ [from, to), to the i32 array at byte offset `d`
+   * Adds Σ_t vals[t] · column `cellBase + cellsList[t]` (u8, WASM), t ∈ [from, to), to the i32 array at byte offset `d`
    * (entries 0 … 16·blocks−1), eight columns per pass: the stored bytes only (a count above 254
    * counts 255; see `addOverflow`). The caller guarantees no overflow.
    */
@@ -422,7 +422,7 @@ export class EamCollection {
     return this.lanesValue;
   }
 
-  /** Values per column of the column-major copy (doubles; u16 counts while `kernel` is `wasm`). */
+  /** Values per column of the column-major copy (doubles; u8 counts, padded to 16, while `kernel` is `wasm`). */
   get columnStride(): number {
     return this.wasm ? this.wCs : this.slots;
   }

@@ -1,8 +1,10 @@
 /**
  * Small MoE-Infinity executor worlds shared by the property tests (moe-infinity.test.ts,
  * eamc-hint-policy.test.ts): a model profile shrunk to L layers of E experts, top-k, and a
- * clustered routing source (request r of cluster r % 3 prefers a few experts per layer).
+ * clustered routing source (request r of cluster r % 3 prefers a few experts per layer), and
+ * the fast-check fields of such a world's shape and workload.
  */
+import * as fc from 'fast-check';
 import { deriveModel } from '../../hardware-profiles/derive.ts';
 import { loadModel } from '../../hardware-profiles/load.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
@@ -40,5 +42,24 @@ export function clusteredRouting(L: number, E: number, k: number, seed: number):
         },
       };
     },
+  };
+}
+
+/**
+ * Fast-check record fields of a small serving world's shape (L layers, E experts, top-k) and
+ * workload (requests, Poisson rate or all at once, lengths, batching), in generation order:
+ * spread into a test's own `fc.record`.
+ */
+export function servingWorldFields(requests: { min: number; max: number }) {
+  return {
+    L: fc.integer({ min: 1, max: 4 }),
+    E: fc.integer({ min: 2, max: 8 }),
+    k: fc.integer({ min: 1, max: 2 }),
+    requests: fc.integer(requests),
+    ratePerS: fc.option(fc.double({ min: 0.5, max: 50, noNaN: true }), { nil: undefined }),
+    promptMax: fc.integer({ min: 1, max: 32 }),
+    outputMax: fc.integer({ min: 1, max: 8 }),
+    batching: fc.constantFrom('static' as const, 'continuous' as const),
+    maxBatchSize: fc.integer({ min: 1, max: 4 }),
   };
 }

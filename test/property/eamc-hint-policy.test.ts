@@ -17,20 +17,12 @@ import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
 import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { EamCollection, type EamcDots } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../../policies/moe-infinity/policy.ts';
-import { clusteredRouting, smallModel } from '../helpers/moe-infinity-world.ts';
+import { clusteredRouting, servingWorldFields, smallModel } from '../helpers/moe-infinity-world.ts';
 
 
 
 const worldArb = fc.record({
-  L: fc.integer({ min: 1, max: 4 }),
-  E: fc.integer({ min: 2, max: 8 }),
-  k: fc.integer({ min: 1, max: 2 }),
-  requests: fc.integer({ min: 2, max: 14 }),
-  ratePerS: fc.option(fc.double({ min: 0.5, max: 50, noNaN: true }), { nil: undefined }),
-  promptMax: fc.integer({ min: 1, max: 32 }),
-  outputMax: fc.integer({ min: 1, max: 8 }),
-  batching: fc.constantFrom('static' as const, 'continuous' as const),
-  maxBatchSize: fc.integer({ min: 1, max: 4 }),
+  ...servingWorldFields({ min: 2, max: 14 }),
   seed: fc.integer({ min: 0, max: 10_000 }),
   eamcCapacity: fc.integer({ min: 1, max: 6 }),
   topMatches: fc.integer({ min: 1, max: 3 }),

@@ -21,7 +21,7 @@ import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/e
 import { MoeInfinityParams, MoeInfinityPolicy } from '../../policies/moe-infinity/policy.ts';
 import { RankScratch, ScoreAccumulator, rankPrefetch, selectPrefetch } from '../../policies/moe-infinity/prefetcher.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
-import { clusteredRouting, smallModel } from '../helpers/moe-infinity-world.ts';
+import { clusteredRouting, servingWorldFields, smallModel } from '../helpers/moe-infinity-world.ts';
 
 const matrixArb = (L: number, E: number) =>
   fc
@@ -184,15 +184,7 @@ const BASES = ['mixtral-8x7b', 'qwen1.5-moe-a2.7b'] as const;
 
 const worldArb = fc.record({
   base: fc.constantFrom(...BASES),
-  L: fc.integer({ min: 1, max: 4 }),
-  E: fc.integer({ min: 2, max: 8 }),
-  k: fc.integer({ min: 1, max: 2 }),
-  requests: fc.integer({ min: 1, max: 10 }),
-  ratePerS: fc.option(fc.double({ min: 0.5, max: 50, noNaN: true }), { nil: undefined }),
-  promptMax: fc.integer({ min: 1, max: 32 }),
-  outputMax: fc.integer({ min: 1, max: 8 }),
-  batching: fc.constantFrom('static' as const, 'continuous' as const),
-  maxBatchSize: fc.integer({ min: 1, max: 4 }),
+  ...servingWorldFields({ min: 1, max: 10 }),
   slotsFraction: fc.double({ min: 0, max: 1, noNaN: true }),
   packets: fc.integer({ min: 1, max: 16 }),
   seed: fc.integer({ min: 0, max: 10_000 }),

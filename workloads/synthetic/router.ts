@@ -46,7 +46,7 @@ export class SyntheticRequestRouter implements RequestRouter {
   private genUpTo = 0;
   /** Per layer: highest `toToken` routed so far. */
   private readonly routedTo: Int32Array;
-  /** Ring of the routing of the last `H` tokens generated (for temporal reuse); newest at `histHead`. */
+  /** Ring of the routing of the last `H` tokens generated (temporal memory μ > 0; empty without: see genToken); newest at `histHead`. */
   private readonly hist: Int32Array;
   private readonly H: number;
   private histHead = 0;
@@ -89,7 +89,7 @@ export class SyntheticRequestRouter implements RequestRouter {
     this.buf = new Int32Array(Math.max(1, Math.min(64, expectedTokens), promptTokens) * this.stride);
     this.routedTo = new Int32Array(L);
     this.H = model.mu > 0 ? MEMORY_TOKENS : 1;
-    this.hist = new Int32Array(this.H * this.stride);
+    this.hist = new Int32Array(this.H > 1 ? this.H * this.stride : 0);
   }
 
   route(layer: number, fromToken: number, toToken: number, out: Int32Array): void {
@@ -187,15 +187,14 @@ export class SyntheticRequestRouter implements RequestRouter {
       this.pushed(dst, pos, next);
       return;
     }
-    // The token continues an earlier one: the previous token, or (temporal memory μ > 0) the
-    // j-th previous with P(j) = (1 − μ) μ^(j−1), j ≤ the tokens remembered.
-    // The token continued from: in the ring (μ > 0), or the previous token in dst.
+    // The token continues an earlier one: the previous token, read in dst, or (temporal memory
+    // μ > 0, the only case with a ring) the j-th previous in the ring, P(j) = (1 − μ) μ^(j−1),
+    // j ≤ the tokens remembered.
     const hist = ring ? this.hist : dst;
     let src = 0;
     if (cont) {
       if (ring) {
-        let lag = 1;
-        if (m.mu > 0) lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(m.mu)));
+        const lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(m.mu)));
         src = ((this.histHead - (lag - 1) + H) % H) * stride;
       } else {
         src = pos - stride;
