@@ -9,7 +9,8 @@ import { deriveModel } from '../../hardware-profiles/derive.ts';
 import { loadModel } from '../../hardware-profiles/load.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
-import type { RoutingSource } from '../../sim/workload.ts';
+import type { Ns } from '../../sim/kernel/time.ts';
+import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
 
 /** `base` with every layer an MoE layer of `E` experts, top-`k`, `L` layers. */
 export function smallModel(base: string, L: number, E: number, k: number): ModelProfile {
@@ -62,4 +63,20 @@ export function servingWorldFields(requests: { min: number; max: number }) {
     batching: fc.constantFrom('static' as const, 'continuous' as const),
     maxBatchSize: fc.integer({ min: 1, max: 4 }),
   };
+}
+
+/**
+ * The workload of a world drawn from `servingWorldFields` (and a seed): `requests` requests
+ * with lengths uniform in 1…promptMax / 1…outputMax, Poisson at `ratePerS` (all at time 0
+ * without), routed by `clusteredRouting` with top-min(k, E).
+ */
+export function smallWorkload(w: { L: number; E: number; k: number; requests: number; ratePerS: number | undefined; promptMax: number; outputMax: number; seed: number }): Workload {
+  const k = Math.min(w.k, w.E);
+  const rng = new Rng(`world-${w.seed}`);
+  let tS = 0;
+  const requests: RequestSpec[] = Array.from({ length: w.requests }, (_, id) => {
+    if (w.ratePerS !== undefined) tS += rng.exponential(1 / w.ratePerS);
+    return { id, arrivalNs: Math.round(tS * 1e9) as Ns, promptTokens: 1 + rng.int(w.promptMax), outputTokens: 1 + rng.int(w.outputMax) };
+  });
+  return { requests, routing: clusteredRouting(w.L, w.E, k, w.seed), describe: 'clustered' };
 }

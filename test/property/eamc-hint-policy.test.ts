@@ -14,12 +14,9 @@ import { createCostModel } from '../../sim/cost/cost-model.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
-import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { EamCollection, type EamcDots } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../../policies/moe-infinity/policy.ts';
-import { clusteredRouting, servingWorldFields, smallModel } from '../helpers/moe-infinity-world.ts';
-
-
+import { servingWorldFields, smallModel, smallWorkload } from '../helpers/moe-infinity-world.ts';
 
 const worldArb = fc.record({
   ...servingWorldFields({ min: 2, max: 14 }),
@@ -38,13 +35,7 @@ function runWorld(w: World, hints: boolean): string {
   const k = Math.min(w.k, w.E);
   const model = smallModel('mixtral-8x7b', w.L, w.E, k);
   const hardware = loadHardware('a5000-pcie4-1tb');
-  const rng = new Rng(`world-${w.seed}`);
-  let tS = 0;
-  const requests: RequestSpec[] = Array.from({ length: w.requests }, (_, id) => {
-    if (w.ratePerS !== undefined) tS += rng.exponential(1 / w.ratePerS);
-    return { id, arrivalNs: Math.round(tS * 1e9) as Ns, promptTokens: 1 + rng.int(w.promptMax), outputTokens: 1 + rng.int(w.outputMax) };
-  });
-  const workload: Workload = { requests, routing: clusteredRouting(w.L, w.E, k, w.seed), describe: 'clustered' };
+  const workload = smallWorkload(w);
   const params = MoeInfinityParams.parse({ eamcCapacity: w.eamcCapacity, topMatches: w.topMatches, batchMatching: w.batchMatching, eamcReplacement: 'most-similar' });
   const policy = new MoeInfinityPolicy('moe-infinity', params, model);
   // Warm the collections with EAMs of other requests (so the first requests already replace).

@@ -15,13 +15,12 @@ import { createCostModel } from '../../sim/cost/cost-model.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
-import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { cosineSimilarity } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../../policies/moe-infinity/policy.ts';
 import { RankScratch, ScoreAccumulator, rankPrefetch, selectPrefetch } from '../../policies/moe-infinity/prefetcher.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
-import { clusteredRouting, servingWorldFields, smallModel } from '../helpers/moe-infinity-world.ts';
+import { servingWorldFields, smallModel, smallWorkload } from '../helpers/moe-infinity-world.ts';
 
 const matrixArb = (L: number, E: number) =>
   fc
@@ -180,8 +179,6 @@ describe('prefetch ranking', () => {
 
 const BASES = ['mixtral-8x7b', 'qwen1.5-moe-a2.7b'] as const;
 
-
-
 const worldArb = fc.record({
   base: fc.constantFrom(...BASES),
   ...servingWorldFields({ min: 1, max: 10 }),
@@ -216,13 +213,7 @@ function runWorld(w: World): { json: string; violations: string[]; cancelled: nu
   const k = Math.min(w.k, w.E);
   const model = smallModel(w.base, w.L, w.E, k);
   const hardware = loadHardware('a5000-pcie4-1tb');
-  const rng = new Rng(`world-${w.seed}`);
-  let tS = 0;
-  const requests: RequestSpec[] = Array.from({ length: w.requests }, (_, id) => {
-    if (w.ratePerS !== undefined) tS += rng.exponential(1 / w.ratePerS);
-    return { id, arrivalNs: Math.round(tS * 1e9) as Ns, promptTokens: 1 + rng.int(w.promptMax), outputTokens: 1 + rng.int(w.outputMax) };
-  });
-  const workload: Workload = { requests, routing: clusteredRouting(w.L, w.E, k, w.seed), describe: 'clustered' };
+  const workload = smallWorkload(w);
   const policy = new MoeInfinityPolicy('moe-infinity', MoeInfinityParams.parse(w.params), model);
   const checker = new InvariantChecker({ experts: w.E, bytesPerExpert: model.derived.bytesPerExpert });
   const all = w.L * w.E;
