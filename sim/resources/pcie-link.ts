@@ -142,9 +142,13 @@ export class PcieLink implements ExclusiveHolder {
   /** When the run began with the transfer's latency: its start (the first packet starts at `runStartNs`); else −1. */
   private runLatStartNs = -1;
   private runPackets = 0;
-  private runFullNs = 0;
+  /** A full packet's time on the wire (constant: the link's packet size and bandwidth). */
+  private readonly runFullNs: Ns;
   private runLastBytes = 0;
   private runLastNs = 0;
+  /** The last `runLastNs` computed and its bytes (an expert's remainder repeats from run to run). */
+  private memoLastBytes = -1;
+  private memoLastNs = 0;
   private runFlushed = 0;
   private runHandle: EventHandle | null = null;
   /** Kernel seq of the run's event (where its first packet's completion would have been scheduled). */
@@ -171,6 +175,7 @@ export class PcieLink implements ExclusiveHolder {
     this.bytesPerSec = o.bytesPerSec;
     this.latencyNs = Math.round(o.latencyNs);
     this.packetBytes = Math.floor(o.packetBytes);
+    this.runFullNs = bytesToNs(this.packetBytes, this.bytesPerSec);
     this.sched = o.sched;
     this.dram = o.dram;
     this.sink = o.sink;
@@ -387,9 +392,13 @@ export class PcieLink implements ExclusiveHolder {
     this.runLatStartNs = latencyNs > 0 ? this.sched.now : -1;
     this.runStartNs = now;
     this.runPackets = packets;
-    this.runFullNs = bytesToNs(this.packetBytes, this.bytesPerSec);
-    this.runLastBytes = remaining - (packets - 1) * this.packetBytes;
-    this.runLastNs = bytesToNs(this.runLastBytes, this.bytesPerSec);
+    const lastBytes = remaining - (packets - 1) * this.packetBytes;
+    this.runLastBytes = lastBytes;
+    if (lastBytes !== this.memoLastBytes) {
+      this.memoLastBytes = lastBytes;
+      this.memoLastNs = bytesToNs(lastBytes, this.bytesPerSec);
+    }
+    this.runLastNs = this.memoLastNs;
     this.runFlushed = 0;
     this.curTransfer = t;
     this.curBytes = this.runLastBytes;
