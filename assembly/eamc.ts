@@ -13,6 +13,8 @@
 
 const RES_TOP: usize = 8192;
 const RES_SCORE: usize = 12288;
+// Seed entries of a `scan` (i32, up to 1024), written by the JS side: see `scan`.
+const RES_SEED: usize = 20480;
 
 /** The four i32x4 products of 16 u8 counts `v` with the u16 coefficient `s` (splat): entries 0–3, 4–7, 8–11, 12–15. */
 // @ts-ignore: decorator
@@ -205,11 +207,19 @@ export function addColumns(
  * fround(1/sqrt(Q_n)) at `r + 4n` (relative error of the product < 2e-7: never rejects an
  * entry that beats the floor). D of entries n … (16·ceil(n/16) − 1) must be 0; r is read up
  * to there.
+ *
+ * Seeds (`seeds` = M distinct entries < n at RES_SEED, e.g. the previous row's best): their
+ * scores after this pass (D_i plus the pass's columns, the same exact f64 expression) are
+ * computed first; every one positive, the lowest of them is a floor f0 no entry below which
+ * can be among the best M (M entries reach it). Entries are then kept, until M are, only at or
+ * above f0 (ties kept: a lower index wins them), and the pre-filter runs from the first block
+ * (threshold f0): the same best M, in the same order, with fewer entries looked at.
  */
 export function scan(
   d: usize, n: i32, M: i32, q: usize, r: usize, k: i32,
   o0: usize, o1: usize, o2: usize, o3: usize, o4: usize, o5: usize, o6: usize, o7: usize,
   c0: i32, c1: i32, c2: i32, c3: i32, c4: i32, c5: i32, c6: i32, c7: i32,
+  seeds: i32,
 ): i32 {
   const w0 = i32x4.splat(c0 | (c1 << 16));
   const w1 = i32x4.splat(c2 | (c3 << 16));
@@ -219,6 +229,36 @@ export function scan(
   let count = 0;
   let floor: f64 = 0;
   let thr = f32x4.splat(0);
+  // The seeds' floor (0: none).
+  let seedFloor: f64 = 0;
+  if (M > 0 && seeds === M) {
+    let f0: f64 = Infinity;
+    for (let j = 0; j < seeds; j++) {
+      const i = load<i32>(RES_SEED + ((<usize>j) << 2));
+      if (i < 0 || i >= n) {
+        f0 = 0;
+        break;
+      }
+      const ui = <usize>i;
+      // Columns past k have coefficient 0 (and may be anything).
+      let dv = load<i32>(d + (ui << 2));
+      if (k > 0) dv += c0 * <i32>load<u8>(o0 + ui) + c1 * <i32>load<u8>(o1 + ui);
+      if (k > 2) dv += c2 * <i32>load<u8>(o2 + ui) + c3 * <i32>load<u8>(o3 + ui);
+      if (k > 4) dv += c4 * <i32>load<u8>(o4 + ui) + c5 * <i32>load<u8>(o5 + ui);
+      if (k > 6) dv += c6 * <i32>load<u8>(o6 + ui) + c7 * <i32>load<u8>(o7 + ui);
+      if (dv <= 0) {
+        f0 = 0;
+        break;
+      }
+      const s = (<f64>dv) / sqrt<f64>(load<f64>(q + (ui << 3)));
+      if (s < f0) f0 = s;
+    }
+    if (f0 > 0) {
+      seedFloor = f0;
+      thr = f32x4.splat(<f32>(f0 * (1 - 1e-6)));
+    }
+  }
+  const seeded = seedFloor > 0;
   for (let b = 0; b < blocks; b++) {
     const off = (<usize>b) << 4;
     const dp = d + ((<usize>b) << 6);
@@ -272,7 +312,7 @@ export function scan(
     }
     const i0 = b << 4;
     const end = min(i0 + 16, n);
-    if (count === M) {
+    if (count === M || seeded) {
       const rp = r + ((<usize>b) << 6);
       const m0 = f32x4.gt(f32x4.mul(f32x4.convert_i32x4_s(a0), v128.load(rp)), thr);
       const m1 = f32x4.gt(f32x4.mul(f32x4.convert_i32x4_s(a1), v128.load(rp, 16)), thr);
@@ -289,12 +329,17 @@ export function scan(
         const dv = load<i32>(d + ((<usize>i) << 2));
         if (dv <= 0) continue;
         const s = (<f64>dv) / sqrt<f64>(load<f64>(q + ((<usize>i) << 3)));
-        if (s > floor) {
-          insertTop(M, M, i, s);
-          floor = load<f64>(RES_SCORE + ((<usize>(M - 1)) << 3));
+        if (count === M) {
+          if (s > floor) {
+            insertTop(M, M, i, s);
+            floor = load<f64>(RES_SCORE + ((<usize>(M - 1)) << 3));
+          }
+        } else if (s >= seedFloor) {
+          count = insertTop(count, M, i, s);
+          if (count === M) floor = load<f64>(RES_SCORE + ((<usize>(M - 1)) << 3));
         }
       }
-      thr = f32x4.splat(<f32>(floor * (1 - 1e-6)));
+      thr = f32x4.splat(<f32>((count === M ? floor : seedFloor) * (1 - 1e-6)));
     } else {
       for (let i = i0; i < end; i++) {
         const dv = load<i32>(d + ((<usize>i) << 2));

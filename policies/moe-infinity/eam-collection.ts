@@ -122,7 +122,7 @@
  * (cold columns, 4 bytes per entry each) and the multiply-adds of one JS double per two entries.
  */
 import type { EamShape } from './eam.ts';
-import { eamcWasmModule, instantiateEamcKernels, newWasmMemory, WASM_MAX_TOP, WASM_RES_SCORE, WASM_RES_TOP, WASM_RESERVED, type EamcKernels, type WasmMemory, type WasmModule } from './eamc-wasm.ts';
+import { eamcWasmModule, instantiateEamcKernels, newWasmMemory, WASM_MAX_TOP, WASM_RES_SCORE, WASM_RES_SEED, WASM_RES_TOP, WASM_RESERVED, type EamcKernels, type WasmMemory, type WasmModule } from './eamc-wasm.ts';
 
 export type EamcReplacement = 'most-similar' | 'lfu-access';
 
@@ -1212,10 +1212,17 @@ export class IncrementalMatcher {
         qp = at.q;
         rp = at.r;
       }
+      // Seeds: the previous row's best M (the scan's floor from the start; the same result).
+      let seeds = 0;
+      if (this.topCount === this.topMatches && this.topMatches <= WASM_MAX_TOP) {
+        seeds = this.topCount;
+        const s32 = coll.wi32;
+        for (let j = 0; j < seeds; j++) s32[(WASM_RES_SEED >> 2) + j] = this.top[j]!;
+      }
       // prettier-ignore
       count = coll.wk!.scan(d, n, this.topMatches, qp, rp, left, o0, o1, o2, o3, o4, o5, o6, o7,
         left > 0 ? nzC[done]! : 0, left > 1 ? nzC[done + 1]! : 0, left > 2 ? nzC[done + 2]! : 0, left > 3 ? nzC[done + 3]! : 0,
-        left > 4 ? nzC[done + 4]! : 0, left > 5 ? nzC[done + 5]! : 0, left > 6 ? nzC[done + 6]! : 0, left > 7 ? nzC[done + 7]! : 0);
+        left > 4 ? nzC[done + 4]! : 0, left > 5 ? nzC[done + 5]! : 0, left > 6 ? nzC[done + 6]! : 0, left > 7 ? nzC[done + 7]! : 0, seeds);
       const i32 = coll.wi32;
       const f64 = coll.wf64;
       for (let j = 0; j < count; j++) {

@@ -93,6 +93,8 @@ export interface EamcKernels {
     c5: number,
     c6: number,
     c7: number,
+    /** Seed entries at WASM_RES_SEED: M of them (else 0), distinct, below n (see assembly/eamc.ts). */
+    seeds: number,
   ): number;
 }
 
@@ -102,6 +104,8 @@ export const WASM_RESERVED = 65536;
 export const WASM_RES_TOP = 8192;
 export const WASM_RES_SCORE = 12288;
 export const WASM_MAX_TOP = 1024;
+/** Byte offset of a `scan`'s seed entries (i32, at most 1024), written before the call. */
+export const WASM_RES_SEED = 20480;
 
 let compiled: WasmModule | null | undefined;
 
