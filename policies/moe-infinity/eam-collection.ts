@@ -75,7 +75,7 @@
  * (ties at the floor are kept: the same best M, in the same order). In the bench's run, 2 % of
  * the blocks of a decode row then pass the pre-filter and ~20 entries per row are scored; a
  * decode row went ~21 → ~13 µs (same machine, interleaved runs). Measured bound of what is
- * left (`scratch`-style micro run: 10 000 entries, 35 rows per iteration): a decode row of 8
+ * left (a micro run of `IncrementalMatcher.addRow`: 10 000 entries, 35 rows per iteration): a decode row of 8
  * cells is ~6.5 µs with its columns in cache and ~10–12 µs with them from DRAM (45 MB per
  * phase), a row of 2 cells ~3.5 / ~6–10 µs: the O(N) pass (D loaded and stored, 1/sqrt(Q_n)
  * loaded, the pre-filter) and the columns' memory traffic, both linear in N.
