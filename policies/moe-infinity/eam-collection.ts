@@ -68,15 +68,15 @@
  * (~100 cells each) and 48 insertions (~2 000 cells each, fewer with a hint) against 10 000
  * entries: ~2·10^9 products in 128-bit SIMD.
  *
- * Seeded scan (WASM): a matcher passes its previous row's best M to the scan, which scores
- * them after the pass's columns first (the same exact expression); the lowest is a floor that
- * M entries reach, so no entry below it can be among the best M, and the pre-filter runs from
- * the first block instead of after M entries were taken and the floor built up entry by entry
- * (ties at the floor are kept: the same best M, in the same order). In the bench's run, 2 % of
- * the blocks of a decode row then pass the pre-filter and ~20 entries per row are scored; a
- * decode row went ~21 → ~13 µs (same machine, interleaved runs). Measured bound of what is
- * left (a micro run of `IncrementalMatcher.addRow`: 10 000 entries, 35 rows per iteration): a decode row of 8
- * cells is ~6.5 µs with its columns in cache and ~10–12 µs with them from DRAM (45 MB per
+ * Seeded scan (WASM): a matcher passes its previous row's best M to the scan, which scores them
+ * after the pass's columns first (the same exact expression); the lowest is a floor that M
+ * entries reach, so no entry below it can be among the best M, and the pre-filter runs from the
+ * first block instead of after M entries were taken and the floor built up entry by entry (ties
+ * at the floor are kept: the same best M, in the same order). In the bench's run, 2 % of the
+ * blocks of a decode row then pass the pre-filter and ~20 entries per row are scored; a decode
+ * row went ~21 → ~13 µs (same machine, interleaved runs). Measured bound of what is left (a
+ * micro run of `IncrementalMatcher.addRow`: 10 000 entries, 35 rows per iteration): a decode row
+ * of 8 cells is ~6.5 µs with its columns in cache and ~10–12 µs with them from DRAM (45 MB per
  * phase), a row of 2 cells ~3.5 / ~6–10 µs: the O(N) pass (D loaded and stored, 1/sqrt(Q_n)
  * loaded, the pre-filter) and the columns' memory traffic, both linear in N.
  *
