@@ -39,6 +39,15 @@ export class Rng {
     return (st[2] = t - c);
   }
 
+  /**
+   * Alea's state (s0, s1, s2, c), live: for a hot loop that runs the step of `next()` on local
+   * copies and writes them back (the same sequence; `SyntheticRequestRouter.genToken`), as V8
+   * keeps locals in registers but not a typed array's elements.
+   */
+  get aleaState(): Float64Array {
+    return this.st;
+  }
+
   private prng(): number {
     return this.next();
   }
