@@ -1,6 +1,8 @@
 /**
  * Properties of the workload module (fast-check): trace writer → reader round trip; synthetic
  * routers always emit valid, distinct expert ids, deterministically, whatever the call order;
+ * a synthetic router's tokens are the generative model's (a reference written from its
+ * description, every uniform drawn with `Rng.next()`: the router runs Alea's step inlined);
  * aggregate counts are non-negative integers summing to tokens·k.
  */
 import { mkdtempSync } from 'node:fs';
@@ -12,8 +14,9 @@ import { Rng } from '../../sim/kernel/rng.ts';
 import { TraceWriter } from '../../workloads/trace/writer.ts';
 import { readTraceFile } from '../../workloads/trace/reader.ts';
 import { MISSING, type TraceRequest } from '../../workloads/trace/format.ts';
-import { SyntheticModel } from '../../workloads/synthetic/model.ts';
-import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
+import { dirichletInto, SyntheticModel } from '../../workloads/synthetic/model.ts';
+import { SyntheticRequestRouter, SyntheticRouting } from '../../workloads/synthetic/router.ts';
+import { AliasTables, aliasScratch } from '../../workloads/random/alias.ts';
 import { InclusionAggregateRouter } from '../../workloads/aggregate-router.ts';
 import { drawDistinctUniform } from '../../workloads/uniform-router.ts';
 import type { Knobs } from '../../workloads/synthetic/profile.ts';
@@ -176,6 +179,87 @@ describe('synthetic router', () => {
         for (let l = 0; l < L; l++) for (let t = 0; t < T; t++) for (let j = 0; j < k; j++) expect(all[(t * L + l) * k + j]).toBe(viaRoute[l]![t * k + j]);
       }),
       { numRuns: 150 },
+    );
+  });
+});
+
+/**
+ * The synthetic router's generative model (workloads/synthetic/router.ts, header), written
+ * plainly: tokens [0, T) of request `seed`, token-major (L·k per token), every uniform drawn
+ * with `Rng.next()`, the previous tokens read from the output.
+ */
+function referenceTokens(model: SyntheticModel, seed: string, task: string | undefined, prompt: number, T: number): Int32Array {
+  const { L, E, k } = model;
+  const stride = L * k;
+  const aff = new Rng(`${seed}/affinity`);
+  const base = model.distributionFor(task, model.clusters > 1 ? aff.int(model.clusters) : 0);
+  let table = base.alias;
+  if (Number.isFinite(model.betaR)) {
+    table = new AliasTables(L, E);
+    const w = new Float64Array(E);
+    const scratch = aliasScratch(E);
+    for (let l = 0; l < L; l++) {
+      dirichletInto(aff, model.betaR, base.weights, l * E, E, w, 0);
+      table.build(l, w, 0, scratch);
+    }
+  }
+  const rng = new Rng(`${seed}/tokens`);
+  const out = new Int32Array(T * stride);
+  for (let t = 0; t < T; t++) {
+    const pos = t * stride;
+    if (t < model.startTokens) {
+      out.set(model.startPaths.subarray(t * stride, (t + 1) * stride), pos);
+      continue;
+    }
+    const tau = t < prompt ? model.tauPrefill : model.tau;
+    const cont = t > 0 && tau > 0 && rng.next() < tau;
+    if (!cont && model.psi > 0 && rng.next() < model.psi) {
+      const v = model.sharedAlias.sample(0, rng.next());
+      out.set(model.sharedPaths.subarray(v * stride, (v + 1) * stride), pos);
+      continue;
+    }
+    // The token continued: the previous one, or with memory μ the lag-th previous (lag ≤ 64).
+    let src = t - 1;
+    if (cont && model.mu > 0) src = t - Math.min(t, 64, 1 + Math.floor(Math.log(1 - rng.next()) / Math.log(model.mu)));
+    for (let l = 0; l < L; l++) {
+      const b = pos + l * k;
+      const taken = (e: number, j: number): boolean => out.subarray(b, b + j).includes(e);
+      for (let j = 0; j < k; j++) {
+        let e = -1;
+        if (cont && (model.rho >= 1 || rng.next() < model.rho)) e = out[src * stride + l * k + j]!;
+        else if (l > 0 && model.gamma > 0 && rng.next() < model.gamma) e = model.successor[(l - 1) * E + out[b - k + j]!]!;
+        if (e >= 0 && taken(e, j)) e = -1;
+        for (let tries = 0; tries < 16 && e < 0; tries++) {
+          e = table.sample(l, rng.next());
+          if (taken(e, j)) e = -1;
+        }
+        if (e < 0) e = table.sampleExcluding(l, rng.next(), out, b, b + j);
+        out[b + j] = e;
+      }
+    }
+  }
+  return out;
+}
+
+describe('synthetic router against its model', () => {
+  it('generates the reference tokens, every uniform as Rng.next() draws it', () => {
+    fc.assert(
+      fc.property(
+        knobsArb,
+        fc.option(fc.constantFrom('x', 'y'), { nil: undefined }),
+        fc.nat(40),
+        fc.integer({ min: 1, max: 80 }),
+        fc.nat(1000),
+        (g, task, prompt, T, id) => {
+          const model = new SyntheticModel(g.shape, g.knobs);
+          const seed = `s:${id}`;
+          const router = new SyntheticRequestRouter(model, seed, task, prompt, T);
+          const got = new Int32Array(T * model.L * model.k);
+          router.generateAll(T, got);
+          expect(got).toEqual(referenceTokens(model, seed, task, prompt, T));
+        },
+      ),
+      { numRuns: 200 },
     );
   });
 });
