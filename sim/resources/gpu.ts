@@ -186,6 +186,12 @@ export class Gpu {
       }
       total += p.durationNs;
     }
+    // Starting now (the common case): no spec object, as in `submitKernel`.
+    if (stream >= 0 && stream < this.streams && this.startsNow(stream) && Number.isSafeInteger(total)) {
+      this.seq++;
+      this.start(stream, total as Ns, parts[0]!.label, parts[0]!.category, onDone, parts);
+      return;
+    }
     this.submit({ stream, durationNs: total as Ns, label: parts[0]!.label, category: parts[0]!.category, onDone, parts });
   }
 

@@ -196,24 +196,29 @@ export class PcieLink implements ExclusiveHolder {
   }
 
   submit(spec: TransferSpec): Transfer {
-    if (!(spec.bytes > 0) || !Number.isSafeInteger(spec.bytes)) {
-      throw new SimError(`transfer bytes must be a positive integer, got ${spec.bytes}`, this.sched.now, `link ${this.name}`);
+    return this.submitTransfer(spec.bytes, spec.priority, spec.label, spec.category, spec.onDone, spec.tag ?? -1);
+  }
+
+  /** `submit` with the spec's fields as arguments (no spec object: the serving executor's every fetch). */
+  submitTransfer(bytes: number, priority: number, label: string, category: string, onDone: ((t: Transfer) => void) | undefined, tag: number): Transfer {
+    if (!(bytes > 0) || !Number.isSafeInteger(bytes)) {
+      throw new SimError(`transfer bytes must be a positive integer, got ${bytes}`, this.sched.now, `link ${this.name}`);
     }
     const t: Transfer = {
       id: this.nextId,
-      bytes: spec.bytes,
-      label: spec.label,
-      category: spec.category,
+      bytes,
+      label,
+      category,
       submitNs: this.sched.now,
-      priority: spec.priority,
+      priority,
       state: 'queued',
       sentBytes: 0,
       startNs: -1,
       doneNs: -1,
       seq: this.nextId++,
       latencyPaid: false,
-      onDone: spec.onDone,
-      tag: spec.tag ?? -1,
+      onDone,
+      tag,
     };
     this.queue.push(t);
     if (this.runActive && t.priority < this.curTransfer!.priority) this.splitRun();
