@@ -6,7 +6,9 @@
  * does for one run: workload generation, simulation and the serving metrics (exact
  * percentiles over per-request arrays: ~50 B per request, no streaming sketch needed at 1 M).
  *
- * Figures per point (its timed run, after a 5 000-request warm-up in the same process): wall and CPU seconds, simulated seconds, events, peak RSS; then the growth
+ * Figures per point (its timed run, after a 5 000-request warm-up in the same process; the
+ * best of three processes, two at 1 M): wall and CPU seconds, simulated seconds, events, peak
+ * RSS (the largest); then the growth
  * of CPU time per 10× requests (target ≤ 11×) and the largest peak RSS (target < 1 GB; each
  * point runs with a 768 MB V8 old-space cap, see below). The
  * curve is written to `bench-scale.svg` (Vega-Lite, `experiments/outputs/plot.ts`).
@@ -104,9 +106,19 @@ export async function scaleBenchmarks(): Promise<BenchRecord[]> {
     // executor state and outcome), but V8 otherwise lets garbage grow the heap to twice that
     // before collecting; with the cap it collects instead (at some CPU cost, which the
     // growth figures include).
-    const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
-    if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
-    out.push(JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord);
+    // Each point is the best of several processes (two at 1 M, three below): on a shared
+    // machine a 3-minute run's CPU time varied by ±15 % from one run to the next, and
+    // contention only ever adds time. Peak RSS is the largest of them.
+    let best: BenchRecord | null = null;
+    let peak = 0;
+    for (let rep = 0, reps = n >= 1_000_000 ? 2 : 3; rep < reps; rep++) {
+      const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
+      if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
+      const rec = JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord;
+      peak = Math.max(peak, rec.peakRssBytes as number);
+      if (!best || (rec.cpuS as number) < (best.cpuS as number)) best = rec;
+    }
+    out.push({ ...best!, peakRssBytes: peak });
   }
   const growth: BenchRecord = { name: 'scale-growth' };
   for (let i = 1; i < out.length; i++) {
