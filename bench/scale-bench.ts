@@ -28,6 +28,7 @@ import { buildServingWorld } from '../experiments/world.ts';
 import { servingMetrics } from '../sim/metrics/serving-metrics.ts';
 import type { ServingOutcome } from '../sim/serving/serving-executor.ts';
 import { QUICKSTART, type BenchRecord } from './serving-bench.ts';
+import { SEMI_SPACE_FLAG } from '../experiments/heap.ts';
 
 const here = fileURLToPath(import.meta.url);
 const HEAP_CAP_MB = 768;
@@ -112,7 +113,7 @@ export async function scaleBenchmarks(): Promise<BenchRecord[]> {
     let best: BenchRecord | null = null;
     let peak = 0;
     for (let rep = 0, reps = n >= 1_000_000 ? 2 : 3; rep < reps; rep++) {
-      const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
+      const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, SEMI_SPACE_FLAG, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
       if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
       const rec = JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord;
       peak = Math.max(peak, rec.peakRssBytes as number);

@@ -14,6 +14,7 @@ import type { RunSpec } from '../config/expand.ts';
 import type { RunOutput } from '../runner.ts';
 import type { TaskResult } from './task.ts';
 import { fromWireError, runKey, type RunTask, type WireError } from './wire.ts';
+import { YOUNG_GENERATION_MB } from '../heap.ts';
 
 export interface Backend {
   /** How many runs may be under way at once. */
@@ -42,6 +43,8 @@ export function threadBackend(threads: number, base: TaskBase, makePluginError: 
     maxThreads: threads,
     // One run per thread at a time: runs are CPU-bound.
     concurrentTasksPerWorker: 1,
+    // The young generation of a simulating process (experiments/heap.ts).
+    resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
     idleTimeout: 60_000,
   });
   return {

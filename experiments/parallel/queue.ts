@@ -27,6 +27,7 @@ import type { RunOutput } from '../runner.ts';
 import { taskFor, unwrap, type Backend, type MakePluginError, type TaskBase } from './pool.ts';
 import type { TaskResult } from './task.ts';
 import { decode, encode, type RunTask } from './wire.ts';
+import { YOUNG_GENERATION_MB } from '../heap.ts';
 
 export const QUEUE_NAME = 'moesim-runs';
 
@@ -195,6 +196,8 @@ export async function startWorker(url: string, threads: number, log: (m: string)
     minThreads: 1,
     maxThreads: threads,
     concurrentTasksPerWorker: 1,
+    // The young generation of a simulating process (experiments/heap.ts).
+    resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
     idleTimeout: 5 * 60_000,
   });
   const worker = new Worker<JobData, string>(
