@@ -24,51 +24,37 @@ declare const WebAssembly: {
   Memory: new (descriptor: { initial: number }) => WasmMemory;
 };
 
+/**
+ * A column kernel's arguments: D (i32 at byte offset `d`, entries 0 … 16·blocks − 1), the
+ * columns' byte offsets o0 … o7 (u8) and their coefficients c0 … c7, k ≤ 8 of them used.
+ */
+type ColumnKernel = (
+  d: number,
+  blocks: number,
+  k: number,
+  o0: number,
+  o1: number,
+  o2: number,
+  o3: number,
+  o4: number,
+  o5: number,
+  o6: number,
+  o7: number,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+  c4: number,
+  c5: number,
+  c6: number,
+  c7: number,
+) => void;
+
 export interface EamcKernels {
   /** D[i] += Σ_{t<k} c_t · column_t[i], i < 16·blocks (byte offsets; u8 columns, i32 D; k ≤ 8, c_t ≤ 65535). */
-  addColumns(
-    d: number,
-    blocks: number,
-    k: number,
-    o0: number,
-    o1: number,
-    o2: number,
-    o3: number,
-    o4: number,
-    o5: number,
-    o6: number,
-    o7: number,
-    c0: number,
-    c1: number,
-    c2: number,
-    c3: number,
-    c4: number,
-    c5: number,
-    c6: number,
-    c7: number,
-  ): void;
+  addColumns: ColumnKernel;
   /** `addColumns` with every coefficient ≤ 32767 (two columns per multiply-add). */
-  addPairs(
-    d: number,
-    blocks: number,
-    k: number,
-    o0: number,
-    o1: number,
-    o2: number,
-    o3: number,
-    o4: number,
-    o5: number,
-    o6: number,
-    o7: number,
-    c0: number,
-    c1: number,
-    c2: number,
-    c3: number,
-    c4: number,
-    c5: number,
-    c6: number,
-    c7: number,
-  ): void;
+  addPairs: ColumnKernel;
   /** D += Σ_{t<k} c_t · column_t (k ≤ 8, every c_t ≤ 32767), then the best M entries into the result region; returns how many. */
   scan(
     d: number,

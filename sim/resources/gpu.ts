@@ -152,15 +152,19 @@ export class Gpu {
    * executor with one kernel at a time) no spec object is made.
    */
   submitKernel(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void): void {
-    if (stream >= 0 && stream < this.streams && this.startsNow(stream)) {
-      if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
-        throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
-      }
-      this.seq++;
-      this.start(stream, durationNs, label, category, onDone, undefined);
-      return;
-    }
+    if (this.tryStartNow(stream, durationNs, label, category, onDone, undefined)) return;
     this.submit({ stream, durationNs, label, category, onDone });
+  }
+
+  /** Starts a kernel at once, without a spec object, when `stream` may run it now and nothing is queued; false otherwise. */
+  private tryStartNow(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void, parts: readonly KernelPart[] | undefined): boolean {
+    if (!(stream >= 0 && stream < this.streams && this.startsNow(stream))) return false;
+    if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
+      throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
+    }
+    this.seq++;
+    this.start(stream, durationNs, label, category, onDone, parts);
+    return true;
   }
 
   /**
@@ -186,12 +190,7 @@ export class Gpu {
       }
       total += p.durationNs;
     }
-    // Starting now (the common case): no spec object, as in `submitKernel`.
-    if (stream >= 0 && stream < this.streams && this.startsNow(stream) && Number.isSafeInteger(total)) {
-      this.seq++;
-      this.start(stream, total as Ns, parts[0]!.label, parts[0]!.category, onDone, parts);
-      return;
-    }
+    if (this.tryStartNow(stream, total as Ns, parts[0]!.label, parts[0]!.category, onDone, parts)) return;
     this.submit({ stream, durationNs: total as Ns, label: parts[0]!.label, category: parts[0]!.category, onDone, parts });
   }
 
