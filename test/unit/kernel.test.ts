@@ -376,6 +376,20 @@ describe('Rng', () => {
       for (let i = 0; i < 5000; i++) expect(rng.next()).toBe(reference());
     }
   });
+
+  it("keeps seedrandom's Alea state, carry included, over long runs (the carry is taken with Math.floor, not | 0)", () => {
+    for (const seed of ['', 'x', '7/tokens']) {
+      const reference = seedrandom.alea(seed, { state: true }) as unknown as { (): number; state(): { s0: number; s1: number; s2: number; c: number } };
+      const rng = new Rng(seed);
+      for (let i = 0; i < 200_000; i++) {
+        const a = rng.next();
+        const b = reference();
+        if (a !== b) expect(a).toBe(b);
+      }
+      const st = reference.state();
+      expect(Array.from(rng.aleaState)).toEqual([st.s0, st.s1, st.s2, st.c]);
+    }
+  });
 });
 
 describe('RngStreams', () => {
