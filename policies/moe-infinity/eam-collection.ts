@@ -80,6 +80,20 @@
  * phase), a row of 2 cells ~3.5 / ~6–10 µs: the O(N) pass (D loaded and stored, 1/sqrt(Q_n)
  * loaded, the pre-filter) and the columns' memory traffic, both linear in N.
  *
+ * What bounds the bench's share of the run (`eamcShareOfWall`, 0.26–0.28; issue #12 asks for
+ * < 0.10) is bytes, then the O(N) pass. One thread reads ~17 GB/s from DRAM on this project's
+ * machine (a JS read loop over 512 MB). An insertion that is not completed from its matchers'
+ * dot products reads 2 000–3 500 columns (20–35 MB): ≥ 1.2–2 ms at that rate, ~2.2 ms measured.
+ * A prefill row reads ~100 columns (~1 MB): ≥ ~60 µs, 100–130 µs measured. The bench's run
+ * (~1.2 s) does 28 such insertions, ~750 prefill rows and ~9 000 decode rows (≥ 6.5 µs each
+ * even with their columns in cache). The insertions and prefill rows at memory speed alone and
+ * the decode rows at their in-cache speed take ~42 + ~44 + ~59 ms. With the coefficients'
+ * preparation (~40 ms, JS), the floor is ~0.15–0.18 of the run with u8 columns. Getting under
+ * 0.10 needs fewer bytes per stored count, or a second core.
+ * - 4-bit counts: prefill EAMs' hot cells exceed 15, which would fill the overflow maps.
+ * - A second core: the match is needed at the same simulated instant, so only a worker that
+ *   shares the memory and splits the entries could help.
+ *
  * `IncrementalMatcher`: the cosine similarity between the current iteration EAM, restricted to
  * the rows seen so far S, and every stored EAM restricted to the same rows:
  *
