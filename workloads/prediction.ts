@@ -228,6 +228,7 @@ export class TracePredictor implements ExpertPredictor {
   readonly describe: string;
   readonly accuracyByLayer?: readonly number[];
   private readonly ranker: Ranker;
+  private readonly score: Float64Array;
 
   constructor(
     private readonly routing: TraceRouting,
@@ -237,14 +238,17 @@ export class TracePredictor implements ExpertPredictor {
   ) {
     this.specOf = specLookup(specs);
     this.ranker = new Ranker(routing);
+    this.score = new Float64Array(routing.experts);
     this.describe = `predictions from the trace (gaps: ${fallback.describe})`;
   }
 
   predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[] {
-    const { moeLayers: L, experts: E, topK: k } = this.routing;
+    const { moeLayers: L, topK: k } = this.routing;
     const s = this.routing.storedFor(requestId);
     const spec = this.specOf(requestId);
-    const score = new Float64Array(E);
+    // Votes in a scratch array (zeroed here; only the ranking is returned).
+    const score = this.score;
+    score.fill(0);
     const p = s.predictions;
     for (let t = fromToken; t < toToken; t++) {
       const rec = p && spec ? TraceRouting.recordIndex(s, spec.promptTokens, t) : -1;

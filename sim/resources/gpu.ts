@@ -125,9 +125,7 @@ export class Gpu {
       throw new SimError(`no stream ${spec.stream} (have ${this.streams})`, this.sched.now, 'gpu');
     }
     // Checked here: a bad duration would otherwise fail in the kernel with the stream left marked running.
-    if (!Number.isSafeInteger(spec.durationNs) || spec.durationNs < 0) {
-      throw new SimError(`kernel ${spec.label} duration must be a non-negative integer of ns, got ${spec.durationNs}`, this.sched.now, 'gpu');
-    }
+    this.checkDuration(spec.label, spec.durationNs);
     const seq = this.seq++;
     if (this.startsNow(spec.stream)) {
       this.start(spec.stream, spec.durationNs, spec.label, spec.category, spec.onDone, spec.parts);
@@ -159,9 +157,7 @@ export class Gpu {
   /** Starts a kernel at once, without a spec object, when `stream` may run it now and nothing is queued; false otherwise. */
   private tryStartNow(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void, parts: readonly KernelPart[] | undefined): boolean {
     if (!(stream >= 0 && stream < this.streams && this.startsNow(stream))) return false;
-    if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
-      throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
-    }
+    this.checkDuration(label, durationNs);
     this.seq++;
     this.start(stream, durationNs, label, category, onDone, parts);
     return true;
@@ -185,13 +181,18 @@ export class Gpu {
     }
     let total = 0;
     for (const p of parts) {
-      if (!Number.isSafeInteger(p.durationNs) || p.durationNs < 0) {
-        throw new SimError(`kernel ${p.label} duration must be a non-negative integer of ns, got ${p.durationNs}`, this.sched.now, 'gpu');
-      }
+      this.checkDuration(p.label, p.durationNs);
       total += p.durationNs;
     }
     if (this.tryStartNow(stream, total as Ns, parts[0]!.label, parts[0]!.category, onDone, parts)) return;
     this.submit({ stream, durationNs: total as Ns, label: parts[0]!.label, category: parts[0]!.category, onDone, parts });
+  }
+
+  /** Throws unless `durationNs` is a non-negative integer of ns. */
+  private checkDuration(label: string, durationNs: number): void {
+    if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
+      throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
+    }
   }
 
   /** True when no kernel runs and none is queued. */
