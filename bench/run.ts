@@ -7,6 +7,8 @@
  * capacity 10 000 on Arctic-sized matrices < 10 % of the run's wall time; (issue #5) the
  * 36 K-sequence ChatBot Arena run of the throughput executor in < 30 s wall.
  *
+ * `--out <file>`: where the records go (default `bench.json`; written atomically).
+ *
  * Suites are the modules `bench/<suite>-bench.ts`, each exporting `suite: BenchSuite`; they run
  * in file-name order. `npm run bench -- <suite> [<suite>…]` runs only those.
  * Timing never appears in tests.
@@ -14,12 +16,19 @@
  * `npm run bench -- --profile [<suite>…]` re-runs each selected suite in its own process under
  * `node --cpu-prof` and writes `bench-profiles/<suite>.cpuprofile` (open it in Chrome DevTools →
  * Performance, or https://www.speedscope.app), printing where they are.
+ *
+ * `npm run bench -- --vs <rev> [--rounds N] [--figures <pattern>] [--table markdown] [<suite>…]`
+ * runs the selected suites at revision `rev` (a temporary git worktree) and in this checkout,
+ * alternating, and prints the before/after table (`vs.ts`).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
 import type { BenchRecord } from './serving-bench.ts';
+import { writeFileAtomic } from '../experiments/outputs/atomic.ts';
+import { runVs, VsInterrupted, VsUsageError } from './vs.ts';
 
 export interface BenchSuite {
   readonly name: string;
@@ -27,19 +36,67 @@ export interface BenchSuite {
 }
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const only = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+/** A usage error: one line, exit code 2. */
+function usage(msg: string): never {
+  process.stderr.write(`bench: ${msg}\n`);
+  process.exit(2);
+}
+let args: ReturnType<typeof parseCommandLine>;
+function parseCommandLine() {
+  return parseArgs({
+    args: process.argv.slice(2),
+    allowPositionals: true,
+    options: {
+      profile: { type: 'boolean' },
+      vs: { type: 'string' },
+      rounds: { type: 'string' },
+      figures: { type: 'string' },
+      table: { type: 'string' },
+      out: { type: 'string' },
+    },
+  });
+}
+try {
+  args = parseCommandLine();
+} catch (err) {
+  usage((err as Error).message.split('\n')[0]!);
+}
+const only = args.positionals;
+const vsOnly = (['rounds', 'figures', 'table'] as const).find((k) => args.values[k] !== undefined && args.values.vs === undefined);
+if (vsOnly) usage(`--${vsOnly} goes with --vs <rev>`);
 const suites: BenchSuite[] = [];
 for (const file of readdirSync(here).filter((f) => f.endsWith('-bench.ts')).sort()) {
   const mod = (await import(pathToFileURL(path.join(here, file)).href)) as { suite?: BenchSuite };
   if (mod.suite) suites.push(mod.suite);
 }
 const unknown = only.filter((o) => !suites.some((s) => s.name === o));
-if (unknown.length > 0) {
-  process.stderr.write(`bench: unknown suite '${unknown[0]}' (have: ${suites.map((s) => s.name).join(', ')})\n`);
-  process.exit(2);
+if (unknown.length > 0) usage(`unknown suite '${unknown[0]}' (have: ${suites.map((s) => s.name).join(', ')})`);
+
+if (args.values.vs !== undefined) {
+  if (args.values.profile) usage('--profile and --vs do not go together');
+  const { rounds = '2', figures, table = 'box' } = args.values;
+  if (!/^[1-9][0-9]*$/.test(rounds)) usage(`--rounds: expected a whole number ≥ 1, got '${rounds}'`);
+  if (table !== 'box' && table !== 'markdown') usage(`--table: expected box or markdown, got '${table}'`);
+  let pattern: RegExp | undefined;
+  if (figures !== undefined) {
+    try {
+      pattern = new RegExp(figures);
+    } catch {
+      usage(`--figures: '${figures}' is not a regular expression`);
+    }
+  }
+  try {
+    await runVs({ rev: args.values.vs, suites: only, rounds: Number(rounds), figures: pattern, table, repoDir: path.resolve(here, '..'), out: args.values.out ?? 'bench-vs.json' });
+  } catch (err) {
+    if (err instanceof VsUsageError) usage(err.message);
+    if (err instanceof VsInterrupted) process.exit(err.exitCode);
+    process.stderr.write(`bench --vs: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  process.exit(0);
 }
 
-if (process.argv.includes('--profile')) {
+if (args.values.profile) {
   // One process per suite, each under the V8 CPU profiler (its own numbers are printed too).
   const dir = path.resolve('bench-profiles');
   mkdirSync(dir, { recursive: true });
@@ -74,8 +131,9 @@ for (const s of suites) {
 const peakRssBytes = process.resourceUsage().maxRSS * 1024;
 records.push({ name: 'process', peakRssBytes });
 process.stdout.write(`${format({ name: 'process', peakRssBytes })}\n`);
-writeFileSync('bench.json', `${JSON.stringify(records, null, 2)}\n`);
-process.stderr.write('bench: wrote bench.json\n');
+const out = args.values.out ?? 'bench.json';
+await writeFileAtomic(out, `${JSON.stringify(records, null, 2)}\n`);
+process.stderr.write(`bench: wrote ${out}\n`);
 
 function format(r: BenchRecord): string {
   const parts = Object.entries(r)
