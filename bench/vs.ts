@@ -18,7 +18,7 @@
  * comparison with exit code 1.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { layout, type TableStyle } from '../experiments/outputs/table.ts';
@@ -62,6 +62,19 @@ export function resolveCommit(repoDir: string, rev: string): string {
   const r = git(repoDir, ['rev-parse', '--verify', '--quiet', `${rev}^{commit}`]);
   if (!r.ok || !/^[0-9a-f]{40}$/.test(r.out)) throw new VsUsageError(`--vs: '${rev}' is not a commit of this repository`);
   return r.out;
+}
+
+/**
+ * Removes the worktree `tree` (inside the temporary folder `tmp`) of `repoDir`: a linked
+ * node_modules is unlinked first (never followed: it is the checkout's own), one that npm ci
+ * installed goes with the tree; then the folder, and git's record of the worktree.
+ */
+export function removeWorktree(repoDir: string, tmp: string, tree: string): void {
+  const nm = path.join(tree, 'node_modules');
+  if (existsSync(nm) && lstatSync(nm).isSymbolicLink()) unlinkSync(nm);
+  git(repoDir, ['worktree', 'remove', '--force', tree]);
+  rmSync(tmp, { recursive: true, force: true });
+  git(repoDir, ['worktree', 'prune']);
 }
 
 /** A child process's exit, as a promise (a signal counts as failure). */
@@ -115,11 +128,11 @@ export async function runVs(o: VsOptions): Promise<void> {
   const cleanup = (): void => {
     if (cleaned) return;
     cleaned = true;
-    // The linked node_modules first, so nothing below could follow it.
-    rmSync(path.join(tree, 'node_modules'), { force: true });
-    git(o.repoDir, ['worktree', 'remove', '--force', tree]);
-    rmSync(tmp, { recursive: true, force: true });
-    git(o.repoDir, ['worktree', 'prune']);
+    try {
+      removeWorktree(o.repoDir, tmp, tree);
+    } catch (err) {
+      process.stderr.write(`bench --vs: could not remove ${tmp} (${(err as Error).message}); \`git worktree prune\` after deleting it\n`);
+    }
   };
   // A signal stops the running child's process group; the loop below sees `stopped` once the
   // child has exited and leaves through `finally` (cleanup). Between children (only while the

@@ -5,10 +5,11 @@
  * worktree. The comparison needs git history: skipped in a copy of the checkout without it.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { removeWorktree } from '../../bench/vs.ts';
 import { REPO_ROOT, runProcess } from '../helpers/cli.ts';
 
 const RUN = path.join(REPO_ROOT, 'bench/run.ts');
@@ -69,4 +70,44 @@ describe('bench --vs', () => {
     const listed = spawnSync('git', ['-C', REPO_ROOT, 'worktree', 'list', '--porcelain'], { encoding: 'utf8' }).stdout;
     expect(listed).not.toContain(tree!);
   }, 320_000);
+});
+
+describe('bench --vs worktree removal', () => {
+  const hasGit = spawnSync('git', ['--version']).status === 0;
+  it.skipIf(!hasGit)('removes the tree and its record, an installed node_modules with it, and never follows a linked one', () => {
+    const root = mkdtempSync(path.join(tmpdir(), 'moesim-vs-remove-'));
+    try {
+      const repo = path.join(root, 'repo');
+      const g = (...args: string[]) => {
+        const r = spawnSync('git', ['-C', repo, ...args], { encoding: 'utf8' });
+        expect(r.status, `git ${args.join(' ')}: ${r.stderr}`).toBe(0);
+        return r.stdout;
+      };
+      mkdirSync(repo);
+      g('init', '-q');
+      writeFileSync(path.join(repo, 'a.txt'), 'a\n');
+      g('add', 'a.txt');
+      g('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'a');
+      // The checkout's own node_modules, which a linked one points at.
+      const own = path.join(repo, 'node_modules');
+      mkdirSync(own);
+      writeFileSync(path.join(own, 'keep.txt'), 'keep\n');
+      for (const linked of [true, false]) {
+        const tmp = mkdtempSync(path.join(root, 'vs-'));
+        const tree = path.join(tmp, 'tree');
+        g('worktree', 'add', '--detach', '--quiet', tree, 'HEAD');
+        if (linked) symlinkSync(own, path.join(tree, 'node_modules'), 'dir');
+        else {
+          mkdirSync(path.join(tree, 'node_modules', 'pkg'), { recursive: true });
+          writeFileSync(path.join(tree, 'node_modules', 'pkg', 'index.js'), '\n');
+        }
+        removeWorktree(repo, tmp, tree);
+        expect(existsSync(tmp), `linked ${linked}`).toBe(false);
+        expect(g('worktree', 'list', '--porcelain')).not.toContain(tree);
+        expect(readFileSync(path.join(own, 'keep.txt'), 'utf8')).toBe('keep\n');
+      }
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
 });
