@@ -449,6 +449,13 @@ export class RankScratch {
   candMax = 0;
   candDrop = new Uint8Array(64);
   dropHeap = new Int32Array(64);
+  /**
+   * Rows of `scores` computed from the source during the current `selectPrefetch` call (where
+   * `filledAt[i] === call`): a rescan after the floored scan reads them instead of computing
+   * them again (the same values: the source is not changed during a call).
+   */
+  filledAt = new Uint32Array(0);
+  call = 0;
   /** The layer of the last ranking that selected from a heap (−2: none) and its worst selected score (the next layer's floor guess). */
   lastLayer = -2;
   lastWorst = 0;
@@ -484,6 +491,12 @@ export class RankScratch {
       this.candDrop = new Uint8Array(keys);
       this.dropHeap = new Int32Array(keys);
     }
+  }
+  /** Row i of `scores` from `source`, unless this call computed it already. */
+  fill(source: RowSource, i: number, scores: Float64Array): void {
+    if (this.filledAt[i] === this.call) return;
+    source.fill(i, scores);
+    this.filledAt[i] = this.call;
   }
   /** The row masks, `words` of them at least (zero). */
   rowMask(words: number): Uint32Array {
@@ -540,6 +553,12 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
   const maxCells = Math.max(0, to - from) * E;
   const cap = Math.max(0, Math.min(budget, maxCells));
   scratch.ensure(cap + 1, cap, L * E);
+  if (scratch.filledAt.length < L) scratch.filledAt = new Uint32Array(L);
+  // A new call: no row computed yet (0 is never a call number).
+  if (++scratch.call === 2 ** 32) {
+    scratch.filledAt.fill(0);
+    scratch.call = 1;
+  }
   const guessed = scratch.lastLayer === layer - 1 ? scratch.lastWorst * FLOOR_GUESS : 0;
   scratch.lastLayer = -2;
   if (cap <= 0) return scratch.result(0);
@@ -574,9 +593,9 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
       const n = collectScan(scores, layer, from, to, o, guessed, scratch, source);
       if (n >= cap && n - cap <= cap) return dropWorst(n, cap, layer, o, scratch);
       // Too few reached the floor (rescan without it), or far more than the budget (a heap of the best).
-      if (n >= cap) size = heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, source);
+      if (n >= cap) size = heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, scratch, source);
     }
-    if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, source);
+    if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, scratch, source);
     if (size < cap) {
       // Fewer positive cells than the budget: all of them, already in layer order.
       for (let j = 0; j < size; j++) {
@@ -656,7 +675,7 @@ function collectScan(scores: Float64Array, layer: number, from: number, to: numb
     const f = proximity ? proximityFactor(i, layer, L) : 1;
     if (source) {
       if (source.bound(i) * f < floor) continue;
-      source.fill(i, scores);
+      scratch.fill(source, i, scores);
     }
     const base = i * E;
     for (let e = 0; e < E; e++) {
@@ -773,6 +792,7 @@ function heapScan(
   hk: Int32Array,
   hv: Float64Array,
   floor: number,
+  scratch: RankScratch,
   source?: RowSource,
 ): number {
   // The best `cap` cells: appended in row order until `cap` are held (no heap work when
@@ -791,7 +811,7 @@ function heapScan(
         const b = source.bound(i) * f;
         if (b < floor || (isHeap && !(b > hv[0]!))) continue;
       }
-      source.fill(i, scores);
+      scratch.fill(source, i, scores);
     }
     const base = i * E;
     let e = 0;
