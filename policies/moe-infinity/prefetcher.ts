@@ -541,8 +541,8 @@ export interface Selection {
  * are collected, rows whose bound is below it skipped (`collectScan`). If at least `budget`
  * cells reach the floor, every cell below it is beaten by `budget` others, so the selection
  * is the best `budget` of the collected ones: up to twice the budget, the collected minus
- * their worst (`dropWorst`), beyond that the heap scan with the floor; if fewer reach it, the
- * plain scan. Successive layers' selections have close worst scores (a layer's match changes
+ * their worst (`dropWorst`), beyond that a heap of the best of them (`heapOfCandidates`); if
+ * fewer reach it, the plain scan (rows the floored scan computed are not computed again). Successive layers' selections have close worst scores (a layer's match changes
  * little): on the quickstart workload 97 % of floored rankings keep ~59 of ~72 collected.
  */
 export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
@@ -592,8 +592,8 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
     if (floored) {
       const n = collectScan(scores, layer, from, to, o, guessed, scratch, source);
       if (n >= cap && n - cap <= cap) return dropWorst(n, cap, layer, o, scratch);
-      // Too few reached the floor (rescan without it), or far more than the budget (a heap of the best).
-      if (n >= cap) size = heapScan(scores, layer, from, to, cap, o, hk, hv, guessed, scratch, source);
+      // Far more than the budget: a heap of the best of them; too few reached the floor: rescan without it.
+      if (n >= cap) size = heapOfCandidates(n, cap, scratch);
     }
     if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, scratch, source);
     if (size < cap) {
@@ -742,6 +742,33 @@ function dropWorst(n: number, cap: number, layer: number, o: RankOptions, scratc
   scratch.lastLayer = layer;
   scratch.lastWorst = worst;
   return scratch.result(m);
+}
+
+/**
+ * The best `cap` of `n` ≥ `cap` ≥ 1 candidates of a floored scan into the scratch's heap (worst
+ * on top), as `heapScan` with the same floor builds it: the candidates are exactly the cells it
+ * would take (score × proximity at or above the floor, in key order), so the same appends, the
+ * same heapify and the same replacements (a candidate enters only with a strictly higher score
+ * than the worst held), without scanning the rows again. Returns `cap`.
+ */
+function heapOfCandidates(n: number, cap: number, scratch: RankScratch): number {
+  const ck = scratch.candKeys;
+  const cv = scratch.candScores;
+  const hk = scratch.keys;
+  const hv = scratch.vals;
+  for (let j = 0; j < cap; j++) {
+    hk[j] = ck[j]!;
+    hv[j] = cv[j]!;
+  }
+  for (let j = (cap >> 1) - 1; j >= 0; j--) siftDown(hk, hv, cap, j);
+  for (let j = cap; j < n; j++) {
+    const s = cv[j]!;
+    if (!(s > hv[0]!)) continue;
+    hk[0] = ck[j]!;
+    hv[0] = s;
+    siftDown(hk, hv, cap, 0);
+  }
+  return cap;
 }
 
 /**
