@@ -7,10 +7,10 @@
  * percentiles over per-request arrays: ~50 B per request, no streaming sketch needed at 1 M).
  *
  * Figures per point (its timed run, after a 5 000-request warm-up in the same process; the
- * best of three processes, two at 1 M): wall and CPU seconds, simulated seconds, events, peak
- * RSS (the largest); then the growth
- * of CPU time per 10× requests (target ≤ 11×) and the largest peak RSS (target < 1 GB; each
- * point runs with a 768 MB V8 old-space cap, see below). The
+ * best of three processes, two at 1 M, run in rounds over the points): wall and CPU seconds,
+ * simulated seconds, events, peak RSS (the largest); then the growth of CPU and wall time per
+ * 10× requests (target ≤ 11×) and the largest peak RSS (target < 1 GB; each point runs with a
+ * 768 MB V8 old-space cap, see below). The
  * curve is written to `bench-scale.svg` (Vega-Lite, `experiments/outputs/plot.ts`).
  *
  * `npx tsx bench/scale-bench.ts --point <requests>` runs one point and prints it as JSON.
@@ -101,26 +101,33 @@ async function run(requests: number): Promise<{ o: ServingOutcome; m: ReturnType
 
 export async function scaleBenchmarks(): Promise<BenchRecord[]> {
   const out: BenchRecord[] = [];
-  for (const n of POINTS) {
-    // From the repository (where `tsx` resolves), whatever the current folder.
-    // A V8 heap cap: the live heap at 1 M requests is ~0.5 GB (per request ~0.5 KB: its spec,
-    // executor state and outcome), but V8 otherwise lets garbage grow the heap to twice that
-    // before collecting; with the cap it collects instead (at some CPU cost, which the
-    // growth figures include).
-    // Each point is the best of several processes (two at 1 M, three below): on a shared
-    // machine a 3-minute run's CPU time varied by ±15 % from one run to the next, and
-    // contention only ever adds time. Peak RSS is the largest of them.
-    let best: BenchRecord | null = null;
-    let peak = 0;
-    for (let rep = 0, reps = n >= 1_000_000 ? 2 : 3; rep < reps; rep++) {
+  // From the repository (where `tsx` resolves), whatever the current folder.
+  // A V8 heap cap: the live heap at 1 M requests is ~0.5 GB (per request ~0.5 KB: its spec,
+  // executor state and outcome), but V8 otherwise lets garbage grow the heap to twice that
+  // before collecting; with the cap it collects instead (at some CPU cost, which the
+  // growth figures include).
+  // Each point is the best of several processes (two at 1 M, three below): on a shared
+  // machine a 3-minute run's CPU time varied by ±15 % from one run to the next, and
+  // contention only ever adds time. Peak RSS is the largest of them. The processes run in
+  // rounds over the points (10 K, 100 K, 1 M, then again), not point after point, so that every
+  // point samples the machine over the whole suite: run one point after the other and a load
+  // that changes within the ~6 minutes favours one of them (the 100 K → 1 M ratio measured
+  // 8.9× and 11.2× in two back-to-back runs that way).
+  const reps = (n: number): number => (n >= 1_000_000 ? 2 : 3);
+  const best = new Map<number, BenchRecord>();
+  const peak = new Map<number, number>();
+  for (let rep = 0, rounds = Math.max(...POINTS.map(reps)); rep < rounds; rep++) {
+    for (const n of POINTS) {
+      if (rep >= reps(n)) continue;
       const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, SEMI_SPACE_FLAG, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
       if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
       const rec = JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord;
-      peak = Math.max(peak, rec.peakRssBytes as number);
-      if (!best || (rec.cpuS as number) < (best.cpuS as number)) best = rec;
+      peak.set(n, Math.max(peak.get(n) ?? 0, rec.peakRssBytes as number));
+      const b = best.get(n);
+      if (!b || (rec.cpuS as number) < (b.cpuS as number)) best.set(n, rec);
     }
-    out.push({ ...best!, peakRssBytes: peak });
   }
+  for (const n of POINTS) out.push({ ...best.get(n)!, peakRssBytes: peak.get(n)! });
   const growth: BenchRecord = { name: 'scale-growth' };
   for (let i = 1; i < out.length; i++) {
     const a = out[i - 1]!;
