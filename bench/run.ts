@@ -74,7 +74,7 @@ if (unknown.length > 0) usage(`unknown suite '${unknown[0]}' (have: ${suites.map
 
 if (args.values.vs !== undefined) {
   if (args.values.profile) usage('--profile and --vs do not go together');
-  const { rounds = '2', figures, table = 'box' } = args.values;
+  const { rounds = '3', figures, table = 'box' } = args.values;
   if (!/^[1-9][0-9]*$/.test(rounds)) usage(`--rounds: expected a whole number ≥ 1, got '${rounds}'`);
   if (table !== 'box' && table !== 'markdown') usage(`--table: expected box or markdown, got '${table}'`);
   let pattern: RegExp | undefined;

@@ -4,14 +4,15 @@
  *
  * The base revision is checked out into a temporary git worktree (its dependencies: this
  * checkout's `node_modules` linked when both `package-lock.json` are identical, else `npm ci`
- * there; its WebAssembly kernel built by its own `prepare` script). Then, `rounds` times, the
- * base and the working tree (head: this checkout as it is, uncommitted changes included) each
- * run their own `npm run bench -- <suites>` in a fresh process, alternating, so that a drift in
- * the machine's load falls on both sides; each run's `bench.json` is read back. The runs'
- * output goes to stderr. The table (`compare.ts`: medians per side, head/base, which way is
- * better and whether the rounds' ranges are apart) goes to stdout, every round's values to
- * `bench-vs.json` (or `--out`; written atomically). The worktree is removed at the end, on a failure and on
- * Ctrl-C / SIGTERM.
+ * there; its WebAssembly kernel built by its own `prepare` script). Then, `rounds` times
+ * (default 3: on a shared machine one run in a few is slowed by up to a third, and with two
+ * rounds both runs of one side can be), the base and the working tree (head: this checkout as
+ * it is, uncommitted changes included) each run their own `npm run bench -- <suites>` in a
+ * fresh process, alternating, so that a drift in the machine's load falls on both sides; each
+ * run's records are read back. The runs' output goes to stderr. The table (`compare.ts`:
+ * medians per side, head/base, which way is better and whether the rounds' ranges are apart)
+ * goes to stdout, every round's values to `bench-vs.json` (or `--out`; written atomically).
+ * The worktree is removed at the end, on a failure and on Ctrl-C / SIGTERM.
  *
  * Bad input (not a git checkout, a revision that is not a commit, a bad option value) is a
  * one-line error and exit code 2, before anything runs; a bench run that fails stops the
