@@ -41,26 +41,26 @@ function usage(msg: string): never {
   process.stderr.write(`bench: ${msg}\n`);
   process.exit(2);
 }
-let args: ReturnType<typeof parseCommandLine>;
+/** The command line (an unknown option or a missing value: a usage error). */
 function parseCommandLine() {
-  return parseArgs({
-    args: process.argv.slice(2),
-    allowPositionals: true,
-    options: {
-      profile: { type: 'boolean' },
-      vs: { type: 'string' },
-      rounds: { type: 'string' },
-      figures: { type: 'string' },
-      table: { type: 'string' },
-      out: { type: 'string' },
-    },
-  });
+  try {
+    return parseArgs({
+      args: process.argv.slice(2),
+      allowPositionals: true,
+      options: {
+        profile: { type: 'boolean' },
+        vs: { type: 'string' },
+        rounds: { type: 'string' },
+        figures: { type: 'string' },
+        table: { type: 'string' },
+        out: { type: 'string' },
+      },
+    });
+  } catch (err) {
+    return usage((err as Error).message.split('\n')[0]!);
+  }
 }
-try {
-  args = parseCommandLine();
-} catch (err) {
-  usage((err as Error).message.split('\n')[0]!);
-}
+const args = parseCommandLine();
 const only = args.positionals;
 const vsOnly = (['rounds', 'figures', 'table'] as const).find((k) => args.values[k] !== undefined && args.values.vs === undefined);
 if (vsOnly) usage(`--${vsOnly} goes with --vs <rev>`);

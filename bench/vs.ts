@@ -52,9 +52,9 @@ export interface VsOptions {
   readonly out: string;
 }
 
-function git(repoDir: string, args: string[]): { ok: boolean; out: string } {
+function git(repoDir: string, args: string[]): { ok: boolean; out: string; err: string } {
   const r = spawnSync('git', ['-C', repoDir, ...args], { encoding: 'utf8' });
-  return { ok: r.status === 0, out: (r.stdout ?? '').trim() };
+  return { ok: r.status === 0, out: (r.stdout ?? '').trim(), err: (r.stderr ?? '').trim() };
 }
 
 /** The full commit id of `rev` in `repoDir` (a usage error if it is not a commit there). */
@@ -78,21 +78,15 @@ export function removeWorktree(repoDir: string, tmp: string, tree: string): void
   git(repoDir, ['worktree', 'prune']);
 }
 
-/** A child process's exit, as a promise (a signal counts as failure). */
-function run(cmd: string, args: string[], cwd: string, track: (c: ChildProcess | null) => void): Promise<number> {
+/** A child process's exit code, as a promise (a signal counts as failure); `started` gets the child. */
+function run(cmd: string, args: string[], cwd: string, started: (c: ChildProcess) => void): Promise<number> {
   return new Promise((resolve, reject) => {
     // stdout to our stderr: the table on stdout is the comparison's only result. A process
     // group of its own, so that a signal to this process stops npm and everything it started.
     const child = spawn(cmd, args, { cwd, stdio: ['ignore', 2, 2], detached: true });
-    track(child);
-    child.on('error', (err) => {
-      track(null);
-      reject(err);
-    });
-    child.on('exit', (code, signal) => {
-      track(null);
-      resolve(code ?? (signal ? 128 : 1));
-    });
+    started(child);
+    child.on('error', reject);
+    child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
   });
 }
 
@@ -155,20 +149,17 @@ export async function runVs(o: VsOptions): Promise<void> {
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const track = (c: ChildProcess | null): void => {
-    child = c;
-  };
   const say = (s: string): void => void process.stderr.write(`bench --vs: ${s}\n`);
-  /** Runs a child; throws once a signal stopped the comparison. */
+  /** Runs a child (the one a signal stops); throws once a signal stopped the comparison. */
   const step = async (cmd: string, args: string[], cwd: string): Promise<number> => {
-    const code = await run(cmd, args, cwd, track);
+    const code = await run(cmd, args, cwd, (c) => (child = c));
     if (stopped) throw new VsInterrupted(stopped);
     return code;
   };
   try {
     say(`checking out ${sha.slice(0, 12)} into ${tree}`);
-    const add = spawnSync('git', ['-C', o.repoDir, 'worktree', 'add', '--detach', '--quiet', tree, sha], { encoding: 'utf8' });
-    if (add.status !== 0) throw new Error(`git worktree add failed: ${(add.stderr ?? '').trim().split('\n')[0]}`);
+    const add = git(o.repoDir, ['worktree', 'add', '--detach', '--quiet', tree, sha]);
+    if (!add.ok) throw new Error(`git worktree add failed: ${add.err.split('\n')[0]}`);
     const lock = (dir: string) => (existsSync(path.join(dir, 'package-lock.json')) ? readFileSync(path.join(dir, 'package-lock.json'), 'utf8') : null);
     const headLock = lock(o.repoDir);
     if (headLock !== null && headLock === lock(tree) && existsSync(path.join(o.repoDir, 'node_modules'))) {

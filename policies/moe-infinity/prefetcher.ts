@@ -542,8 +542,9 @@ export interface Selection {
  * cells reach the floor, every cell below it is beaten by `budget` others, so the selection
  * is the best `budget` of the collected ones: up to twice the budget, the collected minus
  * their worst (`dropWorst`), beyond that a heap of the best of them (`heapOfCandidates`); if
- * fewer reach it, the plain scan (rows the floored scan computed are not computed again). Successive layers' selections have close worst scores (a layer's match changes
- * little): on the quickstart workload 97 % of floored rankings keep ~59 of ~72 collected.
+ * fewer reach it, the plain scan (rows the floored scan computed are not computed again).
+ * Successive layers' selections have close worst scores (a layer's match changes little): on
+ * the quickstart workload 97 % of floored rankings keep ~59 of ~72 collected.
  */
 export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
   const E = o.experts;
@@ -595,7 +596,7 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
       // Far more than the budget: a heap of the best of them; too few reached the floor: rescan without it.
       if (n >= cap) size = heapOfCandidates(n, cap, scratch);
     }
-    if (size < 0) size = heapScan(scores, layer, from, to, cap, o, hk, hv, 0, scratch, source);
+    if (size < 0) size = heapScan(scores, layer, from, to, cap, o, scratch, source);
     if (size < cap) {
       // Fewer positive cells than the budget: all of them, already in layer order.
       for (let j = 0; j < size; j++) {
@@ -746,10 +747,9 @@ function dropWorst(n: number, cap: number, layer: number, o: RankOptions, scratc
 
 /**
  * The best `cap` of `n` ≥ `cap` ≥ 1 candidates of a floored scan into the scratch's heap (worst
- * on top), as `heapScan` with the same floor builds it: the candidates are exactly the cells it
- * would take (score × proximity at or above the floor, in key order), so the same appends, the
- * same heapify and the same replacements (a candidate enters only with a strictly higher score
- * than the worst held), without scanning the rows again. Returns `cap`.
+ * on top), as `heapScan` builds it over those cells: the candidates are in key order, so the
+ * same appends, the same heapify and the same replacements (a candidate enters only with a
+ * strictly higher score than the worst held). Returns `cap`.
  */
 function heapOfCandidates(n: number, cap: number, scratch: RankScratch): number {
   const ck = scratch.candKeys;
@@ -803,25 +803,12 @@ function siftBest(h: Int32Array, v: Float64Array, size: number, j: number): void
 export const FLOOR_GUESS = 0.9;
 
 /**
- * The scan of `selectPrefetch` (cap < the horizon's cells): the best `cap` cells of rows
- * [from, to) into hk/hv — a min-heap (worst on top) when `cap` are held, else the cells in
- * key order — and their count. With `floor` > 0 only cells at or above it are offered and
- * rows whose bound is below it are skipped; −1 when fewer than `cap` cells reach the floor
- * (the caller then scans without one).
+ * The scan of `selectPrefetch` (cap < the horizon's cells, no floor): the best `cap` cells of
+ * rows [from, to) into the scratch's heap (`keys` / `vals`) — a min-heap (worst on top) when
+ * `cap` are held, else the cells in key order — and their count. Rows a floored scan of the
+ * same call computed are read, not computed again.
  */
-function heapScan(
-  scores: Float64Array,
-  layer: number,
-  from: number,
-  to: number,
-  cap: number,
-  o: RankOptions,
-  hk: Int32Array,
-  hv: Float64Array,
-  floor: number,
-  scratch: RankScratch,
-  source?: RowSource,
-): number {
+function heapScan(scores: Float64Array, layer: number, from: number, to: number, cap: number, o: RankOptions, scratch: RankScratch, source?: RowSource): number {
   // The best `cap` cells: appended in row order until `cap` are held (no heap work when
   // fewer exist: already in layer order), then a min-heap (worst on top). Keys grow along
   // the scan, so a new cell tied with the worst held one ranks after it: only a strictly
@@ -829,15 +816,14 @@ function heapScan(
   const E = o.experts;
   const L = o.layers;
   const proximity = o.proximity;
+  const hk = scratch.keys;
+  const hv = scratch.vals;
   let size = 0;
   let isHeap = false;
   for (let i = from; i < to; i++) {
     const f = proximity ? proximityFactor(i, layer, L) : 1;
     if (source) {
-      if (floor > 0 || isHeap) {
-        const b = source.bound(i) * f;
-        if (b < floor || (isHeap && !(b > hv[0]!))) continue;
-      }
+      if (isHeap && !(source.bound(i) * f > hv[0]!)) continue;
       scratch.fill(source, i, scores);
     }
     const base = i * E;
@@ -846,10 +832,8 @@ function heapScan(
       for (; e < E; e++) {
         const raw = scores[base + e]!;
         if (!(raw > 0)) continue;
-        const s = raw * f;
-        if (s < floor) continue;
         hk[size] = base + e;
-        hv[size] = s;
+        hv[size] = raw * f;
         if (++size === cap) {
           for (let j = (size >> 1) - 1; j >= 0; j--) siftDown(hk, hv, size, j);
           isHeap = true;
@@ -862,14 +846,14 @@ function heapScan(
       const raw = scores[base + e]!;
       if (!(raw > 0)) continue;
       const s = raw * f;
-      // Worse than (or tied after) the worst kept: skip (the worst kept is at or above the floor).
+      // Worse than (or tied after) the worst kept: skip.
       if (!(s > hv[0]!)) continue;
       hk[0] = base + e;
       hv[0] = s;
       siftDown(hk, hv, size, 0);
     }
   }
-  return floor > 0 && !isHeap ? -1 : size;
+  return size;
 }
 
 /**
