@@ -4,6 +4,15 @@
  * seconds per wall second (best of at least five timed runs, as many as fit in 1.5 s, after a
  * warm-up: on a shared 2-core machine a 30 ms run varies by ±30 % from one run to the next).
  *
+ * Per MoE layer step (one MoE layer of one iteration: the unit of the serving executor's work,
+ * the same count for every policy of a workload at batch 1) each variant reports its wall ns
+ * (`nsPerLayerStep`), the wall ns the issue-#12 goal of 20 000 simulated s per wall s allows
+ * (`goalBudgetNsPerLayerStep`: a policy that serves the same tokens in less simulated time has
+ * less), and the share of the wall time spent inside the policy's hooks
+ * (`policyHookShareOfWall`, from a separate instrumented run, the timer's own cost measured and
+ * taken out) with what is left per step (`nsPerLayerStepOutsidePolicy`: executor, resources,
+ * router, kernel).
+ *
  * `ratio` divides a whole run's events/s — kernel plus every handler's work (executor, policy,
  * resources) — by bare heap push/pops: since PCIe runs made most events carry real work (a
  * transfer, a kernel), it measures the simulator's work per event, not the kernel. `engine-*`
@@ -17,6 +26,9 @@ import { Heap } from 'heap-js';
 import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
 import { expandRuns, type RunSpec } from '../experiments/config/expand.ts';
 import { buildServingWorld } from '../experiments/world.ts';
+import { loadModel } from '../hardware-profiles/load.ts';
+import type { ServingExecutor, ServingOutcome } from '../sim/serving/serving-executor.ts';
+import type { ServingPolicy } from '../sim/serving/policy.ts';
 import { Rng } from '../sim/kernel/rng.ts';
 import { EventPriority, Simulation } from '../sim/kernel/simulation.ts';
 import type { Ns } from '../sim/kernel/time.ts';
@@ -86,10 +98,69 @@ function engineBenchmarks(): BenchRecord[] {
   return out;
 }
 
+/** Issue #12's serving goal: simulated seconds per wall second. */
+const SERVING_GOAL = 20_000;
+
 /** Wall seconds of timed runs per variant (at least five runs). */
 const MIN_TIMED_S = 1.5;
 
-async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number }> {
+/** The hooks the serving executor calls on a policy (`ServingPolicy`), timed by `policyHookShare`. */
+const HOOKS = ['init', 'initialTops', 'report', 'onIterationStart', 'onLayerRouted', 'onLayerDone', 'afterUse', 'onPrefetchDone', 'chooseVictim', 'onIterationEnd', 'onRequestFinished'] as const;
+
+/**
+ * Cost of the timing wrapper itself, per call: `inside` is what a wrapped empty hook adds to
+ * the time measured between the wrapper's two clock reads, `total` what it adds to the run.
+ */
+export function timerCost(): { insideMs: number; totalMs: number } {
+  const calls = 200_000;
+  const empty = (): number => 0;
+  let inside = 0;
+  const wrapped = (): number => {
+    const t0 = performance.now();
+    const r = empty();
+    inside += performance.now() - t0;
+    return r;
+  };
+  let best = { insideMs: Infinity, totalMs: Infinity };
+  for (let round = 0; round < 5; round++) {
+    inside = 0;
+    const t0 = performance.now();
+    for (let i = 0; i < calls; i++) wrapped();
+    const total = performance.now() - t0;
+    if (total / calls < best.totalMs) best = { insideMs: inside / calls, totalMs: total / calls };
+  }
+  return best;
+}
+
+/**
+ * Share of a run's wall time inside the policy's hooks: every hook of the policy object the
+ * executor holds is wrapped with a clock read before and after; the wrapper's own cost per
+ * call (`timerCost`) is taken out of the hook time and of the run's wall time.
+ */
+export function policyHookShare(ex: ServingExecutor, cost: { insideMs: number; totalMs: number }): { share: number; calls: number; outcome: ServingOutcome } {
+  // The executor keeps the policy object it was given; the bench reaches it to time its hooks.
+  const policy = (ex as unknown as { policy: ServingPolicy }).policy as unknown as Record<string, unknown>;
+  let hookMs = 0;
+  let calls = 0;
+  for (const hook of HOOKS) {
+    const f = policy[hook];
+    if (typeof f !== 'function') continue;
+    const orig = f as (...a: unknown[]) => unknown;
+    policy[hook] = function (this: unknown, ...a: unknown[]) {
+      const t0 = performance.now();
+      const r = orig.apply(this, a);
+      hookMs += performance.now() - t0;
+      calls++;
+      return r;
+    };
+  }
+  const t0 = performance.now();
+  const outcome = ex.run();
+  const wallMs = performance.now() - t0 - calls * cost.totalMs;
+  return { share: Math.max(0, hookMs - calls * cost.insideMs) / wallMs, calls, outcome };
+}
+
+async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number; iterations: number }> {
   // Depth-measuring pass (observer costs time, so it is not the timed pass).
   const probe = await buildServingWorld(spec, { baseDir });
   let samples = 0;
@@ -117,12 +188,13 @@ async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number
     const cpu = process.cpuUsage(c0);
     cpuS = Math.min(cpuS, (cpu.user + cpu.system) / 1e6);
   }
-  return { events: o!.events, wallS, cpuS, simulatedS: o!.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1 };
+  return { events: o!.events, wallS, cpuS, simulatedS: o!.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1, iterations: o!.counters.iterations };
 }
 
 export async function servingBenchmarks(): Promise<BenchRecord[]> {
   const loaded = loadConfigFile(QUICKSTART);
   const out: BenchRecord[] = engineBenchmarks();
+  const timer = timerCost();
   const variants: [string, number][] = [
     ['quickstart', 1],
     ['quickstart-10x', 10],
@@ -138,6 +210,11 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
       const eventsPerS = r.events / r.wallS;
       const depth = Math.max(1, Math.round(r.meanDepth));
       const bare = bareHeapRate(depth, Math.max(200_000, r.events));
+      // Best of three instrumented runs (the least disturbed by other load).
+      let hookShare = Infinity;
+      for (let i = 0; i < 3; i++) hookShare = Math.min(hookShare, policyHookShare(await buildServingWorld(spec, { baseDir: loaded.baseDir }), timer).share);
+      const layerSteps = r.iterations * loadModel(spec.model).moeLayers;
+      const nsPerLayerStep = (r.wallS * 1e9) / layerSteps;
       out.push({
         name: `serving-${name}-${spec.policy.label}`,
         requests: spec.workload.requests,
@@ -151,6 +228,11 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
         simulatedSPerWallS: r.simulatedS / r.wallS,
         // CPU time of this process: less sensitive than wall time to other load on the machine.
         simulatedSPerCpuS: r.simulatedS / r.cpuS,
+        layerSteps,
+        nsPerLayerStep,
+        goalBudgetNsPerLayerStep: ((r.simulatedS / SERVING_GOAL) * 1e9) / layerSteps,
+        policyHookShareOfWall: hookShare,
+        nsPerLayerStepOutsidePolicy: nsPerLayerStep * (1 - hookShare),
       });
     }
   }
