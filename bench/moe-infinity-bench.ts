@@ -27,13 +27,13 @@ import type { ModelProfile } from '../hardware-profiles/types.ts';
 import { createCostModel } from '../sim/cost/cost-model.ts';
 import { Rng, RngStreams } from '../sim/kernel/rng.ts';
 import { msToNs } from '../sim/kernel/time.ts';
-import type { LayerRouting, ServingView } from '../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../sim/serving/serving-executor.ts';
 import { buildWorkload, WorkloadSchema } from '../workloads/config.ts';
 import type { Phase } from '../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher, type EamcDots } from '../policies/moe-infinity/eam-collection.ts';
 import { MoeInfinityParams, MoeInfinityPolicy } from '../policies/moe-infinity/policy.ts';
 import { ScoreAccumulator } from '../policies/moe-infinity/prefetcher.ts';
+import { timeMethod } from './clocks.ts';
 
 type BenchRecord = Record<string, number | string>;
 
@@ -166,15 +166,8 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
   let insertMs = 0;
   let insertCalls = 0;
   const restore: (() => void)[] = [];
-  const wrap = <T extends object, K extends keyof T>(proto: T, key: K, onTime: (ms: number, args: unknown[]) => void): void => {
-    const orig = proto[key] as unknown as (...a: unknown[]) => unknown;
-    (proto as Record<K, unknown>)[key] = function (this: unknown, ...a: unknown[]) {
-      const t0 = performance.now();
-      const r = orig.apply(this, a);
-      onTime(performance.now() - t0, a);
-      return r;
-    };
-    restore.push(() => ((proto as Record<K, unknown>)[key] = orig));
+  const wrap = <T extends object, K extends keyof T>(target: T, key: K, onTime: (ms: number, args: unknown[]) => void): void => {
+    restore.push(timeMethod(target, key, onTime));
   };
   // Row updates split by the row's non-zero cells: ≤ 8 (decode tokens of a batch) or more (prefill).
   let decodeRowMs = 0;
@@ -207,20 +200,11 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
   let hookMs = 0;
   let matchCalls = 0;
   const p = w.policy;
-  const match = p.matchLayer.bind(p);
-  p.matchLayer = (l: number, r: LayerRouting) => {
-    const t0 = performance.now();
-    match(l, r);
-    matchMs += performance.now() - t0;
+  wrap(p, 'matchLayer', (ms) => {
+    matchMs += ms;
     matchCalls++;
-  };
-  const routed = p.onLayerRouted.bind(p);
-  p.onLayerRouted = (v: ServingView, r: LayerRouting) => {
-    const t0 = performance.now();
-    const d = routed(v, r);
-    hookMs += performance.now() - t0;
-    return d;
-  };
+  });
+  wrap(p, 'onLayerRouted', (ms) => (hookMs += ms));
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const o = w.executor.run();

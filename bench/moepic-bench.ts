@@ -18,39 +18,12 @@ import { fileURLToPath } from 'node:url';
 import { loadConfigFile } from '../experiments/config/load.ts';
 import { expandRuns, type RunSpec } from '../experiments/config/expand.ts';
 import { buildServingWorld } from '../experiments/world.ts';
-import type { ServingPolicy } from '../sim/serving/policy.ts';
-import type { PolicyDefinition } from '../policies/types.ts';
 import { SplitStats } from '../policies/moepic/configurator.ts';
 import type { BenchRecord } from './serving-bench.ts';
+import { timeMethod, withTimedPolicy } from './clocks.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const ABLATION = path.resolve(here, '../experiments/moepic/ablation.yaml');
-
-interface Clocks {
-  hooks: number;
-  iterationEnd: number;
-  observe: number;
-}
-
-/** Wraps every hook of `p` with a clock (ms into `c`). */
-function timed(p: ServingPolicy, c: Clocks): ServingPolicy {
-  const out: Record<string, unknown> = Object.create(p) as Record<string, unknown>;
-  for (const k of ['onIterationStart', 'onLayerRouted', 'onLayerDone', 'afterUse', 'onIterationEnd', 'onRequestFinished', 'onPrefetchDone', 'chooseVictim', 'initialTops'] as const) {
-    const f = (p as unknown as Record<string, unknown>)[k];
-    if (typeof f !== 'function') continue;
-    out[k] = (...args: unknown[]) => {
-      const t0 = performance.now();
-      try {
-        return (f as (...a: unknown[]) => unknown).apply(p, args);
-      } finally {
-        const dt = performance.now() - t0;
-        c.hooks += dt;
-        if (k === 'onIterationEnd') c.iterationEnd += dt;
-      }
-    };
-  }
-  return out as unknown as ServingPolicy;
-}
 
 async function runOnce(spec: RunSpec, baseDir: string): Promise<{ wallS: number; cpuS: number; simulatedS: number; events: number }> {
   const ex = await buildServingWorld(spec, { baseDir });
@@ -70,23 +43,17 @@ async function measure(spec: RunSpec, baseDir: string, name: string): Promise<Be
     if (r.wallS < best.wallS) best = r;
   }
   // The timed run: hooks wrapped, the statistics' observe patched (restored afterwards).
-  const clocks: Clocks = { hooks: 0, iterationEnd: 0, observe: 0 };
-  const def = spec.policy.definition as PolicyDefinition<unknown>;
-  const wrapped: RunSpec = { ...spec, policy: { ...spec.policy, definition: { ...def, create: (p, ctx) => timed(def.create(p, ctx), clocks) } } };
-  const original = SplitStats.prototype.observe;
-  SplitStats.prototype.observe = function (this: SplitStats, ...args: Parameters<SplitStats['observe']>) {
-    const t0 = performance.now();
-    try {
-      original.apply(this, args);
-    } finally {
-      clocks.observe += performance.now() - t0;
-    }
-  };
+  const clocks = { hooks: 0, iterationEnd: 0, observe: 0 };
+  const wrapped = withTimedPolicy(spec, (hook, ms) => {
+    clocks.hooks += ms;
+    if (hook === 'onIterationEnd') clocks.iterationEnd += ms;
+  });
+  const restore = timeMethod(SplitStats.prototype, 'observe', (ms) => (clocks.observe += ms));
   let t: Awaited<ReturnType<typeof runOnce>>;
   try {
     t = await runOnce(wrapped, baseDir);
   } finally {
-    SplitStats.prototype.observe = original;
+    restore();
   }
   const wallMs = t.wallS * 1000;
   return [

@@ -27,8 +27,8 @@ import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
 import { expandRuns, type RunSpec } from '../experiments/config/expand.ts';
 import { buildServingWorld } from '../experiments/world.ts';
 import { loadModel } from '../hardware-profiles/load.ts';
-import type { ServingExecutor, ServingOutcome } from '../sim/serving/serving-executor.ts';
-import type { ServingPolicy } from '../sim/serving/policy.ts';
+import type { ServingOutcome } from '../sim/serving/serving-executor.ts';
+import { timerCost, withTimedPolicy } from './clocks.ts';
 import { Rng } from '../sim/kernel/rng.ts';
 import { EventPriority, Simulation } from '../sim/kernel/simulation.ts';
 import type { Ns } from '../sim/kernel/time.ts';
@@ -104,56 +104,21 @@ const SERVING_GOAL = 20_000;
 /** Wall seconds of timed runs per variant (at least five runs). */
 const MIN_TIMED_S = 1.5;
 
-/** The hooks the serving executor calls on a policy (`ServingPolicy`), timed by `policyHookShare`. */
-const HOOKS = ['init', 'initialTops', 'report', 'onIterationStart', 'onLayerRouted', 'onLayerDone', 'afterUse', 'onPrefetchDone', 'chooseVictim', 'onIterationEnd', 'onRequestFinished'] as const;
-
 /**
- * Cost of the timing wrapper itself, per call: `inside` is what a wrapped empty hook adds to
- * the time measured between the wrapper's two clock reads, `total` what it adds to the run.
+ * Share of a run's wall time inside the policy's hooks, from a run of `spec` with every hook
+ * timed (`withTimedPolicy`); the clock's own cost per call (`timerCost`) is taken out of the
+ * hook time and of the run's wall time.
  */
-export function timerCost(): { insideMs: number; totalMs: number } {
-  const calls = 200_000;
-  const empty = (): number => 0;
-  let inside = 0;
-  const wrapped = (): number => {
-    const t0 = performance.now();
-    const r = empty();
-    inside += performance.now() - t0;
-    return r;
-  };
-  let best = { insideMs: Infinity, totalMs: Infinity };
-  for (let round = 0; round < 5; round++) {
-    inside = 0;
-    const t0 = performance.now();
-    for (let i = 0; i < calls; i++) wrapped();
-    const total = performance.now() - t0;
-    if (total / calls < best.totalMs) best = { insideMs: inside / calls, totalMs: total / calls };
-  }
-  return best;
-}
-
-/**
- * Share of a run's wall time inside the policy's hooks: every hook of the policy object the
- * executor holds is wrapped with a clock read before and after; the wrapper's own cost per
- * call (`timerCost`) is taken out of the hook time and of the run's wall time.
- */
-export function policyHookShare(ex: ServingExecutor, cost: { insideMs: number; totalMs: number }): { share: number; calls: number; outcome: ServingOutcome } {
-  // The executor keeps the policy object it was given; the bench reaches it to time its hooks.
-  const policy = (ex as unknown as { policy: ServingPolicy }).policy as unknown as Record<string, unknown>;
+export async function policyHookShare(spec: RunSpec, baseDir: string, cost: { insideMs: number; totalMs: number }): Promise<{ share: number; calls: number; outcome: ServingOutcome }> {
   let hookMs = 0;
   let calls = 0;
-  for (const hook of HOOKS) {
-    const f = policy[hook];
-    if (typeof f !== 'function') continue;
-    const orig = f as (...a: unknown[]) => unknown;
-    policy[hook] = function (this: unknown, ...a: unknown[]) {
-      const t0 = performance.now();
-      const r = orig.apply(this, a);
-      hookMs += performance.now() - t0;
+  const ex = await buildServingWorld(
+    withTimedPolicy(spec, (_hook, ms) => {
+      hookMs += ms;
       calls++;
-      return r;
-    };
-  }
+    }),
+    { baseDir },
+  );
   const t0 = performance.now();
   const outcome = ex.run();
   const wallMs = performance.now() - t0 - calls * cost.totalMs;
@@ -212,7 +177,7 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
       const bare = bareHeapRate(depth, Math.max(200_000, r.events));
       // Best of three instrumented runs (the least disturbed by other load).
       let hookShare = Infinity;
-      for (let i = 0; i < 3; i++) hookShare = Math.min(hookShare, policyHookShare(await buildServingWorld(spec, { baseDir: loaded.baseDir }), timer).share);
+      for (let i = 0; i < 3; i++) hookShare = Math.min(hookShare, (await policyHookShare(spec, loaded.baseDir, timer)).share);
       const layerSteps = r.iterations * loadModel(spec.model).moeLayers;
       const nsPerLayerStep = (r.wallS * 1e9) / layerSteps;
       out.push({

@@ -5,7 +5,8 @@
  * the bench's, not the tests').
  */
 import { describe, expect, it } from 'vitest';
-import { policyHookShare, QUICKSTART, timerCost } from '../../bench/serving-bench.ts';
+import { timerCost } from '../../bench/clocks.ts';
+import { policyHookShare, QUICKSTART } from '../../bench/serving-bench.ts';
 import { loadConfigFile, validateConfig } from '../../experiments/config/load.ts';
 import { expandRuns } from '../../experiments/config/expand.ts';
 import { buildServingWorld } from '../../experiments/world.ts';
@@ -25,7 +26,7 @@ describe('serving bench: policy hook share', async () => {
     it(`${label}: the instrumented run is the plain run`, async () => {
       const spec = specs.find((s) => s.policy.label === label)!;
       const plain = (await buildServingWorld(spec, { baseDir: loaded.baseDir })).run();
-      const timed = policyHookShare(await buildServingWorld(spec, { baseDir: loaded.baseDir }), cost);
+      const timed = await policyHookShare(spec, loaded.baseDir, cost);
       expect(timed.outcome.events).toBe(plain.events);
       expect(timed.outcome.endNs).toBe(plain.endNs);
       expect(JSON.stringify(timed.outcome.counters)).toBe(JSON.stringify(plain.counters));
