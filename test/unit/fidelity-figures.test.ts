@@ -44,6 +44,16 @@ describe('CPU attention kernels: fraction of the FMA peak from the bench time (c
   });
 });
 
+describe('host DRAM of the testbeds (8 × DDR4-3200 × 0.8)', () => {
+  it('is the figure the MoE-Gen and MoE-Lens FIDELITY.md quote', () => {
+    const c2 = loadHardware('moe-gen-c2').cpu.dramBytesPerSec;
+    expect(c2).toBeCloseTo(8 * 25.6e9 * 0.8, 0);
+    expect(read('experiments/moe-gen/FIDELITY.md')).toContain(`| host DRAM | ${(c2 / 1e9).toFixed(1)} GB/s,`);
+    const lens = loadHardware(path.join(REPO_ROOT, 'experiments/moe-lens/a40-xeon8380-lens.json')).cpu.dramBytesPerSec;
+    expect(read('experiments/moe-lens/FIDELITY.md')).toContain(`8 × DDR4-3200 × 0.8 = ${(lens / 1e9).toFixed(0)} GB/s`);
+  });
+});
+
 describe('MoE-Lens profiler', () => {
   it('n_real for Mixtral-8x7B on the lens testbed is the figure FIDELITY.md quotes', async () => {
     // n_real depends only on the model, the testbed and the cost model: a 20-sequence run of
