@@ -20,9 +20,11 @@ import { REPO_ROOT } from '../helpers/cli.ts';
 /** Folders that are not the repository's content (outputs, dependencies, tools' scratch). */
 const SKIP_DIRS = new Set(['node_modules', '.git', 'results', '.vitest-cache']);
 /** Top-level folders a citation starts from. */
-const ROOTS = ['test', 'sim', 'experiments', 'hardware-profiles', 'policies', 'workloads', 'bench', 'docs', 'traces', 'bin', 'assembly', 'examples', 'build'];
+const ROOTS = ['test', 'sim', 'experiments', 'hardware-profiles', 'policies', 'workloads', 'bench', 'docs', 'traces',
+  'bin', 'assembly', 'examples', 'build'];
 /** Files the plugin tutorial (README.md, docs/PLUGINS.md) has the reader write: not in the repository. */
-const TUTORIAL = new Set(['experiments/my.yaml', 'test/plugins/my-cache.test.ts', 'plugins/my-cache.ts', 'plugins/my-cache.yaml']);
+const TUTORIAL = new Set(['experiments/my.yaml', 'test/plugins/my-cache.test.ts', 'plugins/my-cache.ts',
+  'plugins/my-cache.yaml']);
 /** Prefixes of relative paths that point outside the checkout or at run outputs. */
 const ELSEWHERE = ['../', 'reference/', 'results/'];
 
@@ -45,7 +47,8 @@ function walk(dir: string, out: string[] = []): string[] {
 
 const ALL = walk('');
 /** Documents whose citations are checked: Markdown anywhere, profiles and experiment notes. */
-const DOCS = ALL.filter((f) => f.endsWith('.md') || /^(hardware-profiles|workloads\/profiles|experiments)\/.*\.(json|ya?ml|txt)$/.test(f));
+const NOTES = /^(hardware-profiles|workloads\/profiles|experiments)\/.*\.(json|ya?ml|txt)$/;
+const DOCS = ALL.filter((f) => f.endsWith('.md') || NOTES.test(f));
 
 /** A path from a top-level folder, at the start of a line or after a space, quote, backtick or bracket. */
 const ROOTED = new RegExp(`(?:^|(?<=[\\s\`'"(\\[]))((?:${ROOTS.join('|')})/[\\w./-]*[\\w/])`, 'gm');
@@ -75,12 +78,11 @@ function quotedCitations(text: string): string[] {
 
 describe('citations of repository files', () => {
   it('finds the citations it is meant to find (and skips patterns)', () => {
-    expect(rootedCitations('tested by test/unit/runtime-calibration.test.ts); see `sim/serving/` and sim/*.ts')).toEqual([
-      'test/unit/runtime-calibration.test.ts',
-      'sim/serving/',
-    ]);
+    const text = 'tested by test/unit/runtime-calibration.test.ts); see `sim/serving/` and sim/*.ts';
+    expect(rootedCitations(text)).toEqual(['test/unit/runtime-calibration.test.ts', 'sim/serving/']);
     expect(rootedCitations('Mean |sim/T − 1| and experiments/<name>.yaml')).toEqual([]);
-    expect(quotedCitations('`runtimes/moe-gen.json`, `executor.ts`, `results.json`, `../shared/x.md`')).toEqual(['runtimes/moe-gen.json', 'executor.ts']);
+    const quoted = '`runtimes/moe-gen.json`, `executor.ts`, `results.json`, `../shared/x.md`';
+    expect(quotedCitations(quoted)).toEqual(['runtimes/moe-gen.json', 'executor.ts']);
   });
 
   it(`every path from a top-level folder exists (${DOCS.length} documents)`, () => {

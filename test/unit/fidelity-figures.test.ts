@@ -32,14 +32,16 @@ describe('CPU attention kernels: fraction of the FMA peak from the bench time (c
     const notes = JSON.parse(read('hardware-profiles/runtimes/moe-gen.json')).notes as string;
     expect(notes).toContain(`= ${(fraction(1650) * 32).toFixed(2)} FLOP/cycle`);
     expect(notes).toContain(`gives ${fraction(2400).toFixed(3)}`);
-    expect(read('experiments/moe-gen/FIDELITY.md')).toContain(`| ${fraction(1650).toFixed(2)} of the FP32 FMA peak per thread, 16 threads |`);
+    const row = `| ${fraction(1650).toFixed(2)} of the FP32 FMA peak per thread, 16 threads |`;
+    expect(read('experiments/moe-gen/FIDELITY.md')).toContain(row);
   });
 
   it('moe-lightning: 1 130 ns → 0.146 (the profile), 1 260 ns → 0.131', () => {
     const rt = loadRuntime('moe-lightning');
     expect(rt.cpuAttention.fmaPeakFraction).toBe(Number(fraction(1130).toFixed(3)));
     const notes = JSON.parse(read('hardware-profiles/runtimes/moe-lightning.json')).notes as string;
-    expect(notes).toContain(`= ${fraction(1130).toFixed(3)} of the FMA peak (${fraction(1260).toFixed(3)} at 1 260 ns)`);
+    const [fast, slow] = [fraction(1130).toFixed(3), fraction(1260).toFixed(3)];
+    expect(notes).toContain(`= ${fast} of the FMA peak (${slow} at 1 260 ns)`);
     expect(read('experiments/moe-gen/FIDELITY.md')).toContain(`| ${fraction(1130).toFixed(3)} of peak, all cores |`);
   });
 });
@@ -50,7 +52,8 @@ describe('host DRAM of the testbeds (8 × DDR4-3200 × 0.8)', () => {
     expect(c2).toBeCloseTo(8 * 25.6e9 * 0.8, 0);
     expect(read('experiments/moe-gen/FIDELITY.md')).toContain(`| host DRAM | ${(c2 / 1e9).toFixed(1)} GB/s,`);
     const lens = loadHardware(path.join(REPO_ROOT, 'experiments/moe-lens/a40-xeon8380-lens.json')).cpu.dramBytesPerSec;
-    expect(read('experiments/moe-lens/FIDELITY.md')).toContain(`8 × DDR4-3200 × 0.8 = ${(lens / 1e9).toFixed(0)} GB/s`);
+    const quoted = `8 × DDR4-3200 × 0.8 = ${(lens / 1e9).toFixed(0)} GB/s`;
+    expect(read('experiments/moe-lens/FIDELITY.md')).toContain(quoted);
   });
 });
 
@@ -61,8 +64,10 @@ describe('MoE-Lens profiler', () => {
     const file = 'experiments/moe-lens/contention.yaml';
     const raw = YAML.parse(read(file)) as Record<string, unknown> & { workload: object; policies: unknown[] };
     const { cases: _cases, ...rest } = raw;
-    const config = validateConfig({ ...rest, workload: { ...raw.workload, requests: 20, outputTokens: { kind: 'fixed', tokens: 4 } }, policies: [raw.policies[0]] });
-    const r = await runExperiment({ config, file: path.join(REPO_ROOT, file), baseDir: path.join(REPO_ROOT, 'experiments/moe-lens') });
+    const workload = { ...raw.workload, requests: 20, outputTokens: { kind: 'fixed', tokens: 4 } };
+    const config = validateConfig({ ...rest, workload, policies: [raw.policies[0]] });
+    const baseDir = path.join(REPO_ROOT, 'experiments/moe-lens');
+    const r = await runExperiment({ config, file: path.join(REPO_ROOT, file), baseDir });
     const nReal = (r.runs[0]!.metrics as unknown as { schedule: { nReal: number } }).schedule.nReal;
     expect(read('experiments/moe-lens/FIDELITY.md')).toContain(`**n_real = ${grouped(nReal)}**`);
   }, 60_000);

@@ -184,7 +184,7 @@ describe('hf-eager-moepic calibration: the stated fit and the figures quoted fro
   // profile's sources state a grid of host speeds and the TPOT each gave, the fitted 6.9 µs and
   // its TPOT, and hf-eager's TPOT on the same run; FIDELITY.md quotes the fitted TPOT and the
   // uncalibrated Mixtral-HQQ one. Each must be what experiments/moepic/gpu-rich.yaml gives now.
-  it('the grid, the fitted point and hf-eager’s 44 µs are what gpu-rich.yaml gives; 6.9 µs is where the line meets 57 ms', async () => {
+  it('grid, fit and hf-eager’s 44 µs are what gpu-rich.yaml gives; the line meets 57 ms at 6.9 µs', async () => {
     const { runExperiment } = await import('../../experiments/runner.ts');
     const { validateConfig } = await import('../../experiments/config/load.ts');
     const YAML = (await import('yaml')).default;
@@ -193,9 +193,12 @@ describe('hf-eager-moepic calibration: the stated fit and the figures quoted fro
     const path = await import('node:path');
     const { REPO_ROOT } = await import('../helpers/cli.ts');
     const at = (f: string) => path.join(REPO_ROOT, f);
-    const profile = JSON.parse(readFileSync(at('hardware-profiles/runtimes/hf-eager-moepic.json'), 'utf8')) as Record<string, unknown> & { sources: string[] };
+    type Profile = Record<string, unknown> & { sources: string[] };
+    const profile = JSON.parse(readFileSync(at('hardware-profiles/runtimes/hf-eager-moepic.json'), 'utf8')) as Profile;
     const text = profile.sources.join(' ');
-    const grid = text.match(/dispatch = sync = ([\d., ]+) µs gave ([\d., ]+) ms \(linear, ([\d.]+) ms per µs\); ([\d.]+) µs → ([\d.]+) ms/);
+    const grid = text.match(
+      /dispatch = sync = ([\d., ]+) µs gave ([\d., ]+) ms \(linear, ([\d.]+) ms per µs\); ([\d.]+) µs → ([\d.]+) ms/,
+    );
     expect(grid, 'sources quote the fit grid').not.toBeNull();
     const list = (x: string) => x.split(',').map((v) => v.trim());
     const us = list(grid![1]!);
@@ -203,15 +206,18 @@ describe('hf-eager-moepic calibration: the stated fit and the figures quoted fro
     const dir = mkdtempSync(path.join(tmpdir(), 'moesim-moepic-fit-'));
     const variant = (u: string): string => {
       const file = path.join(dir, `hf-eager-moepic-${u}.json`);
-      writeFileSync(file, JSON.stringify({ ...profile, id: `hf-eager-moepic-${u.replace('.', 'p')}`, dispatchUs: Number(u), syncUs: Number(u) }));
+      const id = `hf-eager-moepic-${u.replace('.', 'p')}`;
+      writeFileSync(file, JSON.stringify({ ...profile, id, dispatchUs: Number(u), syncUs: Number(u) }));
       return file;
     };
     const raw = YAML.parse(readFileSync(at('experiments/moepic/gpu-rich.yaml'), 'utf8')) as Record<string, unknown>;
     const runtimes = [...us.map(variant), 'hf-eager-moepic', 'hf-eager', 'hf-eager-moepic-hqq'];
     const config = validateConfig({ ...raw, sweep: { runtime: runtimes } });
     const r = await runExperiment({ config, file: at('experiments/moepic/gpu-rich.yaml'), baseDir: REPO_ROOT });
-    const tpot = (runtime: string, model = 'qwen1.5-moe-a2.7b') =>
-      (r.runs.find((x) => x.params['runtime'] === runtime && x.params['model'] === model)!.metrics as { tpotMs: { mean: number } }).tpotMs.mean;
+    const tpot = (runtime: string, model = 'qwen1.5-moe-a2.7b') => {
+      const run = r.runs.find((x) => x.params['runtime'] === runtime && x.params['model'] === model)!;
+      return (run.metrics as { tpotMs: { mean: number } }).tpotMs.mean;
+    };
     us.forEach((u, i) => expect(tpot(variant(u)).toFixed(1), `${u} µs`).toBe(quoted[i]));
     const first = tpot(variant(us[0]!));
     const last = tpot(variant(us[us.length - 1]!));

@@ -220,7 +220,10 @@ describe('DMA and CPU tasks in one DRAM share: rates, bytes and shares by hand',
   // each. Only the DRAM capacity changes between cases. Every packet is its own flow, so a rate
   // change mid-packet shows in that packet's end time.
   const rig = (dramBytesPerSec: number) =>
-    makeRig({ link: { bytesPerSec: 1e9, latencyNs: 0, packetBytes: 1000, dramBytesPerSec }, cpu: { cores: 4, perCoreBytesPerSec: 5e8 } });
+    makeRig({
+      link: { bytesPerSec: 1e9, latencyNs: 0, packetBytes: 1000, dramBytesPerSec },
+      cpu: { cores: 4, perCoreBytesPerSec: 5e8 },
+    });
   const cpuTask = (cores: number, bytes: number, label: string) =>
     ({ cores, computeNs: nsOf(0), bytes, label, category: 'attention' }) as const;
 

@@ -214,7 +214,8 @@ describe('calibration: hf-eager’s host-speed fit and the figures quoted from i
   let scaled: Awaited<ReturnType<typeof runExperiment>>;
   const variant = (us: number): string => {
     const file = path.join(tmp, `hf-eager-${us}.json`);
-    const j = JSON.parse(readFileSync(path.join(REPO_ROOT, 'hardware-profiles/runtimes/hf-eager.json'), 'utf8')) as Record<string, unknown>;
+    const shippedFile = path.join(REPO_ROOT, 'hardware-profiles/runtimes/hf-eager.json');
+    const j = JSON.parse(readFileSync(shippedFile, 'utf8')) as object;
     writeFileSync(file, JSON.stringify({ ...j, id: `hf-eager-${us}`, dispatchUs: us, syncUs: us }));
     return file;
   };
@@ -225,7 +226,8 @@ describe('calibration: hf-eager’s host-speed fit and the figures quoted from i
     // The same cases with dispatch = sync = 43 and 45 µs (the fitted 44 ± 1), calibrated models only.
     const raw = YAML.parse(readFileSync(GPU_RICH, 'utf8')) as Record<string, unknown> & { cases: { model: string }[] };
     const models = new Set(rt.calibration.map((c) => c.model));
-    const config = validateConfig({ ...raw, cases: raw.cases.filter((c) => models.has(c.model)), sweep: { runtime: [variant(43), variant(45)] } });
+    const cases = raw.cases.filter((c) => models.has(c.model));
+    const config = validateConfig({ ...raw, cases, sweep: { runtime: [variant(43), variant(45)] } });
     scaled = await runExperiment({ config, file: GPU_RICH, baseDir: REPO_ROOT });
   }, 240_000);
 
@@ -257,9 +259,12 @@ describe('calibration: hf-eager’s host-speed fit and the figures quoted from i
     const quoted = rt.sources.join(' ').match(/the factor ([\d.]+) is FITTED/);
     expect(quoted?.[1]).toBe((best / 10).toFixed(2));
     // The runtimes README quotes the same factor and the residuals in the calibration's order.
-    const readme = readFileSync(path.join(REPO_ROOT, 'hardware-profiles/runtimes/README.md'), 'utf8').replace(/\s+/g, ' ');
+    const readmeFile = path.join(REPO_ROOT, 'hardware-profiles/runtimes/README.md');
+    const readme = readFileSync(readmeFile, 'utf8').replace(/\s+/g, ' ');
     expect(readme).toContain(`one factor (${(best / 10).toFixed(2)}; profile: ${(rt.dispatchNs ?? 0) / 1000} µs)`);
-    const residuals = rt.calibration.map((c) => `${(tpot(shipped, 'hf-eager', c.model) / c.value).toFixed(2)}×`).join(', ');
+    const residuals = rt.calibration
+      .map((c) => `${(tpot(shipped, 'hf-eager', c.model) / c.value).toFixed(2)}×`)
+      .join(', ');
     expect(readme).toContain(`residuals ${residuals})`);
   });
 
@@ -279,7 +284,10 @@ describe('calibration: hf-eager’s host-speed fit and the figures quoted from i
     for (const x of cases) {
       const name = String(x.params['case']);
       const model = String(x.params['model']);
-      const row = text.split('\n').find((l) => l.startsWith(`| ${name} |`) && /\| (–|[\d.]+) \|\s*$/.test(l) && l.split('|').length === 7);
+      // The table's rows: | model | paper | ours, hf-eager | ratio | ours, fused |
+      const isRow = (l: string) =>
+        l.startsWith(`| ${name} |`) && /\| (–|[\d.]+) \|\s*$/.test(l) && l.split('|').length === 7;
+      const row = text.split('\n').find(isRow);
       expect(row, `FIDELITY row for ${name}`).toBeDefined();
       const [, , paper, hf, ratio, fused] = row!.split('|').map((v) => v.trim());
       const ours = tpot(shipped, 'hf-eager', model);

@@ -152,7 +152,7 @@ describe('baseline batch limits: model-based batching (MoE-Gen §3, §4.1, §5.3
     expect(vramNeeded(mixtral, prefillShape(both, 132, 132), c).totalBytes).toBe(fixed + 132 * perSeq);
   });
 
-  it('moe-lightning-like (model): KV in host DRAM, bounded by its prefill: ⌊19 440 435 200 / 50 339 840⌋ = 386', () => {
+  it('moe-lightning-like (model): KV in host DRAM, its prefill bounds it: ⌊19 440 435 200 / 50 339 840⌋ = 386', () => {
     const perSeq = 4_194_304 + activations + expertWs;
     expect(Math.floor(free / perSeq)).toBe(386);
     expect(planOf(moeLightningLike as never, {}, mixtral, c2, decodeOnly, moeGen).hostBatchSeqs).toBe(386);
@@ -177,7 +177,7 @@ describe('baseline batch limits: model-based batching (MoE-Gen §3, §4.1, §5.3
 });
 
 describe('ω: the two-resource bound (CPU KV rate vs PCIe)', () => {
-  it('on C2, MoE-Gen’s kernel reads KV at 16 × 0.10 × 88 GFLOP/s × 4 096 B / 16 384 FLOP = 35.2 GB/s; ω* by hand', () => {
+  it('on C2, MoE-Gen’s kernel reads KV at 16 × 0.10 × 88 GFLOP/s × 4 096 / 16 384 B/FLOP = 35.2 GB/s; ω*', () => {
     // Decode pass at mid-output (context 640) with B = 4533: K = KV bytes, W = streamed weights
     // (all weights less ~21 GiB cached). PCIe time (W + (1 − ω)K) / bw equals CPU time ωK / r at
     // ω* = (W + K) r / (K (bw + r)), interior (< 1) iff r < bw K / W. The paper's Table 10 values
