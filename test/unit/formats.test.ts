@@ -69,3 +69,20 @@ describe('Q4_K_M mix rule', () => {
     expect(e.total).toBe(3 * 2880 * 90 * 17);
   });
 });
+
+describe('CPU expert cost per format', () => {
+  it('IQ2_S on AVX2 is compute-bound: 3 145 728 weights / (8.39e9 × 6) = 62 488 ns', async () => {
+    const { loadQuantKernels } = await import('../../hardware-profiles/quant-kernels.ts');
+    const { cpuExpertCost } = await import('../../sim/cost/cpu-expert.ts');
+    const k = loadQuantKernels('llamacpp-cpu-avx2');
+    const weights = 3 * 2048 * 512;
+    const bytes = (weights * 2.5625) / 8;
+    const c = cpuExpertCost(k, 'iq2_s', weights, bytes, 1, 6, 38e9);
+    expect(c.kernelNs).toBe(Math.ceil((weights / (8.39e9 * 6)) * 1e9));
+    expect(c.memoryNs).toBe(Math.ceil((bytes / 38e9) * 1e9));
+    expect(c.bound).toBe('cpuFlops');
+    const q4 = cpuExpertCost(k, 'q4_k', weights, (weights * 4.5) / 8, 1, 6, 38e9);
+    expect(q4.bound).toBe('hostMem');
+    expect(q4.warning).toMatch(/q4_k/);
+  });
+});
