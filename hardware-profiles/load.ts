@@ -198,6 +198,7 @@ export function resolveModel(f: ModelFile): LoadedModelProfile {
     ...(a.qLoraRank !== undefined && { qLoraRank: a.qLoraRank }),
     ...(a.ropeHeadDim !== undefined && { ropeHeadDim: a.ropeHeadDim }),
     ...(a.vHeadDim !== undefined && { vHeadDim: a.vHeadDim }),
+    ...(a.outputGate !== undefined && { outputGate: a.outputGate }),
   };
   const base = {
     id: f.id,
@@ -215,6 +216,7 @@ export function resolveModel(f: ModelFile): LoadedModelProfile {
     denseIntermediateSize: f.denseIntermediateSize,
     ffnMatrices: f.ffnMatrices,
     attention,
+    ...(f.linearAttention !== undefined && { linearAttention: { ...f.linearAttention } }),
     vocabSize: f.vocabSize,
     tiedEmbeddings: f.tiedEmbeddings,
     dtypes: { ...f.dtypes },

@@ -62,6 +62,8 @@ export const AttentionFileSchema = z
     qLoraRank: positiveInt.optional(),
     ropeHeadDim: positiveInt.optional(),
     vHeadDim: positiveInt.optional(),
+    /** A sigmoid gate on the attention output computed by the Q projection (Qwen3-Next/3.5 `attn_output_gate`: q_proj is 2·heads·headDim wide). */
+    outputGate: z.boolean().optional(),
   })
   .superRefine((a, ctx) => {
     const mla = a.type === 'MLA';
@@ -84,6 +86,23 @@ export const AttentionFileSchema = z
       }
     }
   });
+
+/**
+ * Linear-attention (Gated DeltaNet) blocks of a hybrid model (Qwen3-Next, Qwen3.5/3.6): every
+ * `fullAttentionInterval`-th layer (layers interval−1, 2·interval−1, …) has full attention with a
+ * KV cache; the others hold a fixed-size recurrent state per sequence instead (no KV growth).
+ */
+export const LinearAttentionFileSchema = z.strictObject({
+  kind: z.literal('gated-deltanet'),
+  fullAttentionInterval: positiveInt,
+  keyHeads: positiveInt,
+  valueHeads: positiveInt,
+  keyHeadDim: positiveInt,
+  valueHeadDim: positiveInt,
+  convKernel: positiveInt,
+  /** Bytes per recurrent-state element (`mamba_ssm_dtype` float32 = 4). */
+  stateBytesPerElement: positiveNumber.default(4),
+});
 
 /** Bytes per parameter of each module family (2 = BF16, 1 = FP8/INT8, 0.5 = INT4). */
 export const DtypesFileSchema = z.strictObject({
@@ -149,6 +168,11 @@ export const ModelFileSchema = z
     tiedEmbeddings: z.boolean(),
     lmHeadBias: z.boolean().default(false),
     dtypes: DtypesFileSchema.default(BF16_DTYPES),
+    linearAttention: LinearAttentionFileSchema.optional(),
+    /** The expert format the dtypes were derived from (`sim/cost/formats.ts` id), when quantised. */
+    expertFormat: z.string().optional(),
+    /** Fields whose values the sources did not confirm (e.g. "hiddenSize: from memory"); a profile says so rather than hiding it. */
+    unverified: z.array(z.string().min(1)).optional(),
     sources,
     notes,
   })

@@ -45,12 +45,27 @@ export interface ModelProfile {
     readonly qLoraRank?: number;
     readonly ropeHeadDim?: number;
     readonly vHeadDim?: number;
+    readonly outputGate?: boolean;
   };
+  /** Gated DeltaNet blocks of a hybrid model (absent: every layer has full attention). */
+  readonly linearAttention?: LinearAttention;
   readonly vocabSize: number;
   readonly tiedEmbeddings: boolean;
   readonly dtypes: ModelDtypes;
   readonly sources: readonly string[];
   readonly derived: ModelDerived;
+}
+
+/** Linear-attention (Gated DeltaNet) layers: see `schema.ts` LinearAttentionFileSchema. */
+export interface LinearAttention {
+  readonly kind: 'gated-deltanet';
+  readonly fullAttentionInterval: number;
+  readonly keyHeads: number;
+  readonly valueHeads: number;
+  readonly keyHeadDim: number;
+  readonly valueHeadDim: number;
+  readonly convKernel: number;
+  readonly stateBytesPerElement: number;
 }
 
 /** Quantities computed from the profile (see `derive.ts`). Per layer unless stated. */
@@ -82,6 +97,11 @@ export interface ModelDerived {
   readonly attentionScoreFlopsPerContextToken: number;
   readonly routerFlopsPerToken: number;
   readonly lmHeadFlopsPerToken: number;
+  /** Hybrid models only: linear-attention layers, their parameters, recurrent state and FLOPs per token (per layer). */
+  readonly linearAttentionLayers?: number;
+  readonly linearAttentionParamsPerLayer?: number;
+  readonly linearStateBytesPerLayer?: number;
+  readonly linearAttentionFlopsPerToken?: number;
 }
 
 export interface GpuProfile {
