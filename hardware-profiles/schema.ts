@@ -294,6 +294,8 @@ export const CpuFileSchema = z.strictObject({
   dramEfficiency: fraction,
   /** Bandwidth one core can draw on its own (GB/s). */
   perCoreDramGBPerSec: positiveNumber,
+  /** Vector/matrix ISA extensions the engines' CPU kernels use (llama.cpp, kTransformers pick kernels by them). */
+  isa: z.array(z.enum(['avx2', 'avx512', 'avx512-bf16', 'avx512-vnni', 'amx', 'neon'])).optional(),
   priceUsd: positiveNumber.optional(),
   tdpWatts: positiveNumber.optional(),
   sources,
@@ -330,6 +332,31 @@ export type PcieFile = z.infer<typeof PcieFileSchema>;
 /** A component reference: an id from the component folder, or a path ending in `.json` (relative to the testbed file). */
 const componentRef = z.string().min(1);
 
+/** An NVMe drive: sequential read bandwidth and per-request read latency by queue depth. */
+export const DriveFileSchema = z.strictObject({
+  id: profileId,
+  name: z.string().min(1),
+  /** Host interface, e.g. "pcie4x4". */
+  interface: z.string().min(1),
+  capacityGB: positiveNumber,
+  /** Sequential read (large requests, high queue depth), 1e9 B/s. */
+  seqReadGBPerSec: positiveNumber,
+  /** Random 4 KiB read latency (µs) at queue depths: points (queue depth, µs), increasing depth. */
+  readLatencyUsByQueueDepth: z.array(z.tuple([positiveInt, positiveNumber])).min(1),
+  sources,
+  notes,
+});
+export type DriveFile = z.infer<typeof DriveFileSchema>;
+
+/** A host DRAM configuration that overrides the CPU profile's default (a user's own DIMMs). */
+export const DramFileSchema = z.strictObject({
+  type: z.enum(['ddr4', 'ddr5']),
+  megaTransfersPerSec: positiveNumber,
+  channels: positiveInt,
+  /** Sustained fraction of peak; absent = the CPU profile's `dramEfficiency`. */
+  efficiency: fraction.optional(),
+});
+
 export const TestbedFileSchema = z.strictObject({
   id: profileId,
   name: z.string().min(1),
@@ -340,6 +367,10 @@ export const TestbedFileSchema = z.strictObject({
   hostDramGiB: positiveNumber,
   /** Whether weights/KV in host memory are pinned (page-locked). */
   pinnedHostMemory: z.boolean(),
+  /** The installed DIMM configuration, overriding the CPU profile's channels and transfer rate. */
+  dram: DramFileSchema.optional(),
+  /** An NVMe drive holding the weights (id from `drives/` or a `.json` path). */
+  drive: componentRef.optional(),
   /** For MoE-CAP's cost metric. */
   cost: z.strictObject({
     /** Chassis, motherboard, PSU, cooling (everything but GPU, CPU, DRAM, SSD). */

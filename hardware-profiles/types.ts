@@ -140,6 +140,8 @@ export interface CpuProfile {
   readonly perCoreDramBytesPerSec: number;
   /** Theoretical peak host-DRAM bandwidth (channels × MT/s × 8 B, no efficiency): MoE-CAP's CPU-side peak. */
   readonly dramPeakBytesPerSec?: number;
+  /** ISA extensions (absent in older profiles). */
+  readonly isa?: readonly string[];
   readonly priceUsd?: number;
   readonly tdpWatts?: number;
   readonly sources: readonly string[];
@@ -159,6 +161,17 @@ export interface PcieProfile {
   readonly sources: readonly string[];
 }
 
+/** An NVMe drive (see `schema.ts` DriveFileSchema), times in ns. */
+export interface DriveProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly seqReadBytesPerSec: number;
+  /** (queue depth, ns) points, increasing depth. */
+  readonly readLatencyNsByQueueDepth: readonly (readonly [number, number])[];
+  readonly capacityBytes: number;
+  readonly sources: readonly string[];
+}
+
 export interface HardwareProfile {
   readonly id: string;
   readonly name: string;
@@ -167,6 +180,8 @@ export interface HardwareProfile {
   readonly pcie: PcieProfile;
   readonly hostDramBytes: number;
   readonly pinnedHostMemory: boolean;
+  /** The NVMe drive, when the testbed names one. */
+  readonly drive?: DriveProfile;
   /** Costs for MoE-CAP's cost model. */
   readonly cost: {
     readonly boardUsd: number;
