@@ -52,7 +52,13 @@ export async function runCase(c: Case): Promise<CaseResult> {
   if (missing.length > 0) {
     return { case: c, runnable: false, missing, figures: all.map(([role, figure]) => ({ role, figure, simulated: null, error: null })) };
   }
-  const runs = await simulate(c);
+  let runs: Map<string, RunRecord>;
+  try {
+    runs = await simulate(c);
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    return { case: c, runnable: false, missing: [`run failed: ${why}`], figures: all.map(([role, figure]) => ({ role, figure, simulated: null, error: null })) };
+  }
   const figures = all.map(([role, figure]) => {
     const simulated = figure.metric === 'info' ? null : metricOf(runs.get(figure.policy ?? ''), figure);
     const error = simulated === null || figure.measured === 0 ? null : (simulated - figure.measured) / figure.measured;
@@ -74,11 +80,12 @@ export function formatCase(r: CaseResult): string {
       `prompt ${c.setup.promptTokens ?? '?'} gen ${c.setup.genTokens ?? '?'} ${c.setup.cache}`,
     `routing: ${c.routing.kind} — ${c.routing.note}`,
     `mechanisms: ${c.mechanisms.map((m) => (isBuilt(m) ? m : `${m} (not modelled)`)).join(', ')}`,
+    ...r.missing.filter((m) => m.startsWith('run failed')),
   ];
   const w = Math.max(...r.figures.map((f) => f.figure.figure.length), 10);
   lines.push(`  ${'role'.padEnd(9)} ${'figure'.padEnd(w)} ${'measured'.padStart(10)} ${'simulated'.padStart(18)} ${'error'.padStart(8)}`);
   for (const f of r.figures) {
-    const sim = !r.runnable ? 'not modelled yet' : f.figure.metric === 'info' ? '(info)' : fmt(f.simulated, f.figure.metric) || 'no run';
+    const sim = !r.runnable ? (r.missing.some((m) => m.startsWith('run failed')) ? 'run failed' : 'not modelled yet') : f.figure.metric === 'info' ? '(info)' : fmt(f.simulated, f.figure.metric) || 'no run';
     const err = f.error === null ? '' : `${f.error >= 0 ? '+' : ''}${(100 * f.error).toFixed(0)} %`;
     lines.push(`  ${f.role.padEnd(9)} ${f.figure.figure.padEnd(w)} ${fmt(f.figure.measured, f.figure.metric).padStart(10)} ${sim.padStart(18)} ${err.padStart(8)}`);
   }
