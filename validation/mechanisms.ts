@@ -26,6 +26,7 @@ export const MECHANISMS: readonly Mechanism[] = [
   M('async-capped-uploads', 'background uploads of missed experts, capped per layer per step, admission gate', false, 'not modelled yet'),
   M('zero-copy', 'GPU kernels read host-mapped memory over PCIe in place', false, 'not modelled yet'),
   M('ssd-tier', 'experts on NVMe behind the OS page cache', false, 'not modelled yet'),
+  M('host-gather-embeddings', 'per-token gathers from a large table in pinned host memory (Qwen3.8 PLE n-gram embeddings)', false, 'not modelled'),
   M('multi-gpu', 'experts or layers spread over several GPUs', false, 'not modelled (single-GPU simulator)'),
   M('linear-attention', 'Gated DeltaNet layers: fixed recurrent state, no KV growth', false, 'cost priced (sim/cost/linear-attention.ts), not yet called by the serving executor'),
 ];

@@ -68,7 +68,7 @@ export async function runCase(c: Case): Promise<CaseResult> {
 }
 
 const fmt = (v: number | null, metric: string): string =>
-  v === null ? '' : metric === 'hit' ? `${(100 * v).toFixed(1)} %` : v.toFixed(2);
+  v === null ? '' : metric === 'hit' ? `${(100 * v).toFixed(1)} %` : metric === 'info' ? String(v) : v.toFixed(2);
 
 /** The per-case table. */
 export function formatCase(r: CaseResult): string {
