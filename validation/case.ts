@@ -51,7 +51,9 @@ export const CaseSchema = z.strictObject({
     cache: z.enum(['cold', 'warm', 'n/a']),
   }),
   routing: z.strictObject({ kind: z.enum(['trace', 'synthetic', 'n/a']), note: z.string().min(1) }),
-  mechanisms: z.array(z.string().refine((m) => MECHANISM_IDS.has(m), { message: 'unknown mechanism (validation/mechanisms.ts)' })).min(1),
+  mechanisms: z
+    .array(z.string().refine((m) => MECHANISM_IDS.has(m), { message: 'unknown mechanism (validation/mechanisms.ts)' }))
+    .min(1),
   calibrate: z.array(Figure),
   judged: z.array(Figure).min(1),
   /** Readings of the source that give different configs, and which one is the default and why. */

@@ -12,7 +12,7 @@ import { loadGpu } from '../hardware-profiles/load.ts';
 import { loadCases, type Case, type Figure } from './case.ts';
 import { isBuilt, MECHANISMS } from './mechanisms.ts';
 
-/** A judged case whose median |error| is at most this counts as validated in the matrix (a reporting line, not a test). */
+/** A case whose judged figures' median |error| is at most this counts as validated in the matrix (a report, not a test). */
 export const VALIDATED_MEDIAN_ERROR = 0.25;
 
 export interface FigureResult {
@@ -32,7 +32,8 @@ export interface CaseResult {
 /** A case's runs as policy label → run record (first seed). */
 async function simulate(c: Case): Promise<Map<string, RunRecord>> {
   const config = validateConfig(c.config, c.file);
-  const res = await runExperiment({ config, file: c.file, baseDir: path.dirname(c.file) }, { jobs: 1, progress: false });
+  const loaded = { config, file: c.file, baseDir: path.dirname(c.file) };
+  const res = await runExperiment(loaded, { jobs: 1, progress: false });
   const out = new Map<string, RunRecord>();
   for (const r of res.runs) if (!out.has(r.policy)) out.set(r.policy, r);
   return out;
@@ -49,15 +50,16 @@ function metricOf(r: RunRecord | undefined, f: Figure): number | null {
 export async function runCase(c: Case): Promise<CaseResult> {
   const missing = c.mechanisms.filter((m) => !isBuilt(m));
   const all = [...c.calibrate.map((f) => ['calibrate', f] as const), ...c.judged.map((f) => ['judged', f] as const)];
+  const unsimulated = (): FigureResult[] => all.map(([role, figure]) => ({ role, figure, simulated: null, error: null }));
   if (missing.length > 0) {
-    return { case: c, runnable: false, missing, figures: all.map(([role, figure]) => ({ role, figure, simulated: null, error: null })) };
+    return { case: c, runnable: false, missing, figures: unsimulated() };
   }
   let runs: Map<string, RunRecord>;
   try {
     runs = await simulate(c);
   } catch (e) {
     const why = e instanceof Error ? e.message : String(e);
-    return { case: c, runnable: false, missing: [`run failed: ${why}`], figures: all.map(([role, figure]) => ({ role, figure, simulated: null, error: null })) };
+    return { case: c, runnable: false, missing: [`run failed: ${why}`], figures: unsimulated() };
   }
   const figures = all.map(([role, figure]) => {
     const simulated = figure.metric === 'info' ? null : metricOf(runs.get(figure.policy ?? ''), figure);
@@ -76,18 +78,23 @@ export function formatCase(r: CaseResult): string {
   const lines = [
     `## ${c.id}: ${c.title}`,
     `source: ${c.source.repo} ${c.source.ref} (${c.source.author}, ${c.source.date})`,
-    `setup: ${c.setup.model} ${c.setup.format} | ${c.setup.gpu} ${c.setup.link} | ${c.setup.host} | ${c.setup.engine} ${c.setup.flags} | ` +
-      `prompt ${c.setup.promptTokens ?? '?'} gen ${c.setup.genTokens ?? '?'} ${c.setup.cache}`,
+    `setup: ${c.setup.model} ${c.setup.format} | ${c.setup.gpu} ${c.setup.link} | ${c.setup.host} | ` +
+      `${c.setup.engine} ${c.setup.flags} | prompt ${c.setup.promptTokens ?? '?'} gen ${c.setup.genTokens ?? '?'} ${c.setup.cache}`,
     `routing: ${c.routing.kind} — ${c.routing.note}`,
     `mechanisms: ${c.mechanisms.map((m) => (isBuilt(m) ? m : `${m} (not modelled)`)).join(', ')}`,
     ...r.missing.filter((m) => m.startsWith('run failed')),
   ];
   const w = Math.max(...r.figures.map((f) => f.figure.figure.length), 10);
-  lines.push(`  ${'role'.padEnd(9)} ${'figure'.padEnd(w)} ${'measured'.padStart(10)} ${'simulated'.padStart(18)} ${'error'.padStart(8)}`);
+  const row = (a: string, b: string, m: string, s: string, e: string): string =>
+    `  ${a.padEnd(9)} ${b.padEnd(w)} ${m.padStart(10)} ${s.padStart(18)} ${e.padStart(8)}`;
+  lines.push(row('role', 'figure', 'measured', 'simulated', 'error'));
+  const failed = r.missing.some((m) => m.startsWith('run failed'));
   for (const f of r.figures) {
-    const sim = !r.runnable ? (r.missing.some((m) => m.startsWith('run failed')) ? 'run failed' : 'not modelled yet') : f.figure.metric === 'info' ? '(info)' : fmt(f.simulated, f.figure.metric) || 'no run';
+    let sim: string;
+    if (!r.runnable) sim = failed ? 'run failed' : 'not modelled yet';
+    else sim = f.figure.metric === 'info' ? '(info)' : fmt(f.simulated, f.figure.metric) || 'no run';
     const err = f.error === null ? '' : `${f.error >= 0 ? '+' : ''}${(100 * f.error).toFixed(0)} %`;
-    lines.push(`  ${f.role.padEnd(9)} ${f.figure.figure.padEnd(w)} ${fmt(f.figure.measured, f.figure.metric).padStart(10)} ${sim.padStart(18)} ${err.padStart(8)}`);
+    lines.push(row(f.role, f.figure.figure, fmt(f.figure.measured, f.figure.metric), sim, err));
   }
   return lines.join('\n');
 }
@@ -117,7 +124,8 @@ export function supportMatrix(results: readonly CaseResult[]): string {
   const cell = new Map<string, S>();
   for (const r of results) {
     const judged = r.figures.filter((f) => f.role === 'judged' && f.error !== null).map((f) => Math.abs(f.error!));
-    const s: S = !r.runnable ? 'not modelled' : judged.length > 0 && median(judged) <= VALIDATED_MEDIAN_ERROR ? 'validated' : 'run';
+    const good = judged.length > 0 && median(judged) <= VALIDATED_MEDIAN_ERROR;
+    const s: S = !r.runnable ? 'not modelled' : good ? 'validated' : 'run';
     const col = `${r.case.setup.family} @ ${gpuClass(r.case.setup.gpu)}`;
     for (const m of r.case.mechanisms) {
       const k = `${m}|${col}`;
@@ -133,7 +141,10 @@ export function supportMatrix(results: readonly CaseResult[]): string {
     const row = cols.map((c) => (cell.get(`${m.id}|${c}`) ?? '—').padEnd(w));
     out.push(`${m.id.padEnd(w0)} | ${row.join(' | ')}`);
   }
-  out.push(`validated: a case that runs, median |error| of its judged figures ≤ ${100 * VALIDATED_MEDIAN_ERROR} %; run: it runs, errors larger; — : no case`);
+  out.push(
+    `validated: a case that runs, median |error| of its judged figures ≤ ${100 * VALIDATED_MEDIAN_ERROR} %; ` +
+      'run: it runs, errors larger; — : no case',
+  );
   return out.join('\n');
 }
 

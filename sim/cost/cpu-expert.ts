@@ -35,7 +35,8 @@ export function cpuExpertCost(
   const memoryNs = Math.ceil((bytes / dramBytesPerSec) * 1e9);
   const rate = kernels.formats[format];
   if (!rate) {
-    return { ns: memoryNs, kernelNs: null, memoryNs, bound: 'hostMem', warning: `no measured ${kernels.isa} kernel rate for ${format}` };
+    const warning = `no measured ${kernels.isa} kernel rate for ${format}`;
+    return { ns: memoryNs, kernelNs: null, memoryNs, bound: 'hostMem', warning };
   }
   const kernelNs = Math.ceil(((weights * tokens) / (rate.weightsPerSecPerThread * threads)) * 1e9);
   return kernelNs >= memoryNs

@@ -24,7 +24,8 @@ export interface BlockFormat {
 
 /** Where the fallback rule comes from. */
 export const FALLBACK_SOURCE =
-  'llama.cpp src/llama-quant.cpp: a row not a multiple of 256 → IQ4_NL (i-quants, Q2_K, Q3_K), Q5_0 (Q4_K), Q5_1 (Q5_K), Q8_0 (Q6_K)';
+  'llama.cpp src/llama-quant.cpp: a row not a multiple of 256 → IQ4_NL (i-quants, Q2_K, Q3_K), ' +
+  'Q5_0 (Q4_K), Q5_1 (Q5_K), Q8_0 (Q6_K)';
 
 const GGML = 'ggml/src/ggml-common.h block_* structs (ggml-org/llama.cpp)';
 const fmt = (id: string, blockWeights: number, blockBytes: number, source: string, fallback?: string): BlockFormat => ({
@@ -59,9 +60,9 @@ export const BLOCK_FORMATS: Readonly<Record<string, BlockFormat>> = Object.freez
   iq4_xs: fmt('iq4_xs', 256, 136, `${GGML}: block_iq4_xs (4.25 bpw)`, 'iq4_nl'),
   mxfp4: fmt('mxfp4', 32, 17, 'OCP Microscaling spec v1.0: 32 FP4 (E2M1) + one E8M0 scale = 17 B; ggml block_mxfp4'),
   nvfp4: fmt('nvfp4', 16, 9, 'NVIDIA NVFP4: 16 FP4 (E2M1) + one FP8 E4M3 scale = 9 B (per-tensor FP32 scale ignored)'),
-  'mlx-4bit-g64': fmt('mlx-4bit-g64', 64, 36, 'MLX affine quantisation, bits 4 group_size 64: 32 B + bf16 scale + bf16 bias'),
-  'hqq-4bit-g64': fmt('hqq-4bit-g64', 64, 36, 'mobiusml/hqq BaseQuantizeConfig(nbits=4, group_size=64): 32 B + fp16 scale + fp16 zero'),
-  'hqq-2bit-g16': fmt('hqq-2bit-g16', 16, 8, 'mobiusml/hqq nbits=2 group_size=16: 4 B + fp16 scale + fp16 zero (no meta-quantisation)'),
+  'mlx-4bit-g64': fmt('mlx-4bit-g64', 64, 36, 'MLX affine quantisation, bits 4 group_size 64: 32 B + bf16 scale + bias'),
+  'hqq-4bit-g64': fmt('hqq-4bit-g64', 64, 36, 'mobiusml/hqq nbits=4 group_size=64: 32 B + fp16 scale + fp16 zero'),
+  'hqq-2bit-g16': fmt('hqq-2bit-g16', 16, 8, 'mobiusml/hqq nbits=2 group_size=16: 4 B + fp16 scale + zero (no meta-quant)'),
 });
 
 /** The three tensors of a gated expert (a plain MLP has `up` and `down`). */
@@ -85,7 +86,11 @@ export function useMoreBits(layer: number, layers: number): boolean {
 }
 
 const QUANT = 'llama.cpp src/llama-quant.cpp llama_tensor_get_type (ffn_down branch)';
-const uniform = (id: string): FormatMix => ({ id, source: `one format for every expert tensor: ${id}`, tensorFormat: () => id });
+const uniform = (id: string): FormatMix => ({
+  id,
+  source: `one format for every expert tensor: ${id}`,
+  tensorFormat: () => id,
+});
 
 /** Named mixes. A block format's id is also a uniform mix. */
 export const FORMAT_MIXES: Readonly<Record<string, FormatMix>> = Object.freeze({
@@ -127,7 +132,9 @@ export function storedFormat(id: string, rowLen: number): BlockFormat {
   const f = BLOCK_FORMATS[id];
   if (!f) throw new RangeError(`unknown block format "${id}"`);
   if (rowLen % f.blockWeights === 0) return f;
-  if (f.fallback === undefined) throw new RangeError(`row length ${rowLen} is not a multiple of ${id}'s ${f.blockWeights}-weight block`);
+  if (f.fallback === undefined) {
+    throw new RangeError(`row length ${rowLen} is not a multiple of ${id}'s ${f.blockWeights}-weight block`);
+  }
   return storedFormat(f.fallback, rowLen);
 }
 
@@ -169,7 +176,8 @@ export function expertBytes(shape: ExpertShape, mixId: string, layer: number, la
   const gate = gf === undefined ? 0 : tensorBytes(gf, i, h);
   const up = tensorBytes(uf, i, h);
   const down = tensorBytes(df, h, i);
-  return { gate, up, down, total: gate + up + down, formats: { ...(gf !== undefined && { gate: gf }), up: uf, down: df } };
+  const formats = { ...(gf !== undefined && { gate: gf }), up: uf, down: df };
+  return { gate, up, down, total: gate + up + down, formats };
 }
 
 /** Bytes of one expert in every layer, in layer order. */

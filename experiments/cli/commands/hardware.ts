@@ -32,12 +32,16 @@ export function parseDram(spec: string): { type: 'ddr4' | 'ddr5'; megaTransfersP
   return { type: m[1]!.toLowerCase() as 'ddr4' | 'ddr5', megaTransfersPerSec: Number(m[2]), channels: Number(m[3]) };
 }
 
-/** `pcie4x16` → the link profile id `gen4-x16` (or a shipped id / .json path as given). @throws UserError naming --link */
+/**
+ * `pcie4x16` → the link profile id `gen4-x16` (or a shipped id / .json path as given).
+ * @throws UserError naming --link
+ */
 export function parseLink(spec: string, known: readonly string[]): string {
   const m = /^pcie(\d)x(\d{1,2})$/i.exec(spec.trim());
   const id = m ? `gen${m[1]}-x${m[2]}` : spec;
   if (id.endsWith('.json') || known.includes(id)) return id;
-  throw new UserError(`unknown link (known: ${known.map((k) => k.replace(/^gen(\d)-x(\d+)$/, 'pcie$1x$2')).join(', ')})`, undefined, '--link', spec);
+  const names = known.map((k) => k.replace(/^gen(\d)-x(\d+)$/, 'pcie$1x$2')).join(', ');
+  throw new UserError(`unknown link (known: ${names})`, undefined, '--link', spec);
 }
 
 function need(flag: string, value: string, known: readonly string[]): string {
@@ -80,10 +84,10 @@ export const hardwareCommand: CommandModule = {
   builder: (y) =>
     y
       .positional('action', { choices: ['new'] as const, describe: 'new: write a testbed file' })
-      .option('gpu', { type: 'string', demandOption: true, describe: 'GPU profile id (e.g. rtx-4090 → rtx4090; see hardware-profiles/gpus)' })
+      .option('gpu', { type: 'string', demandOption: true, describe: 'GPU profile id (rtx-4090 = rtx4090; hardware-profiles/gpus)' })
       .option('cpu', { type: 'string', demandOption: true, describe: 'CPU profile id (e.g. ryzen-9-7950x)' })
-      .option('dram', { type: 'string', demandOption: true, describe: 'DIMMs: ddr4|ddr5-<MT/s>x<channels>, e.g. ddr5-6000x2' })
-      .option('link', { type: 'string', demandOption: true, describe: 'GPU link: pcie<gen>x<lanes> (pcie4x16) or a pcie profile id' })
+      .option('dram', { type: 'string', demandOption: true, describe: 'DIMMs: ddr4|ddr5-<MT/s>x<channels> (ddr5-6000x2)' })
+      .option('link', { type: 'string', demandOption: true, describe: 'GPU link: pcie<gen>x<lanes> (pcie4x16) or a pcie id' })
       .option('drive', { type: 'string', describe: 'NVMe drive profile id (hardware-profiles/drives)' })
       .option('ram', { type: 'number', default: 64, describe: 'host RAM in GiB' })
       .option('name', { type: 'string', describe: 'a name for the box (default: gpu + cpu)' })
@@ -95,9 +99,13 @@ export const hardwareCommand: CommandModule = {
     const gpuAlias = a.gpu.replace(/^rtx-(\d)/, 'rtx$1');
     const doc = await buildTestbed({ ...a, gpu: gpuAlias });
     const out = path.resolve(a.out);
-    if (!/\.(ya?ml|json)$/.test(out)) throw new UserError('must end in .yaml, .yml or .json', undefined, '--out', a.out);
+    if (!/\.(ya?ml|json)$/.test(out)) {
+      throw new UserError('must end in .yaml, .yml or .json', undefined, '--out', a.out);
+    }
     if (existsSync(out) && !a.force) throw new UserError('exists (pass --force to overwrite)', undefined, '--out', a.out);
-    const text = out.endsWith('.json') ? `${JSON.stringify(doc, null, 2)}\n` : `# moesim testbed (moesim hardware new)\n${stringify(doc)}`;
+    const text = out.endsWith('.json')
+      ? `${JSON.stringify(doc, null, 2)}\n`
+      : `# moesim testbed (moesim hardware new)\n${stringify(doc)}`;
     // Validate through the loader before writing: a temp copy beside the target, removed after.
     const { loadHardware, clearProfileCache } = await import('../../../hardware-profiles/load.ts');
     const tmp = `${out}.check${path.extname(out)}`;
