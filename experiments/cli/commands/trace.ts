@@ -9,7 +9,7 @@
  *   moesim trace activation --profile <name|path> [--targets <file>] [--batch 1,2,4,8,16,32] [--tokens-per-request m] [--json]
  *   moesim trace generate --profile <name|path> (--requests N | --like <trace>) --out <file.jsonl.gz> [--seed S]
  *   moesim trace compare <file> (--profile <name|path> | <other-file>) [--json]
- *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>]
+ *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>] [--format vllm|sglang|megatron|llamacpp|imp|parquet …]
  */
 import type { Argv, CommandModule } from 'yargs';
 import { UserError } from '../../../sim/kernel/errors.ts';
@@ -26,6 +26,9 @@ import { calibrateTargets, compareWithTargets, formatTargetRows, summaryOptionsO
 import { routingSummary, TABLE1_BATCH_SIZES } from '../../../workloads/stats/routing-summary.ts';
 import { dirname, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
+import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
+import { positiveInt } from '../../../workloads/import/common.ts';
+import { parseColumns } from '../../../workloads/import/parquet.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
 const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -286,19 +289,48 @@ interface ImportArgs {
   file: string;
   out: string;
   model?: string;
+  format?: string;
+  experts?: number;
+  layers?: number;
+  topK?: number;
+  segment?: number;
+  columns?: string;
 }
 
 const importCommand: CommandModule<object, ImportArgs> = {
   command: 'import <file>',
-  describe: 'convert a trace (e.g. a converted real trace) to the moesim format',
+  describe: 'convert a trace to the moesim format: a converted real trace, or an engine\'s (--format)',
   builder: (y: Argv<object>) =>
     y
       .positional('file', { type: 'string', demandOption: true })
       .option('out', { type: 'string', demandOption: true })
-      .option('model', { type: 'string', describe: 'model id to record in the header' }) as unknown as Argv<ImportArgs>,
+      .option('model', { type: 'string', describe: 'model id to record in the header' })
+      .option('format', { type: 'string', describe: `engine format: ${IMPORT_FORMATS.join(', ')} (default: a moesim or converted real trace)` })
+      .option('experts', { type: 'number', describe: 'routed experts per layer (default: the largest id + 1)' })
+      .option('layers', { type: 'number', describe: 'vllm/sglang base64 routing: layers per token' })
+      .option('top-k', { type: 'number', describe: 'experts per token (llamacpp: required; vllm/sglang base64; imp flat lists)' })
+      .option('segment', { type: 'number', describe: 'imp: split the one stream into requests of this many tokens' })
+      .option('columns', { type: 'string', describe: 'parquet: request=…,token=…,layer=…,experts=…[,phase=…]' }) as unknown as Argv<ImportArgs>,
   handler: async (a) => {
-    const r = await importTrace(a.file, a.out, a.model ? { modelId: a.model } : {});
-    out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens`);
+    if (a.format === undefined) {
+      const r = await importTrace(a.file, a.out, a.model ? { modelId: a.model } : {});
+      out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens`);
+      return;
+    }
+    const experts = positiveInt(a.experts, '--experts');
+    const layers = positiveInt(a.layers, '--layers');
+    const topK = positiveInt(a.topK, '--top-k');
+    const segment = positiveInt(a.segment, '--segment');
+    const r = await importFormat(a.format, a.file, a.out, {
+      ...(experts ? { experts } : {}),
+      ...(layers ? { layers } : {}),
+      ...(topK ? { topK } : {}),
+      ...(segment ? { segment } : {}),
+      ...(a.model ? { modelId: a.model } : {}),
+      ...(a.columns ? { columns: parseColumns(a.columns) } : {}),
+    });
+    out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens, ${r.shape.moeLayers} layers × ${r.shape.experts} experts, top-${r.shape.topK}`);
+    out(`header notes: ${r.assumes}`);
   },
 };
 
