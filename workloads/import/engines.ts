@@ -223,11 +223,12 @@ export function megatronPass(file: string, o: EngineOptions): ImportPass {
     let layers: number[] | undefined;
     let rows = new Map<number, { no: number; ids: number[][] }>();
     let stepLine = 0;
+    let firstK: number | undefined;
     const flush = (): ImportedRequest | undefined => {
       if (step === undefined) return undefined;
       if (!layers) {
         layers = [...rows.keys()].sort((a, b) => a - b);
-        shape = { moeLayers: layers.length, topK: rows.get(layers[0]!)!.ids[0]?.length ?? 0, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
+        shape = { moeLayers: layers.length, topK: firstK!, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
       }
       const k = shape!.topK;
       const n = rows.get(layers[0]!)?.ids.length ?? 0;
@@ -265,7 +266,8 @@ export function megatronPass(file: string, o: EngineOptions): ImportPass {
         step = s as number;
         stepLine = no;
       }
-      const k = shape?.topK ?? (Array.isArray(top[0]) ? top[0].length : Number(rec['topk']));
+      firstK ??= Number.isInteger(rec['topk']) ? (rec['topk'] as number) : Array.isArray(top[0]) ? top[0].length : 0;
+      const k = firstK;
       if (rec['num_tokens'] !== undefined && rec['num_tokens'] !== top.length) {
         throw new UserError(`num_tokens is ${String(rec['num_tokens'])} but top_indices has ${top.length} rows`, file, `line ${no}: num_tokens`);
       }
@@ -305,6 +307,9 @@ export function llamacppPass(file: string, o: EngineOptions): ImportPass {
       if (!layers) {
         layers = [...runs.keys()];
         shape = { moeLayers: layers.length, topK: k, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
+      }
+      for (const [l, r] of runs) {
+        if (r.length % k) throw new UserError(`layer ${l} has ${r.length} rows, not a whole number of tokens of top-${k}`, file, `line ${ubLine}: layer`);
       }
       const n = runs.get(layers[0]!)!.length / k;
       for (const l of layers) {
