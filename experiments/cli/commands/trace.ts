@@ -3,7 +3,7 @@
  * traces. Results go to stdout, progress and warnings to stderr; bad input throws UserError
  * (one line, exit 2). Output files are written atomically (`<out>.tmp-<pid>`, then renamed).
  *
- *   moesim trace stats <file> [--json] [--extended] [--c 6,12,16]
+ *   moesim trace stats <file> [--json] [--extended] [--c 6,12,16] [--cache] [--sizes 8,16] [--reset request|never] [--groups 3] [--svg f.svg]
  *   moesim trace calibrate <file> --out <profile.json> [--model <id>] [--name <name>]
  *     (<file>: a trace, an aggregate file, or summary targets: workloads/profiles/targets/*.yaml)
  *   moesim trace activation --profile <name|path> [--targets <file>] [--batch 1,2,4,8,16,32] [--tokens-per-request m] [--json]
@@ -28,6 +28,8 @@ import { dirname, resolve } from 'node:path';
 import { existsSync } from 'node:fs';
 import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
 import { positiveInt } from '../../../workloads/import/common.ts';
+import { type CacheReport, type CacheReset, type CurveOptions } from '../../../workloads/stats/cache-curves.ts';
+import { cacheReport, formatCacheReports, loadCacheTrace, plotCacheReports, twinTrace } from '../../../workloads/stats/cache-tools.ts';
 import { parseColumns } from '../../../workloads/import/parquet.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -57,18 +59,54 @@ function parseTasks(v: unknown): Record<string, number> | undefined {
 
 const jsonOf = (s: ExtendedTraceStats, extended: boolean): unknown => (extended ? s : coreStats(s));
 
-interface StatsArgs {
+interface StatsArgs extends CacheArgs {
   file: string;
   json?: boolean;
   extended?: boolean;
   c?: string;
 }
 
+interface CacheArgs {
+  cache?: boolean;
+  sizes?: string;
+  reset?: string;
+  groups?: number;
+  svg?: string;
+  shuffleSeed?: number;
+}
+
+const cacheOptions = <T>(y: Argv<T>): Argv<T> =>
+  y
+    .option('cache', { type: 'boolean', describe: 'LRU/Belady cache curves, shuffled control, reuse distance, popularity (default: on for tables, off for --json)' })
+    .option('sizes', { type: 'string', describe: 'cache sizes in experts per layer, e.g. 8,16,32,64 (default k, 2k, 4k … and E/2)' })
+    .option('reset', { type: 'string', describe: 'caches emptied at every request (request) or kept (never, default)' })
+    .option('groups', { type: 'number', describe: 'layer groups to report (default 3)' })
+    .option('svg', { type: 'string', describe: 'plot the cache curves to this SVG file' })
+    .option('shuffle-seed', { type: 'number', describe: 'seed of the shuffled control (default 1)' }) as Argv<T>;
+
+function curveOptions(a: CacheArgs): CurveOptions {
+  if (a.reset !== undefined && a.reset !== 'request' && a.reset !== 'never') throw new UserError('must be request or never', undefined, '--reset', a.reset);
+  const groups = positiveInt(a.groups, '--groups');
+  const sizes = parseCs(a.sizes, '--sizes');
+  return {
+    ...(sizes ? { sizes } : {}),
+    ...(a.reset ? { reset: a.reset as CacheReset } : {}),
+    ...(groups ? { groups } : {}),
+    ...(a.shuffleSeed !== undefined ? { seed: a.shuffleSeed } : {}),
+  };
+}
+
+async function writeSvg(file: string | undefined, cols: { title: string; report: CacheReport }[], title: string): Promise<void> {
+  if (!file) return;
+  await writeFileAtomic(file, await plotCacheReports(cols, title));
+  err(`wrote ${file}`);
+}
+
 const statsCommand: CommandModule<object, StatsArgs> = {
   command: 'stats <file>',
   describe: 'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
   builder: (y: Argv<object>) =>
-    y
+    cacheOptions(y)
       .positional('file', { type: 'string', demandOption: true, describe: 'trace (.jsonl.gz; moesim format or the converted real traces)' })
       .option('json', { type: 'boolean', describe: 'print one JSON object instead of a table' })
       .option('extended', { type: 'boolean', describe: 'with --json: add Gini, top-10 % share, baselines, phases, tasks' })
@@ -83,10 +121,14 @@ const statsCommand: CommandModule<object, StatsArgs> = {
       return;
     }
     const cValues = parseCs(a.c);
+    const co = curveOptions(a);
     const { stats, warnings } = await traceStats(a.file, cValues ? { cValues } : {});
     warnings.forEach(err);
-    if (a.json) out(JSON.stringify(jsonOf(stats, a.extended ?? false)));
-    else out(formatStatsTable([{ title: a.file.replace(/^.*[\\/]/, ''), stats }]));
+    const title = a.file.replace(/^.*[\\/]/, '');
+    const cache = (a.json ? a.cache === true : a.cache !== false) ? cacheReport(await loadCacheTrace(a.file), co) : undefined;
+    if (a.json) out(JSON.stringify(cache ? { ...(jsonOf(stats, a.extended ?? false) as object), cache } : jsonOf(stats, a.extended ?? false)));
+    else out(formatStatsTable([{ title, stats }]) + (cache ? `\n\n${formatCacheReports([{ title, report: cache }])}` : ''));
+    if (cache) await writeSvg(a.svg, [{ title, report: cache }], `${title}: cache hit rate (%)`);
   },
 };
 
@@ -226,7 +268,7 @@ const generateCommand: CommandModule<object, GenerateArgs> = {
   },
 };
 
-interface CompareArgs {
+interface CompareArgs extends CacheArgs {
   file: string;
   other?: string;
   profile?: string;
@@ -241,7 +283,7 @@ const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare <file> [other]',
   describe: 'statistics side by side: a trace and its synthetic twin (--profile), or two traces',
   builder: (y: Argv<object>) =>
-    y
+    cacheOptions(y)
       .positional('file', { type: 'string', demandOption: true })
       .positional('other', { type: 'string', describe: 'a second trace' })
       .option('profile', { type: 'string', describe: 'route the same requests with this profile (the twin)' })
@@ -280,8 +322,21 @@ const compareCommand: CommandModule<object, CompareArgs> = {
     } else {
       throw new UserError('give either --profile <name> or a second trace file', undefined, 'arguments');
     }
-    if (a.json) out(JSON.stringify(Object.fromEntries(cols.map((col) => [col.title, jsonOf(col.stats, a.extended ?? false)]))));
-    else out(formatStatsTable(cols));
+    const wantCache = a.json ? a.cache === true : a.cache !== false;
+    let caches: { title: string; report: CacheReport }[] = [];
+    if (wantCache) {
+      const co = curveOptions(a);
+      const real = await loadCacheTrace(a.file);
+      const second = a.profile ? twinTrace((await loadProfile(a.profile)).profile, real.shapes, a.seed ?? 1) : await loadCacheTrace(a.other!);
+      caches = [
+        { title: cols[0]!.title, report: cacheReport(real, co) },
+        { title: cols[1]!.title, report: cacheReport(second, co) },
+      ];
+    }
+    if (a.json) {
+      out(JSON.stringify(Object.fromEntries(cols.map((col, i) => [col.title, caches[i] ? { ...(jsonOf(col.stats, a.extended ?? false) as object), cache: caches[i]!.report } : jsonOf(col.stats, a.extended ?? false)]))));
+    } else out(formatStatsTable(cols) + (caches.length ? `\n\n${formatCacheReports(caches)}` : ''));
+    if (caches.length) await writeSvg(a.svg, caches, `${cols[0]!.title} vs ${cols[1]!.title}: cache hit rate (%)`);
   },
 };
 
