@@ -37,6 +37,12 @@ export interface CurveOptions {
   readonly shuffled?: boolean;
   /** Skip Belady (faster). */
   readonly belady?: boolean;
+  /**
+   * 'token' (default): a token's k experts are one access step (sizes ≥ k). 'access': each
+   * expert access is its own step, in slot order (as cache studies that replay routing events
+   * one by one count it; then a cache of k can miss experts of the previous token).
+   */
+  readonly granularity?: 'token' | 'access';
 }
 
 export interface Curve {
@@ -53,6 +59,7 @@ export interface GroupCurves extends Curve {
 export interface CacheReport {
   readonly sizes: number[];
   readonly reset: CacheReset;
+  readonly granularity: 'token' | 'access';
   readonly accesses: number;
   readonly all: Curve;
   readonly groups: GroupCurves[];
@@ -228,14 +235,17 @@ function curvesOver(trace: CacheTrace, layers: number[], sizes: number[], o: Cur
   const bel = new Float64Array(sizes.length);
   let accesses = 0;
   const h = hist ?? new Float64Array(32);
+  const perAccess = o.granularity === 'access';
+  const k = perAccess ? 1 : trace.k;
   for (const l of layers) {
-    const seq = layerSeq(trace, l, order);
-    const r = lruLayer(seq, trace.E, trace.k, sizes, reset, h);
+    let seq = layerSeq(trace, l, order);
+    if (perAccess) seq = { ids: seq.ids, starts: seq.starts.map((s) => s * trace.k) };
+    const r = lruLayer(seq, trace.E, k, sizes, reset, h);
     accesses += r.accesses;
     r.hits.forEach((v, i) => (lru[i]! += v));
     if (o.belady !== false) {
-      const next = nextUses(seq, trace.E, trace.k, reset);
-      sizes.forEach((s, i) => (bel[i]! += beladyLayer(seq, trace.E, trace.k, s, reset, next)));
+      const next = nextUses(seq, trace.E, k, reset);
+      sizes.forEach((s, i) => (bel[i]! += beladyLayer(seq, trace.E, k, s, reset, next)));
     }
   }
   return { lru, belady: bel, accesses };
@@ -274,14 +284,14 @@ export function shuffledOrder(trace: CacheTrace, seed = 1): { req: number[]; tok
 }
 
 /** LRU and Belady curves only (for calibration): overall, no groups, no shuffle. */
-export function hitCurves(trace: CacheTrace, sizes: number[], reset: CacheReset, belady = true): Curve {
+export function hitCurves(trace: CacheTrace, sizes: number[], reset: CacheReset, belady = true, granularity: 'token' | 'access' = 'token'): Curve {
   const layers = Array.from({ length: trace.L }, (_, i) => i);
-  const r = curvesOver(trace, layers, sizes, { reset, belady });
+  const r = curvesOver(trace, layers, sizes, { reset, belady, granularity });
   return { lru: rate(r.lru, r.accesses), belady: rate(r.belady, r.accesses) };
 }
 
 export function cacheReport(trace: CacheTrace, o: CurveOptions = {}): CacheReport {
-  const sizes = [...(o.sizes ?? defaultSizes(trace.E, trace.k))].filter((s) => s >= trace.k && s <= trace.E);
+  const sizes = [...(o.sizes ?? defaultSizes(trace.E, trace.k))].filter((s) => s >= (o.granularity === 'access' ? 1 : trace.k) && s <= trace.E);
   const hist = new Float64Array(32);
   const base = curveSet(trace, sizes, o, undefined, hist);
   const shuffled = o.shuffled === false ? undefined : curveSet(trace, sizes, o, shuffledOrder(trace, o.seed));
@@ -297,6 +307,7 @@ export function cacheReport(trace: CacheTrace, o: CurveOptions = {}): CacheRepor
   return {
     sizes,
     reset: o.reset ?? 'never',
+    granularity: o.granularity ?? 'token',
     accesses: base.accesses,
     all: base.all,
     groups: base.groups,

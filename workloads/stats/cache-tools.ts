@@ -49,7 +49,10 @@ const pct = (v: number): string => (100 * v).toFixed(1);
 export function formatCacheReports(cols: readonly { title: string; report: CacheReport }[]): string {
   const r0 = cols[0]!.report;
   const out: string[] = [];
-  out.push(`cache hit rate (%) vs experts per layer, caches ${r0.reset === 'request' ? 'emptied at every request' : 'kept across requests'}; shuffled = tokens permuted within requests, requests permuted`);
+  out.push(
+    `cache hit rate (%) vs experts per layer, caches ${r0.reset === 'request' ? 'emptied at every request' : 'kept across requests'}, ` +
+      `${r0.granularity === 'access' ? 'one expert access at a time' : "a token's k experts at once"}; shuffled = tokens permuted within requests, requests permuted`,
+  );
   const head = ['experts/layer', ...cols.flatMap((c) => [`${c.title} LRU`, 'Belady', ...(c.report.shuffled ? ['LRU shuf', 'Belady shuf'] : [])])];
   const rows = r0.sizes.map((s, i) => [
     String(s),

@@ -24,7 +24,8 @@ import { loadProfile } from '../../../workloads/synthetic/profile.ts';
 import { loadTargets, looksLikeTargetsFile, type RoutingTargets } from '../../../workloads/synthetic/targets.ts';
 import { calibrateTargets, compareWithTargets, formatTargetRows, summaryOptionsOf } from '../../../workloads/synthetic/calibrate-targets.ts';
 import { routingSummary, TABLE1_BATCH_SIZES } from '../../../workloads/stats/routing-summary.ts';
-import { dirname, resolve } from 'node:path';
+import { dirname, relative, resolve } from 'node:path';
+import { fitCacheTargets, formatCacheRows, loadCacheTargets, looksLikeCacheTargets } from '../../../workloads/synthetic/calibrate-cache.ts';
 import { existsSync } from 'node:fs';
 import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
 import { positiveInt } from '../../../workloads/import/common.ts';
@@ -71,6 +72,7 @@ interface CacheArgs {
   sizes?: string;
   reset?: string;
   groups?: number;
+  granularity?: string;
   svg?: string;
   shuffleSeed?: number;
 }
@@ -81,17 +83,20 @@ const cacheOptions = <T>(y: Argv<T>): Argv<T> =>
     .option('sizes', { type: 'string', describe: 'cache sizes in experts per layer, e.g. 8,16,32,64 (default k, 2k, 4k … and E/2)' })
     .option('reset', { type: 'string', describe: 'caches emptied at every request (request) or kept (never, default)' })
     .option('groups', { type: 'number', describe: 'layer groups to report (default 3)' })
+    .option('granularity', { type: 'string', describe: "cache step: token (a token's k experts at once, default) or access (one expert at a time)" })
     .option('svg', { type: 'string', describe: 'plot the cache curves to this SVG file' })
     .option('shuffle-seed', { type: 'number', describe: 'seed of the shuffled control (default 1)' }) as Argv<T>;
 
 function curveOptions(a: CacheArgs): CurveOptions {
   if (a.reset !== undefined && a.reset !== 'request' && a.reset !== 'never') throw new UserError('must be request or never', undefined, '--reset', a.reset);
   const groups = positiveInt(a.groups, '--groups');
+  if (a.granularity !== undefined && a.granularity !== 'token' && a.granularity !== 'access') throw new UserError('must be token or access', undefined, '--granularity', a.granularity);
   const sizes = parseCs(a.sizes, '--sizes');
   return {
     ...(sizes ? { sizes } : {}),
     ...(a.reset ? { reset: a.reset as CacheReset } : {}),
     ...(groups ? { groups } : {}),
+    ...(a.granularity ? { granularity: a.granularity as 'token' | 'access' } : {}),
     ...(a.shuffleSeed !== undefined ? { seed: a.shuffleSeed } : {}),
   };
 }
@@ -158,6 +163,18 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       .option('base', { type: 'string', describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)' }) as unknown as Argv<CalibrateArgs>,
   handler: async (a) => {
     const name = a.name ?? a.out.replace(/^.*[\\/]/, '').replace(/\.json$/, '');
+    if (await looksLikeCacheTargets(a.file)) {
+      const t = await loadCacheTargets(a.file);
+      const r = fitCacheTargets(a.name ? { ...t, name: a.name } : t, {
+        file: relative(dirname(resolve(a.out)), resolve(a.file)),
+        ...(a.evaluations ? { maxEvaluations: a.evaluations } : {}),
+        log: err,
+      });
+      await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
+      out(`wrote ${a.out} after ${r.evaluations} evaluations (loss ${r.loss.toFixed(3)})`);
+      out(formatCacheRows(r.rows));
+      return;
+    }
     if (await looksLikeTargetsFile(a.file)) {
       if (a.evaluations !== undefined && !(Number.isInteger(a.evaluations) && a.evaluations > 0)) {
         throw new UserError('must be a positive integer', undefined, '--evaluations', a.evaluations);
