@@ -225,6 +225,7 @@ export function fitCacheTargets(t: CacheTargets, o: { file?: string; maxEvaluati
     let improved = false;
     for (let i = 0; i < coords.length && evaluations < budget; i++) {
       for (const dir of [1, -1]) {
+        if (evaluations >= budget) break;
         const x = [...cur.u];
         x[i] = x[i]! + dir * steps[i]!;
         const f = evaluate(x);
@@ -246,7 +247,7 @@ export function fitCacheTargets(t: CacheTargets, o: { file?: string; maxEvaluati
     knobs,
     fit: {
       method: 'compass search on cache-curve targets (calibrate-cache.ts)',
-      ...(o.file ? { targetsFile: o.file } : {}),
+      ...(o.file ? { cacheTargetsFile: o.file } : {}),
       measurement: t.measurement,
       fitted: t.fit,
       knobsFrom: t.knobsFrom,
