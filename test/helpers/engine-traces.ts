@@ -9,7 +9,8 @@ import { once } from 'node:events';
 import { parquetWriteFile } from 'hyparquet-writer';
 
 /** The id of slot j at (request r, token t, layer l): k distinct ids in 0…E-1. */
-export const idOf = (E: number, r: number, t: number, l: number, j: number): number => (r * 7 + t * 3 + l * 5 + j * Math.floor(E / 4) + j) % E;
+export const idOf = (E: number, r: number, t: number, l: number, j: number): number =>
+  (r * 7 + t * 3 + l * 5 + j * Math.floor(E / 4) + j) % E;
 
 export interface Shape {
   readonly requests: number;
@@ -20,7 +21,8 @@ export interface Shape {
   readonly E: number;
 }
 
-const slots = (s: Shape, r: number, t: number, l: number): number[] => Array.from({ length: s.k }, (_, j) => idOf(s.E, r, t, l, j));
+const slots = (s: Shape, r: number, t: number, l: number): number[] =>
+  Array.from({ length: s.k }, (_, j) => idOf(s.E, r, t, l, j));
 
 async function lines(path: string, gen: () => Generator<string>): Promise<void> {
   const f = createWriteStream(path);
@@ -47,7 +49,8 @@ export const writeSglang = (path: string, s: Shape): Promise<void> =>
       const buf = Buffer.alloc(T * (s.L + 1) * s.k * 4);
       let o = 0;
       for (let t = 0; t < T; t++) {
-        for (let l = -1; l < s.L; l++) for (let j = 0; j < s.k; j++, o += 4) buf.writeInt32LE(l < 0 ? -1 : idOf(s.E, r, t, l, j), o);
+        for (let l = -1; l < s.L; l++)
+          for (let j = 0; j < s.k; j++, o += 4) buf.writeInt32LE(l < 0 ? -1 : idOf(s.E, r, t, l, j), o);
       }
       yield `${JSON.stringify({ text: 'x', meta_info: { id: `sg-${r}`, prompt_tokens: s.prompt, completion_tokens: s.decode + 1, routed_experts: buf.toString('base64') } })}\n`;
     }
@@ -58,13 +61,17 @@ export const writeMegatron = (path: string, s: Shape): Promise<void> =>
   lines(path, function* () {
     let step = 0;
     for (let r = 0; r < s.requests; r++) {
-      const batches: number[][] = [Array.from({ length: s.prompt }, (_, i) => i), ...Array.from({ length: s.decode }, (_, i) => [s.prompt + i])];
+      const batches: number[][] = [
+        Array.from({ length: s.prompt }, (_, i) => i),
+        ...Array.from({ length: s.decode }, (_, i) => [s.prompt + i]),
+      ];
       for (const toks of batches) {
         for (let l = 0; l < s.L; l++) {
           const top = toks.map((t) => slots(s, r, t, l));
           yield `${JSON.stringify({ step, stage: 'pre_dispatch', block: 'decoder', layer: l + 1, rank: 0, num_tokens: toks.length, topk: s.k, top_indices: top })}\n`;
         }
-        if (r === 0 && step === 0) yield `${JSON.stringify({ step, stage: 'pre_dispatch', block: 'mtp', mtp_idx: 0, layer: 1, rank: 0, num_tokens: toks.length, topk: s.k, top_indices: toks.map(() => slots(s, 0, 0, 0)) })}\n`;
+        if (r === 0 && step === 0)
+          yield `${JSON.stringify({ step, stage: 'pre_dispatch', block: 'mtp', mtp_idx: 0, layer: 1, rank: 0, num_tokens: toks.length, topk: s.k, top_indices: toks.map(() => slots(s, 0, 0, 0)) })}\n`;
         step++;
       }
     }
@@ -75,7 +82,10 @@ export const writeLlamacpp = (path: string, s: Shape): Promise<void> =>
   lines(path, function* () {
     yield 'layer,expert\n';
     for (let r = 0; r < s.requests; r++) {
-      const batches: number[][] = [Array.from({ length: s.prompt }, (_, i) => i), ...Array.from({ length: s.decode }, (_, i) => [s.prompt + i])];
+      const batches: number[][] = [
+        Array.from({ length: s.prompt }, (_, i) => i),
+        ...Array.from({ length: s.decode }, (_, i) => [s.prompt + i]),
+      ];
       for (const toks of batches) {
         for (let l = 0; l < s.L; l++) {
           let out = '';

@@ -14,7 +14,15 @@ function randomTrace(seed: string, L: number, E: number, k: number, lens: number
     for (let i = 0; i < T * L; i++) {
       const pool = rng.shuffle(Array.from({ length: E }, (_, e) => e)).slice(0, k);
       // Skewed: half the time reuse low ids.
-      experts.set(pool.map((e) => (rng.next() < 0.5 ? e % Math.max(k + 1, E >> 2) : e)).filter((e, j, a) => a.indexOf(e) === j).concat(pool).filter((e, j, a) => a.indexOf(e) === j).slice(0, k), i * k);
+      experts.set(
+        pool
+          .map((e) => (rng.next() < 0.5 ? e % Math.max(k + 1, E >> 2) : e))
+          .filter((e, j, a) => a.indexOf(e) === j)
+          .concat(pool)
+          .filter((e, j, a) => a.indexOf(e) === j)
+          .slice(0, k),
+        i * k,
+      );
     }
     return { tokens: T, experts };
   });
@@ -55,14 +63,17 @@ describe('cache curves', () => {
     ['never', false],
     ['request', true],
     ['never', true],
-  ] as const)('LRU for all sizes at once = per-size LRU (reset %s, per access %s); Belady ≥ LRU', (reset, perAccess) => {
-    const sizes = perAccess ? [1, 2, 3, 4, 8, 12] : [2, 3, 4, 8, 12];
-    const c = hitCurves(tr, sizes, reset, true, perAccess ? 'access' : 'token');
-    sizes.forEach((C, i) => {
-      expect(c.lru[i]).toBeCloseTo(bruteLru(tr, C, reset === 'request', perAccess), 12);
-      expect(c.belady[i]!).toBeGreaterThanOrEqual(c.lru[i]! - 1e-12);
-    });
-  });
+  ] as const)(
+    'LRU for all sizes at once = per-size LRU (reset %s, per access %s); Belady ≥ LRU',
+    (reset, perAccess) => {
+      const sizes = perAccess ? [1, 2, 3, 4, 8, 12] : [2, 3, 4, 8, 12];
+      const c = hitCurves(tr, sizes, reset, true, perAccess ? 'access' : 'token');
+      sizes.forEach((C, i) => {
+        expect(c.lru[i]).toBeCloseTo(bruteLru(tr, C, reset === 'request', perAccess), 12);
+        expect(c.belady[i]!).toBeGreaterThanOrEqual(c.lru[i]! - 1e-12);
+      });
+    },
+  );
 
   it('hand example: one layer, top-1, A B A C B', () => {
     const t: CacheTrace = { L: 1, E: 4, k: 1, requests: [{ tokens: 5, experts: Int32Array.from([0, 1, 0, 2, 1]) }] };

@@ -20,7 +20,10 @@ describe('cache-curve targets', () => {
 
   it('a bad file names the field', async () => {
     const f = path.join(tempDir('cache-targets'), 'bad.cache.yaml');
-    writeFileSync(f, 'format: moesim-cache-targets\nversion: 1\nname: x\nmodel: {id: x, moeLayers: 2, experts: 8, topK: 2}\nsource: s\nmeasurement: {reset: sometimes, granularity: token, requests: 2, promptTokens: 4, decodeTokens: 4}\nlruPercent: {4: 50}\nknobsFrom: k\nfit: [zipfExponent]\n');
+    writeFileSync(
+      f,
+      'format: moesim-cache-targets\nversion: 1\nname: x\nmodel: {id: x, moeLayers: 2, experts: 8, topK: 2}\nsource: s\nmeasurement: {reset: sometimes, granularity: token, requests: 2, promptTokens: 4, decodeTokens: 4}\nlruPercent: {4: 50}\nknobsFrom: k\nfit: [zipfExponent]\n',
+    );
     await expect(loadCacheTargets(f)).rejects.toMatchObject({ field: 'measurement.reset' });
   });
 

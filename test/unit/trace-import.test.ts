@@ -8,14 +8,29 @@ import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT, runProcess, tempDir } from '../helpers/cli.ts';
-import { idOf, writeImp, writeLlamacpp, writeMegatron, writeParquet, writeSglang, writeText, writeVllm, type Shape } from '../helpers/engine-traces.ts';
+import {
+  idOf,
+  writeImp,
+  writeLlamacpp,
+  writeMegatron,
+  writeParquet,
+  writeSglang,
+  writeText,
+  writeVllm,
+  type Shape,
+} from '../helpers/engine-traces.ts';
 import { TraceReader } from '../../workloads/trace/reader.ts';
 import type { TraceRequest } from '../../workloads/trace/format.ts';
 
 const dir = tempDir('trace-import');
 const BIN = path.join(REPO_ROOT, 'bin/moesim.mjs');
 const cli = (args: string[], heapMb?: number) =>
-  runProcess(process.execPath, [...(heapMb ? [`--max-old-space-size=${heapMb}`] : []), BIN, 'trace', 'import', ...args], REPO_ROOT, 300_000);
+  runProcess(
+    process.execPath,
+    [...(heapMb ? [`--max-old-space-size=${heapMb}`] : []), BIN, 'trace', 'import', ...args],
+    REPO_ROOT,
+    300_000,
+  );
 
 async function readAll(file: string): Promise<{ header: TraceReader['header']; requests: TraceRequest[] }> {
   const r = await TraceReader.open(file);
@@ -26,7 +41,9 @@ async function readAll(file: string): Promise<{ header: TraceReader['header']; r
 
 function expectIds(r: TraceRequest, s: Shape, req: number, tokenOffset = 0): void {
   for (let t = 0; t < r.tokens; t++) {
-    for (let l = 0; l < s.L; l++) for (let j = 0; j < s.k; j++) expect(r.experts[(t * s.L + l) * s.k + j]).toBe(idOf(s.E, req, t + tokenOffset, l, j));
+    for (let l = 0; l < s.L; l++)
+      for (let j = 0; j < s.k; j++)
+        expect(r.experts[(t * s.L + l) * s.k + j]).toBe(idOf(s.E, req, t + tokenOffset, l, j));
   }
 }
 
@@ -110,24 +127,61 @@ describe('trace import --format: ≥ 100 k tokens under a 160 MB heap', () => {
     ['llamacpp', ['--top-k', '2']],
     ['imp', ['--segment', '1000']],
     ['parquet', []],
-  ] as const)('%s', async (format, extra) => {
-    const out = path.join(dir, `big-${format}.jsonl.gz`);
-    const r = await cli([path.join(dir, `big.${format}`), '--format', format, '--out', out, '--experts', '64', ...extra], 160);
-    expect(r.stderr).toBe('');
-    expect(r.stdout).toMatch(/100000 tokens/);
-  }, 300_000);
+  ] as const)(
+    '%s',
+    async (format, extra) => {
+      const out = path.join(dir, `big-${format}.jsonl.gz`);
+      const r = await cli(
+        [path.join(dir, `big.${format}`), '--format', format, '--out', out, '--experts', '64', ...extra],
+        160,
+      );
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toMatch(/100000 tokens/);
+    },
+    300_000,
+  );
 });
 
 describe('trace import --format: bad files', () => {
   it.each([
-    ['vllm', '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,2]],[[3,"x"]]]}\n', [], /line 1: routed_experts\[1\]\[0\]\[1\]: expert id must be an integer/],
-    ['vllm', '{"request_id":"a","prompt_token_ids":[1,2,3],"routed_experts":[[[1,2]]]}\n', [], /line 1: prompt_token_ids: prompt has 3 tokens/],
-    ['megatron', '{"step":0,"layer":1,"num_tokens":1,"top_indices":[[1,2]]}\n{"step":0,"layer":2,"num_tokens":1,"top_indices":[[1]]}\n', [], /line 2: top_indices\[0\]: expected 2 expert ids/],
+    [
+      'vllm',
+      '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,2]],[[3,"x"]]]}\n',
+      [],
+      /line 1: routed_experts\[1\]\[0\]\[1\]: expert id must be an integer/,
+    ],
+    [
+      'vllm',
+      '{"request_id":"a","prompt_token_ids":[1,2,3],"routed_experts":[[[1,2]]]}\n',
+      [],
+      /line 1: prompt_token_ids: prompt has 3 tokens/,
+    ],
+    [
+      'megatron',
+      '{"step":0,"layer":1,"num_tokens":1,"top_indices":[[1,2]]}\n{"step":0,"layer":2,"num_tokens":1,"top_indices":[[1]]}\n',
+      [],
+      /line 2: top_indices\[0\]: expected 2 expert ids/,
+    ],
     ['llamacpp', 'layer,expert\n0,1\n0,x\n', ['--top-k', '1'], /line 3: expert: must be a non-negative integer/],
-    ['llamacpp', 'layer,expert\n0,1\n0,2\n0,3\n1,1\n', ['--top-k', '2'], /line 2: layer: layer 0 has 3 rows, not a whole number of tokens/],
+    [
+      'llamacpp',
+      'layer,expert\n0,1\n0,2\n0,3\n1,1\n',
+      ['--top-k', '2'],
+      /line 2: layer: layer 0 has 3 rows, not a whole number of tokens/,
+    ],
     ['imp', '{"top_k":2,"trace":[[0,1,2],[1,3]]}', [], /record 2 .*expected 2 expert ids/],
-    ['vllm', '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,1]]]}\n', [], /token 0, layer 0, slot 1: expert id repeated/],
-    ['vllm', '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,9]]]}\n', ['--experts', '8'], /slot 1: expert id must be in 0…7/],
+    [
+      'vllm',
+      '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,1]]]}\n',
+      [],
+      /token 0, layer 0, slot 1: expert id repeated/,
+    ],
+    [
+      'vllm',
+      '{"request_id":"a","prompt_token_ids":[1],"routed_experts":[[[1,9]]]}\n',
+      ['--experts', '8'],
+      /slot 1: expert id must be in 0…7/,
+    ],
   ] as const)('%s: %s', async (format, text, extra, message) => {
     const input = path.join(dir, `bad-${format}-${Math.random().toString(36).slice(2)}`);
     writeText(input, text);

@@ -74,7 +74,11 @@ export class RoutingBuffer {
 export function checkRequest(file: string, r: ImportedRequest, s: ImportShape, experts: number | undefined): number {
   const { moeLayers: L, topK: k } = s;
   if (r.experts.length !== r.tokens * L * k) {
-    throw new UserError(`request ${r.id} has ${r.experts.length} expert ids, expected ${r.tokens} tokens × ${L} layers × ${k}`, file, r.where);
+    throw new UserError(
+      `request ${r.id} has ${r.experts.length} expert ids, expected ${r.tokens} tokens × ${L} layers × ${k}`,
+      file,
+      r.where,
+    );
   }
   let max = -1;
   for (let t = 0, i = 0; t < r.tokens; t++) {
@@ -87,7 +91,8 @@ export function checkRequest(file: string, r: ImportedRequest, s: ImportShape, e
         if (!Number.isInteger(e) || e < 0 || (experts !== undefined && e >= experts)) {
           throw new UserError(`expert id must be in 0…${experts === undefined ? 'E-1' : experts - 1}`, file, field, e);
         }
-        for (let q = 0; q < j; q++) if (r.experts[i + q] === e) throw new UserError('expert id repeated in one top-k list', file, field, e);
+        for (let q = 0; q < j; q++)
+          if (r.experts[i + q] === e) throw new UserError('expert id repeated in one top-k list', file, field, e);
         if (e > max) max = e;
       }
     }

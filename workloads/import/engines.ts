@@ -26,7 +26,8 @@ export type EngineFormat = (typeof ENGINE_FORMATS)[number];
 /** What each import assumes where its format is silent (goes into the header). */
 export const ASSUMPTIONS: Record<EngineFormat | 'parquet', string> = {
   vllm: 'per-request routing; tokens = prompt then generated tokens fed back; phases from the prompt length',
-  sglang: 'per-request routing; tokens = prompt then generated tokens fed back; phases from the prompt length; layers with no routed expert (-1 throughout the first request) dropped',
+  sglang:
+    'per-request routing; tokens = prompt then generated tokens fed back; phases from the prompt length; layers with no routed expert (-1 throughout the first request) dropped',
   megatron:
     'ASSUMED request boundaries and phases: one sequence at a time; a step with more than one token starts a new request (its prompt, prefill), ' +
     'a one-token step is a decode step of the current request; MTP records skipped',
@@ -34,7 +35,8 @@ export const ASSUMPTIONS: Record<EngineFormat | 'parquet', string> = {
     'ASSUMED request boundaries and phases: a micro-batch of more than one token after a one-token micro-batch starts a new request; ' +
     'multi-token micro-batches are prompt (prefill), one-token ones decode; one sequence at a time',
   imp: 'ASSUMED: the whole trace is one decode-only request (prefill not recorded) unless --segment splits it; a record whose layer is not above the previous one starts a new token',
-  parquet: 'per-request routing from the prompt column; token order from the token column; phases from the phase column if any, else all prompt (prefill)',
+  parquet:
+    'per-request routing from the prompt column; token order from the token column; phases from the phase column if any, else all prompt (prefill)',
 };
 
 export interface EngineOptions {
@@ -69,31 +71,65 @@ export function vllmPass(file: string, format: 'vllm' | 'sglang', o: EngineOptio
       if (!isObj(obj)) throw new UserError('expected a JSON object per line', file, `line ${no}`);
       const meta = isObj(obj['meta_info']) ? obj['meta_info'] : {};
       const out0 = Array.isArray(obj['outputs']) && isObj(obj['outputs'][0]) ? obj['outputs'][0] : {};
-      const field = 'routed_experts' in obj ? 'routed_experts' : 'routed_experts' in out0 ? 'outputs[0].routed_experts' : 'meta_info.routed_experts';
+      const field =
+        'routed_experts' in obj
+          ? 'routed_experts'
+          : 'routed_experts' in out0
+            ? 'outputs[0].routed_experts'
+            : 'meta_info.routed_experts';
       const routed = obj['routed_experts'] ?? out0['routed_experts'] ?? meta['routed_experts'];
-      if (routed === undefined) throw new UserError('no routed_experts (was the engine run with --enable-return-routed-experts?)', file, `line ${no}: routed_experts`);
-      const grid = decodeRouted(file, no, field, routed, format, obj['routed_experts_shape'] ?? meta['routed_experts_shape'], o);
+      if (routed === undefined)
+        throw new UserError(
+          'no routed_experts (was the engine run with --enable-return-routed-experts?)',
+          file,
+          `line ${no}: routed_experts`,
+        );
+      const grid = decodeRouted(
+        file,
+        no,
+        field,
+        routed,
+        format,
+        obj['routed_experts_shape'] ?? meta['routed_experts_shape'],
+        o,
+      );
       if (!keep) {
         // Layers with no routed expert anywhere in the first request are dense layers (SGLang writes -1 there).
         keep = [];
         for (let l = 0; l < grid.L; l++) {
           let all = grid.T > 0;
-          for (let t = 0; t < grid.T && all; t++) for (let j = 0; j < grid.k; j++) if (grid.ids[(t * grid.L + l) * grid.k + j] !== -1) all = false;
+          for (let t = 0; t < grid.T && all; t++)
+            for (let j = 0; j < grid.k; j++) if (grid.ids[(t * grid.L + l) * grid.k + j] !== -1) all = false;
           if (!all) keep.push(l);
         }
         if (!keep.length) throw new UserError('every layer is -1 in the first request', file, `line ${no}: ${field}`);
-        shape = { moeLayers: keep.length, topK: grid.k, ...(o.experts ? { experts: o.experts } : {}), ...(keep.length < grid.L ? { moeLayerIds: keep } : {}) };
+        shape = {
+          moeLayers: keep.length,
+          topK: grid.k,
+          ...(o.experts ? { experts: o.experts } : {}),
+          ...(keep.length < grid.L ? { moeLayerIds: keep } : {}),
+        };
       }
       firstL ??= grid.L;
       if (grid.k !== shape!.topK || grid.L !== firstL) {
-        throw new UserError(`shape ${grid.T}×${grid.L}×${grid.k} does not match the first request's layers × top-${shape!.topK}`, file, `line ${no}: ${field}`);
+        throw new UserError(
+          `shape ${grid.T}×${grid.L}×${grid.k} does not match the first request's layers × top-${shape!.topK}`,
+          file,
+          `line ${no}: ${field}`,
+        );
       }
       const L = keep.length;
       const experts = new Int32Array(grid.T * L * grid.k);
-      for (let t = 0, i = 0; t < grid.T; t++) for (const l of keep) for (let j = 0; j < grid.k; j++) experts[i++] = grid.ids[(t * grid.L + l) * grid.k + j]!;
+      for (let t = 0, i = 0; t < grid.T; t++)
+        for (const l of keep) for (let j = 0; j < grid.k; j++) experts[i++] = grid.ids[(t * grid.L + l) * grid.k + j]!;
       const id = String(obj['request_id'] ?? obj['rid'] ?? obj['id'] ?? meta['id'] ?? `line-${no}`);
       const prompt = promptLength(file, no, obj, meta);
-      if (prompt > grid.T) throw new UserError(`prompt has ${prompt} tokens but routing covers ${grid.T}`, file, `line ${no}: prompt_token_ids`);
+      if (prompt > grid.T)
+        throw new UserError(
+          `prompt has ${prompt} tokens but routing covers ${grid.T}`,
+          file,
+          `line ${no}: prompt_token_ids`,
+        );
       yield { id, where: `line ${no}`, promptTokens: prompt, prefillRecorded: true, tokens: grid.T, experts };
     }
   }
@@ -109,10 +145,15 @@ function promptLength(file: string, no: number, obj: Record<string, unknown>, me
     [meta['prompt_tokens'], 'meta_info.prompt_tokens'],
   ] as const) {
     if (v === undefined) continue;
-    if (!Number.isInteger(v) || (v as number) < 0) throw new UserError('must be a non-negative integer', file, `line ${no}: ${name}`, v);
+    if (!Number.isInteger(v) || (v as number) < 0)
+      throw new UserError('must be a non-negative integer', file, `line ${no}: ${name}`, v);
     return v as number;
   }
-  throw new UserError('no prompt length (prompt_token_ids, num_prompt_tokens or meta_info.prompt_tokens)', file, `line ${no}: prompt_token_ids`);
+  throw new UserError(
+    'no prompt length (prompt_token_ids, num_prompt_tokens or meta_info.prompt_tokens)',
+    file,
+    `line ${no}: prompt_token_ids`,
+  );
 }
 
 interface Grid {
@@ -122,7 +163,15 @@ interface Grid {
   ids: Int32Array;
 }
 
-function decodeRouted(file: string, no: number, field: string, v: unknown, format: 'vllm' | 'sglang', shapeField: unknown, o: EngineOptions): Grid {
+function decodeRouted(
+  file: string,
+  no: number,
+  field: string,
+  v: unknown,
+  format: 'vllm' | 'sglang',
+  shapeField: unknown,
+  o: EngineOptions,
+): Grid {
   const where = (s: string): string => `line ${no}: ${field}${s}`;
   if (typeof v === 'string') {
     const bytes = Buffer.from(v, 'base64');
@@ -130,9 +179,18 @@ function decodeRouted(file: string, no: number, field: string, v: unknown, forma
     const shp = Array.isArray(shapeField) ? (shapeField as number[]) : undefined;
     const L = shp?.[1] ?? o.layers;
     const k = shp?.[2] ?? o.topK;
-    if (!L || !k) throw new UserError('base64 routing needs its shape: routed_experts_shape, or --layers and --top-k', file, where(''));
+    if (!L || !k)
+      throw new UserError(
+        'base64 routing needs its shape: routed_experts_shape, or --layers and --top-k',
+        file,
+        where(''),
+      );
     if (bytes.length % (width * L * k) !== 0) {
-      throw new UserError(`${bytes.length} bytes is not a whole number of tokens of ${L} layers × ${k} × int${8 * width}`, file, where(''));
+      throw new UserError(
+        `${bytes.length} bytes is not a whole number of tokens of ${L} layers × ${k} × int${8 * width}`,
+        file,
+        where(''),
+      );
     }
     const n = bytes.length / width;
     const ids = new Int32Array(n);
@@ -151,10 +209,12 @@ function decodeRouted(file: string, no: number, field: string, v: unknown, forma
     if (!Array.isArray(tok) || tok.length !== L) throw new UserError(`expected ${L} layers`, file, where(`[${t}]`));
     for (let l = 0; l < L; l++) {
       const s = tok[l];
-      if (!Array.isArray(s) || s.length !== k) throw new UserError(`expected ${k} expert ids`, file, where(`[${t}][${l}]`));
+      if (!Array.isArray(s) || s.length !== k)
+        throw new UserError(`expected ${k} expert ids`, file, where(`[${t}][${l}]`));
       for (let j = 0; j < k; j++) {
         const e = s[j];
-        if (!Number.isInteger(e)) throw new UserError('expert id must be an integer', file, where(`[${t}][${l}][${j}]`), e);
+        if (!Number.isInteger(e))
+          throw new UserError('expert id must be an integer', file, where(`[${t}][${l}][${j}]`), e);
         ids[i++] = e as number;
       }
     }
@@ -228,16 +288,28 @@ export function megatronPass(file: string, o: EngineOptions): ImportPass {
       if (step === undefined) return undefined;
       if (!layers) {
         layers = [...rows.keys()].sort((a, b) => a - b);
-        shape = { moeLayers: layers.length, topK: firstK!, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
+        shape = {
+          moeLayers: layers.length,
+          topK: firstK!,
+          ...(o.experts ? { experts: o.experts } : {}),
+          moeLayerIds: layers,
+        };
       }
       const k = shape!.topK;
       const n = rows.get(layers[0]!)?.ids.length ?? 0;
       for (const l of layers) {
         const r = rows.get(l);
         if (!r) throw new UserError(`step ${step} has no record for layer ${l}`, file, `line ${stepLine}: layer`);
-        if (r.ids.length !== n) throw new UserError(`layer ${l} has ${r.ids.length} tokens, layer ${layers[0]} has ${n}`, file, `line ${r.no}: num_tokens`);
+        if (r.ids.length !== n)
+          throw new UserError(
+            `layer ${l} has ${r.ids.length} tokens, layer ${layers[0]} has ${n}`,
+            file,
+            `line ${r.no}: num_tokens`,
+          );
       }
-      for (const l of rows.keys()) if (!layers.includes(l)) throw new UserError(`layer ${l} is not in the first step`, file, `line ${rows.get(l)!.no}: layer`);
+      for (const l of rows.keys())
+        if (!layers.includes(l))
+          throw new UserError(`layer ${l} is not in the first step`, file, `line ${rows.get(l)!.no}: layer`);
       const ids = new Int32Array(n * layers.length * k);
       let i = 0;
       for (let t = 0; t < n; t++) {
@@ -258,8 +330,10 @@ export function megatronPass(file: string, o: EngineOptions): ImportPass {
       const layer = rec['layer'];
       const top = rec['top_indices'];
       if (!Number.isInteger(s)) throw new UserError('must be an integer', file, `line ${no}: step`, s);
-      if (!Number.isInteger(layer) || (layer as number) < 0) throw new UserError('must be a non-negative integer', file, `line ${no}: layer`, layer);
-      if (!Array.isArray(top)) throw new UserError('must be a [token][slot] list', file, `line ${no}: top_indices`, top);
+      if (!Number.isInteger(layer) || (layer as number) < 0)
+        throw new UserError('must be a non-negative integer', file, `line ${no}: layer`, layer);
+      if (!Array.isArray(top))
+        throw new UserError('must be a [token][slot] list', file, `line ${no}: top_indices`, top);
       if (s !== step) {
         const done = flush();
         if (done) yield done;
@@ -269,15 +343,22 @@ export function megatronPass(file: string, o: EngineOptions): ImportPass {
       firstK ??= Number.isInteger(rec['topk']) ? (rec['topk'] as number) : Array.isArray(top[0]) ? top[0].length : 0;
       const k = firstK;
       if (rec['num_tokens'] !== undefined && rec['num_tokens'] !== top.length) {
-        throw new UserError(`num_tokens is ${String(rec['num_tokens'])} but top_indices has ${top.length} rows`, file, `line ${no}: num_tokens`);
+        throw new UserError(
+          `num_tokens is ${String(rec['num_tokens'])} but top_indices has ${top.length} rows`,
+          file,
+          `line ${no}: num_tokens`,
+        );
       }
       top.forEach((row, t) => {
-        if (!Array.isArray(row) || row.length !== k) throw new UserError(`expected ${k} expert ids`, file, `line ${no}: top_indices[${t}]`, row);
+        if (!Array.isArray(row) || row.length !== k)
+          throw new UserError(`expected ${k} expert ids`, file, `line ${no}: top_indices[${t}]`, row);
         row.forEach((e, j) => {
-          if (!Number.isInteger(e)) throw new UserError('expert id must be an integer', file, `line ${no}: top_indices[${t}][${j}]`, e);
+          if (!Number.isInteger(e))
+            throw new UserError('expert id must be an integer', file, `line ${no}: top_indices[${t}][${j}]`, e);
         });
       });
-      if (rows.has(layer as number)) throw new UserError(`layer ${String(layer)} twice in step ${String(s)}`, file, `line ${no}: layer`);
+      if (rows.has(layer as number))
+        throw new UserError(`layer ${String(layer)} twice in step ${String(s)}`, file, `line ${no}: layer`);
       rows.set(layer as number, { no, ids: top as number[][] });
     }
     const done = flush();
@@ -306,21 +387,42 @@ export function llamacppPass(file: string, o: EngineOptions): ImportPass {
       if (!runs.size) return undefined;
       if (!layers) {
         layers = [...runs.keys()];
-        shape = { moeLayers: layers.length, topK: k, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
+        shape = {
+          moeLayers: layers.length,
+          topK: k,
+          ...(o.experts ? { experts: o.experts } : {}),
+          moeLayerIds: layers,
+        };
       }
       for (const [l, r] of runs) {
-        if (r.length % k) throw new UserError(`layer ${l} has ${r.length} rows, not a whole number of tokens of top-${k}`, file, `line ${ubLine}: layer`);
+        if (r.length % k)
+          throw new UserError(
+            `layer ${l} has ${r.length} rows, not a whole number of tokens of top-${k}`,
+            file,
+            `line ${ubLine}: layer`,
+          );
       }
       const n = runs.get(layers[0]!)!.length / k;
       for (const l of layers) {
         const r = runs.get(l);
         if (!r) throw new UserError(`micro-batch has no rows for layer ${l}`, file, `line ${ubLine}: layer`);
-        if (r.length !== n * k) throw new UserError(`layer ${l} has ${r.length} rows, expected ${n * k} (${n} tokens × top-${k})`, file, `line ${ubLine}: layer`);
+        if (r.length !== n * k)
+          throw new UserError(
+            `layer ${l} has ${r.length} rows, expected ${n * k} (${n} tokens × top-${k})`,
+            file,
+            `line ${ubLine}: layer`,
+          );
       }
-      if (runs.size !== layers.length) throw new UserError(`micro-batch has ${runs.size} layers, the first had ${layers.length}`, file, `line ${ubLine}: layer`);
+      if (runs.size !== layers.length)
+        throw new UserError(
+          `micro-batch has ${runs.size} layers, the first had ${layers.length}`,
+          file,
+          `line ${ubLine}: layer`,
+        );
       const ids = new Int32Array(n * layers.length * k);
       let i = 0;
-      for (let t = 0; t < n; t++) for (const l of layers) for (let j = 0; j < k; j++) ids[i++] = runs.get(l)![t * k + j]!;
+      for (let t = 0; t < n; t++)
+        for (const l of layers) for (let j = 0; j < k; j++) ids[i++] = runs.get(l)![t * k + j]!;
       runs = new Map();
       seen = [];
       return stream.addBatch(ids, n, `line ${ubLine}`);
@@ -330,14 +432,18 @@ export function llamacppPass(file: string, o: EngineOptions): ImportPass {
       if (!line) continue;
       const parts = line.split(',');
       if (no === 1 && !/^\d/.test(parts[0]!)) {
-        if (parts[0]!.trim() !== 'layer' || parts[1]?.trim() !== 'expert') throw new UserError('expected the header "layer,expert" or a data row', file, 'line 1');
+        if (parts[0]!.trim() !== 'layer' || parts[1]?.trim() !== 'expert')
+          throw new UserError('expected the header "layer,expert" or a data row', file, 'line 1');
         continue;
       }
-      if (parts.length !== 2) throw new UserError(`expected 2 columns (layer,expert), got ${parts.length}`, file, `line ${no}`);
+      if (parts.length !== 2)
+        throw new UserError(`expected 2 columns (layer,expert), got ${parts.length}`, file, `line ${no}`);
       const layer = Number(parts[0]);
       const e = Number(parts[1]);
-      if (!Number.isInteger(layer) || layer < 0) throw new UserError('must be a non-negative integer', file, `line ${no}: layer`, parts[0]);
-      if (!Number.isInteger(e) || e < 0) throw new UserError('must be a non-negative integer', file, `line ${no}: expert`, parts[1]);
+      if (!Number.isInteger(layer) || layer < 0)
+        throw new UserError('must be a non-negative integer', file, `line ${no}: layer`, parts[0]);
+      if (!Number.isInteger(e) || e < 0)
+        throw new UserError('must be a non-negative integer', file, `line ${no}: expert`, parts[1]);
       if (layer !== runLayer) {
         if (seen.includes(layer) || (seen.length && layer < runLayer)) {
           const done = flush();
@@ -395,7 +501,8 @@ export function impPass(file: string, o: EngineOptions): ImportPass {
         if (sep.t === '}') throw new UserError('no trace array (trace, entries or data)', file);
       }
     }
-    if (tok.t !== '[') throw new UserError('expected a list of records or an object with "trace"', file, `offset ${tok.at}`);
+    if (tok.t !== '[')
+      throw new UserError('expected a list of records or an object with "trace"', file, `offset ${tok.at}`);
     const stream = new StreamRequests('imp');
     const seg = o.segment ?? Infinity;
     let layers: number[] | undefined;
@@ -408,10 +515,19 @@ export function impPass(file: string, o: EngineOptions): ImportPass {
       if (!curLayers.length) return undefined;
       if (!layers) {
         layers = curLayers;
-        shape = { moeLayers: layers.length, topK: topK!, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
+        shape = {
+          moeLayers: layers.length,
+          topK: topK!,
+          ...(o.experts ? { experts: o.experts } : {}),
+          moeLayerIds: layers,
+        };
       }
       if (curLayers.length !== layers.length || curLayers.some((l, i) => l !== layers![i])) {
-        throw new UserError(`token has layers ${curLayers.join(',')}, the first token had ${layers.join(',')}`, file, `record ${tokenStart}: layer`);
+        throw new UserError(
+          `token has layers ${curLayers.join(',')}, the first token had ${layers.join(',')}`,
+          file,
+          `record ${tokenStart}: layer`,
+        );
       }
       const done = stream.addBatch(cur, 1, `record ${tokenStart}`);
       cur = [];
@@ -424,8 +540,10 @@ export function impPass(file: string, o: EngineOptions): ImportPass {
     };
     const addRecord = (layer: number, ids: number[], at: number): ImportedRequest | undefined => {
       recNo++;
-      if (!Number.isInteger(layer) || layer < 0) throw new UserError('layer must be a non-negative integer', file, `record ${recNo} (offset ${at})`, layer);
-      if (ids.length !== topK) throw new UserError(`expected ${topK} expert ids`, file, `record ${recNo} (offset ${at})`, ids);
+      if (!Number.isInteger(layer) || layer < 0)
+        throw new UserError('layer must be a non-negative integer', file, `record ${recNo} (offset ${at})`, layer);
+      if (ids.length !== topK)
+        throw new UserError(`expected ${topK} expert ids`, file, `record ${recNo} (offset ${at})`, ids);
       let done: ImportedRequest | undefined;
       if (curLayers.length && layer <= curLayers.at(-1)!) done = endToken();
       if (!curLayers.length) tokenStart = recNo;
@@ -453,7 +571,8 @@ export function impPass(file: string, o: EngineOptions): ImportPass {
         if (first.t !== '[') throw new UserError('expected a record [layer, e0 … e_{k-1}]', file, `offset ${first.at}`);
       }
     } else if (first.t === 'num') {
-      if (!topK) throw new UserError('a flat imp trace needs top_k (before the trace, or --top-k)', undefined, '--top-k');
+      if (!topK)
+        throw new UserError('a flat imp trace needs top_k (before the trace, or --top-k)', undefined, '--top-k');
       let rec: number[] = [first.v];
       let at = first.at;
       for (;;) {
@@ -469,7 +588,12 @@ export function impPass(file: string, o: EngineOptions): ImportPass {
           rec = [];
         }
       }
-      if (rec.length) throw new UserError(`trailing ${rec.length} numbers: not a whole record of 1 + top_k`, file, `record ${recNo + 1}`);
+      if (rec.length)
+        throw new UserError(
+          `trailing ${rec.length} numbers: not a whole record of 1 + top_k`,
+          file,
+          `record ${recNo + 1}`,
+        );
     } else if (first.t !== ']') {
       throw new UserError('expected records', file, `offset ${first.at}`);
     }

@@ -4,7 +4,15 @@
  */
 import { UserError } from '../../sim/kernel/errors.ts';
 import { writeImport, type ImportPass, type ImportShape } from './common.ts';
-import { ASSUMPTIONS, ENGINE_FORMATS, impPass, llamacppPass, megatronPass, vllmPass, type EngineOptions } from './engines.ts';
+import {
+  ASSUMPTIONS,
+  ENGINE_FORMATS,
+  impPass,
+  llamacppPass,
+  megatronPass,
+  vllmPass,
+  type EngineOptions,
+} from './engines.ts';
 import { parquetPass, type ParquetColumns } from './parquet.ts';
 
 export const IMPORT_FORMATS = [...ENGINE_FORMATS, 'parquet'] as const;
@@ -38,14 +46,24 @@ export async function importFormat(
       case 'imp':
         return impPass(input, o);
       case 'parquet':
-        return parquetPass(input, { ...(o.columns ? { columns: o.columns } : {}), ...(o.experts ? { experts: o.experts } : {}), ...(o.topK ? { topK: o.topK } : {}) });
+        return parquetPass(input, {
+          ...(o.columns ? { columns: o.columns } : {}),
+          ...(o.experts ? { experts: o.experts } : {}),
+          ...(o.topK ? { topK: o.topK } : {}),
+        });
     }
   };
   const assumes = `imported from the ${f} format; ${ASSUMPTIONS[f]}${f === 'imp' && o.segment ? ` (segments of ${o.segment} tokens)` : ''}`;
-  const r = await writeImport(input, out, open, { format: f, describe: assumes }, {
-    ...(o.experts ? { experts: o.experts } : {}),
-    ...(o.modelId ? { modelId: o.modelId } : {}),
-    ...(o.gzipLevel !== undefined ? { gzipLevel: o.gzipLevel } : {}),
-  });
+  const r = await writeImport(
+    input,
+    out,
+    open,
+    { format: f, describe: assumes },
+    {
+      ...(o.experts ? { experts: o.experts } : {}),
+      ...(o.modelId ? { modelId: o.modelId } : {}),
+      ...(o.gzipLevel !== undefined ? { gzipLevel: o.gzipLevel } : {}),
+    },
+  );
   return { ...r, assumes };
 }

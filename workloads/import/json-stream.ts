@@ -82,10 +82,12 @@ function scan(s: string, base: number, final: boolean): { tokens: JsonToken[]; r
     while (j < n && !PUNCT.has(s[j]!) && !/\s/.test(s[j]!)) j++;
     if (j >= n && !final) break;
     const word = s.slice(i, j);
-    if (word === 'true' || word === 'false' || word === 'null') tokens.push({ t: 'lit', v: word === 'null' ? null : word === 'true', at: base + i });
+    if (word === 'true' || word === 'false' || word === 'null')
+      tokens.push({ t: 'lit', v: word === 'null' ? null : word === 'true', at: base + i });
     else {
       const v = Number(word);
-      if (!/^-?\d/.test(word) || !Number.isFinite(v)) throw new UserError(`invalid JSON near ${JSON.stringify(word.slice(0, 20))}`, undefined, `offset ${base + i}`);
+      if (!/^-?\d/.test(word) || !Number.isFinite(v))
+        throw new UserError(`invalid JSON near ${JSON.stringify(word.slice(0, 20))}`, undefined, `offset ${base + i}`);
       tokens.push({ t: 'num', v, at: base + i });
     }
     i = j;

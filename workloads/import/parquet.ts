@@ -14,10 +14,30 @@ import { ioError } from '../trace/lines.ts';
 import type { ImportedRequest, ImportPass, ImportShape } from './common.ts';
 
 const CANDIDATES = {
-  request: ['prompt_id', 'request_id', 'prompt_idx', 'prompt_index', 'sample_id', 'seq_id', 'sequence_id', 'conversation_id', 'doc_id', 'id'],
+  request: [
+    'prompt_id',
+    'request_id',
+    'prompt_idx',
+    'prompt_index',
+    'sample_id',
+    'seq_id',
+    'sequence_id',
+    'conversation_id',
+    'doc_id',
+    'id',
+  ],
   token: ['token_idx', 'token_index', 'token_position', 'token_pos', 'position', 'pos', 'token'],
   layer: ['layer', 'layer_idx', 'layer_id', 'layer_index'],
-  experts: ['experts', 'expert_ids', 'topk_ids', 'topk_indices', 'top_k_experts', 'selected_experts', 'expert_indices', 'routed_experts'],
+  experts: [
+    'experts',
+    'expert_ids',
+    'topk_ids',
+    'topk_indices',
+    'top_k_experts',
+    'selected_experts',
+    'expert_indices',
+    'routed_experts',
+  ],
   phase: ['phase', 'stage', 'is_prefill', 'is_prompt'],
 } as const;
 
@@ -28,7 +48,13 @@ export function parseColumns(v: string | undefined): ParquetColumns {
   const out: ParquetColumns = {};
   for (const part of v.split(',')) {
     const [k, name] = part.split('=').map((s) => s.trim());
-    if (!k || !name || !(k in CANDIDATES)) throw new UserError('must look like request=prompt_id,token=pos,layer=layer,experts=ids[,phase=phase]', undefined, '--columns', v);
+    if (!k || !name || !(k in CANDIDATES))
+      throw new UserError(
+        'must look like request=prompt_id,token=pos,layer=layer,experts=ids[,phase=phase]',
+        undefined,
+        '--columns',
+        v,
+      );
     out[k as keyof ParquetColumns] = name;
   }
   return out;
@@ -46,11 +72,17 @@ function resolve(file: string, names: string[], given: ParquetColumns): Resolved
   const pick = (role: keyof typeof CANDIDATES, required: boolean): string | undefined => {
     const g = given[role];
     if (g !== undefined) {
-      if (!names.includes(g)) throw new UserError(`no column "${g}" (has ${names.join(', ')})`, file, `--columns ${role}`);
+      if (!names.includes(g))
+        throw new UserError(`no column "${g}" (has ${names.join(', ')})`, file, `--columns ${role}`);
       return g;
     }
     const found = CANDIDATES[role].find((c) => names.includes(c));
-    if (!found && required) throw new UserError(`no ${role} column (looked for ${CANDIDATES[role].join(', ')}; name it with --columns ${role}=…)`, file, 'schema');
+    if (!found && required)
+      throw new UserError(
+        `no ${role} column (looked for ${CANDIDATES[role].join(', ')}; name it with --columns ${role}=…)`,
+        file,
+        'schema',
+      );
     return found;
   };
   const request = pick('request', true)!;
@@ -60,8 +92,15 @@ function resolve(file: string, names: string[], given: ParquetColumns): Resolved
   const list = pick('experts', false);
   if (list) experts = [list];
   else {
-    const slots = names.filter((n) => /^(expert|e|topk|top)_?\d+$/.test(n)).sort((a, b) => Number(a.replace(/\D/g, '')) - Number(b.replace(/\D/g, '')));
-    if (!slots.length) throw new UserError(`no experts column (looked for ${CANDIDATES.experts.join(', ')} or expert_0 …)`, file, 'schema');
+    const slots = names
+      .filter((n) => /^(expert|e|topk|top)_?\d+$/.test(n))
+      .sort((a, b) => Number(a.replace(/\D/g, '')) - Number(b.replace(/\D/g, '')));
+    if (!slots.length)
+      throw new UserError(
+        `no experts column (looked for ${CANDIDATES.experts.join(', ')} or expert_0 …)`,
+        file,
+        'schema',
+      );
     experts = slots;
   }
   const phase = pick('phase', false);
@@ -79,7 +118,10 @@ function isPrefill(v: unknown, column: string): boolean | undefined {
   return undefined;
 }
 
-export function parquetPass(file: string, o: { columns?: ParquetColumns; experts?: number; topK?: number }): ImportPass {
+export function parquetPass(
+  file: string,
+  o: { columns?: ParquetColumns; experts?: number; topK?: number },
+): ImportPass {
   let shape: ImportShape | undefined;
   let layers: number[] | undefined;
   async function* requests(): AsyncGenerator<ImportedRequest> {
@@ -98,17 +140,35 @@ export function parquetPass(file: string, o: { columns?: ParquetColumns; experts
     const names = parquetSchema(metadata).children.map((c) => c.element.name);
     const cols = resolve(file, names, o.columns ?? {});
     const columns = [cols.request, cols.token, cols.layer, ...cols.experts, ...(cols.phase ? [cols.phase] : [])];
-    let cur: { id: string; row: number; cells: Map<number, Map<number, number[]>>; prefill: Map<number, boolean | undefined> } | undefined;
+    let cur:
+      | {
+          id: string;
+          row: number;
+          cells: Map<number, Map<number, number[]>>;
+          prefill: Map<number, boolean | undefined>;
+        }
+      | undefined;
     const done = new Set<string>();
     const finish = (): ImportedRequest | undefined => {
       if (!cur) return undefined;
-      const r = assemble(file, cur, cols, (ls) => {
-        if (!layers) {
-          layers = ls;
-          shape = { moeLayers: layers.length, topK: shape?.topK ?? 0, ...(o.experts ? { experts: o.experts } : {}), moeLayerIds: layers };
-        }
-        return layers;
-      }, shape!.topK);
+      const r = assemble(
+        file,
+        cur,
+        cols,
+        (ls) => {
+          if (!layers) {
+            layers = ls;
+            shape = {
+              moeLayers: layers.length,
+              topK: shape?.topK ?? 0,
+              ...(o.experts ? { experts: o.experts } : {}),
+              moeLayerIds: layers,
+            };
+          }
+          return layers;
+        },
+        shape!.topK,
+      );
       done.add(cur.id);
       cur = undefined;
       return r;
@@ -118,9 +178,21 @@ export function parquetPass(file: string, o: { columns?: ParquetColumns; experts
       const rowEnd = rowStart + num(rg.num_rows);
       let rows: Record<string, unknown>[] = [];
       try {
-        await parquetRead({ file: buffer, metadata, columns, rowStart, rowEnd, rowFormat: 'object', onComplete: (d) => (rows = d as Record<string, unknown>[]) });
+        await parquetRead({
+          file: buffer,
+          metadata,
+          columns,
+          rowStart,
+          rowEnd,
+          rowFormat: 'object',
+          onComplete: (d) => (rows = d as Record<string, unknown>[]),
+        });
       } catch (e) {
-        throw new UserError(`cannot read rows ${rowStart}…${rowEnd - 1}: ${(e as Error).message}`, file, `row ${rowStart}`);
+        throw new UserError(
+          `cannot read rows ${rowStart}…${rowEnd - 1}: ${(e as Error).message}`,
+          file,
+          `row ${rowStart}`,
+        );
       }
       for (let i = 0; i < rows.length; i++) {
         const row = rows[i]!;
@@ -129,22 +201,33 @@ export function parquetPass(file: string, o: { columns?: ParquetColumns; experts
         const t = num(row[cols.token]);
         const l = num(row[cols.layer]);
         const ids = cols.experts.length === 1 ? row[cols.experts[0]!] : cols.experts.map((c) => row[c]);
-        if (!Number.isInteger(t) || t < 0) throw new UserError('must be a non-negative integer', file, `row ${at}: ${cols.token}`, t);
-        if (!Number.isInteger(l) || l < 0) throw new UserError('must be a non-negative integer', file, `row ${at}: ${cols.layer}`, l);
-        if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) throw new UserError('must be a list of expert ids', file, `row ${at}: ${cols.experts[0]}`, ids);
+        if (!Number.isInteger(t) || t < 0)
+          throw new UserError('must be a non-negative integer', file, `row ${at}: ${cols.token}`, t);
+        if (!Number.isInteger(l) || l < 0)
+          throw new UserError('must be a non-negative integer', file, `row ${at}: ${cols.layer}`, l);
+        if (!Array.isArray(ids) && !ArrayBuffer.isView(ids))
+          throw new UserError('must be a list of expert ids', file, `row ${at}: ${cols.experts[0]}`, ids);
         const list = Array.from(ids as ArrayLike<unknown>, num);
-        if (list.some((e) => !Number.isInteger(e))) throw new UserError('expert ids must be integers', file, `row ${at}: ${cols.experts[0]}`, list);
+        if (list.some((e) => !Number.isInteger(e)))
+          throw new UserError('expert ids must be integers', file, `row ${at}: ${cols.experts[0]}`, list);
         if (!shape) shape = { moeLayers: 0, topK: o.topK ?? list.length };
-        if (list.length !== shape.topK) throw new UserError(`expected ${shape.topK} expert ids`, file, `row ${at}: ${cols.experts[0]}`, list);
+        if (list.length !== shape.topK)
+          throw new UserError(`expected ${shape.topK} expert ids`, file, `row ${at}: ${cols.experts[0]}`, list);
         if (!cur || cur.id !== rid) {
           const r = finish();
           if (r) yield r;
-          if (done.has(rid)) throw new UserError(`rows of request ${rid} are not contiguous (sort by ${cols.request})`, file, `row ${at}: ${cols.request}`);
+          if (done.has(rid))
+            throw new UserError(
+              `rows of request ${rid} are not contiguous (sort by ${cols.request})`,
+              file,
+              `row ${at}: ${cols.request}`,
+            );
           cur = { id: rid, row: at, cells: new Map(), prefill: new Map() };
         }
         let byLayer = cur.cells.get(t);
         if (!byLayer) cur.cells.set(t, (byLayer = new Map()));
-        if (byLayer.has(l)) throw new UserError(`token ${t}, layer ${l} appears twice`, file, `row ${at}: ${cols.layer}`);
+        if (byLayer.has(l))
+          throw new UserError(`token ${t}, layer ${l} appears twice`, file, `row ${at}: ${cols.layer}`);
         byLayer.set(l, list);
         if (cols.phase) cur.prefill.set(t, isPrefill(row[cols.phase], cols.phase));
       }
@@ -158,7 +241,12 @@ export function parquetPass(file: string, o: { columns?: ParquetColumns; experts
 
 function assemble(
   file: string,
-  cur: { id: string; row: number; cells: Map<number, Map<number, number[]>>; prefill: Map<number, boolean | undefined> },
+  cur: {
+    id: string;
+    row: number;
+    cells: Map<number, Map<number, number[]>>;
+    prefill: Map<number, boolean | undefined>;
+  },
   cols: Resolved,
   layersOf: (ls: number[]) => number[],
   k: number,
@@ -167,7 +255,9 @@ function assemble(
   const seen = new Set<number>();
   for (const m of cur.cells.values()) for (const l of m.keys()) seen.add(l);
   const layers = layersOf([...seen].sort((a, b) => a - b));
-  for (const l of seen) if (!layers.includes(l)) throw new UserError(`layer ${l} is not among the first request's layers`, file, `row ${cur.row}: ${cols.layer}`);
+  for (const l of seen)
+    if (!layers.includes(l))
+      throw new UserError(`layer ${l} is not among the first request's layers`, file, `row ${cur.row}: ${cols.layer}`);
   const L = layers.length;
   const experts = new Int32Array(tokens.length * L * k).fill(-1);
   let prompt = 0;
@@ -180,9 +270,17 @@ function assemble(
     });
     const p = cols.phase ? cur.prefill.get(t) : true;
     if (p === true) {
-      if (decodeSeen) throw new UserError(`prompt token ${t} after a decode token`, file, `row ${cur.row}: ${cols.phase}`);
+      if (decodeSeen)
+        throw new UserError(`prompt token ${t} after a decode token`, file, `row ${cur.row}: ${cols.phase}`);
       prompt++;
     } else decodeSeen = true;
   });
-  return { id: cur.id, where: `row ${cur.row}`, promptTokens: prompt, prefillRecorded: true, tokens: tokens.length, experts };
+  return {
+    id: cur.id,
+    where: `row ${cur.row}`,
+    promptTokens: prompt,
+    prefillRecorded: true,
+    tokens: tokens.length,
+    experts,
+  };
 }

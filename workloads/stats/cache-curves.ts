@@ -115,7 +115,14 @@ function layerSeq(trace: CacheTrace, l: number, order?: { req: number[]; tok: In
 }
 
 /** LRU hits at every size (via recency positions) and the reuse-distance histogram, for one layer. */
-function lruLayer(seq: LayerSeq, E: number, k: number, sizes: readonly number[], reset: CacheReset, hist: Float64Array): { hits: Float64Array; accesses: number } {
+function lruLayer(
+  seq: LayerSeq,
+  E: number,
+  k: number,
+  sizes: readonly number[],
+  reset: CacheReset,
+  hist: Float64Array,
+): { hits: Float64Array; accesses: number } {
   const list = new Int32Array(E);
   const scratch = new Int32Array(E);
   let n = 0;
@@ -134,7 +141,11 @@ function lruLayer(seq: LayerSeq, E: number, k: number, sizes: readonly number[],
     for (let j = 0; j < k; j++) {
       const e = seq.ids[b + j]!;
       let p = -1;
-      for (let i = 0; i < n; i++) if (list[i] === e) { p = i; break; }
+      for (let i = 0; i < n; i++)
+        if (list[i] === e) {
+          p = i;
+          break;
+        }
       pos[j] = p;
       accesses++;
       if (p < 0) hist[0]!++;
@@ -148,7 +159,11 @@ function lruLayer(seq: LayerSeq, E: number, k: number, sizes: readonly number[],
     for (let i = 0; i < n; i++) {
       const e = list[i]!;
       let inTok = false;
-      for (let j = 0; j < k; j++) if (seq.ids[b + j] === e) { inTok = true; break; }
+      for (let j = 0; j < k; j++)
+        if (seq.ids[b + j] === e) {
+          inTok = true;
+          break;
+        }
       if (!inTok) scratch[m++] = e;
     }
     for (let j = 0; j < k; j++) list[j] = seq.ids[b + j]!;
@@ -192,7 +207,11 @@ function beladyLayer(seq: LayerSeq, E: number, k: number, size: number, reset: C
       for (let i = 0; i < n; i++) {
         const f = slot[i]!;
         let inTok = false;
-        for (let q = 0; q < k; q++) if (seq.ids[b + q] === f) { inTok = true; break; }
+        for (let q = 0; q < k; q++)
+          if (seq.ids[b + q] === f) {
+            inTok = true;
+            break;
+          }
         if (!inTok && nextUse[f]! > far) {
           far = nextUse[f]!;
           victim = i;
@@ -229,7 +248,14 @@ function nextUses(seq: LayerSeq, E: number, k: number, reset: CacheReset): Int32
   return next;
 }
 
-function curvesOver(trace: CacheTrace, layers: number[], sizes: number[], o: CurveOptions, order?: { req: number[]; tok: Int32Array[] }, hist?: Float64Array): { lru: Float64Array; belady: Float64Array; accesses: number } {
+function curvesOver(
+  trace: CacheTrace,
+  layers: number[],
+  sizes: number[],
+  o: CurveOptions,
+  order?: { req: number[]; tok: Int32Array[] },
+  hist?: Float64Array,
+): { lru: Float64Array; belady: Float64Array; accesses: number } {
   const reset = o.reset ?? 'never';
   const lru = new Float64Array(sizes.length);
   const bel = new Float64Array(sizes.length);
@@ -255,11 +281,20 @@ const rate = (hits: Float64Array, accesses: number): number[] => Array.from(hits
 
 function groupsOf(L: number, g: number): [number, number][] {
   const n = Math.max(1, Math.min(g, L));
-  return Array.from({ length: n }, (_, i) => [Math.floor((i * L) / n), Math.floor(((i + 1) * L) / n) - 1] as [number, number]);
+  return Array.from(
+    { length: n },
+    (_, i) => [Math.floor((i * L) / n), Math.floor(((i + 1) * L) / n) - 1] as [number, number],
+  );
 }
 
 /** Per-layer-group and overall LRU / Belady curves of `layers`. */
-function curveSet(trace: CacheTrace, sizes: number[], o: CurveOptions, order?: { req: number[]; tok: Int32Array[] }, hist?: Float64Array): { all: Curve; groups: GroupCurves[]; accesses: number } {
+function curveSet(
+  trace: CacheTrace,
+  sizes: number[],
+  o: CurveOptions,
+  order?: { req: number[]; tok: Int32Array[] },
+  hist?: Float64Array,
+): { all: Curve; groups: GroupCurves[]; accesses: number } {
   const groups: GroupCurves[] = [];
   const lru = new Float64Array(sizes.length);
   const bel = new Float64Array(sizes.length);
@@ -284,14 +319,22 @@ export function shuffledOrder(trace: CacheTrace, seed = 1): { req: number[]; tok
 }
 
 /** LRU and Belady curves only (for calibration): overall, no groups, no shuffle. */
-export function hitCurves(trace: CacheTrace, sizes: number[], reset: CacheReset, belady = true, granularity: 'token' | 'access' = 'token'): Curve {
+export function hitCurves(
+  trace: CacheTrace,
+  sizes: number[],
+  reset: CacheReset,
+  belady = true,
+  granularity: 'token' | 'access' = 'token',
+): Curve {
   const layers = Array.from({ length: trace.L }, (_, i) => i);
   const r = curvesOver(trace, layers, sizes, { reset, belady, granularity });
   return { lru: rate(r.lru, r.accesses), belady: rate(r.belady, r.accesses) };
 }
 
 export function cacheReport(trace: CacheTrace, o: CurveOptions = {}): CacheReport {
-  const sizes = [...(o.sizes ?? defaultSizes(trace.E, trace.k))].filter((s) => s >= (o.granularity === 'access' ? 1 : trace.k) && s <= trace.E);
+  const sizes = [...(o.sizes ?? defaultSizes(trace.E, trace.k))].filter(
+    (s) => s >= (o.granularity === 'access' ? 1 : trace.k) && s <= trace.E,
+  );
   const hist = new Float64Array(32);
   const base = curveSet(trace, sizes, o, undefined, hist);
   const shuffled = o.shuffled === false ? undefined : curveSet(trace, sizes, o, shuffledOrder(trace, o.seed));
@@ -366,7 +409,13 @@ function popularity(trace: CacheTrace): CacheReport['popularity'] {
     gTop += topShare(g, n, C);
   }
   const max = Math.log2(E);
-  return { globalEntropy: gH / L / max, requestEntropy: w ? reqH / w / max : 0, globalTopShare: gTop / L, requestTopShare: w ? reqTop / w : 0, topC: C };
+  return {
+    globalEntropy: gH / L / max,
+    requestEntropy: w ? reqH / w / max : 0,
+    globalTopShare: gTop / L,
+    requestTopShare: w ? reqTop / w : 0,
+    topC: C,
+  };
 }
 
 function nextTokenReuse(trace: CacheTrace): number {

@@ -38,7 +38,10 @@ export async function loadCacheTrace(path: string): Promise<LoadedTrace> {
 /** The same request shapes routed by a profile (seeded like `trace compare`'s twin). */
 export function twinTrace(profile: Profile, shapes: readonly RequestShape[], seed = 1): CacheTrace {
   const streams = new RngStreams(seed);
-  const routing = new SyntheticRouting(new SyntheticModel(profile.model, profile.knobs), `synthetic:${seedFrom(streams.stream('routing'))}`);
+  const routing = new SyntheticRouting(
+    new SyntheticModel(profile.model, profile.knobs),
+    `synthetic:${seedFrom(streams.stream('routing'))}`,
+  );
   const requests = [...generateRequests(routing, shapes)].map((r) => ({ tokens: r.tokens, experts: r.experts }));
   return { L: profile.model.moeLayers, E: profile.model.experts, k: profile.model.topK, requests };
 }
@@ -53,10 +56,17 @@ export function formatCacheReports(cols: readonly { title: string; report: Cache
     `cache hit rate (%) vs experts per layer, caches ${r0.reset === 'request' ? 'emptied at every request' : 'kept across requests'}, ` +
       `${r0.granularity === 'access' ? 'one expert access at a time' : "a token's k experts at once"}; shuffled = tokens permuted within requests, requests permuted`,
   );
-  const head = ['experts/layer', ...cols.flatMap((c) => [`${c.title} LRU`, 'Belady', ...(c.report.shuffled ? ['LRU shuf', 'Belady shuf'] : [])])];
+  const head = [
+    'experts/layer',
+    ...cols.flatMap((c) => [`${c.title} LRU`, 'Belady', ...(c.report.shuffled ? ['LRU shuf', 'Belady shuf'] : [])]),
+  ];
   const rows = r0.sizes.map((s, i) => [
     String(s),
-    ...cols.flatMap((c) => [pct(c.report.all.lru[i]!), pct(c.report.all.belady[i]!), ...(c.report.shuffled ? [pct(c.report.shuffled.all.lru[i]!), pct(c.report.shuffled.all.belady[i]!)] : [])]),
+    ...cols.flatMap((c) => [
+      pct(c.report.all.lru[i]!),
+      pct(c.report.all.belady[i]!),
+      ...(c.report.shuffled ? [pct(c.report.shuffled.all.lru[i]!), pct(c.report.shuffled.all.belady[i]!)] : []),
+    ]),
   ]);
   out.push(table(head, rows));
   out.push('\nby layer group (LRU / Belady %, then shuffled LRU / Belady)');
@@ -73,7 +83,12 @@ export function formatCacheReports(cols: readonly { title: string; report: Cache
   }
   const keys = [...new Set(cols.flatMap((c) => Object.keys(c.report.reuseDistance)))];
   out.push('\nreuse distance (distinct experts of the layer used since the last use): share of accesses (%)');
-  out.push(table(['distance', ...cols.map((c) => c.title)], keys.map((k) => [k, ...cols.map((c) => pct(c.report.reuseDistance[k] ?? 0))])));
+  out.push(
+    table(
+      ['distance', ...cols.map((c) => c.title)],
+      keys.map((k) => [k, ...cols.map((c) => pct(c.report.reuseDistance[k] ?? 0))]),
+    ),
+  );
   out.push('');
   out.push(
     table(
@@ -97,11 +112,21 @@ function table(head: string[], rows: string[][]): string {
 }
 
 /** LRU and Belady curves (and the shuffled control) of each report as one SVG. */
-export async function plotCacheReports(cols: readonly { title: string; report: CacheReport }[], title: string): Promise<string> {
+export async function plotCacheReports(
+  cols: readonly { title: string; report: CacheReport }[],
+  title: string,
+): Promise<string> {
   const runs: PlotRun[] = [];
   for (const c of cols) {
     const add = (name: string, ys: number[]): void =>
-      c.report.sizes.forEach((s, i) => runs.push({ policy: `${c.title} ${name}`, seed: 0, params: { 'experts per layer': s }, metrics: { hit: 100 * ys[i]! } }));
+      c.report.sizes.forEach((s, i) =>
+        runs.push({
+          policy: `${c.title} ${name}`,
+          seed: 0,
+          params: { 'experts per layer': s },
+          metrics: { hit: 100 * ys[i]! },
+        }),
+      );
     add('LRU', c.report.all.lru);
     add('Belady', c.report.all.belady);
     if (c.report.shuffled) {
@@ -109,7 +134,19 @@ export async function plotCacheReports(cols: readonly { title: string; report: C
       add('Belady shuffled', c.report.shuffled.all.belady);
     }
   }
-  return renderPlot({ name: 'cache-curves', title, x: 'experts per layer', y: 'metrics.hit', series: 'policy', kind: 'line', logX: false, logY: false }, runs);
+  return renderPlot(
+    {
+      name: 'cache-curves',
+      title,
+      x: 'experts per layer',
+      y: 'metrics.hit',
+      series: 'policy',
+      kind: 'line',
+      logX: false,
+      logY: false,
+    },
+    runs,
+  );
 }
 
 export { cacheReport, type CurveOptions };

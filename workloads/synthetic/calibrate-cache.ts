@@ -28,7 +28,15 @@ const Point = z.union([pct, z.tuple([pct, pct])]);
 type Point = z.infer<typeof Point>;
 const sizeKey = z.string().regex(/^[1-9][0-9]*$/, { message: 'must be a positive integer (experts per layer)' });
 
-const CACHE_KNOBS = ['zipfExponent', 'requestConcentration', 'temporalReuse', 'temporalDepth', 'crossLayer', 'clusterConcentration', 'sharedTokens'] as const;
+const CACHE_KNOBS = [
+  'zipfExponent',
+  'requestConcentration',
+  'temporalReuse',
+  'temporalDepth',
+  'crossLayer',
+  'clusterConcentration',
+  'sharedTokens',
+] as const;
 type CacheKnob = (typeof CACHE_KNOBS)[number];
 
 export const CacheTargetsSchema = z
@@ -59,7 +67,10 @@ export const CacheTargetsSchema = z
     knobsFrom: z.string().min(1),
     fit: z.array(z.enum(CACHE_KNOBS)).min(1),
     tolerance: z.object({ points: z.number().positive() }).strict().default({ points: 1 }),
-    search: z.object({ evaluations: z.number().int().positive().default(80), seed: z.number().int().default(1) }).strict().default({ evaluations: 80, seed: 1 }),
+    search: z
+      .object({ evaluations: z.number().int().positive().default(80), seed: z.number().int().default(1) })
+      .strict()
+      .default({ evaluations: 80, seed: 1 }),
   })
   .strict();
 export type CacheTargets = z.infer<typeof CacheTargetsSchema>;
@@ -85,7 +96,9 @@ export async function loadCacheTargets(file: string): Promise<CacheTargets> {
     const i = r.error.issues[0]!;
     throw new UserError(i.message, file, i.path.join('.') || undefined);
   }
-  for (const s of Object.keys(r.data.lruPercent)) if (Number(s) > r.data.model.experts) throw new UserError(`more than the ${r.data.model.experts} experts`, file, `lruPercent.${s}`);
+  for (const s of Object.keys(r.data.lruPercent))
+    if (Number(s) > r.data.model.experts)
+      throw new UserError(`more than the ${r.data.model.experts} experts`, file, `lruPercent.${s}`);
   return r.data;
 }
 
@@ -96,7 +109,8 @@ export interface CacheRow {
   readonly residual: number;
 }
 
-const residual = (t: Point, v: number): number => (typeof t === 'number' ? v - t : v < t[0] ? v - t[0] : v > t[1] ? v - t[1] : 0);
+const residual = (t: Point, v: number): number =>
+  typeof t === 'number' ? v - t : v < t[0] ? v - t[0] : v > t[1] ? v - t[1] : 0;
 
 /** The synthetic requests of a measurement, routed with `knobs`. */
 export function measurementTrace(t: CacheTargets, knobs: Knobs, seed = t.search.seed): CacheTrace {
@@ -108,7 +122,10 @@ export function measurementTrace(t: CacheTargets, knobs: Knobs, seed = t.search.
     tokens: (m.count === 'decode' ? 0 : m.promptTokens) + m.decodeTokens,
     outputTokens: m.decodeTokens + 1,
   }));
-  const routing = new SyntheticRouting(new SyntheticModel(t.model, knobs), `synthetic:${seedFrom(new RngStreams(seed).stream('routing'))}`);
+  const routing = new SyntheticRouting(
+    new SyntheticModel(t.model, knobs),
+    `synthetic:${seedFrom(new RngStreams(seed).stream('routing'))}`,
+  );
   const requests = [...generateRequests(routing, shapes)].map((r) => ({ tokens: r.tokens, experts: r.experts }));
   return { L: t.model.moeLayers, E: t.model.experts, k: t.model.topK, requests };
 }
@@ -116,12 +133,22 @@ export function measurementTrace(t: CacheTargets, knobs: Knobs, seed = t.search.
 /** What `knobs` achieve against every target of the file. */
 export function compareCache(t: CacheTargets, knobs: Knobs): CacheRow[] {
   const trace = measurementTrace(t, knobs);
-  const sizes = [...new Set([...Object.keys(t.lruPercent), ...Object.keys(t.beladyPercent ?? {})].map(Number))].sort((a, b) => a - b);
+  const sizes = [...new Set([...Object.keys(t.lruPercent), ...Object.keys(t.beladyPercent ?? {})].map(Number))].sort(
+    (a, b) => a - b,
+  );
   const c = hitCurves(trace, sizes, t.measurement.reset, t.beladyPercent !== undefined, t.measurement.granularity);
   const rows: CacheRow[] = [];
-  const add = (stat: string, target: Point, v: number): void => void rows.push({ stat, target, achieved: Math.round(v * 100) / 100, residual: Math.round(residual(target, v) * 100) / 100 });
-  for (const [s, target] of Object.entries(t.lruPercent)) add(`LRU @${s}`, target, 100 * c.lru[sizes.indexOf(Number(s))]!);
-  for (const [s, target] of Object.entries(t.beladyPercent ?? {})) add(`Belady @${s}`, target, 100 * c.belady[sizes.indexOf(Number(s))]!);
+  const add = (stat: string, target: Point, v: number): void =>
+    void rows.push({
+      stat,
+      target,
+      achieved: Math.round(v * 100) / 100,
+      residual: Math.round(residual(target, v) * 100) / 100,
+    });
+  for (const [s, target] of Object.entries(t.lruPercent))
+    add(`LRU @${s}`, target, 100 * c.lru[sizes.indexOf(Number(s))]!);
+  for (const [s, target] of Object.entries(t.beladyPercent ?? {}))
+    add(`Belady @${s}`, target, 100 * c.belady[sizes.indexOf(Number(s))]!);
   if (t.nextTokenReusePercent !== undefined) add('next-token reuse', t.nextTokenReusePercent, 100 * nextReuse(trace));
   return rows;
 }
@@ -158,7 +185,8 @@ const COORDS: Record<CacheKnob, Coord> = {
   clusterConcentration: { kind: 'log', lo: 0.05, hi: 1e4, step: 1.2 },
   sharedTokens: { kind: 'logit', lo: 0.0025, hi: 0.9, step: 1.2 },
 };
-const toU = (c: Coord, v: number): number => (c.kind === 'linear' ? v : c.kind === 'log' ? Math.log(v) : Math.log(v / (1 - v)));
+const toU = (c: Coord, v: number): number =>
+  c.kind === 'linear' ? v : c.kind === 'log' ? Math.log(v) : Math.log(v / (1 - v));
 const fromU = (c: Coord, u: number): number => {
   const v = c.kind === 'linear' ? u : c.kind === 'log' ? Math.exp(u) : 1 / (1 + Math.exp(-u));
   return Math.min(c.hi, Math.max(c.lo, v));
@@ -199,7 +227,10 @@ function startOf(t: CacheTargets, k: CacheKnob): number {
 }
 
 /** Compass search on the named knobs; returns the profile and its rows. */
-export function fitCacheTargets(t: CacheTargets, o: { file?: string; maxEvaluations?: number; log?: (s: string) => void } = {}): { profile: Profile; rows: CacheRow[]; loss: number; evaluations: number } {
+export function fitCacheTargets(
+  t: CacheTargets,
+  o: { file?: string; maxEvaluations?: number; log?: (s: string) => void } = {},
+): { profile: Profile; rows: CacheRow[]; loss: number; evaluations: number } {
   const coords = t.fit.map((k) => COORDS[k]);
   const tol = t.tolerance.points;
   const lossOf = (rows: CacheRow[]): number => rows.reduce((a, r) => a + (r.residual / tol) ** 2, 0);
@@ -215,11 +246,15 @@ export function fitCacheTargets(t: CacheTargets, o: { file?: string; maxEvaluati
       const rows = compareCache(t, knobs);
       r = { loss: lossOf(rows), rows };
       cache.set(key, r);
-      o.log?.(`eval ${evaluations}: loss ${r.loss.toFixed(3)} ${t.fit.map((k, i) => `${k}=${fromU(coords[i]!, u[i]!).toPrecision(4)}`).join(' ')}`);
+      o.log?.(
+        `eval ${evaluations}: loss ${r.loss.toFixed(3)} ${t.fit.map((k, i) => `${k}=${fromU(coords[i]!, u[i]!).toPrecision(4)}`).join(' ')}`,
+      );
     }
     return { ...r, u };
   };
-  let cur = evaluate(t.fit.map((k, i) => toU(coords[i]!, Math.min(coords[i]!.hi, Math.max(coords[i]!.lo, startOf(t, k))))));
+  let cur = evaluate(
+    t.fit.map((k, i) => toU(coords[i]!, Math.min(coords[i]!.hi, Math.max(coords[i]!.lo, startOf(t, k))))),
+  );
   const steps = coords.map((c) => c.step);
   while (evaluations < budget && steps.some((s) => s > 0.01)) {
     let improved = false;
@@ -261,6 +296,9 @@ export function fitCacheTargets(t: CacheTargets, o: { file?: string; maxEvaluati
 
 export function formatCacheRows(rows: readonly CacheRow[]): string {
   const fmt = (t: Point): string => (typeof t === 'number' ? t.toFixed(1) : `${t[0]}–${t[1]}`);
-  const lines = rows.map((r) => `${r.stat.padEnd(18)} target ${fmt(r.target).padStart(11)}  achieved ${r.achieved.toFixed(1).padStart(5)}  off ${r.residual >= 0 ? '+' : ''}${r.residual.toFixed(1)} points`);
+  const lines = rows.map(
+    (r) =>
+      `${r.stat.padEnd(18)} target ${fmt(r.target).padStart(11)}  achieved ${r.achieved.toFixed(1).padStart(5)}  off ${r.residual >= 0 ? '+' : ''}${r.residual.toFixed(1)} points`,
+  );
   return lines.join('\n');
 }
