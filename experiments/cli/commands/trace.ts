@@ -3,13 +3,13 @@
  * traces. Results go to stdout, progress and warnings to stderr; bad input throws UserError
  * (one line, exit 2). Output files are written atomically (`<out>.tmp-<pid>`, then renamed).
  *
- *   moesim trace stats <file> [--json] [--extended] [--c 6,12,16]
+ *   moesim trace stats <file> [--json] [--extended] [--c 6,12,16] [--cache] [--sizes 8,16] [--reset request|never] [--groups 3] [--svg f.svg]
  *   moesim trace calibrate <file> --out <profile.json> [--model <id>] [--name <name>]
  *     (<file>: a trace, an aggregate file, or summary targets: workloads/profiles/targets/*.yaml)
  *   moesim trace activation --profile <name|path> [--targets <file>] [--batch 1,2,4,8,16,32] [--tokens-per-request m] [--json]
  *   moesim trace generate --profile <name|path> (--requests N | --like <trace>) --out <file.jsonl.gz> [--seed S]
  *   moesim trace compare <file> (--profile <name|path> | <other-file>) [--json]
- *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>]
+ *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>] [--format vllm|sglang|megatron|llamacpp|imp|parquet …]
  */
 import type { Argv, CommandModule } from 'yargs';
 import { UserError } from '../../../sim/kernel/errors.ts';
@@ -24,8 +24,14 @@ import { loadProfile } from '../../../workloads/synthetic/profile.ts';
 import { loadTargets, looksLikeTargetsFile, type RoutingTargets } from '../../../workloads/synthetic/targets.ts';
 import { calibrateTargets, compareWithTargets, formatTargetRows, summaryOptionsOf } from '../../../workloads/synthetic/calibrate-targets.ts';
 import { routingSummary, TABLE1_BATCH_SIZES } from '../../../workloads/stats/routing-summary.ts';
-import { dirname, resolve } from 'node:path';
+import { dirname, relative, resolve } from 'node:path';
+import { fitCacheTargets, formatCacheRows, loadCacheTargets, looksLikeCacheTargets } from '../../../workloads/synthetic/calibrate-cache.ts';
 import { existsSync } from 'node:fs';
+import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
+import { positiveInt } from '../../../workloads/import/common.ts';
+import { type CacheReport, type CacheReset, type CurveOptions } from '../../../workloads/stats/cache-curves.ts';
+import { cacheReport, formatCacheReports, loadCacheTrace, plotCacheReports, twinTrace } from '../../../workloads/stats/cache-tools.ts';
+import { parseColumns } from '../../../workloads/import/parquet.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
 const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -54,18 +60,58 @@ function parseTasks(v: unknown): Record<string, number> | undefined {
 
 const jsonOf = (s: ExtendedTraceStats, extended: boolean): unknown => (extended ? s : coreStats(s));
 
-interface StatsArgs {
+interface StatsArgs extends CacheArgs {
   file: string;
   json?: boolean;
   extended?: boolean;
   c?: string;
 }
 
+interface CacheArgs {
+  cache?: boolean;
+  sizes?: string;
+  reset?: string;
+  groups?: number;
+  granularity?: string;
+  svg?: string;
+  shuffleSeed?: number;
+}
+
+const cacheOptions = <T>(y: Argv<T>): Argv<T> =>
+  y
+    .option('cache', { type: 'boolean', describe: 'LRU/Belady cache curves, shuffled control, reuse distance, popularity (default: on for tables, off for --json)' })
+    .option('sizes', { type: 'string', describe: 'cache sizes in experts per layer, e.g. 8,16,32,64 (default k, 2k, 4k … and E/2)' })
+    .option('reset', { type: 'string', describe: 'caches emptied at every request (request) or kept (never, default)' })
+    .option('groups', { type: 'number', describe: 'layer groups to report (default 3)' })
+    .option('granularity', { type: 'string', describe: "cache step: token (a token's k experts at once, default) or access (one expert at a time)" })
+    .option('svg', { type: 'string', describe: 'plot the cache curves to this SVG file' })
+    .option('shuffle-seed', { type: 'number', describe: 'seed of the shuffled control (default 1)' }) as Argv<T>;
+
+function curveOptions(a: CacheArgs): CurveOptions {
+  if (a.reset !== undefined && a.reset !== 'request' && a.reset !== 'never') throw new UserError('must be request or never', undefined, '--reset', a.reset);
+  const groups = positiveInt(a.groups, '--groups');
+  if (a.granularity !== undefined && a.granularity !== 'token' && a.granularity !== 'access') throw new UserError('must be token or access', undefined, '--granularity', a.granularity);
+  const sizes = parseCs(a.sizes, '--sizes');
+  return {
+    ...(sizes ? { sizes } : {}),
+    ...(a.reset ? { reset: a.reset as CacheReset } : {}),
+    ...(groups ? { groups } : {}),
+    ...(a.granularity ? { granularity: a.granularity as 'token' | 'access' } : {}),
+    ...(a.shuffleSeed !== undefined ? { seed: a.shuffleSeed } : {}),
+  };
+}
+
+async function writeSvg(file: string | undefined, cols: { title: string; report: CacheReport }[], title: string): Promise<void> {
+  if (!file) return;
+  await writeFileAtomic(file, await plotCacheReports(cols, title));
+  err(`wrote ${file}`);
+}
+
 const statsCommand: CommandModule<object, StatsArgs> = {
   command: 'stats <file>',
   describe: 'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
   builder: (y: Argv<object>) =>
-    y
+    cacheOptions(y)
       .positional('file', { type: 'string', demandOption: true, describe: 'trace (.jsonl.gz; moesim format or the converted real traces)' })
       .option('json', { type: 'boolean', describe: 'print one JSON object instead of a table' })
       .option('extended', { type: 'boolean', describe: 'with --json: add Gini, top-10 % share, baselines, phases, tasks' })
@@ -80,10 +126,14 @@ const statsCommand: CommandModule<object, StatsArgs> = {
       return;
     }
     const cValues = parseCs(a.c);
+    const co = curveOptions(a);
     const { stats, warnings } = await traceStats(a.file, cValues ? { cValues } : {});
     warnings.forEach(err);
-    if (a.json) out(JSON.stringify(jsonOf(stats, a.extended ?? false)));
-    else out(formatStatsTable([{ title: a.file.replace(/^.*[\\/]/, ''), stats }]));
+    const title = a.file.replace(/^.*[\\/]/, '');
+    const cache = (a.json ? a.cache === true : a.cache !== false) ? cacheReport(await loadCacheTrace(a.file), co) : undefined;
+    if (a.json) out(JSON.stringify(cache ? { ...(jsonOf(stats, a.extended ?? false) as object), cache } : jsonOf(stats, a.extended ?? false)));
+    else out(formatStatsTable([{ title, stats }]) + (cache ? `\n\n${formatCacheReports([{ title, report: cache }])}` : ''));
+    if (cache) await writeSvg(a.svg, [{ title, report: cache }], `${title}: cache hit rate (%)`);
   },
 };
 
@@ -113,6 +163,18 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       .option('base', { type: 'string', describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)' }) as unknown as Argv<CalibrateArgs>,
   handler: async (a) => {
     const name = a.name ?? a.out.replace(/^.*[\\/]/, '').replace(/\.json$/, '');
+    if (await looksLikeCacheTargets(a.file)) {
+      const t = await loadCacheTargets(a.file);
+      const r = fitCacheTargets(a.name ? { ...t, name: a.name } : t, {
+        file: relative(dirname(resolve(a.out)), resolve(a.file)),
+        ...(a.evaluations ? { maxEvaluations: a.evaluations } : {}),
+        log: err,
+      });
+      await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
+      out(`wrote ${a.out} after ${r.evaluations} evaluations (loss ${r.loss.toFixed(3)})`);
+      out(formatCacheRows(r.rows));
+      return;
+    }
     if (await looksLikeTargetsFile(a.file)) {
       if (a.evaluations !== undefined && !(Number.isInteger(a.evaluations) && a.evaluations > 0)) {
         throw new UserError('must be a positive integer', undefined, '--evaluations', a.evaluations);
@@ -223,7 +285,7 @@ const generateCommand: CommandModule<object, GenerateArgs> = {
   },
 };
 
-interface CompareArgs {
+interface CompareArgs extends CacheArgs {
   file: string;
   other?: string;
   profile?: string;
@@ -238,7 +300,7 @@ const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare <file> [other]',
   describe: 'statistics side by side: a trace and its synthetic twin (--profile), or two traces',
   builder: (y: Argv<object>) =>
-    y
+    cacheOptions(y)
       .positional('file', { type: 'string', demandOption: true })
       .positional('other', { type: 'string', describe: 'a second trace' })
       .option('profile', { type: 'string', describe: 'route the same requests with this profile (the twin)' })
@@ -277,8 +339,21 @@ const compareCommand: CommandModule<object, CompareArgs> = {
     } else {
       throw new UserError('give either --profile <name> or a second trace file', undefined, 'arguments');
     }
-    if (a.json) out(JSON.stringify(Object.fromEntries(cols.map((col) => [col.title, jsonOf(col.stats, a.extended ?? false)]))));
-    else out(formatStatsTable(cols));
+    const wantCache = a.json ? a.cache === true : a.cache !== false;
+    let caches: { title: string; report: CacheReport }[] = [];
+    if (wantCache) {
+      const co = curveOptions(a);
+      const real = await loadCacheTrace(a.file);
+      const second = a.profile ? twinTrace((await loadProfile(a.profile)).profile, real.shapes, a.seed ?? 1) : await loadCacheTrace(a.other!);
+      caches = [
+        { title: cols[0]!.title, report: cacheReport(real, co) },
+        { title: cols[1]!.title, report: cacheReport(second, co) },
+      ];
+    }
+    if (a.json) {
+      out(JSON.stringify(Object.fromEntries(cols.map((col, i) => [col.title, caches[i] ? { ...(jsonOf(col.stats, a.extended ?? false) as object), cache: caches[i]!.report } : jsonOf(col.stats, a.extended ?? false)]))));
+    } else out(formatStatsTable(cols) + (caches.length ? `\n\n${formatCacheReports(caches)}` : ''));
+    if (caches.length) await writeSvg(a.svg, caches, `${cols[0]!.title} vs ${cols[1]!.title}: cache hit rate (%)`);
   },
 };
 
@@ -286,19 +361,48 @@ interface ImportArgs {
   file: string;
   out: string;
   model?: string;
+  format?: string;
+  experts?: number;
+  layers?: number;
+  topK?: number;
+  segment?: number;
+  columns?: string;
 }
 
 const importCommand: CommandModule<object, ImportArgs> = {
   command: 'import <file>',
-  describe: 'convert a trace (e.g. a converted real trace) to the moesim format',
+  describe: 'convert a trace to the moesim format: a converted real trace, or an engine\'s (--format)',
   builder: (y: Argv<object>) =>
     y
       .positional('file', { type: 'string', demandOption: true })
       .option('out', { type: 'string', demandOption: true })
-      .option('model', { type: 'string', describe: 'model id to record in the header' }) as unknown as Argv<ImportArgs>,
+      .option('model', { type: 'string', describe: 'model id to record in the header' })
+      .option('format', { type: 'string', describe: `engine format: ${IMPORT_FORMATS.join(', ')} (default: a moesim or converted real trace)` })
+      .option('experts', { type: 'number', describe: 'routed experts per layer (default: the largest id + 1)' })
+      .option('layers', { type: 'number', describe: 'vllm/sglang base64 routing: layers per token' })
+      .option('top-k', { type: 'number', describe: 'experts per token (llamacpp: required; vllm/sglang base64; imp flat lists)' })
+      .option('segment', { type: 'number', describe: 'imp: split the one stream into requests of this many tokens' })
+      .option('columns', { type: 'string', describe: 'parquet: request=…,token=…,layer=…,experts=…[,phase=…]' }) as unknown as Argv<ImportArgs>,
   handler: async (a) => {
-    const r = await importTrace(a.file, a.out, a.model ? { modelId: a.model } : {});
-    out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens`);
+    if (a.format === undefined) {
+      const r = await importTrace(a.file, a.out, a.model ? { modelId: a.model } : {});
+      out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens`);
+      return;
+    }
+    const experts = positiveInt(a.experts, '--experts');
+    const layers = positiveInt(a.layers, '--layers');
+    const topK = positiveInt(a.topK, '--top-k');
+    const segment = positiveInt(a.segment, '--segment');
+    const r = await importFormat(a.format, a.file, a.out, {
+      ...(experts ? { experts } : {}),
+      ...(layers ? { layers } : {}),
+      ...(topK ? { topK } : {}),
+      ...(segment ? { segment } : {}),
+      ...(a.model ? { modelId: a.model } : {}),
+      ...(a.columns ? { columns: parseColumns(a.columns) } : {}),
+    });
+    out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens, ${r.shape.moeLayers} layers × ${r.shape.experts} experts, top-${r.shape.topK}`);
+    out(`header notes: ${r.assumes}`);
   },
 };
 
