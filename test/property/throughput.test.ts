@@ -289,7 +289,7 @@ describe('whole runs of every throughput policy', () => {
               continue;
             }
             seen.feasibleRun = true;
-            if (throughputMetrics(outcome).cpuUtil > 0) seen.cpuWork = true;
+            if ((throughputMetrics(outcome).cpuUtil ?? 0) > 0) seen.cpuWork = true;
             if (outcome.prefill.passes + outcome.decode.passes > 0) expect(sink.records, name).toBeGreaterThan(0);
             const P = Math.max(...workload.requests.map((r) => r.promptTokens));
             const outputs = workload.requests.map((r) => r.outputTokens);
