@@ -26,6 +26,7 @@ import { Heap } from 'heap-js';
 import { loadConfigFile, validateConfig } from '../experiments/config/load.ts';
 import { expandRuns, type RunSpec } from '../experiments/config/expand.ts';
 import { buildServingWorld } from '../experiments/world.ts';
+import { fanout } from '../sim/observe/trace-sink.ts';
 import { loadModel } from '../hardware-profiles/load.ts';
 import type { ServingOutcome } from '../sim/serving/serving-executor.ts';
 import { timerCost, withTimedPolicy } from './clocks.ts';
@@ -34,6 +35,14 @@ import { EventPriority, Simulation } from '../sim/kernel/simulation.ts';
 import type { Ns } from '../sim/kernel/time.ts';
 
 export type BenchRecord = Record<string, number | string>;
+
+/**
+ * The sink an experiment's run attaches (`runOne` in experiments/runner.ts: `fanout` of its
+ * sinks, none on a worker thread): timed runs attach the same, so the bench times the paths
+ * experiments take (a PCIe link with a sink reports packet by packet; without one it would
+ * account a run's packets at once).
+ */
+const experimentSink = () => fanout([]);
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const QUICKSTART = path.resolve(here, '../experiments/quickstart.yaml');
@@ -117,7 +126,7 @@ export async function policyHookShare(spec: RunSpec, baseDir: string, cost: { in
       hookMs += ms;
       calls++;
     }),
-    { baseDir },
+    { baseDir, sink: experimentSink() },
   );
   const t0 = performance.now();
   const outcome = ex.run();
@@ -127,7 +136,7 @@ export async function policyHookShare(spec: RunSpec, baseDir: string, cost: { in
 
 async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number; iterations: number }> {
   // Depth-measuring pass (observer costs time, so it is not the timed pass).
-  const probe = await buildServingWorld(spec, { baseDir });
+  const probe = await buildServingWorld(spec, { baseDir, sink: experimentSink() });
   let samples = 0;
   let depthSum = 0;
   probe.simulation.observe({
@@ -145,7 +154,7 @@ async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number
   let o: ReturnType<typeof probe.run> | undefined;
   const start = performance.now();
   for (let i = 0; i < 5 || performance.now() - start < MIN_TIMED_S * 1000; i++) {
-    const ex = await buildServingWorld(spec, { baseDir });
+    const ex = await buildServingWorld(spec, { baseDir, sink: experimentSink() });
     const c0 = process.cpuUsage();
     const t0 = performance.now();
     o = ex.run();

@@ -23,6 +23,9 @@ import { buildWorkload, WorkloadSchema, type WorkloadConfig } from '../../worklo
 /** Decoder-only profiles that shrink cleanly (dense leading layers, shared experts, MLA, GQA between them). */
 export const SHRINKABLE_MODELS = ['mixtral-8x7b', 'deepseek-v2-lite', 'olmoe', 'qwen1.5-moe-a2.7b'] as const;
 
+/** Encoder-decoder profiles that shrink cleanly (T5 geometry: an encoder stack, then a decoder stack). */
+export const ENCODER_DECODER_MODELS = ['switch-base-128'] as const;
+
 export interface Shrink {
   /** Transformer layers; the first `denseLeading` are dense, the rest MoE. */
   readonly layers: number;
@@ -31,32 +34,45 @@ export interface Shrink {
   readonly topK: number;
 }
 
-/** A real profile with fewer layers / experts; `derived` recomputed by `deriveModel`. */
+/**
+ * A real profile with fewer layers / experts; `derived` recomputed by `deriveModel`. An
+ * encoder-decoder profile keeps its shape: `layers` encoder layers then `layers` decoder layers,
+ * each stack with `denseLeading` dense layers first and MoE layers after.
+ */
 export function shrinkModel(id: string, s: Shrink | null): ModelProfile {
   const base = loadModel(id);
   if (!s) return base;
+  const encDec = base.arch === 'encoder-decoder';
+  const layers = encDec ? 2 * s.layers : s.layers;
   const denseLeading = Math.min(s.denseLeading, s.layers - 1);
-  const moeLayerIndices = Array.from({ length: s.layers - denseLeading }, (_, i) => denseLeading + i);
+  const stacks = encDec ? [0, s.layers] : [0];
+  const moeLayerIndices = stacks.flatMap((o) => Array.from({ length: s.layers - denseLeading }, (_, i) => o + denseLeading + i));
   const experts = s.experts;
   const topK = Math.min(s.topK, experts);
   const input = {
     ...base,
-    layers: s.layers,
+    layers,
     moeLayers: moeLayerIndices.length,
     moeLayerIndices,
     experts,
     topK,
     // A dense leading layer needs a dense FFN width; borrow the expert width when the profile has none.
     denseIntermediateSize: denseLeading > 0 && base.denseIntermediateSize === 0 ? base.expertIntermediateSize : base.denseIntermediateSize,
-    details: { ...base.details, decoderLayers: s.layers },
+    details: { ...base.details, encoderLayers: encDec ? s.layers : 0, decoderLayers: s.layers },
   };
-  return { ...input, id: `${id}-shrunk-${s.layers}l${experts}e${topK}k`, derived: deriveModel(input) };
+  return { ...input, id: `${id}-shrunk-${layers}l${experts}e${topK}k`, derived: deriveModel(input) };
 }
 
 export type PolicyChoice =
   | { readonly kind: 'on-demand'; readonly keep: boolean }
   | { readonly kind: 'lru'; readonly capacitySlots?: number }
-  | { readonly kind: 'fifo'; readonly capacitySlots?: number; readonly prefetchSameExpert: boolean };
+  | { readonly kind: 'fifo'; readonly capacitySlots?: number; readonly prefetchSameExpert: boolean }
+  /** MoE-Infinity: prefetches ranked from matched activation matrices, cancels those it no longer wants. */
+  | { readonly kind: 'moe-infinity'; readonly raw: Record<string, unknown> }
+  /** Pre-gated: prefetches the next layer's predicted experts. */
+  | { readonly kind: 'pre-gated'; readonly raw: Record<string, unknown> }
+  /** MoEpic (split experts): `budgetFraction` of all experts as the segment cache V_e. */
+  | { readonly kind: 'moepic'; readonly budgetFraction: number; readonly raw: Record<string, unknown> };
 
 export interface WorldSpec {
   readonly modelId: string;
@@ -74,8 +90,13 @@ export interface WorldSpec {
   readonly seed: number;
 }
 
-function policyOf(choice: PolicyChoice): { def: PolicyDefinition<unknown>; raw: Record<string, unknown> } {
+function policyOf(choice: PolicyChoice, m: ModelProfile): { def: PolicyDefinition<unknown>; raw: Record<string, unknown> } {
   switch (choice.kind) {
+    case 'moe-infinity':
+    case 'pre-gated':
+      return { def: builtinPolicy(choice.kind)!, raw: choice.raw };
+    case 'moepic':
+      return { def: builtinPolicy('moepic')!, raw: { ...choice.raw, budgetExperts: Math.floor(choice.budgetFraction * allExperts(m) * 100) / 100 } };
     case 'on-demand':
       return { def: builtinPolicy('on-demand')!, raw: { keep: choice.keep } };
     case 'lru':
@@ -108,7 +129,7 @@ export async function buildWorld(spec: WorldSpec, sink?: TraceSink): Promise<{ e
   // A variable, not a literal: the workload builder's shape type is growing (modelId, ...).
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
   const workload = await buildWorkload(spec.workload, shape, streams);
-  const { def, raw } = policyOf(spec.policy);
+  const { def, raw } = policyOf(spec.policy, model);
   const params = def.params.parse(raw);
   const policy = def.create(params, { rng: streams.stream(`policy:${def.name}`), model, hardware, workload });
   const config: ServingConfig = {
@@ -159,7 +180,8 @@ export const workloadArb = (opts: { offlineOnly?: boolean } = {}): fc.Arbitrary<
 
 const capacityArb = fc.option(fc.integer({ min: 1, max: 64 }), { nil: undefined });
 
-export const policyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
+/** The cache policies without prefetching (on-demand, lru, the fifo example plugin). */
+export const cachePolicyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
   fc.boolean().map((keep) => ({ kind: 'on-demand' as const, keep })),
   capacityArb.map((capacitySlots) => ({ kind: 'lru' as const, ...(capacitySlots === undefined ? {} : { capacitySlots }) })),
   fc.tuple(capacityArb, fc.boolean()).map(([capacitySlots, prefetchSameExpert]) => ({
@@ -169,11 +191,49 @@ export const policyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
   })),
 );
 
+/** Policies that prefetch (and cancel, and split experts): what the prefetch and cancel invariants guard. */
+export const moeInfinityArb: fc.Arbitrary<PolicyChoice> = fc
+    .record({
+      queueJump: fc.boolean(),
+      multiLayerPrefetch: fc.boolean(),
+      prefetchAdmission: fc.constantFrom('priority', 'always'),
+      cachePriorities: fc.boolean(),
+      // EAMs of held-out requests loaded first: without them the first request has nothing to match.
+      eamcWarmup: fc.integer({ min: 0, max: 8 }),
+    })
+    .map((raw) => ({ kind: 'moe-infinity' as const, raw }));
+export const preGatedArb: fc.Arbitrary<PolicyChoice> = fc.option(fc.integer({ min: 1, max: 4 }), { nil: undefined }).map((prefetchK) => ({ kind: 'pre-gated' as const, raw: prefetchK === undefined ? {} : { prefetchK } }));
+export const moepicArb: fc.Arbitrary<PolicyChoice> = fc
+    .record({
+      // Whole percents (fc.double draws mostly edge values, here ~0: no segment cache at all).
+      budgetFraction: fc.integer({ min: 0, max: 90 }).map((p) => p / 100),
+      theta: fc.constantFrom(0.1, 0.25, 0.5, 0.75, 1),
+      prefetch: fc.constantFrom('speculative', 'random', 'none'),
+      cache: fc.constantFrom('lcp', 'rnd'),
+      configurator: fc.boolean(),
+      // Small periods, so the configurator acts within a small run (default 5 000 tokens).
+      tau: fc.integer({ min: 5, max: 100 }),
+    })
+    .map(({ budgetFraction, ...raw }) => ({ kind: 'moepic' as const, budgetFraction, raw }));
+
+/**
+ * Every policy. Prefetching policies get most of the weight, MoEpic the most (only it splits
+ * experts): the property that guards prefetch, cancellation and split experts must reach each in
+ * at least a quarter of its worlds (`helpers/coverage.ts` counts and asserts it).
+ */
+export const policyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
+  { arbitrary: cachePolicyArb, weight: 1 },
+  { arbitrary: moeInfinityArb, weight: 1 },
+  { arbitrary: preGatedArb, weight: 1 },
+  { arbitrary: moepicArb, weight: 3 },
+);
+
 const MIB = 1024 * 1024;
 
 export const worldArb = (opts: { offlineOnly?: boolean; batching?: 'static' | 'continuous'; policy?: fc.Arbitrary<PolicyChoice> } = {}): fc.Arbitrary<WorldSpec> =>
   fc.record({
-    modelId: fc.constantFrom(...SHRINKABLE_MODELS),
+    // Half the worlds run an encoder-decoder model (what the encoder-decoder paths of the executor need).
+    modelId: fc.oneof({ arbitrary: fc.constantFrom<string>(...SHRINKABLE_MODELS), weight: 1 }, { arbitrary: fc.constantFrom<string>(...ENCODER_DECODER_MODELS), weight: 1 }),
     // Mostly shrunk (fast); sometimes the full mixtral-8x7b (32 layers × 8 experts) via a null shrink.
     shrink: fc.option(shrinkArb, { nil: null, freq: 6 }),
     hardwareId: fc.constantFrom(...listHardware()),
@@ -183,11 +243,34 @@ export const worldArb = (opts: { offlineOnly?: boolean; batching?: 'static' | 'c
     maxWaitMs: fc.constantFrom(0, 1, 20),
     maxBatchTokens: fc.constantFrom(16, 64, 8192),
     // Small buffers most of the time (they stress eviction); sometimes anything up to every expert.
-    slotsFraction: fc.oneof(fc.double({ min: 0, max: 0.25, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true })),
+    // Whole percents: fc.double leans so hard on its edge values that most worlds had one slot,
+    // where no prefetch can find room.
+    slotsFraction: fc.oneof(
+      { arbitrary: fc.constant(0), weight: 1 },
+      { arbitrary: fc.integer({ min: 1, max: 25 }).map((p) => p / 100), weight: 3 },
+      { arbitrary: fc.integer({ min: 1, max: 100 }).map((p) => p / 100), weight: 1 },
+    ),
     packetBytes: fc.constantFrom(MIB / 4, MIB, 4 * MIB, 16 * MIB, 64 * MIB),
     policy: opts.policy ?? policyArb,
     seed: fc.integer({ min: 0, max: 10_000 }),
-  });
+  }).map(roomToPrefetch);
+
+const PREFETCHING = new Set<PolicyChoice['kind']>(['moe-infinity', 'pre-gated', 'moepic']);
+
+/**
+ * Gives a prefetching policy room to act: at least two MoE layers per stack (they prefetch the
+ * next layer) and more buffer slots than the top-k a layer pins (a prefetch takes a free or
+ * evictable slot, never a pinned one). Without this, most such worlds never prefetch.
+ */
+const roomToPrefetch = (w: WorldSpec): WorldSpec => {
+  if (!PREFETCHING.has(w.policy.kind)) return w;
+  const shrink = w.shrink && w.shrink.layers - Math.min(w.shrink.denseLeading, w.shrink.layers - 1) < 2 ? { ...w.shrink, layers: w.shrink.denseLeading + 2 } : w.shrink;
+  const m = worldModel({ ...w, shrink });
+  const all = allExperts(m);
+  // slotsOf = 1 + floor(f · (all − 1)) ≥ topK + 1 when f ≥ topK / (all − 1); half a slot more against rounding.
+  const floor = all > 1 ? Math.min(1, (m.topK + 0.5) / (all - 1)) : 0;
+  return { ...w, shrink, slotsFraction: Math.max(w.slotsFraction, floor) };
+};
 
 /**
  * Keeps full-size worlds small: a full (unshrunk) model is only ever mixtral-8x7b (32 layers ×

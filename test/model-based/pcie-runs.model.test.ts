@@ -12,6 +12,12 @@
  * zero bytes, priority `completion`) timed to land exactly on packet boundaries, where the
  * order of simultaneous events decides whether a boundary has passed. Packet times are round
  * numbers (1 B/ns, 100 B packets) so boundaries coincide often.
+ *
+ * The same scenarios run with and without a trace sink on the links: without one a run accounts
+ * its packets at once (the path the benchmarks time); completion times and order, every counter,
+ * bytes per transfer and the DRAM share must be identical, and both conserve bytes (moved =
+ * completed + cancelled-sent = Σ sent per link). Each property asserts what its scenarios
+ * reached (cancel mid-transfer, multi-packet transfers, DRAM contention, both links busy).
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -22,6 +28,7 @@ import type { LinkName, ResourceEvent } from '../../sim/resources/events.ts';
 import { FluidShare } from '../../sim/resources/fluid-share.ts';
 import { LinkRunGroup, PcieLink, type Transfer } from '../../sim/resources/pcie-link.ts';
 import { RecordingSink } from '../unit/resources-helpers.ts';
+import { CoverageTally } from '../helpers/coverage.ts';
 import { assertParams } from './replay.ts';
 
 type Action =
@@ -49,9 +56,9 @@ interface Scenario {
 
 const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 4, arbitrary: fc.record({ kind: fc.constant('submit' as const), link: fc.constantFrom<LinkName>('h2d', 'd2h'), bytes: fc.oneof(fc.integer({ min: 1, max: 9 }).map((k) => k * 100), fc.integer({ min: 1, max: 900 })), priority: fc.integer({ min: 0, max: 4 }) }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(3) }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(3) }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('reprioritize' as const), which: fc.nat(3), priority: fc.integer({ min: 0, max: 4 }) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('cpuLoad' as const), bytes: fc.integer({ min: 1, max: 400 }), computeNs: fc.integer({ min: 0, max: 300 }) }) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('cpuLoad' as const), bytes: fc.integer({ min: 1, max: 400 }), computeNs: fc.integer({ min: 0, max: 300 }) }) },
 );
 
 const scenario: fc.Arbitrary<Scenario> = fc.record({
@@ -65,7 +72,8 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
       lead: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: 8 }).map((k) => k * 100) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 700 }) }),
       action,
     }),
-    { maxLength: 30 },
+    // At least a few steps: shorter scenarios rarely overlap a cancel or a CPU load with a transfer.
+    { minLength: 4, maxLength: 30 },
   ),
 });
 
@@ -75,15 +83,21 @@ interface Observed {
   readonly done: unknown[];
   readonly cpu: unknown[];
   readonly counters: unknown;
+  readonly conservation: string[];
 }
 
-function simulate(sc: Scenario, packetRuns: boolean): Observed {
+/**
+ * Runs a scenario. `linkSink` false: the links get no trace sink, so a run accounts its packets
+ * at once (the path `flushRun` takes without a sink, the one the benchmarks time); packets and
+ * transfer records are then unobserved (empty), everything else must be the same.
+ */
+function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed {
   const sim = new Simulation<ResourceEvent>();
   const sink = new RecordingSink();
   const dram = new FluidShare('hostDram', sc.dramBytesPerSec ?? 1e12, sim);
   const linkDram = sc.dramBytesPerSec === null ? undefined : dram;
   const runGroup = new LinkRunGroup();
-  const mk = (name: LinkName) => new PcieLink({ name, bytesPerSec: 1e9, latencyNs: sc.latencyNs, packetBytes: 100, sched: sim, dram: linkDram, sink, packetRuns, runGroup });
+  const mk = (name: LinkName) => new PcieLink({ name, bytesPerSec: 1e9, latencyNs: sc.latencyNs, packetBytes: 100, sched: sim, dram: linkDram, sink: linkSink ? sink : undefined, packetRuns, runGroup });
   const links = { h2d: mk('h2d'), d2h: mk('d2h') };
   const cpu = new CpuPool({ cores: 64, perCoreBytesPerSec: 0.5e9, sched: sim, dram, sink });
   sim.setHandlers({
@@ -148,7 +162,30 @@ function simulate(sc: Scenario, packetRuns: boolean): Observed {
     done,
     cpu: sink.cpuTasks.map((r) => [r.label, r.startNs, r.endNs, r.firstCore]),
     counters: [counters, dram.bytesServed(), dram.contendedTimeNs(), sim.now, transfers.map((x) => [x.t.state, x.t.sentBytes, x.t.startNs, x.t.doneNs])],
+    conservation: conservation(links, transfers),
   };
+}
+
+/**
+ * Byte conservation once nothing is pending, from the links' counters and the transfers alone
+ * (no sink needed): per link bytesMoved = completedBytes + cancelledSentBytes = Σ sentBytes of
+ * its transfers; a done transfer sent exactly its bytes, a cancelled one at most its bytes.
+ * Returns the violations (empty when conserved).
+ */
+function conservation(links: Record<LinkName, PcieLink>, transfers: readonly { t: Transfer; link: PcieLink }[]): string[] {
+  const out: string[] = [];
+  for (const [name, l] of Object.entries(links)) {
+    const mine = transfers.filter((x) => x.link === l).map((x) => x.t);
+    const sent = mine.reduce((a, t) => a + t.sentBytes, 0);
+    if (l.bytesMoved !== l.completedBytes + l.cancelledSentBytes) out.push(`${name}: moved ${l.bytesMoved} ≠ completed ${l.completedBytes} + cancelled-sent ${l.cancelledSentBytes}`);
+    if (l.bytesMoved !== sent) out.push(`${name}: moved ${l.bytesMoved} ≠ Σ sentBytes ${sent}`);
+    for (const t of mine) {
+      if (t.state === 'done' && t.sentBytes !== t.bytes) out.push(`${name}: done transfer sent ${t.sentBytes} of ${t.bytes}`);
+      if (t.state === 'cancelled' && t.sentBytes > t.bytes) out.push(`${name}: cancelled transfer sent ${t.sentBytes} of ${t.bytes}`);
+      if (t.state !== 'done' && t.state !== 'cancelled') out.push(`${name}: transfer left ${t.state}`);
+    }
+  }
+  return out;
 }
 
 /** Counterexamples found on the way (simultaneous completions on both links, splits at a boundary). */
@@ -181,13 +218,58 @@ const REGRESSIONS: Scenario[] = [
   },
 ];
 
+/** What a scenario reached, from the run with a sink: the cases these properties must cover. */
+function reached(o: Observed): Record<string, boolean> {
+  const tr = o.transfers as [string, number, string, number, number, number, number][];
+  const packetsPer = new Map<string, number>();
+  for (const [link, ps] of Object.entries(o.packets)) for (const p of ps as [number][]) packetsPer.set(`${link}#${p[0]}`, (packetsPer.get(`${link}#${p[0]}`) ?? 0) + 1);
+  const c = o.counters as [unknown, number, number][];
+  return {
+    cancelMidway: tr.some((r) => r[2] === 'cancelled' && r[5] > 0),
+    multiPacketDone: tr.some((r) => r[2] === 'done' && (packetsPer.get(`${r[0]}#${r[1]}`) ?? 0) > 1),
+    dramContention: c[2] as unknown as number > 0,
+    bothLinks: o.packets.h2d!.length > 0 && o.packets.d2h!.length > 0,
+  };
+}
+
 describe('PcieLink runs (model-based)', () => {
   it('are indistinguishable from one event per packet', () => {
+    const tally = new CoverageTally('pcie runs vs packets', ['cancelMidway', 'multiPacketDone', 'dramContention', 'bothLinks']);
     fc.assert(
       fc.property(scenario, (sc) => {
-        expect(simulate(sc, true)).toEqual(simulate(sc, false));
+        const runs = simulate(sc, true);
+        expect(runs).toEqual(simulate(sc, false));
+        expect(runs.conservation).toEqual([]);
+        tally.record(reached(runs));
       }),
       { ...assertParams<[Scenario]>(1000), examples: REGRESSIONS.map((r): [Scenario] => [r]) },
     );
+    tally.check();
+  });
+
+  it('conserve bytes and give the same outcomes with and without a trace sink', () => {
+    const tally = new CoverageTally('pcie with/without sink', ['cancelMidway', 'multiPacketDone', 'dramContention', 'bothLinks']);
+    fc.assert(
+      fc.property(scenario, fc.boolean(), (sc, packetRuns) => {
+        const withSink = simulate(sc, packetRuns, true);
+        const without = simulate(sc, packetRuns, false);
+        // Without a sink nothing is reported per packet or transfer; all the rest is identical:
+        // completion times and order, counters, bytes per transfer, DRAM share, CPU completions.
+        expect(without.packets).toEqual({ h2d: [], d2h: [] });
+        expect(without.transfers).toEqual([]);
+        expect(without.done).toEqual(withSink.done);
+        expect(without.counters).toEqual(withSink.counters);
+        expect(without.cpu).toEqual(withSink.cpu);
+        expect(withSink.conservation).toEqual([]);
+        expect(without.conservation).toEqual([]);
+        // With a sink, the packets reported add up to the bytes moved.
+        const moved = (withSink.counters as [number[][]])[0]!.map((c) => c[0]!);
+        const packetBytes = (['h2d', 'd2h'] as const).map((l) => (withSink.packets[l] as [number, number][]).reduce((a, p) => a + p[1], 0));
+        expect(packetBytes).toEqual(moved);
+        tally.record(reached(withSink));
+      }),
+      { ...assertParams<[Scenario, boolean]>(500), examples: REGRESSIONS.map((r): [Scenario, boolean] => [r, true]) },
+    );
+    tally.check();
   });
 });

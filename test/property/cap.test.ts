@@ -20,6 +20,7 @@ import { ThroughputExecutor } from '../../sim/throughput/throughput-executor.ts'
 import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { BUILTIN_POLICIES } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
+import { CoverageTally } from '../helpers/coverage.ts';
 import { buildWorld, normaliseWorld, worldArb } from '../helpers/serving-world.ts';
 
 function checkBounds(c: CapMetrics | undefined, what: string): void {
@@ -37,23 +38,29 @@ function checkBounds(c: CapMetrics | undefined, what: string): void {
 describe('MoE-CAP bounds on random serving worlds', () => {
   it('0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1', async () => {
     let ran = 0;
+    const tally = new CoverageTally('cap serving', ['ran', 'offloaded']);
     await fc.assert(
       fc.asyncProperty(worldArb().map(normaliseWorld), async (w) => {
         let built;
         try {
           built = await buildWorld(w);
         } catch (err) {
-          if (err instanceof UserError) return; // the buffer does not fit this GPU
+          if (err instanceof UserError) {
+            tally.record({ ran: false, offloaded: false });
+            return; // the buffer does not fit this GPU
+          }
           throw err;
         }
         const outcome = built.executor.run();
         ran++;
+        tally.record({ ran: true, offloaded: outcome.resources.h2d.bytesMoved > 0 });
         const m = servingMetrics(outcome, { cap: { model: built.model, hardware: loadHardware(w.hardwareId) } });
         checkBounds(m.cap as CapMetrics, JSON.stringify(w));
       }),
-      { numRuns: 30, seed: 11, endOnFailure: true },
+      { numRuns: 30, endOnFailure: true },
     );
     expect(ran).toBeGreaterThan(0);
+    tally.check();
   });
 });
 
@@ -95,6 +102,7 @@ function tinyWorkload(n: number, prompt: number, outMax: number, seed: number): 
 
 describe('MoE-CAP bounds on random throughput worlds (every throughput policy)', () => {
   it('0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1, GPU and CPU side', () => {
+    const tally = new CoverageTally('cap throughput', ['checked', 'decodeChecked']);
     fc.assert(
       fc.property(
         modelArb.chain((model) => fc.record({ model: fc.constant(model), hw: machineArb(model) })),
@@ -106,6 +114,7 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
         ({ model, hw }, n, prompt, outMax, phase, seed) => {
           const cost = createCostModel(model, hw);
           const workload = tinyWorkload(n, prompt, outMax, seed);
+          const seen = { checked: false, decodeChecked: false };
           for (const [name, def] of THROUGHPUT_POLICIES) {
             const policy = def.createThroughput!(def.params.parse({}), { rng: new Rng('p'), model, hardware: hw, workload });
             const ex = new ThroughputExecutor({
@@ -125,10 +134,14 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
             checkBounds(m.cap as CapMetrics, what);
             const decode = (m.cap as { decode?: CapMetrics }).decode;
             if (decode) checkBounds(decode, `${what} (decode passes)`);
+            seen.checked = true;
+            if (decode) seen.decodeChecked = true;
           }
+          tally.record(seen);
         },
       ),
-      { numRuns: 20, seed: 7, endOnFailure: true },
+      { numRuns: 20, endOnFailure: true },
     );
+    tally.check();
   });
 });

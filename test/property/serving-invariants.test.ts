@@ -8,7 +8,13 @@
  * - bufferHitRate = cacheHitRate + prefetchHitRate;
  * - the same world and seed give identical metrics JSON and event counts.
  * A world whose buffer cannot fit the GPU must be refused with a `UserError` (valid
- * behaviour), never a crash.
+ * behaviour), never a crash. MoEpic worlds (split experts) are checked by `SegmentChecker`,
+ * which keeps the same books per piece of expert.
+ *
+ * Coverage: each behaviour these invariants guard (prefetch, cancellation, cancellation after
+ * some bytes were sent, eviction under memory pressure, split experts, encoder-decoder) must
+ * occur in at least a quarter of the worlds that ran, observed from the trace
+ * (`helpers/coverage.ts`); the shares are printed.
  *
  * Replay a failure: fast-check prints `{ seed, path }`; pass them to `fc.assert` as
  * `{ seed, path, endOnFailure: true }`.
@@ -17,21 +23,30 @@ import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
+import { fanout } from '../../sim/observe/trace-sink.ts';
+import { CoverageTally, SERVING_BEHAVIOURS, ServingCoverage, type ServingBehaviour } from '../helpers/coverage.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
+import { SegmentChecker } from '../helpers/segment-checker.ts';
 import { buildWorld, normaliseWorld, worldArb, worldModel, type WorldSpec } from '../helpers/serving-world.ts';
 
 interface RunResult {
   readonly metricsJson: string;
   readonly events: number;
   readonly violations: string[];
+  readonly occurred: Record<ServingBehaviour, boolean>;
 }
 
 async function runChecked(w: WorldSpec): Promise<RunResult | 'refused'> {
   const model = worldModel(w);
-  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert: model.derived.bytesPerExpert });
+  // Split experts (MoEpic) move and compute pieces of experts: the segment checker extends the same books to pieces.
+  const split = w.policy.kind === 'moepic';
+  const checker = split
+    ? new SegmentChecker(model.experts, model.moeLayers * model.experts, model.derived.bytesPerExpert)
+    : new InvariantChecker({ experts: model.experts, bytesPerExpert: model.derived.bytesPerExpert });
+  const coverage = new ServingCoverage();
   let executor;
   try {
-    ({ executor } = await buildWorld(w, checker));
+    ({ executor } = await buildWorld(w, fanout([checker, coverage])));
   } catch (err) {
     // Refusing a world that does not fit is correct; anything else is a bug.
     expect(err, `world refused with a non-user error: ${String(err)}`).toBeInstanceOf(UserError);
@@ -39,7 +54,7 @@ async function runChecked(w: WorldSpec): Promise<RunResult | 'refused'> {
   }
   const outcome = executor.run();
   const violations = checker.finish(outcome);
-  expect(checker.seen.memoryRecords).toBeGreaterThan(0);
+  if (checker instanceof InvariantChecker) expect(checker.seen.memoryRecords).toBeGreaterThan(0);
 
   for (const r of outcome.requests) expect(r.emittedTokens).toBe(r.outputTokens);
   const h2d = outcome.resources.h2d;
@@ -48,13 +63,15 @@ async function runChecked(w: WorldSpec): Promise<RunResult | 'refused'> {
   const metrics = servingMetrics(outcome);
   expect(Math.abs(metrics.bufferHitRate - (metrics.cacheHitRate + metrics.prefetchHitRate))).toBeLessThan(1e-9);
   expect(metrics.outputTokens).toBe(outcome.requests.reduce((a, r) => a + r.outputTokens, 0));
-  return { metricsJson: JSON.stringify(metrics), events: outcome.events, violations };
+  const occurred = coverage.finish(outcome.slots, model.derived.bytesPerExpert);
+  return { metricsJson: JSON.stringify(metrics), events: outcome.events, violations, occurred };
 }
 
 describe('serving executor invariants on random small worlds', () => {
   it('holds every invariant, and the same seed gives the same results', async () => {
     let ran = 0;
     let refused = 0;
+    const tally = new CoverageTally('serving-invariants', SERVING_BEHAVIOURS);
     await fc.assert(
       fc.asyncProperty(worldArb().map(normaliseWorld), async (w) => {
         const a = await runChecked(w);
@@ -63,6 +80,7 @@ describe('serving executor invariants on random small worlds', () => {
           return;
         }
         ran++;
+        tally.record(a.occurred);
         expect(a.violations).toEqual([]);
         const b = await runChecked(w);
         expect(b).not.toBe('refused');
@@ -74,5 +92,6 @@ describe('serving executor invariants on random small worlds', () => {
     );
     // The generator must mostly produce worlds that run (otherwise the property says little).
     expect(ran).toBeGreaterThan(refused);
+    tally.check();
   });
 });
