@@ -164,7 +164,7 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     writeFileSync(hold, '');
     // Sleeps (not spins) in create while the hold file exists.
     writePlugin(plugins, 'held', `import { existsSync } from 'node:fs';
-export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`);
+export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.argv.includes("worker") && existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`);
     const config = path.join(dir, 'stalled.yaml');
     writeFileSync(config, CONFIG('stalled', 'plugins/held.ts').replace('seeds: [1, 2]', 'seeds: [1]'));
     const w1 = moesim(['worker', '--queue', url, '--jobs', '1'], children);

@@ -12,6 +12,7 @@
  *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>]
  */
 import type { Argv, CommandModule } from 'yargs';
+import { statSync } from 'node:fs';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { calibrateTrace } from '../../../workloads/synthetic/calibrate.ts';
 import { coreStats, type ExtendedTraceStats } from '../../../workloads/stats/trace-stats.ts';
@@ -61,6 +62,13 @@ interface StatsArgs {
   c?: string;
 }
 
+/** A trace path that must be a readable file (a folder is the user's slip, not a crash). */
+function traceFile(file: string): string {
+  const st = statSync(file, { throwIfNoEntry: false });
+  if (st?.isDirectory()) throw new UserError('is a folder, not a trace file', file);
+  return file;
+}
+
 const statsCommand: CommandModule<object, StatsArgs> = {
   command: 'stats <file>',
   describe: 'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
@@ -80,7 +88,7 @@ const statsCommand: CommandModule<object, StatsArgs> = {
       return;
     }
     const cValues = parseCs(a.c);
-    const { stats, warnings } = await traceStats(a.file, cValues ? { cValues } : {});
+    const { stats, warnings } = await traceStats(traceFile(a.file), cValues ? { cValues } : {});
     warnings.forEach(err);
     if (a.json) out(JSON.stringify(jsonOf(stats, a.extended ?? false)));
     else out(formatStatsTable([{ title: a.file.replace(/^.*[\\/]/, ''), stats }]));
@@ -269,7 +277,7 @@ const compareCommand: CommandModule<object, CompareArgs> = {
         { title: `twin (${r.profile.name})`, stats: r.twin },
       ];
     } else if (a.other && !a.profile) {
-      const [x, y] = await Promise.all([traceStats(a.file, c), traceStats(a.other, c)]);
+      const [x, y] = await Promise.all([traceStats(traceFile(a.file), c), traceStats(traceFile(a.other), c)]);
       cols = [
         { title: name(a.file), stats: x.stats },
         { title: name(a.other), stats: y.stats },
