@@ -93,6 +93,17 @@ function isPluginDefinition(d: unknown): d is PolicyDefinition<unknown> {
   return typeof o.name === 'string' && typeof o.create === 'function' && o.params instanceof z.ZodType && (o.family === 'serving' || o.family === 'throughput');
 }
 
+/**
+ * The line of an import failure that says what is wrong: for a syntax error, the compiler's
+ * `file:line:column: ERROR: message` line (its first line is only "Transform failed with 1 error:").
+ */
+function loadFailure(err: unknown): string {
+  const first = (err as { errors?: { text?: string; location?: { file?: string; line?: number; column?: number } | null }[] }).errors?.[0];
+  if (first?.text) return first.location ? `${first.location.file}:${first.location.line}:${first.location.column}: ${first.text}` : first.text;
+  const lines = (err instanceof Error ? err.message : String(err)).split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  return lines.find((l) => /:\d+:\d+: ERROR: /.test(l)) ?? lines[0] ?? 'unknown error';
+}
+
 async function loadPlugin(entryPath: string, baseDir: string, file: string | undefined, field: string): Promise<PolicyDefinition<unknown>> {
   const abs = path.resolve(baseDir, entryPath);
   let mod: Record<string, unknown>;
@@ -100,7 +111,7 @@ async function loadPlugin(entryPath: string, baseDir: string, file: string | und
     mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code === 'ERR_MODULE_NOT_FOUND' ? 'policy module not found' : `policy module failed to load: ${(err as Error).message.split('\n')[0]}`;
+    const why = code === 'ERR_MODULE_NOT_FOUND' ? 'policy module not found' : `policy module failed to load: ${loadFailure(err)}`;
     throw new UserError(why, file, field, entryPath);
   }
   const def = mod.default ?? mod.policy;

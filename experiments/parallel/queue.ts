@@ -58,16 +58,49 @@ export function connectionOf(url: string, field = '--queue'): RedisOptions & { h
   };
 }
 
-/** Fails fast, on one line, when nothing listens at the queue's address (the Redis client would retry forever). */
+/** How long the probe waits for a connection and for Redis's answer to PING (a bounded wait, then one line). */
+export const PROBE_TIMEOUT_MS = 5_000;
+
+/**
+ * Fails fast, on one line, unless a Redis server answers at the queue's address: nothing listens
+ * (the Redis client would retry forever), or something accepts the connection but does not
+ * answer `PING` as Redis does within `PROBE_TIMEOUT_MS` (an HTTP server, a silent port).
+ * A `-NOAUTH` answer is Redis too (the password goes with the URL to the real client).
+ */
 export function probe(url: string, field = '--queue'): Promise<void> {
-  const { host, port } = connectionOf(url, field);
+  const { host, port, tls } = connectionOf(url, field);
+  if (tls) return probeTcp(host, port, url, field);
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host, port });
+    let reply = '';
+    const fail = (why: string) => {
+      socket.destroy();
+      reject(new UserError(`cannot reach Redis at ${host}:${port} (${why})`, undefined, field, url));
+    };
+    socket.setTimeout(PROBE_TIMEOUT_MS, () => fail(reply ? 'not a Redis server: its answer to PING was not Redis’s' : `no Redis answer to PING in ${PROBE_TIMEOUT_MS / 1000} s: is it a Redis server?`));
+    socket.once('error', (err: NodeJS.ErrnoException) => fail(err.code ?? err.message));
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (d: Buffer) => {
+      reply += d.toString('latin1');
+      if (!reply.includes('\r\n')) return;
+      const line = reply.slice(0, reply.indexOf('\r\n'));
+      if (line === '+PONG' || /^-(NOAUTH|WRONGPASS|ERR .*auth)/i.test(line)) {
+        socket.destroy();
+        resolve();
+      } else fail(`not a Redis server: it answered PING with ${JSON.stringify(line.slice(0, 40))}`);
+    });
+  });
+}
+
+/** For `rediss://`: only that something listens (the TLS client checks the rest). */
+function probeTcp(host: string, port: number, url: string, field: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const socket = createConnection({ host, port });
     const fail = (why: string) => {
       socket.destroy();
       reject(new UserError(`cannot reach Redis at ${host}:${port} (${why})`, undefined, field, url));
     };
-    socket.setTimeout(5000, () => fail('no answer in 5 s'));
+    socket.setTimeout(PROBE_TIMEOUT_MS, () => fail(`no answer in ${PROBE_TIMEOUT_MS / 1000} s`));
     socket.once('error', (err: NodeJS.ErrnoException) => fail(err.code ?? err.message));
     socket.once('connect', () => {
       socket.end();
@@ -146,6 +179,10 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
     pending.delete(id);
     p.reject(new Error(`run ${p.index} failed on a moesim worker: ${failedReason}`));
   });
+  const stopWatch = watchQueue(queue, clients[0]!, pending, url, base.file, (err) => {
+    for (const [, p] of pending) p.reject(err);
+    pending.clear();
+  });
   let announced = false;
   return {
     concurrency: Number.MAX_SAFE_INTEGER,
@@ -162,15 +199,79 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
       return unwrap(await result, makePluginError, `moesim worker, run ${spec.index}`);
     },
     close: async () => {
-      // Runs not simulated (an earlier run failed, or the submitter is stopping) leave the queue.
-      for (const [id] of pending) await queue.remove(id).catch(() => 0);
+      stopWatch();
+      // Runs not simulated (an earlier run failed, or the submitter is stopping) leave the queue;
+      // every step bounded, so a lost Redis cannot hold the submitter.
+      for (const [id] of pending) await within(queue.remove(id), CLOSE_STEP_MS).catch(() => 0);
       pending.clear();
-      await events.close();
-      await queue.close();
+      await within(events.close(), CLOSE_STEP_MS).catch(() => undefined);
+      await within(queue.close(), CLOSE_STEP_MS).catch(() => undefined);
       for (const c of clients) c.disconnect();
     },
   };
 }
+
+/**
+ * The submitter's liveness check: how often it asks Redis (PING, and the state of up to
+ * `JOBS_CHECKED` of its queued runs), and how long Redis may stay silent before the sweep stops.
+ */
+export const LIVENESS = { everyMs: 2_000, lostAfterMs: 15_000 } as const;
+const JOBS_CHECKED = 32;
+/** The longest the submitter waits for one step of closing the queue. */
+const CLOSE_STEP_MS = 3_000;
+
+const within = <T>(p: Promise<T>, ms: number): Promise<T> =>
+  new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms);
+    p.then((v) => (clearTimeout(t), resolve(v)), (e: unknown) => (clearTimeout(t), reject(e)));
+  });
+
+/**
+ * Calls `fail` once, with a one-line UserError that says how to resume, when Redis has not
+ * answered for `LIVENESS.lostAfterMs`, or when queued runs are gone from Redis without a result
+ * (Redis restarted empty, or the queue was flushed) on two checks in a row. Returns its stop.
+ */
+function watchQueue(queue: Queue<JobData>, redis: Redis, pending: ReadonlyMap<string, unknown>, url: string, file: string, fail: (err: UserError) => void): () => void {
+  const resume = `the runs finished so far are kept in the output folder; resume with \`moesim experiment ${file} --out <the same folder> --queue ${url}\` once Redis and a worker are up`;
+  let lastAnswer = Date.now();
+  let missing = new Set<string>();
+  let busy = false;
+  let failed = false;
+  const stop = () => clearInterval(timer);
+  const lose = (why: string) => {
+    if (failed) return;
+    failed = true;
+    stop();
+    fail(new UserError(`lost the Redis queue at ${url} (${why}); ${resume}`, undefined, '--queue', url));
+  };
+  const tick = async () => {
+    if (busy || pending.size === 0) return;
+    busy = true;
+    try {
+      await within(redis.ping(), LIVENESS.everyMs);
+      lastAnswer = Date.now();
+      const now = new Set<string>();
+      for (const id of [...pending.keys()].slice(0, JOBS_CHECKED)) if ((await within(queue.getJobState(id), LIVENESS.everyMs)) === 'unknown') now.add(id);
+      const gone = [...now].filter((id) => missing.has(id) && pending.has(id));
+      missing = now;
+      if (gone.length > 0) lose(`${gone.length} queued run(s) are gone from Redis without a result: Redis restarted empty or the queue was flushed`);
+    } catch {
+      if (Date.now() - lastAnswer > LIVENESS.lostAfterMs) lose(`no answer for ${LIVENESS.lostAfterMs / 1000} s`);
+    } finally {
+      busy = false;
+    }
+  };
+  const timer = setInterval(() => void tick(), LIVENESS.everyMs);
+  timer.unref();
+  return stop;
+}
+
+/**
+ * A job's lock lasts this long (renewed at half of it while its run computes) and stalled jobs
+ * are looked for this often: a dead worker's run goes to another worker within about twice this,
+ * the ~30 s the README promises (BullMQ's defaults, 30 s each, gave 54–82 s).
+ */
+export const STALLED_CHECK_MS = 15_000;
 
 export interface RunningWorker {
   close(): Promise<void>;
@@ -205,7 +306,7 @@ export async function startWorker(url: string, threads: number, log: (m: string)
       log(`${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       return encode(result);
     },
-    { connection: redis, concurrency: threads },
+    { connection: redis, concurrency: threads, lockDuration: STALLED_CHECK_MS, stalledInterval: STALLED_CHECK_MS },
   );
   worker.on('error', quietErrors(log, `worker ${url}`));
   await worker.waitUntilReady();

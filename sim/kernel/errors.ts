@@ -35,8 +35,10 @@ export class UserError extends Error {
 
 export function formatValue(v: unknown): string {
   if (typeof v === 'string') return JSON.stringify(v);
+  // NaN and ±Infinity by name (JSON would write null).
+  if (typeof v === 'number') return String(v);
   try {
-    const s = JSON.stringify(v);
+    const s = JSON.stringify(v, (_k, x: unknown) => (typeof x === 'number' && !Number.isFinite(x) ? String(x) : x));
     if (s === undefined) return String(v);
     return s.length > 80 ? `${s.slice(0, 77)}...` : s;
   } catch {

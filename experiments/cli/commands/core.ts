@@ -21,18 +21,18 @@ interface ExperimentArgs {
   columns?: string;
   wide: boolean;
   report: boolean;
-  jobs?: number;
+  jobs?: string;
   queue?: string;
   resume: boolean;
 }
 
 /** `--jobs`: a positive integer (default: the cores this process may use). */
+/** `--jobs` as given (read as a string, so a bad value is named as typed, not as yargs's NaN). */
 export function jobsOf(value: unknown): number {
   if (value === undefined) return availableParallelism();
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-    throw new UserError('must be a whole number of runs at once, at least 1', undefined, '--jobs', typeof value === 'number' && Number.isNaN(value) ? 'not a number' : value);
-  }
-  return value;
+  const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : typeof value === 'number' ? value : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < 1) throw new UserError('must be a whole number of runs at once, at least 1', undefined, '--jobs', value);
+  return n;
 }
 
 export const experimentCommand: CommandModule<object, ExperimentArgs> = {
@@ -48,7 +48,7 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       .option('columns', { type: 'string', describe: 'table columns, comma-separated: column ids (ttft.p50, tpot.p50, tok/s, hit, blocked, pcie, vram, sim, queue.p50, ...) or metric paths (ttftQueueMs.p99)' })
       .option('report', { type: 'boolean', default: false, describe: 'also write report.html into the output folder (see `moesim report`)' })
       .option('wide', { type: 'boolean', default: false, describe: 'show every column of the table (it may be wider than the terminal)' })
-      .option('jobs', { type: 'number', describe: 'runs simulated at once, on worker threads (default: the number of cores; 1: one at a time in this process)' })
+      .option('jobs', { type: 'string', describe: 'runs simulated at once, on worker threads (default: the number of cores; 1: one at a time in this process)' })
       .option('queue', { type: 'string', describe: 'redis://host:port: send the runs to `moesim worker` processes through this Redis (BullMQ) instead' })
       .option('resume', { type: 'boolean', default: true, describe: 'keep the runs of an interrupted run of the same config in --out (--no-resume: start afresh)' }) as never,
   handler: async (args) => {

@@ -12,6 +12,7 @@
  *   moesim trace import <file> --out <file.jsonl.gz> [--model <id>] [--format vllm|sglang|megatron|llamacpp|imp|parquet …]
  */
 import type { Argv, CommandModule } from 'yargs';
+import { statSync } from 'node:fs';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { calibrateTrace } from '../../../workloads/synthetic/calibrate.ts';
 import { coreStats, type ExtendedTraceStats } from '../../../workloads/stats/trace-stats.ts';
@@ -107,6 +108,13 @@ async function writeSvg(file: string | undefined, cols: { title: string; report:
   err(`wrote ${file}`);
 }
 
+/** A trace path that must be a readable file (a folder is the user's slip, not a crash). */
+function traceFile(file: string): string {
+  const st = statSync(file, { throwIfNoEntry: false });
+  if (st?.isDirectory()) throw new UserError('is a folder, not a trace file', file);
+  return file;
+}
+
 const statsCommand: CommandModule<object, StatsArgs> = {
   command: 'stats <file>',
   describe: 'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
@@ -127,7 +135,7 @@ const statsCommand: CommandModule<object, StatsArgs> = {
     }
     const cValues = parseCs(a.c);
     const co = curveOptions(a);
-    const { stats, warnings } = await traceStats(a.file, cValues ? { cValues } : {});
+    const { stats, warnings } = await traceStats(traceFile(a.file), cValues ? { cValues } : {});
     warnings.forEach(err);
     const title = a.file.replace(/^.*[\\/]/, '');
     const cache = (a.json ? a.cache === true : a.cache !== false) ? cacheReport(await loadCacheTrace(a.file), co) : undefined;
@@ -331,7 +339,7 @@ const compareCommand: CommandModule<object, CompareArgs> = {
         { title: `twin (${r.profile.name})`, stats: r.twin },
       ];
     } else if (a.other && !a.profile) {
-      const [x, y] = await Promise.all([traceStats(a.file, c), traceStats(a.other, c)]);
+      const [x, y] = await Promise.all([traceStats(traceFile(a.file), c), traceStats(traceFile(a.other), c)]);
       cols = [
         { title: name(a.file), stats: x.stats },
         { title: name(a.other), stats: y.stats },

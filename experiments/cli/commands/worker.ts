@@ -6,13 +6,13 @@
 import type { CommandModule } from 'yargs';
 import { jobsOf } from './core.ts';
 
-export const workerCommand: CommandModule<object, { queue: string; jobs?: number }> = {
+export const workerCommand: CommandModule<object, { queue: string; jobs?: string }> = {
   command: 'worker',
   describe: 'join a Redis queue and simulate the runs `moesim experiment --queue` sends (same moesim checkout needed)',
   builder: (y) =>
     y
       .option('queue', { type: 'string', demandOption: true, describe: 'redis://host:port of the queue' })
-      .option('jobs', { type: 'number', describe: 'runs simulated at once, on worker threads (default: the number of cores)' }) as never,
+      .option('jobs', { type: 'string', describe: 'runs simulated at once, on worker threads (default: the number of cores)' }) as never,
   handler: async (args) => {
     const threads = jobsOf(args.jobs);
     const { startWorker } = await import('../../parallel/queue.ts');
