@@ -32,7 +32,10 @@ export type AnyHook = (...args: unknown[]) => unknown;
  * on `p`), and each setting it has copied. Anything else (a policy's own fields) is read from
  * `p` through the prototype, so code that inspects the policy still sees it.
  */
-export function interceptPolicy(p: ServingPolicy, around: (hook: ServingHook, call: AnyHook) => AnyHook): ServingPolicy {
+export function interceptPolicy(
+  p: ServingPolicy,
+  around: (hook: ServingHook, call: AnyHook) => AnyHook,
+): ServingPolicy {
   const out = Object.create(p) as Record<string, unknown>;
   const src = p as unknown as Record<string, unknown>;
   for (const s of SERVING_SETTING_NAMES) if (src[s] !== undefined) out[s] = src[s];

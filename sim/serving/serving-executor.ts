@@ -45,7 +45,13 @@ import type { Residency } from './parts/residency.ts';
 import { LayerRouter } from './parts/routing.ts';
 import { SlotResidency } from './parts/slot-residency.ts';
 import { SplitResidency } from './parts/split-residency.ts';
-import { newCounters, type IterationState, type RequestState, type ServingContext, type ServingCounters } from './parts/state.ts';
+import {
+  newCounters,
+  type IterationState,
+  type RequestState,
+  type ServingContext,
+  type ServingCounters,
+} from './parts/state.ts';
 import { activationBytes, planVram } from './parts/vram-plan.ts';
 
 export type { ServingConfig, ServingCounters, ServingEvent } from './parts/state.ts';
@@ -113,7 +119,12 @@ export class ServingExecutor {
    * object lives only from arrival to finish, so a run of a million requests keeps no million
    * objects alive while it runs. `ServingOutcome.requests` is built from these at the end.
    */
-  private readonly outcome: { admitNs: Float64Array; firstTokenNs: Float64Array; finishNs: Float64Array; emitted: Int32Array };
+  private readonly outcome: {
+    admitNs: Float64Array;
+    firstTokenNs: Float64Array;
+    finishNs: Float64Array;
+    emitted: Int32Array;
+  };
   private iterations = 0;
   private finishedRequests = 0;
   private decidePending = false;
@@ -170,9 +181,13 @@ export class ServingExecutor {
     };
     this.walk = modelWalkOf(model);
     this.kernels = new Kernels(this.ctx, this.moeIndexOfLayer);
-    this.layers = new LayerWalk(this.ctx, this.walk, this.kernels, this.moeIndexOfLayer, this.afterRouter, this.afterLmHead);
+    const moeOf = this.moeIndexOfLayer;
+    this.layers = new LayerWalk(this.ctx, this.walk, this.kernels, moeOf, this.afterRouter, this.afterLmHead);
     this.router = new LayerRouter(this.ctx, this.walk);
-    const ready = { markReady: (piece: number) => this.order.markReady(piece), pump: () => this.order.pump(this.ctx.iter!) };
+    const ready = {
+      markReady: (piece: number) => this.order.markReady(piece),
+      pump: () => this.order.pump(this.ctx.iter!),
+    };
     const segBytes = input.policy.segmentCacheBytes ?? 0;
     this.residency = split
       ? new SplitResidency(this.ctx, this.kernels, ready, plan.slots, segBytes)
@@ -188,7 +203,9 @@ export class ServingExecutor {
     const reserved = (): number => this.residency.reservedFreeBytes() + plan.activationReserveBytes;
     const admitted = (s: RequestState): void => this.admitted(s);
     this.batcher =
-      config.batching === 'continuous' ? new ContinuousBatcher(this.ctx, reserved, admitted) : new StaticBatcher(this.ctx, reserved, admitted);
+      config.batching === 'continuous'
+        ? new ContinuousBatcher(this.ctx, reserved, admitted)
+        : new StaticBatcher(this.ctx, reserved, admitted);
 
     const n = this.src.count;
     this.outcome = {
@@ -265,7 +282,8 @@ export class ServingExecutor {
     const out = this.outcome;
     if (this.finishedRequests < this.src.count) {
       const first = this.src.spec(out.finishNs.findIndex((f) => f < 0)).id;
-      const msg = `${this.src.count - this.finishedRequests} request(s) never finished (first: ${first}); the executor is stuck`;
+      const left = this.src.count - this.finishedRequests;
+      const msg = `${left} request(s) never finished (first: ${first}); the executor is stuck`;
       throw new SimError(msg, this.sim.now, 'serving executor');
     }
     this.residency.finish();
@@ -309,7 +327,8 @@ export class ServingExecutor {
     this.batcher.arrive(s);
     this.sink?.onRequest?.(s.spec.id, 'arrive', this.sim.now);
     if (index + 1 < this.src.count) {
-      this.sim.schedule(this.src.arrivalNs(index + 1), { kind: 'serving.arrival', index: index + 1 }, EventPriority.arrival);
+      const next = { kind: 'serving.arrival', index: index + 1 } as const;
+      this.sim.schedule(this.src.arrivalNs(index + 1), next, EventPriority.arrival);
     }
     if (!this.ctx.iter && !this.decidePending) {
       // Decide after every arrival of this instant has been processed.
@@ -342,7 +361,8 @@ export class ServingExecutor {
       emittedTokens: s.emitted,
     }));
     this.router.reserve(batch.length);
-    const activations = this.res.vram.tryAllocate(activationBytes(this.m, t.totalTokens), 'activations', `iteration ${this.iterations}`);
+    const actBytes = activationBytes(this.m, t.totalTokens);
+    const activations = this.res.vram.tryAllocate(actBytes, 'activations', `iteration ${this.iterations}`);
     if (!activations) {
       throw new SimError(`no VRAM for the activations of ${t.totalTokens} tokens`, this.sim.now, 'serving executor');
     }
@@ -370,7 +390,8 @@ export class ServingExecutor {
       decodeOnly: views.every((v) => v.phase === 'decode'),
     };
     const d = this.driver;
-    this.residency.apply('onIterationStart', d.call('onIterationStart', () => this.policy.onIterationStart?.(this.ctx.view)));
+    const start = d.call('onIterationStart', () => this.policy.onIterationStart?.(this.ctx.view));
+    this.residency.apply('onIterationStart', start);
     this.layers.start(this.ctx.iter, t.startLayer);
   }
 
@@ -406,7 +427,8 @@ export class ServingExecutor {
     if (this.m.sharedExperts > 0) {
       it.computing = true;
       const k = this.kernels;
-      k.submit(k.tokenOpNs('sharedExperts', it.layerTotal), k.layerLabels[it.layer]!.shared, 'sharedExpert', this.afterShared);
+      const label = k.layerLabels[it.layer]!.shared;
+      k.submit(k.tokenOpNs('sharedExperts', it.layerTotal), label, 'sharedExpert', this.afterShared);
     } else {
       this.order.pump(it);
     }
@@ -419,7 +441,9 @@ export class ServingExecutor {
   };
 
   private finishMoeLayer(it: IterationState): void {
-    if (this.policy.onLayerDone) this.residency.apply('onLayerDone', this.driver.onLayerDone(this.ctx.view, it.moeLayer));
+    if (this.policy.onLayerDone) {
+      this.residency.apply('onLayerDone', this.driver.onLayerDone(this.ctx.view, it.moeLayer));
+    }
     this.layers.start(it, it.layer + 1);
   }
 

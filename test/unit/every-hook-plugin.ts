@@ -28,7 +28,9 @@ export default definePolicy({
   name: 'every-hook',
   family: 'serving',
   summary: 'test plugin: implements every serving hook and checks each took effect',
-  params: z.object({ slots: z.number().int().positive().default(64), segmentExperts: z.number().positive().default(6) }).strict(),
+  params: z
+    .object({ slots: z.number().int().positive().default(64), segmentExperts: z.number().positive().default(6) })
+    .strict(),
   bufferSlots: (p) => p.slots,
   create: (p, ctx) => {
     const log = (g.__everyHook = newLog());
@@ -47,12 +49,15 @@ export default definePolicy({
     };
     const segs = (view: ServingView) => view.segments!;
     const resident = (view: ServingView): ExpertKey | undefined => {
-      for (const e of view.buffer.entries()) if (e.state === 'resident' && !e.pinned && e.part !== 'bottom') return e.key;
+      for (const e of view.buffer.entries()) {
+        if (e.state === 'resident' && !e.pinned && e.part !== 'bottom') return e.key;
+      }
       return undefined;
     };
     const prefetched = new Set<ExpertKey>();
     /** Gone from the buffer, or fetched again on demand by the layer that needs it. */
-    const gone = (v: ServingView, key: ExpertKey): boolean => !v.buffer.has(key) || v.buffer.entry(key)!.origin === 'demand';
+    const gone = (v: ServingView, key: ExpertKey): boolean =>
+      !v.buffer.has(key) || v.buffer.entry(key)!.origin === 'demand';
     const bytesPerExpert = ctx.model.derived.bytesPerExpert;
     return {
       name: 'every-hook',
@@ -92,7 +97,8 @@ export default definePolicy({
         const s = segs(view);
         for (let e = 0; e < view.experts; e++) {
           const key = view.keyOf(routing.layer + 1, e);
-          if (view.buffer.has(key) || s.topFraction(key) > 0 || s.topBytes(0.25) > s.capacityBytes - s.usedBytes) continue;
+          const room = s.capacityBytes - s.usedBytes;
+          if (view.buffer.has(key) || s.topFraction(key) > 0 || s.topBytes(0.25) > room) continue;
           expect('onLayerRouted', `top of ${key} loading`, (v) => segs(v).topFraction(key) === 0.25);
           return { loadTops: [{ key, fraction: 0.25 }], topPriority: 3 };
         }

@@ -16,7 +16,14 @@ export interface ExpertCompute {
 }
 
 export class GpuSlotCompute implements ExpertCompute {
-  private readonly work: PieceWork = { key: 0, fraction: 1, label: '', reportKey: 0, resident: false, placement: 'gpu-slot' };
+  private readonly work: PieceWork = {
+    key: 0,
+    fraction: 1,
+    label: '',
+    reportKey: 0,
+    resident: false,
+    placement: 'gpu-slot',
+  };
 
   constructor(
     private readonly ctx: ServingContext,
@@ -34,7 +41,10 @@ export class GpuSlotCompute implements ExpertCompute {
     it.computingKey = piece;
     const tokens = it.tokensPerExpert[w.key % ctx.E]!;
     const k = this.kernels;
-    const ns = w.fraction === 1 ? k.tokenOpNs('expert', tokens) : ctx.cost.estimate({ kind: 'expert', tokens, fraction: w.fraction }).ns;
+    const ns =
+      w.fraction === 1
+        ? k.tokenOpNs('expert', tokens)
+        : ctx.cost.estimate({ kind: 'expert', tokens, fraction: w.fraction }).ns;
     k.submit(ns, k.countLabel(w.label, tokens), 'expert', this.onDone);
   }
 }

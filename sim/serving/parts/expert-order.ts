@@ -47,7 +47,8 @@ abstract class OrderBase {
     if (it.blockedSinceNs >= 0) {
       const now = this.ctx.sim.now;
       this.ctx.counters.blockedNs += now - it.blockedSinceNs;
-      this.ctx.sink?.onBlocked?.({ stream: 'gpu.compute', reason: 'expert fetch', startNs: it.blockedSinceNs as Ns, endNs: now });
+      const startNs = it.blockedSinceNs as Ns;
+      this.ctx.sink?.onBlocked?.({ stream: 'gpu.compute', reason: 'expert fetch', startNs, endNs: now });
       it.blockedSinceNs = -1;
     }
   }
@@ -63,7 +64,13 @@ export class ReadyFirstOrder extends OrderBase implements ExpertOrder {
   private readonly ready: number[] = [];
   private trailingPaid = false;
 
-  constructor(ctx: ServingContext, kernels: Kernels, compute: ExpertCompute, finishLayer: (it: IterationState) => void, private readonly payIdle: boolean) {
+  constructor(
+    ctx: ServingContext,
+    kernels: Kernels,
+    compute: ExpertCompute,
+    finishLayer: (it: IterationState) => void,
+    private readonly payIdle: boolean,
+  ) {
     super(ctx, kernels, compute, finishLayer);
   }
 
@@ -110,7 +117,13 @@ export class IndexOrder extends OrderBase implements ExpertOrder {
   private trailingPaid = false;
   private readonly readyMask: Uint8Array;
 
-  constructor(ctx: ServingContext, kernels: Kernels, compute: ExpertCompute, finishLayer: (it: IterationState) => void, private readonly loopAll: boolean) {
+  constructor(
+    ctx: ServingContext,
+    kernels: Kernels,
+    compute: ExpertCompute,
+    finishLayer: (it: IterationState) => void,
+    private readonly loopAll: boolean,
+  ) {
     super(ctx, kernels, compute, finishLayer);
     this.readyMask = new Uint8Array(ctx.E);
   }

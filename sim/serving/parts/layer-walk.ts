@@ -16,7 +16,10 @@ import type { IterationState, ServingContext } from './state.ts';
 
 export class LayerWalk {
   private readonly chainParts: KernelPart[] = [];
-  /** The chain's part objects, by position, reused (the GPU reads them until the chain completes, and the next chain starts after). */
+  /**
+   * The chain's part objects, by position, reused (the GPU reads them until the chain completes,
+   * and the next chain starts after).
+   */
   private readonly partPool: { durationNs: Ns; label: string; category: string }[] = [];
 
   constructor(

@@ -6,7 +6,12 @@
 import type { ExpertPredictor } from '../../workload.ts';
 import type { IterationState } from './state.ts';
 
-export function predictBatch(p: ExpertPredictor | undefined, it: IterationState | null, experts: number, layer: number): readonly number[] {
+export function predictBatch(
+  p: ExpertPredictor | undefined,
+  it: IterationState | null,
+  experts: number,
+  layer: number,
+): readonly number[] {
   if (!p || !it) return [];
   if (it.batch.length === 1) {
     const s = it.batch[0]!;

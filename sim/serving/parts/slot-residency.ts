@@ -93,7 +93,9 @@ export class SlotResidency implements Residency {
       // Loading (a prefetch): it jumps the queue, unless the policy opts out (`queueJump: false`).
       e.pinned = true;
       if (e.prefetchUnused) this.markPrefetchUsed(e);
-      if (e.transfer && this.ctx.driver.policy.queueJump !== false) this.ctx.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+      if (e.transfer && this.ctx.driver.policy.queueJump !== false) {
+        this.ctx.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+      }
       return;
     }
     if (this.acquireSlot(key, 'demand')) this.fetch(key, 'demand', DEMAND_PRIORITY, true);
@@ -110,7 +112,13 @@ export class SlotResidency implements Residency {
     this.submitFetch(e, origin, priority, pinned, this.kernels.expertLabel(key));
   }
 
-  protected submitFetch(e: BufferEntry, origin: 'demand' | 'prefetch', priority: number, pinned: boolean, label: string): void {
+  protected submitFetch(
+    e: BufferEntry,
+    origin: 'demand' | 'prefetch',
+    priority: number,
+    pinned: boolean,
+    label: string,
+  ): void {
     e.pinned = pinned;
     if (origin === 'demand') this.ctx.counters.demandFetches++;
     else this.ctx.counters.prefetchesIssued++;
@@ -190,7 +198,8 @@ export class SlotResidency implements Residency {
     for (const e of this.buffer.entries()) {
       if (e.state !== 'loading' || e.pinned || !e.transfer) continue;
       const v = victim?.transfer;
-      if (!v || e.transfer.priority > v.priority || (e.transfer.priority === v.priority && e.transfer.seq > v.seq)) victim = e;
+      const t = e.transfer;
+      if (!v || t.priority > v.priority || (t.priority === v.priority && t.seq > v.seq)) victim = e;
     }
     if (!victim) return false;
     this.cancelPrefetch(victim.key);

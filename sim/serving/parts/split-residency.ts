@@ -22,7 +22,13 @@ export class SplitResidency extends SlotResidency {
   private readonly piecesLeft: Int8Array;
   private readonly fetchScratch: ExpertKey[] = [];
 
-  constructor(ctx: ServingContext, kernels: Kernels, ready: ReadyListener, slots: number, private readonly capBytes: number) {
+  constructor(
+    ctx: ServingContext,
+    kernels: Kernels,
+    ready: ReadyListener,
+    slots: number,
+    private readonly capBytes: number,
+  ) {
     super(ctx, kernels, ready, slots);
     this.span = ctx.model.moeLayers * ctx.E;
     this.tops = new TopSegmentCache(capBytes, this.bytesPerExpert, this.span, ctx.res.vram, ctx.sim, ctx.sink);
@@ -102,7 +108,9 @@ export class SplitResidency extends SlotResidency {
         if (e.state === 'resident') this.ready.markReady(key);
         else {
           allResident = false;
-          if (e.transfer && this.ctx.driver.policy.queueJump !== false) this.ctx.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+          if (e.transfer && this.ctx.driver.policy.queueJump !== false) {
+            this.ctx.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+          }
         }
       } else {
         allResident = false;
@@ -198,7 +206,8 @@ export class SplitResidency extends SlotResidency {
     if (!(f > 0 && f <= 1)) throw d.error(`keepTop ${f} outside (0, 1]`, 'afterUse');
     const bytes = this.tops.topBytes(f);
     if (bytes > this.tops.freeBytes) {
-      throw d.error(`keepTop of ${key} needs ${bytes} B, the segment cache has ${this.tops.freeBytes} B free`, 'afterUse');
+      const free = this.tops.freeBytes;
+      throw d.error(`keepTop of ${key} needs ${bytes} B, the segment cache has ${free} B free`, 'afterUse');
     }
     // The top's bytes are already on the GPU (they were part of the whole expert): no transfer.
     if (bytes > 0) this.tops.add(key, f, true);
@@ -224,7 +233,9 @@ export class SplitResidency extends SlotResidency {
   /** Loads a top segment of `fraction` for `key` over the link (reshaping); see `PolicyDecision.loadTops`. */
   private loadTop(key: ExpertKey, fraction: number, priority: number): void {
     const tops = this.tops;
-    if (!(fraction > 0 && fraction <= 1)) throw this.ctx.driver.error(`top fraction ${fraction} outside (0, 1]`, 'loadTops');
+    if (!(fraction > 0 && fraction <= 1)) {
+      throw this.ctx.driver.error(`top fraction ${fraction} outside (0, 1]`, 'loadTops');
+    }
     const cur = tops.entry(key);
     if (cur) {
       if (cur.fraction === fraction) return;
@@ -241,7 +252,8 @@ export class SplitResidency extends SlotResidency {
     this.ctx.counters.topLoadBytes += bytes;
     const label = this.kernels.segmentLabel(key, true);
     const tag = key + this.span;
-    t.transfer = this.ctx.res.h2d.submit({ bytes, priority, label, category: 'expert-reshape', onDone: this.onFetchDone, tag });
+    const category = 'expert-reshape';
+    t.transfer = this.ctx.res.h2d.submit({ bytes, priority, label, category, onDone: this.onFetchDone, tag });
   }
 
   protected override applyDrops(hook: ServingHook, d: PolicyDecision): void {

@@ -22,7 +22,13 @@ export interface VramPlan {
 }
 
 /** Sizes VRAM for `src`'s requests; `segmentBytes` is a split-expert segment cache (0: none). */
-export function planVram(model: ModelProfile, hardware: HardwareProfile, config: ServingConfig, src: RequestSource, segmentBytes: number): VramPlan {
+export function planVram(
+  model: ModelProfile,
+  hardware: HardwareProfile,
+  config: ServingConfig,
+  src: RequestSource,
+  segmentBytes: number,
+): VramPlan {
   const d = model.derived;
   let maxPrompt = 1;
   let maxKv = 0;
@@ -41,7 +47,8 @@ export function planVram(model: ModelProfile, hardware: HardwareProfile, config:
     vramBytes = d.nonExpertBytes + allExperts * d.bytesPerExpert + act + config.maxBatchSize * maxKv;
   } else if (config.bufferSlots === 'auto') {
     const kvReserve = config.maxBatchSize * maxKv;
-    slots = Math.min(allExperts, Math.floor((vramBytes - d.nonExpertBytes - act - kvReserve - segmentBytes) / d.bytesPerExpert));
+    const free = vramBytes - d.nonExpertBytes - act - kvReserve - segmentBytes;
+    slots = Math.min(allExperts, Math.floor(free / d.bytesPerExpert));
     if (!(slots >= 1)) {
       throw new UserError(
         `${model.id} does not fit ${hardware.id}: ${vramBytes} B of VRAM cannot hold dense weights ` +
@@ -59,7 +66,8 @@ export function planVram(model: ModelProfile, hardware: HardwareProfile, config:
       const seg = segmentBytes > 0 ? ` and a ${segmentBytes} B segment cache` : '';
       throw new UserError(
         `${slots} expert slots${seg} do not fit ${hardware.id}: dense ${d.nonExpertBytes} B + experts ` +
-          `${slots * d.bytesPerExpert} B + activations ${act} B + one request's KV ${maxKv} B = ${need} B > VRAM ${vramBytes} B`,
+          `${slots * d.bytesPerExpert} B + activations ${act} B + one request's KV ${maxKv} B = ` +
+          `${need} B > VRAM ${vramBytes} B`,
         undefined,
         'executor.bufferSlots',
         slots,
