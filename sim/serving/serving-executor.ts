@@ -18,6 +18,7 @@
  * - where a piece of expert work is computed: `ExpertCompute` — compute.ts
  * - the runtime's expert order: `ExpertOrder` (ready-first, index order) — expert-order.ts
  * - VRAM sizing — vram-plan.ts; the batch predictor policies ask — predictor.ts
+ * - which implementation of each part a run uses — assemble.ts
  *
  * Simplifications: prefill is not chunked (a prompt is processed in one iteration); KV is
  * reserved for the full output at admission (no preemption: admission waits instead);
@@ -34,17 +35,15 @@ import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardwa
 import { arraySource, type RequestSource, type Workload } from '../workload.ts';
 import { PolicyDriver } from './policy-driver.ts';
 import type { ModelShapeView, RequestView, ServingPolicy, ServingView } from './policy.ts';
-import { ContinuousBatcher, StaticBatcher, type Batcher } from './parts/batcher.ts';
-import { GpuSlotCompute } from './parts/compute.ts';
-import { IndexOrder, ReadyFirstOrder, type ExpertOrder } from './parts/expert-order.ts';
-import { Kernels } from './parts/kernels.ts';
-import { LayerWalk } from './parts/layer-walk.ts';
-import { modelWalkOf, type ModelWalk } from './parts/model-walk.ts';
+import { assembleParts } from './parts/assemble.ts';
+import type { Batcher } from './parts/batcher.ts';
+import type { ExpertOrder } from './parts/expert-order.ts';
+import type { Kernels } from './parts/kernels.ts';
+import type { LayerWalk } from './parts/layer-walk.ts';
+import type { ModelWalk } from './parts/model-walk.ts';
 import { predictBatch } from './parts/predictor.ts';
 import type { Residency } from './parts/residency.ts';
-import { LayerRouter } from './parts/routing.ts';
-import { SlotResidency } from './parts/slot-residency.ts';
-import { SplitResidency } from './parts/split-residency.ts';
+import type { LayerRouter } from './parts/routing.ts';
 import {
   newCounters,
   type IterationState,
@@ -144,7 +143,6 @@ export class ServingExecutor {
     // Requests are streamed from the workload's source (a spec object exists only while its
     // request is in flight); a workload given as an array alone is read through it.
     this.src = workload.source ?? arraySource(workload.requests);
-    const split = input.policy.segmentCacheBytes !== undefined;
     const plan = planVram(model, hardware, config, this.src, input.policy.segmentCacheBytes ?? 0);
     this.slots = plan.slots;
     this.res = createResources(hardware, this.sim, this.sink, {
@@ -179,34 +177,19 @@ export class ServingExecutor {
       iter: null,
       workloadDone: () => this.finishedRequests === this.src.count,
     };
-    this.walk = modelWalkOf(model);
-    this.kernels = new Kernels(this.ctx, this.moeIndexOfLayer);
-    const moeOf = this.moeIndexOfLayer;
-    this.layers = new LayerWalk(this.ctx, this.walk, this.kernels, moeOf, this.afterRouter, this.afterLmHead);
-    this.router = new LayerRouter(this.ctx, this.walk);
-    const ready = {
-      markReady: (piece: number) => this.order.markReady(piece),
-      pump: () => this.order.pump(this.ctx.iter!),
-    };
-    const segBytes = input.policy.segmentCacheBytes ?? 0;
-    this.residency = split
-      ? new SplitResidency(this.ctx, this.kernels, ready, plan.slots, segBytes)
-      : new SlotResidency(this.ctx, this.kernels, ready, plan.slots);
-    const compute = new GpuSlotCompute(this.ctx, this.kernels, this.residency, this.afterExpertKernel);
-    const readyFirst = split || input.policy.computeOrder === 'ready-first';
-    const loopAll = input.runtime?.expertLoop === 'all';
-    const finish = (it: IterationState): void => this.finishMoeLayer(it);
-    this.order =
-      input.runtime?.expertOrder === 'index' && !readyFirst
-        ? new IndexOrder(this.ctx, this.kernels, compute, finish, loopAll)
-        : new ReadyFirstOrder(this.ctx, this.kernels, compute, finish, loopAll && readyFirst);
-    const reserved = (): number => this.residency.reservedFreeBytes() + plan.activationReserveBytes;
-    const admitted = (s: RequestState): void => this.admitted(s);
-    this.batcher =
-      config.batching === 'continuous'
-        ? new ContinuousBatcher(this.ctx, reserved, admitted)
-        : new StaticBatcher(this.ctx, reserved, admitted);
-
+    const parts = assembleParts(
+      this.ctx,
+      { policy: input.policy, runtime: input.runtime, moeIndexOfLayer: this.moeIndexOfLayer, ...plan },
+      {
+        afterRouter: this.afterRouter,
+        afterLmHead: this.afterLmHead,
+        afterExpert: this.afterExpertKernel,
+        finishLayer: (it) => this.finishMoeLayer(it),
+        admitted: (s) => this.admitted(s),
+      },
+    );
+    ({ walk: this.walk, kernels: this.kernels, layers: this.layers, router: this.router } = parts);
+    ({ residency: this.residency, order: this.order, batcher: this.batcher } = parts);
     const n = this.src.count;
     this.outcome = {
       admitNs: new Float64Array(n).fill(-1),
@@ -215,6 +198,10 @@ export class ServingExecutor {
       emitted: new Int32Array(n),
     };
     this.ctx.view = this.buildView(shape);
+    this.setHandlers();
+  }
+
+  private setHandlers(): void {
     this.sim.setHandlers({
       ...resourceHandlers(this.res),
       'serving.arrival': (e) => this.onArrival(e.index),
