@@ -34,13 +34,13 @@
  * `sim/lens/baselines.ts`); their iterations are closed forms only.
  */
 import { z } from 'zod';
-import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
-import { lensPhaseTotals, totals } from './totals.ts';
-import type { PlanContext, RunContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import { defaultPassConfig, type PlanResult } from '../../sim/throughput/types.ts';
+import type { Execution, ExecutionContext, ExecutionReport, IterationRun } from '../../sim/throughput/iteration.ts';
+import { lensPhaseTotals } from './totals.ts';
+import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
+import { defaultPassConfig, type PlanResult, type RunPlan } from '../../sim/throughput/types.ts';
 import { hostKvBytesPerSeq, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
 import { prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
-import { runLens } from '../../sim/lens/executor.ts';
+import { lensExecution, type LensRunResult, type LensSettings } from './execution.ts';
 import { defineThroughputPolicy } from '../throughput/define.ts';
 
 const Params = z
@@ -116,30 +116,35 @@ function lensPolicy(p: Params): ThroughputPolicy {
   };
   return {
     name,
-    plan,
-    run: (ctx: RunContext): ThroughputOutcome => {
-      const { model, hardware: hw, cost } = ctx;
-      const mm = modelModules(model);
-      const weights = model.derived.totalBytes;
-      const kvBytes = kvBytesOf(ctx);
-      const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
-      const P = ctx.workload.promptTokens;
-      const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
-      const base = {
-        policy: name, requests: reqs.length, promptTokens: P, outputTokensMax: ctx.workload.outputTokens,
-        hostBatches: 0, prefill: totals(), decode: totals(), endNs: 0, simulatedPasses: 0, memoHits: 0, events: 0,
-        peaks: { vram: {}, host: {} }, checks: {}, routing: 'fallback' as const, hardware: hw,
-      };
+    plan: (ctx: PlanContext): PlanResult => {
       const planned = plan(ctx);
-      if (!planned.feasible) return { ...base, feasible: false, infeasibleReason: planned.reason };
-      const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
-      const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
-      const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
-      const r = runLens({
-        model, hardware: hw, cost, requests: reqs,
-        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}), ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}), ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}), ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
-        ...(ctx.sink ? { sink: ctx.sink } : {}),
-      });
+      return planned.feasible ? { feasible: true, plan: { ...planned.plan, execution: (x) => execution(x, planned.plan) } } : planned;
+    },
+  };
+
+  function execution(ctx: ExecutionContext, planned: RunPlan): Execution {
+    const { model, hardware: hw, cost } = ctx;
+    const mm = modelModules(model);
+    const weights = model.derived.totalBytes;
+    const kvBytes = kvBytesOf(ctx);
+    const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
+    const P = ctx.workload.promptTokens;
+    const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
+    const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
+    const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
+    const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
+    const settings: LensSettings = {
+      kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every,
+      ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}),
+      ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}),
+      ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}),
+      ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}),
+      ...(p.nReal !== undefined ? { nReal: p.nReal } : {}),
+      ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}),
+    };
+    const e = lensExecution({ model, hardware: hw, cost, requests: reqs, settings, ...(ctx.sink ? { sink: ctx.sink } : {}) });
+    const report = (run: IterationRun): ExecutionReport => {
+      const r = e.result(run);
       const cores = p.cpuCores ?? hw.cpu.cores;
       const { prefill, decode } = lensPhaseTotals(r, cores);
       if (r.eventStats && r.eventStats.d2hBytes > 0) {
@@ -148,70 +153,70 @@ function lensPolicy(p: Params): ThroughputPolicy {
       }
       const a = r.analytic;
       const analytic: Record<string, number | string> = {};
-      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : v;
+      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
       analytic.simulatedTokPerS = r6(r.throughputTokPerS);
       analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
       analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
       const kvTok = model.derived.kvBytesPerToken * p.pageTokens;
+      const notes = [
+        `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
+        r.pipeline === 'events'
+          ? `event-level VSLPipe iteration (sim/throughput/pipelines/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
+          : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
+        `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
+      ];
       return {
-        ...base,
-        feasible: true,
-        plan: { ...planned.plan, notes: [
-          `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
-          r.pipeline === 'events'
-            ? `event-level VSLPipe iteration (sim/lens/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
-            : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
-          `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
-        ] },
+        plan: { ...planned, notes },
         hostBatches: 1,
         prefill,
         decode,
-        endNs: r.endNs,
         simulatedPasses: r.iterations,
+        memoHits: 0,
         events: r.iterations,
         peaks: {
           vram: { weights: 2 * maxLayer, total: vramFixed, capacity: hw.gpu.vramBytes },
           host: { weights, kvPages: r.peakPages * kvTok, total: weights + r.peakPages * kvTok, capacity: hw.hostDramBytes },
         },
         analytic,
-        schedule: {
-          iterations: r.iterations,
-          nReal: r.nReal,
-          pages: r.pages,
-          pageTokens: p.pageTokens,
-          peakPages: r.peakPages,
-          meanPageOccupancy: r6(r.meanOccupancy),
-          preemptions: r.preemptions,
-          recomputedTokens: r.recomputedTokens,
-          dramBoundStages: r.dramBoundStages,
-          // Event mode only (closed-form results keep their fields unchanged).
-          ...(r.eventStats
-            ? {
-                pipeline: r.pipeline,
-                kernelEvents: r.eventStats.events,
-                /** Σ over weight packets of (duration − duration alone on the link), s. */
-                dmaDramSlowedS: r6(r.eventStats.weightSlowedNs / 1e9),
-                /** Time host-DRAM demand exceeded capacity, s. */
-                dramContendedS: r6(r.eventStats.dramContendedNs / 1e9),
-                activationTransfers: r.eventStats.activationTransfers,
-                /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
-                activationQueueS: r6(r.eventStats.activationQueueNs / 1e9),
-                activationQueueMeanUs: r6(r.eventStats.activationTransfers > 0 ? r.eventStats.activationQueueNs / r.eventStats.activationTransfers / 1e3 : 0),
-                activationQueueMaxUs: r6(r.eventStats.activationMaxQueueNs / 1e3),
-                ...(r.eventStats.d2hBytes > 0
-                  ? {
-                      /** D2H leg (qkvD2H): Σ of the copies' submit-to-landing time, and the time CPU attention waited for them, s. */
-                      d2hCopyS: r6(r.eventStats.d2hLatencyNs / 1e9),
-                      cpuWaitD2hS: r6(r.eventStats.cpuWaitD2hNs / 1e9),
-                    }
-                  : {}),
-              }
-            : {}),
-          /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
-          timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
-        },
+        schedule: scheduleOf(r, p.pageTokens),
+        routing: 'fallback',
       };
-    },
+    };
+    return { ...e, report };
+  }
+}
+
+/** `metrics.schedule` of a MoE-Lens run (event-mode fields only in event mode). */
+function scheduleOf(r: LensRunResult, pageTokens: number): Record<string, unknown> {
+  const ev = r.eventStats;
+  return {
+    iterations: r.iterations,
+    nReal: r.nReal,
+    pages: r.pages,
+    pageTokens,
+    peakPages: r.peakPages,
+    meanPageOccupancy: r6(r.meanOccupancy),
+    preemptions: r.preemptions,
+    recomputedTokens: r.recomputedTokens,
+    dramBoundStages: r.dramBoundStages,
+    ...(ev
+      ? {
+          pipeline: r.pipeline,
+          kernelEvents: ev.events,
+          /** Σ over weight packets of (duration − duration alone on the link), s. */
+          dmaDramSlowedS: r6(ev.weightSlowedNs / 1e9),
+          /** Time host-DRAM demand exceeded capacity, s. */
+          dramContendedS: r6(ev.dramContendedNs / 1e9),
+          activationTransfers: ev.activationTransfers,
+          /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
+          activationQueueS: r6(ev.activationQueueNs / 1e9),
+          activationQueueMeanUs: r6(ev.activationTransfers > 0 ? ev.activationQueueNs / ev.activationTransfers / 1e3 : 0),
+          activationQueueMaxUs: r6(ev.activationMaxQueueNs / 1e3),
+          ...(ev.d2hBytes > 0 ? { d2hCopyS: r6(ev.d2hLatencyNs / 1e9), cpuWaitD2hS: r6(ev.cpuWaitD2hNs / 1e9) } : {}),
+        }
+      : {}),
+    /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
+    timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
   };
 }
 

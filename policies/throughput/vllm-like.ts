@@ -24,14 +24,27 @@ import type { PassConfig, PlanResult } from '../../sim/throughput/types.ts';
 import { gb, phasePlan, workloadCap } from './common.ts';
 import { deepspeedConfig } from './deepspeed-like.ts';
 import { defineThroughputPolicy } from './define.ts';
+import { lensOnly, lensOnlyCheck } from './setup.ts';
+import { LensVllmParams, lensVllmPlan } from './vllm-lens.ts';
+
+/** Parameters both setups read. */
+const SHARED = ['maxNumSeqs', 'maxNumBatchedTokens', 'gpuMemoryUtilization'];
 
 const Params = z
   .object({
     maxNumSeqs: z.number().int().positive().default(256),
     maxNumBatchedTokens: z.number().int().positive().default(8192),
     gpuMemoryUtilization: z.number().positive().max(1).default(0.9),
+    /**
+     * Whose baseline: `moe-gen` (default; MoE-Gen's comparison on the host-batch loop) or `moe-lens`
+     * (the MoE-Lens paper's: vLLM's scheduler over paged GPU KV, serial-offload pipeline;
+     * `vllm-lens.ts`, whose parameters follow).
+     */
+    setup: z.enum(['moe-gen', 'moe-lens']).default('moe-gen'),
+    ...lensOnly(LensVllmParams.shape, SHARED),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => lensOnlyCheck(p, LensVllmParams.shape, SHARED, ctx));
 
 /** DeepSpeed-like model-based passes, but one layer buffer and no weight prefetch: weights are read over PCIe each pass without overlap. */
 function config(layers: number, B: number): PassConfig {
@@ -68,5 +81,12 @@ export const vllmLike = defineThroughputPolicy({
   name: 'vllm-like',
   summary: 'continuous batching (as waves), weights offloaded and read over PCIe every pass, paged KV on the GPU (small batches)',
   params: Params,
-  createThroughput: (p): ThroughputPolicy => ({ name: 'vllm-like', plan: (ctx) => plan(ctx, p) }),
+  createThroughput: (p): ThroughputPolicy => {
+    if (p.setup === 'moe-lens') {
+      const { setup: _s, ...rest } = p;
+      const lp = LensVllmParams.parse(rest);
+      return { name: 'vllm-like', plan: (ctx) => lensVllmPlan(ctx, lp) };
+    }
+    return { name: 'vllm-like', plan: (ctx) => plan(ctx, p) };
+  },
 });
