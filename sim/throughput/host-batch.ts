@@ -80,7 +80,8 @@ export class HostBatchScheduler implements IterationScheduler {
         for (let off = 0; off < size; off += Bp) {
           const seqs = Math.min(Bp, size - off);
           const shape: PassShape = { phase: 'prefill', seqs, newTokens: P, pastTokens: 0, hostSeqs: N, reserveTokens: reserve };
-          its.push({ ...NO_WORK, pass: { shape, plan: plan.prefill, hostKvBytes: this.hostKv(plan.prefill.config, size, P) } });
+          const firstTokens = ids.slice(off, off + seqs);
+          its.push({ ...NO_WORK, firstTokens, pass: { shape, plan: plan.prefill, hostKvBytes: this.hostKv(plan.prefill.config, size, P) } });
         }
       }
       if (w.phases.decode) {
@@ -95,8 +96,12 @@ export class HostBatchScheduler implements IterationScheduler {
         }
       }
       if (its.length === 0) its.push(NO_WORK);
+      // Milestones: the group is admitted with its first pass; without prefill passes its first
+      // tokens come from its first pass (the prompts' KV taken as in place); it finishes with its last.
+      its[0] = { ...its[0]!, admitted: ids, ...(w.phases.prefill ? {} : { firstTokens: ids }) };
       const last = its.length - 1;
-      for (let i = 0; i < its.length; i++) yield i === last ? { ...its[i]!, finished: ids } : its[i]!;
+      its[last] = { ...its[last]!, finished: ids };
+      yield* its;
     }
   }
 }

@@ -45,8 +45,15 @@ export interface Iteration {
   readonly preempted: readonly SeqView[];
   /** Σ KV tokens attended by the decode tokens. */
   readonly decodeContextTokens: number;
-  /** Sequences whose last token this iteration generates (request ids for the sink). */
+  /** Sequences whose last token this iteration generates (request indices, for the sink). */
   readonly finished: readonly number[];
+  /**
+   * Sequences admitted at the start of this iteration and those whose first token it emits, when
+   * not the prefill items (uniform passes of the host-batch loop). Default: the prefill items not
+   * recomputed after a preemption.
+   */
+  readonly admitted?: readonly number[];
+  readonly firstTokens?: readonly number[];
   /** KV tokens copied GPU → host (swap-out) and host → GPU (swap-in) before the step. */
   readonly swapOutTokens?: number;
   readonly swapInTokens?: number;
@@ -123,8 +130,9 @@ export interface IterationRun {
 
 /**
  * The family's loop: scheduler → pipeline → time, until the scheduler is done. Request milestones
- * go to `sink`: admit at the start and first token at the end of a sequence's first prefill
- * (ids through `requestId`), finish at the end of its last iteration.
+ * go to `sink` (ids through `requestId`): admit at the start and first token at the end of a
+ * sequence's first prefill (or as the iteration lists them), finish at the end of its last
+ * iteration. Arrivals are the executor's (offline: every request at 0).
  */
 export function runIterations(x: IterationLoop, sink?: TraceSink, requestId: (seq: number) => number = (s) => s): IterationRun {
   let now = 0 as Ns;
@@ -139,10 +147,15 @@ export function runIterations(x: IterationLoop, sink?: TraceSink, requestId: (se
     iterations++;
     x.afterIteration?.(it, start, now);
     if (onRequest) {
-      for (const p of it.prefill) {
-        if (p.recomputed > 0) continue;
-        onRequest(requestId(p.seq.id), 'admit', start);
-        onRequest(requestId(p.seq.id), 'firstToken', now);
+      if (it.admitted || it.firstTokens) {
+        for (const id of it.admitted ?? []) onRequest(requestId(id), 'admit', start);
+        for (const id of it.firstTokens ?? []) onRequest(requestId(id), 'firstToken', now);
+      } else {
+        for (const p of it.prefill) {
+          if (p.recomputed > 0) continue;
+          onRequest(requestId(p.seq.id), 'admit', start);
+          onRequest(requestId(p.seq.id), 'firstToken', now);
+        }
       }
       for (const id of it.finished) onRequest(requestId(id), 'finish', now);
     }

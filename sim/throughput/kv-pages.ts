@@ -18,9 +18,12 @@ export class KvPages {
   /** Pages held by each sequence id (0: none). */
   private held = new Int32Array(64);
   /** Allocations of each sequence (one per growth). */
-  private readonly allocs: (Allocation[] | undefined)[] = [];
+  private readonly bySeq: (Allocation[] | undefined)[] = [];
   private used = 0;
   peakUsed = 0;
+  /** Pages allocated and freed over the run (equal at the end of a complete run). */
+  allocs = 0;
+  frees = 0;
 
   constructor(
     readonly pages: number,
@@ -54,10 +57,10 @@ export class KvPages {
   }
 
   /** Grows `seq` to hold `tokens` tokens; throws (`CapacityError`) when the pages are not free. */
-  grow(seq: number, tokens: number, nowNs: number): void {
+  grow(seq: number, tokens: number, nowNs = 0): void {
     if (!(Number.isInteger(seq) && seq >= 0)) throw new RangeError(`KvPages: sequence id ${seq} is not a non-negative integer`);
     const extra = this.extraFor(seq, tokens);
-    if (!this.allocs[seq]) this.allocs[seq] = [];
+    if (!this.bySeq[seq]) this.bySeq[seq] = [];
     if (extra === 0) return;
     if (seq >= this.held.length) {
       let n = this.held.length;
@@ -67,22 +70,24 @@ export class KvPages {
       this.held = a;
     }
     this.clock.now = nowNs as Ns;
-    this.allocs[seq]!.push(this.pool.allocate(extra * this.pageBytes, 'kvCache', 'kv pages'));
+    this.bySeq[seq]!.push(this.pool.allocate(extra * this.pageBytes, 'kvCache', 'kv pages'));
     this.held[seq] = this.held[seq]! + extra;
     this.used += extra;
+    this.allocs += extra;
     if (this.used > this.peakUsed) this.peakUsed = this.used;
   }
 
   /** Frees every page of `seq`; throws if it holds none (freed twice or never grown). */
-  free(seq: number, nowNs: number): number {
-    const list = this.allocs[seq];
+  free(seq: number, nowNs = 0): number {
+    const list = this.bySeq[seq];
     if (!list) throw new InvariantError(`KvPages: free of sequence ${seq} that holds no pages (double free?)`, nowNs as Ns, this.pool.name);
     this.clock.now = nowNs as Ns;
     for (const a of list) this.pool.free(a);
-    this.allocs[seq] = undefined;
+    this.bySeq[seq] = undefined;
     const n = this.heldBy(seq);
     if (n > 0) this.held[seq] = 0;
     this.used -= n;
+    this.frees += n;
     return n;
   }
 }

@@ -19,6 +19,7 @@ import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/type
 import type { CostModel } from '../cost/types.ts';
 import { PolicyError, SimError } from '../kernel/errors.ts';
 import type { Rng } from '../kernel/rng.ts';
+import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { AggregateRouter, Workload } from '../workload.ts';
 import { hostBatchExecution } from './host-batch.ts';
@@ -130,6 +131,8 @@ export class ThroughputExecutor {
     const plan = result.plan;
     this.checkPlan(plan, summary);
     const exec: Execution = plan.execution ? this.guard('plan', () => plan.execution!(ctx)) : hostBatchExecution(ctx, plan, cfg);
+    // Offline batch: every request is present at the start.
+    if (this.x.sink?.onRequest) for (const r of reqs) this.x.sink.onRequest(r.id, 'arrive', 0 as Ns);
     const run = runIterations(exec, this.x.sink, (i) => reqs[i]!.id);
     const r = exec.report(run);
     const { requests, plan: asRun, checks, ...rest } = r;
