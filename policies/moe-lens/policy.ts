@@ -3,35 +3,32 @@
  * MoE LLM Serving Under Resource Constraints", arXiv 2504.09345; DESIGN §8 "MoE-Lens").
  *
  * Reproduces: all weights in host DRAM, streamed every iteration through a 2-layer GPU buffer
- * (2W/L); KV cache paged in host DRAM (N pages of b slots, `sim/lens/page-pool.ts`); decode
- * attention on the CPU, prefill attention on the GPU (§6.4); a resource-aware scheduler
- * (decode first, then whole prompts up to n_real; preemption of the newest decoding sequences
- * when the next decode step lacks pages, re-prefill ahead of new prompts; `sim/lens/scheduler.ts`);
- * a pipeline profiler for n_real (line fit of GPU time vs tokens against one layer's transfer
- * time, from the cost model); VSLPipe with two token groups α/β; the analytic model (Eqs. 2–14)
- * computed beside every run and reported as `metrics.analytic.*` with the simulated throughput
- * and their ratio. It owns its schedule (`ThroughputPolicy.run`): iterations are simulated one
- * by one, not memoised.
+ * (2W/L); KV cache paged in host DRAM (N pages of b slots, `KvPages` on a MemoryPool); decode
+ * attention on the CPU, prefill attention on the GPU (§6.4); a resource-aware scheduler (decode
+ * first, then whole prompts up to n_real; preemption of the newest decoding sequences when the next
+ * decode step lacks pages, re-prefill ahead of new prompts; `scheduler.ts`); a pipeline profiler
+ * for n_real; VSLPipe with two token groups α/β; the analytic model (Eqs. 2–14) computed beside
+ * every run and reported as `metrics.analytic.*` with the simulated throughput and their ratio.
+ * Its plan's execution (`execution.ts`) is its scheduler over the VSLPipe pipeline
+ * (`sim/throughput/pipelines/vslpipe.ts`), run by the family's loop; every iteration simulated.
  *
- * SIMPLIFICATIONS (see `sim/lens/executor.ts` header): the VSLPipe iteration is a closed-form
- * pipeline over cost-model durations (per layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the
- * next layer's weight transfer), not the task-DAG pass of `sim/throughput/pass-dag.ts`; host-DRAM
- * contention is a closed form of the two-flow proportional share per stage (`sharedStage`), not
- * the event-level fluid share; routing is even (expected counts; every
- * expert's weights are streamed anyway); no KV write-back cost; whole-prompt prefill (no
- * chunking); the data mover's 100 MB packets are assumed to keep activation copies unstarved
- * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:
- * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
+ * SIMPLIFICATIONS: the VSLPipe iteration is a closed-form pipeline over cost-model durations (per
+ * layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the next layer's weight transfer), not the
+ * task-DAG pass of `pass-dag.ts`; host-DRAM contention is a closed form of the two-flow
+ * proportional share per stage (`sharedStage`); routing is even (every expert's weights are
+ * streamed anyway); no KV write-back cost; whole-prompt prefill (no chunking); activation bytes are
+ * added to the link time. The page size b is NOT STATED by the paper: default 16 (vLLM's default,
+ * settings card §10). KV capacity default: host DRAM − weights. Each iteration's duration is
+ * rounded up to integer ns once.
  *
  * `pipeline: events` (default `closed-form`) runs the VSLPipe iteration at event level instead
- * (`sim/lens/vslpipe-events.ts`): α/β phases on the CPU pool and GPU, the next layer's weights
- * through a data mover in the paper's 100 MB packets (§6.5) at low priority, the attention
- * outputs H2D at high priority, host DRAM as the fluid share; its runs add `schedule.pipeline`,
- * `dmaDramSlowedS`, `dramContendedS` and the activation copies' queueing delay. Closed-form
- * results are unchanged by it.
+ * (`sim/throughput/pipelines/vslpipe-events.ts`): α/β phases on the CPU pool and GPU, the next
+ * layer's weights through a data mover in the paper's 100 MB packets (§6.5) at low priority, the
+ * attention outputs H2D at high priority, host DRAM as the fluid share; its runs add
+ * `schedule.pipeline`, `dmaDramSlowedS`, `dramContendedS` and the activation copies' queueing delay.
  *
- * Baselines on this executor: `lens-moe-lightning` and `lens-vllm` (`policies/moe-lens/baselines.ts`,
- * `sim/lens/baselines.ts`); their iterations are closed forms only.
+ * The paper's baselines: `moe-lightning-like` and `vllm-like` with `setup: moe-lens`
+ * (`policies/throughput/moe-lightning-lens.ts`, `vllm-lens.ts`), on the same cost lookups.
  */
 import { z } from 'zod';
 import type { Execution, ExecutionContext, ExecutionReport, IterationRun } from '../../sim/throughput/iteration.ts';
@@ -56,7 +53,7 @@ const Params = z
     /**
      * VSLPipe iteration cost: `closed-form` (default, the per-layer formulas) or `events` (phases,
      * the data mover's packets and the host-DRAM fluid share simulated as events,
-     * `sim/lens/vslpipe-events.ts`).
+     * `sim/throughput/pipelines/vslpipe-events.ts`).
      */
     pipeline: z.enum(['closed-form', 'events']).default('closed-form'),
     /** Data-mover packet size in bytes for `pipeline: events` (default the paper's 100 MB, §6.5). */
