@@ -16,10 +16,27 @@
  */
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import type { Execution, ExecutionContext, ExecutionReport, Iteration, IterationPipeline, IterationRun, IterationScheduler } from './iteration.ts';
+import type {
+  Execution,
+  ExecutionContext,
+  PassCheck,
+  ExecutionReport,
+  Iteration,
+  IterationPipeline,
+  IterationRun,
+  IterationScheduler,
+} from './iteration.ts';
 import { hostKvBytesPerSeq } from './memory-model.ts';
 import { simulatePass, type PassResult } from './pass-sim.ts';
-import { emptyTotals, type Phase, type PassConfig, type PassShape, type PhasePlan, type PhaseTotals, type RunPlan } from './types.ts';
+import {
+  emptyTotals,
+  type Phase,
+  type PassConfig,
+  type PassShape,
+  type PhasePlan,
+  type PhaseTotals,
+  type RunPlan,
+} from './types.ts';
 
 /** The executor settings the host-batch loop reads. */
 export interface HostBatchSettings {
@@ -80,8 +97,8 @@ export class HostBatchScheduler implements IterationScheduler {
         for (let off = 0; off < size; off += Bp) {
           const seqs = Math.min(Bp, size - off);
           const shape: PassShape = { phase: 'prefill', seqs, newTokens: P, pastTokens: 0, hostSeqs: N, reserveTokens: reserve };
-          const firstTokens = ids.slice(off, off + seqs);
-          its.push({ ...NO_WORK, firstTokens, pass: { shape, plan: plan.prefill, hostKvBytes: this.hostKv(plan.prefill.config, size, P) } });
+          const hostKvBytes = this.hostKv(plan.prefill.config, size, P);
+          its.push({ ...NO_WORK, firstTokens: ids.slice(off, off + seqs), pass: { shape, plan: plan.prefill, hostKvBytes } });
         }
       }
       if (w.phases.decode) {
@@ -92,7 +109,8 @@ export class HostBatchScheduler implements IterationScheduler {
           const bucket = cfg.contextBucketTokens;
           const pastB = cfg.memoise ? Math.min(reserve - 1, Math.ceil(past / bucket) * bucket) : past;
           const shape: PassShape = { phase: 'decode', seqs: active, newTokens: 1, pastTokens: pastB, hostSeqs: N, reserveTokens: reserve };
-          its.push({ ...NO_WORK, pass: { shape, plan: plan.decode, hostKvBytes: this.hostKv(plan.decode.config, size, past + 1) } });
+          const hostKvBytes = this.hostKv(plan.decode.config, size, past + 1);
+          its.push({ ...NO_WORK, pass: { shape, plan: plan.decode, hostKvBytes } });
         }
       }
       if (its.length === 0) its.push(NO_WORK);
@@ -165,7 +183,8 @@ function addPass(into: PhaseTotals, r: PassResult): void {
   into.passes++;
   into.ns += r.durationNs;
   into.gpuBusyNs += r.gpuBusyNs;
-  for (const [k, v] of Object.entries(r.gpuBusyNsByCategory)) into.gpuBusyNsByCategory[k] = (into.gpuBusyNsByCategory[k] ?? 0) + v;
+  const cat = into.gpuBusyNsByCategory;
+  for (const [k, v] of Object.entries(r.gpuBusyNsByCategory)) cat[k] = (cat[k] ?? 0) + v;
   into.h2dBusyNs += r.h2dBusyNs;
   into.d2hBusyNs += r.d2hBusyNs;
   into.h2dBytes += r.h2dBytes;
@@ -183,14 +202,15 @@ export function hostBatchExecution(x: ExecutionContext, plan: RunPlan, s: HostBa
   const reserve = w.promptTokens + w.outputTokens;
   /** Host KV bytes of `seqs` resident sequences holding `tokens` tokens each (contiguous: P + O). */
   const hostKv = (c: PassConfig, seqs: number, tokens: number): number => {
-    const held = s.kvLayout === 'contiguous' ? reserve : Math.min(reserve, Math.ceil(tokens / s.kvPageTokens) * s.kvPageTokens);
+    const page = s.kvPageTokens;
+    const held = s.kvLayout === 'contiguous' ? reserve : Math.min(reserve, Math.ceil(tokens / page) * page);
     return seqs * hostKvBytesPerSeq(x.model, held, c.kvGpuLayers);
   };
   const scheduler = new HostBatchScheduler(x, plan, s, hostKv);
   const pipeline = new PassDagPipeline(x, s);
   const report = (_run: IterationRun): ExecutionReport => {
     // The search's prediction beside the simulation of the same pass shape.
-    const checks: Partial<Record<Phase, { shape: PassShape; simulatedNs: number; criticalPathNs: number }>> = {};
+    const checks: Partial<Record<Phase, PassCheck>> = {};
     const N = plan.hostBatchSeqs;
     const P = w.promptTokens;
     for (const ph of ['prefill', 'decode'] as const) {
@@ -199,7 +219,14 @@ export function hostBatchExecution(x: ExecutionContext, plan: RunPlan, s: HostBa
       const shape: PassShape =
         ph === 'prefill'
           ? { phase: 'prefill', seqs: pp.search.B, newTokens: P, pastTokens: 0, hostSeqs: N, reserveTokens: reserve }
-          : { phase: 'decode', seqs: pp.search.B, newTokens: 1, pastTokens: pp.search.refPastTokens, hostSeqs: N, reserveTokens: reserve };
+          : {
+              phase: 'decode',
+              seqs: pp.search.B,
+              newTokens: 1,
+              pastTokens: pp.search.refPastTokens,
+              hostSeqs: N,
+              reserveTokens: reserve,
+            };
       const r = pipeline.simulate(pp.config, shape, hostKv(pp.config, N, shape.pastTokens + 1));
       checks[ph] = { shape, simulatedNs: r.durationNs, criticalPathNs: r.criticalPathNs };
     }
@@ -224,7 +251,9 @@ export function offsetSink(s: TraceSink, offsetNs: number): TraceSink {
   const t = (x: number) => (x + o) as Ns;
   const out: TraceSink = {};
   if (s.onKernel) out.onKernel = (r) => s.onKernel!({ ...r, startNs: t(r.startNs), endNs: t(r.endNs) });
-  if (s.onTransfer) out.onTransfer = (r) => s.onTransfer!({ ...r, submitNs: t(r.submitNs), startNs: t(r.startNs), endNs: t(r.endNs) });
+  if (s.onTransfer) {
+    out.onTransfer = (r) => s.onTransfer!({ ...r, submitNs: t(r.submitNs), startNs: t(r.startNs), endNs: t(r.endNs) });
+  }
   if (s.onPacket) out.onPacket = (r) => s.onPacket!({ ...r, startNs: t(r.startNs), endNs: t(r.endNs) });
   if (s.onCpuTask) out.onCpuTask = (r) => s.onCpuTask!({ ...r, startNs: t(r.startNs), endNs: t(r.endNs) });
   if (s.onMemory) out.onMemory = (r) => s.onMemory!({ ...r, timeNs: t(r.timeNs) });

@@ -88,6 +88,13 @@ export interface Execution extends IterationLoop {
   report(run: IterationRun): ExecutionReport;
 }
 
+/** The search's prediction beside the simulation of the same pass shape. */
+export interface PassCheck {
+  readonly shape: PassShape;
+  readonly simulatedNs: number;
+  readonly criticalPathNs: number;
+}
+
 /** What an execution reports for the run's outcome (the executor adds the plan and the workload). */
 export interface ExecutionReport {
   readonly prefill: PhaseTotals;
@@ -99,7 +106,7 @@ export interface ExecutionReport {
   readonly memoHits: number;
   readonly events: number;
   readonly peaks: Record<'vram' | 'host', Record<string, number>>;
-  readonly checks?: Partial<Record<'prefill' | 'decode', { readonly shape: PassShape; readonly simulatedNs: number; readonly criticalPathNs: number }>>;
+  readonly checks?: Partial<Record<'prefill' | 'decode', PassCheck>>;
   /** The plan as run, when the execution refines it (batch, notes). */
   readonly plan?: RunPlan;
   readonly analytic?: Readonly<Record<string, number | string>>;
@@ -134,14 +141,20 @@ export interface IterationRun {
  * sequence's first prefill (or as the iteration lists them), finish at the end of its last
  * iteration. Arrivals are the executor's (offline: every request at 0).
  */
-export function runIterations(x: IterationLoop, sink?: TraceSink, requestId: (seq: number) => number = (s) => s): IterationRun {
+export function runIterations(
+  x: IterationLoop,
+  sink?: TraceSink,
+  requestId: (seq: number) => number = (s) => s,
+): IterationRun {
   let now = 0 as Ns;
   let iterations = 0;
   const onRequest = sink?.onRequest?.bind(sink);
   while (!x.scheduler.done) {
     const it = x.scheduler.next(now);
     const t = x.pipeline.run(it, now);
-    if (!(Number.isSafeInteger(t) && t >= 0)) throw new RangeError(`pipeline returned a duration of ${t} ns (integer ≥ 0 expected)`);
+    if (!(Number.isSafeInteger(t) && t >= 0)) {
+      throw new RangeError(`pipeline returned a duration of ${t} ns (integer ≥ 0 expected)`);
+    }
     const start = now;
     now = (now + t) as Ns;
     iterations++;

@@ -58,7 +58,9 @@ export class KvPages {
 
   /** Grows `seq` to hold `tokens` tokens; throws (`CapacityError`) when the pages are not free. */
   grow(seq: number, tokens: number, nowNs = 0): void {
-    if (!(Number.isInteger(seq) && seq >= 0)) throw new RangeError(`KvPages: sequence id ${seq} is not a non-negative integer`);
+    if (!(Number.isInteger(seq) && seq >= 0)) {
+      throw new RangeError(`KvPages: sequence id ${seq} is not a non-negative integer`);
+    }
     const extra = this.extraFor(seq, tokens);
     if (!this.bySeq[seq]) this.bySeq[seq] = [];
     if (extra === 0) return;
@@ -80,7 +82,10 @@ export class KvPages {
   /** Frees every page of `seq`; throws if it holds none (freed twice or never grown). */
   free(seq: number, nowNs = 0): number {
     const list = this.bySeq[seq];
-    if (!list) throw new InvariantError(`KvPages: free of sequence ${seq} that holds no pages (double free?)`, nowNs as Ns, this.pool.name);
+    if (!list) {
+      const why = `KvPages: free of sequence ${seq} that holds no pages (double free?)`;
+      throw new InvariantError(why, nowNs as Ns, this.pool.name);
+    }
     this.clock.now = nowNs as Ns;
     for (const a of list) this.pool.free(a);
     this.bySeq[seq] = undefined;

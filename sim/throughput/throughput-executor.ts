@@ -28,7 +28,15 @@ import { hostNeeded, vramNeeded } from './memory-model.ts';
 import { passConfigProblem, type CountsFn } from './pass-dag.ts';
 import type { ThroughputPolicy } from './policy.ts';
 import { UniformMultinomialCounts } from './routing-counts.ts';
-import { emptyTotals, type Phase, type PassShape, type PhasePlan, type PhaseTotals, type RunPlan, type WorkloadSummary } from './types.ts';
+import {
+  emptyTotals,
+  type Phase,
+  type PassShape,
+  type PhasePlan,
+  type PhaseTotals,
+  type RunPlan,
+  type WorkloadSummary,
+} from './types.ts';
 
 export type { PhaseTotals } from './types.ts';
 export { offsetSink } from './host-batch.ts';
@@ -98,7 +106,8 @@ export class ThroughputExecutor {
   private readonly routing: 'aggregate' | 'fallback';
 
   constructor(private readonly x: ThroughputInput) {
-    const agg: AggregateRouter = x.workload.aggregate ?? new UniformMultinomialCounts(x.model.experts, x.model.topK, x.fallbackRng);
+    const agg: AggregateRouter =
+      x.workload.aggregate ?? new UniformMultinomialCounts(x.model.experts, x.model.topK, x.fallbackRng);
     this.routing = x.workload.aggregate ? 'aggregate' : 'fallback';
     this.counts = (layer, tokens, out) => agg.counts(layer, tokens, out);
   }
@@ -121,22 +130,28 @@ export class ThroughputExecutor {
       phases,
       ...(cfg.batchSeqs !== undefined ? { fixedBatchSeqs: cfg.batchSeqs } : {}),
     };
-    const base = { policy: policy.name, requests: reqs.length, promptTokens: P, outputTokensMax: maxOut, routing: this.routing, hardware: hw };
-    const ctx: ExecutionContext = { model, hardware: hw, cost: this.x.cost, workload: summary, requests: reqs, counts: this.counts, ...(this.x.sink ? { sink: this.x.sink } : {}) };
-    const result = this.guard('plan', () => policy.plan({ model, hardware: hw, cost: this.x.cost, workload: summary, requests: reqs }));
+    const base = { policy: policy.name, requests: reqs.length, promptTokens: P, outputTokensMax: maxOut, hardware: hw };
+    const cost = this.x.cost;
+    const sink = this.x.sink;
+    const ctx: ExecutionContext = { model, hardware: hw, cost, workload: summary, requests: reqs, counts: this.counts, ...(sink ? { sink } : {}) };
+    const result = this.guard('plan', () => policy.plan({ model, hardware: hw, cost, workload: summary, requests: reqs }));
     if (!result.feasible) {
-      const none = { hostBatches: 0, prefill: emptyTotals(), decode: emptyTotals(), endNs: 0, simulatedPasses: 0, memoHits: 0, events: 0 };
-      return { ...base, feasible: false, infeasibleReason: result.reason, ...none, peaks: { vram: {}, host: {} }, checks: {} };
+      const none = { hostBatches: 0, prefill: emptyTotals(), decode: emptyTotals(), endNs: 0, simulatedPasses: 0, memoHits: 0 };
+      const empty = { events: 0, peaks: { vram: {}, host: {} }, checks: {}, routing: this.routing };
+      return { ...base, feasible: false, infeasibleReason: result.reason, ...none, ...empty };
     }
     const plan = result.plan;
     this.checkPlan(plan, summary);
-    const exec: Execution = plan.execution ? this.guard('plan', () => plan.execution!(ctx)) : hostBatchExecution(ctx, plan, cfg);
+    const make = plan.execution;
+    const exec: Execution = make ? this.guard('plan', () => make(ctx)) : hostBatchExecution(ctx, plan, cfg);
     // Offline batch: every request is present at the start.
-    if (this.x.sink?.onRequest) for (const r of reqs) this.x.sink.onRequest(r.id, 'arrive', 0 as Ns);
-    const run = runIterations(exec, this.x.sink, (i) => reqs[i]!.id);
+    if (sink?.onRequest) for (const r of reqs) sink.onRequest(r.id, 'arrive', 0 as Ns);
+    const run = runIterations(exec, sink, (i) => reqs[i]!.id);
     const r = exec.report(run);
     const { requests, plan: asRun, checks, ...rest } = r;
-    return { ...base, ...rest, requests: requests ?? reqs.length, feasible: true, plan: asRun ?? plan, endNs: run.endNs, checks: checks ?? {}, routing: rest.routing ?? this.routing };
+    const routing = rest.routing ?? this.routing;
+    const asPlanned = asRun ?? plan;
+    return { ...base, ...rest, requests: requests ?? reqs.length, feasible: true, plan: asPlanned, endNs: run.endNs, checks: checks ?? {}, routing };
   }
 
   /** Runs a policy's code: its exceptions become a `PolicyError` naming the policy and the hook. */
