@@ -27,6 +27,9 @@
  *   rising) or memory runs out, with its limits: GPU peak ≤ 0.86 × VRAM, host ≤ 0.8 × host
  *   memory. Run it with runtime `moe-lightning` (its flash-decode kernel).
  *
+ * `setup: moe-lens`: the MoE-Lens paper's setup of this baseline (`moe-lightning-lens.ts`: its
+ * CPU-memory settings, the fixed-batch scheduler, the CGOPipe closed form).
+ *
  * When to use: the "CPU attention, layer-pipelined weights" point of comparison (MoE-Gen and
  * MoE-Lens baselines).
  *

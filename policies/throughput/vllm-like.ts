@@ -10,7 +10,10 @@
  *
  * When to use: the "continuous batching with weights offloaded" point of comparison.
  *
- * Known gaps: continuous batching is modelled as waves — with the equal output lengths of the
+ * `setup: moe-lens` runs vLLM's own scheduler instead (`vllm-scheduler.ts`: continuous batching,
+ * paged GPU KV, swap/recompute preemption) over the serial-offload closed form (`vllm-lens.ts`).
+ *
+ * Known gaps (`setup: moe-gen`): continuous batching is modelled as waves — with the equal output lengths of the
  * experiments, sequences admitted together finish together, and a new wave is prefilled when
  * one finishes (vLLM would mix the next prefills into decode steps); no weights are kept
  * resident (vLLM keeps all but `cpu-offload-gb` on the GPU, at the cost of KV space); CUDA
