@@ -68,7 +68,7 @@ export interface LensRunResult extends PipeTotals {
   readonly peakPages: number;
   readonly meanOccupancy: number;
   readonly nReal: number;
-  /** (time s, pages in use, generated so far, prefill tokens so far, preemptions so far) every `timelineEvery` iterations. */
+  /** (time s, pages in use, generated, prefill tokens, preemptions so far) every `timelineEvery` iterations. */
   readonly timeline: readonly (readonly [number, number, number, number, number])[];
   readonly analytic: LensAnalytic;
   readonly throughputTokPerS: number;
@@ -98,19 +98,27 @@ export function lensExecution(x: LensRunInput): IterationLoop & { result(run: It
   const pool = new KvPages(pages, st.pageTokens, kvBytesPerToken, 'hostKv', x.sink);
   const scheduler = new LensScheduler(x.requests, pool, nReal, st.maxRunning);
   const mode = st.pipeline ?? 'closed-form';
-  const pipeline = new VslPipe(lc, hw, { contention: st.contention, mode, cores, ...(st.packetBytes !== undefined ? { packetBytes: st.packetBytes } : {}), ...(st.qkvD2H ? { qkvD2H: true } : {}) });
+  const pipeline = new VslPipe(lc, hw, {
+    contention: st.contention,
+    mode,
+    cores,
+    ...(st.packetBytes !== undefined ? { packetBytes: st.packetBytes } : {}),
+    ...(st.qkvD2H ? { qkvD2H: true } : {}),
+  });
   const every = st.timelineEvery ?? 1;
   const timeline: [number, number, number, number, number][] = [];
   let occIntegral = 0;
   let iterations = 0;
-  const sample = (now: number) => timeline.push([now / 1e9, pool.usedPages, scheduler.generatedTokens, pipeline.totals.prefillTokens, scheduler.preemptions]);
+  const sample = (now: number) =>
+    timeline.push([now / 1e9, pool.usedPages, scheduler.generatedTokens, pipeline.totals.prefillTokens, scheduler.preemptions]);
   const afterIteration = (it: Iteration, startNs: Ns, endNs: Ns): void => {
     occIntegral += pool.usedPages * (endNs - startNs);
     iterations++;
     if (iterations % every === 0) sample(endNs);
     // Preemption iterations on the timeline: prefill admission is blocked for the iteration.
     if (it.preempted.length > 0 && x.sink?.onBlocked) {
-      x.sink.onBlocked({ stream: 'prefill scheduler', reason: `preempted ${it.preempted.length} sequences (no admission)`, startNs, endNs });
+      const reason = `preempted ${it.preempted.length} sequences (no admission)`;
+      x.sink.onBlocked({ stream: 'prefill scheduler', reason, startNs, endNs });
     }
   };
   const result = (run: IterationRun): LensRunResult => {

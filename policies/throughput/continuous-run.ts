@@ -52,7 +52,8 @@ export function continuousBooks(pool: KvPages, every: number, sched: SchedulerCo
     },
     result: (run: IterationRun): ContinuousRunResult => {
       const now = run.endNs;
-      if (timeline.length === 0 || timeline[timeline.length - 1]![0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
+      const last = timeline[timeline.length - 1];
+      if (!last || last[0] !== now / 1e9) timeline.push([now / 1e9, pool.usedPages, sched.generatedTokens]);
       return {
         ...totals,
         endNs: now,
@@ -77,10 +78,18 @@ const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
 /** Timeline sampling: every k-th iteration (0: about 200 samples over ~4 × the longest output). */
 export const timelineEvery = (reqs: readonly { readonly outputTokens: number }[], given: number): number =>
-  given > 0 ? given : Math.max(1, Math.floor((reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1) / 200));
+  given > 0
+    ? given
+    : Math.max(1, Math.floor((reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1) / 200));
 
 /** The report of a continuous run (the same fields as `moe-lens`). */
-export function continuousReport(plan: RunPlan, r: ContinuousRunResult, cores: number, schedule: Record<string, unknown>, peaks: ExecutionReport['peaks']): ExecutionReport {
+export function continuousReport(
+  plan: RunPlan,
+  r: ContinuousRunResult,
+  cores: number,
+  schedule: Record<string, unknown>,
+  peaks: ExecutionReport['peaks'],
+): ExecutionReport {
   const { prefill, decode } = lensPhaseTotals(r, cores);
   decode.d2hBytes = r.d2hBytes;
   return {

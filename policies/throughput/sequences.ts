@@ -12,4 +12,11 @@ export interface BaseSeq {
 }
 
 export const seqsOf = (reqs: readonly { readonly promptTokens: number; readonly outputTokens: number }[]): BaseSeq[] =>
-  reqs.map((r, id) => ({ id, prompt: r.promptTokens, output: Math.max(1, r.outputTokens), generated: 0, kvTokens: 0, state: 'waiting' }));
+  reqs.map((r, id) => ({
+    id,
+    prompt: r.promptTokens,
+    output: Math.max(1, r.outputTokens),
+    generated: 0,
+    kvTokens: 0,
+    state: 'waiting',
+  }));

@@ -21,7 +21,12 @@ export function lensOnly(shape: Shape, shared: readonly string[]): Record<string
 }
 
 /** An issue for every MoE-Lens-setup field given without `setup: moe-lens`. */
-export function lensOnlyCheck(p: Readonly<Record<string, unknown>>, shape: Shape, shared: readonly string[], ctx: z.RefinementCtx): void {
+export function lensOnlyCheck(
+  p: Readonly<Record<string, unknown>>,
+  shape: Shape,
+  shared: readonly string[],
+  ctx: z.RefinementCtx,
+): void {
   if (p['setup'] === 'moe-lens') return;
   for (const k of Object.keys(shape)) {
     if (shared.includes(k) || p[k] === undefined) continue;
