@@ -26,7 +26,6 @@ import { moeLightningLike } from './throughput/moe-lightning-like.ts';
 import { vllmLike } from './throughput/vllm-like.ts';
 import { llamacppLike } from './throughput/llamacpp-like.ts';
 import { moeLens } from './moe-lens/policy.ts';
-import { lensMoeLightning, lensVllm } from './moe-lens/baselines.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyPolicy = PolicyDefinition<any>;
@@ -55,8 +54,6 @@ export const BUILTIN_POLICIES = {
   'vllm-like': vllmLike,
   'llamacpp-like': llamacppLike,
   'moe-lens': moeLens,
-  'lens-moe-lightning': lensMoeLightning,
-  'lens-vllm': lensVllm,
 } as const satisfies Record<string, AnyPolicy>;
 
 export type BuiltinPolicyName = keyof typeof BUILTIN_POLICIES;

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
-import { runLens } from '../../sim/lens/executor.ts';
+import { runLens } from '../../policies/moe-lens/execution.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const model = loadModel('mixtral-8x7b');

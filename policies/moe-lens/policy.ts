@@ -3,44 +3,41 @@
  * MoE LLM Serving Under Resource Constraints", arXiv 2504.09345; DESIGN §8 "MoE-Lens").
  *
  * Reproduces: all weights in host DRAM, streamed every iteration through a 2-layer GPU buffer
- * (2W/L); KV cache paged in host DRAM (N pages of b slots, `sim/lens/page-pool.ts`); decode
- * attention on the CPU, prefill attention on the GPU (§6.4); a resource-aware scheduler
- * (decode first, then whole prompts up to n_real; preemption of the newest decoding sequences
- * when the next decode step lacks pages, re-prefill ahead of new prompts; `sim/lens/scheduler.ts`);
- * a pipeline profiler for n_real (line fit of GPU time vs tokens against one layer's transfer
- * time, from the cost model); VSLPipe with two token groups α/β; the analytic model (Eqs. 2–14)
- * computed beside every run and reported as `metrics.analytic.*` with the simulated throughput
- * and their ratio. It owns its schedule (`ThroughputPolicy.run`): iterations are simulated one
- * by one, not memoised.
+ * (2W/L); KV cache paged in host DRAM (N pages of b slots, `KvPages` on a MemoryPool); decode
+ * attention on the CPU, prefill attention on the GPU (§6.4); a resource-aware scheduler (decode
+ * first, then whole prompts up to n_real; preemption of the newest decoding sequences when the next
+ * decode step lacks pages, re-prefill ahead of new prompts; `scheduler.ts`); a pipeline profiler
+ * for n_real; VSLPipe with two token groups α/β; the analytic model (Eqs. 2–14) computed beside
+ * every run and reported as `metrics.analytic.*` with the simulated throughput and their ratio.
+ * Its plan's execution (`execution.ts`) is its scheduler over the VSLPipe pipeline
+ * (`sim/throughput/pipelines/vslpipe.ts`), run by the family's loop; every iteration simulated.
  *
- * SIMPLIFICATIONS (see `sim/lens/executor.ts` header): the VSLPipe iteration is a closed-form
- * pipeline over cost-model durations (per layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the
- * next layer's weight transfer), not the task-DAG pass of `sim/throughput/pass-dag.ts`; host-DRAM
- * contention is a closed form of the two-flow proportional share per stage (`sharedStage`), not
- * the event-level fluid share; routing is even (expected counts; every
- * expert's weights are streamed anyway); no KV write-back cost; whole-prompt prefill (no
- * chunking); the data mover's 100 MB packets are assumed to keep activation copies unstarved
- * (activation bytes are added to the link time). The page size b is NOT STATED by the paper:
- * default 16 (vLLM's default, settings card §10). KV capacity default: host DRAM − weights.
+ * SIMPLIFICATIONS: the VSLPipe iteration is a closed-form pipeline over cost-model durations (per
+ * layer: max(CPU α, GPU β) + max(CPU β, GPU α) against the next layer's weight transfer), not the
+ * task-DAG pass of `pass-dag.ts`; host-DRAM contention is a closed form of the two-flow
+ * proportional share per stage (`sharedStage`); routing is even (every expert's weights are
+ * streamed anyway); no KV write-back cost; whole-prompt prefill (no chunking); activation bytes are
+ * added to the link time. The page size b is NOT STATED by the paper: default 16 (vLLM's default,
+ * settings card §10). KV capacity default: host DRAM − weights. Each iteration's duration is
+ * rounded up to integer ns once.
  *
  * `pipeline: events` (default `closed-form`) runs the VSLPipe iteration at event level instead
- * (`sim/lens/vslpipe-events.ts`): α/β phases on the CPU pool and GPU, the next layer's weights
- * through a data mover in the paper's 100 MB packets (§6.5) at low priority, the attention
- * outputs H2D at high priority, host DRAM as the fluid share; its runs add `schedule.pipeline`,
- * `dmaDramSlowedS`, `dramContendedS` and the activation copies' queueing delay. Closed-form
- * results are unchanged by it.
+ * (`sim/throughput/pipelines/vslpipe-events.ts`): α/β phases on the CPU pool and GPU, the next
+ * layer's weights through a data mover in the paper's 100 MB packets (§6.5) at low priority, the
+ * attention outputs H2D at high priority, host DRAM as the fluid share; its runs add
+ * `schedule.pipeline`, `dmaDramSlowedS`, `dramContendedS` and the activation copies' queueing delay.
  *
- * Baselines on this executor: `lens-moe-lightning` and `lens-vllm` (`policies/moe-lens/baselines.ts`,
- * `sim/lens/baselines.ts`); their iterations are closed forms only.
+ * The paper's baselines: `moe-lightning-like` and `vllm-like` with `setup: moe-lens`
+ * (`policies/throughput/moe-lightning-lens.ts`, `vllm-lens.ts`), on the same cost lookups.
  */
 import { z } from 'zod';
-import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
-import { lensPhaseTotals, totals } from './totals.ts';
-import type { PlanContext, RunContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import { defaultPassConfig, type PlanResult } from '../../sim/throughput/types.ts';
+import type { Execution, ExecutionContext, ExecutionReport, IterationRun } from '../../sim/throughput/iteration.ts';
+import { lensPhaseTotals } from './totals.ts';
+import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
+import { defaultPassConfig, type PlanResult, type RunPlan } from '../../sim/throughput/types.ts';
 import { hostKvBytesPerSeq, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
 import { prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
-import { runLens } from '../../sim/lens/executor.ts';
+import { lensExecution, type LensRunResult, type LensSettings } from './execution.ts';
 import { defineThroughputPolicy } from '../throughput/define.ts';
 
 const Params = z
@@ -56,7 +53,7 @@ const Params = z
     /**
      * VSLPipe iteration cost: `closed-form` (default, the per-layer formulas) or `events` (phases,
      * the data mover's packets and the host-DRAM fluid share simulated as events,
-     * `sim/lens/vslpipe-events.ts`).
+     * `sim/throughput/pipelines/vslpipe-events.ts`).
      */
     pipeline: z.enum(['closed-form', 'events']).default('closed-form'),
     /** Data-mover packet size in bytes for `pipeline: events` (default the paper's 100 MB, §6.5). */
@@ -116,30 +113,35 @@ function lensPolicy(p: Params): ThroughputPolicy {
   };
   return {
     name,
-    plan,
-    run: (ctx: RunContext): ThroughputOutcome => {
-      const { model, hardware: hw, cost } = ctx;
-      const mm = modelModules(model);
-      const weights = model.derived.totalBytes;
-      const kvBytes = kvBytesOf(ctx);
-      const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
-      const P = ctx.workload.promptTokens;
-      const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
-      const base = {
-        policy: name, requests: reqs.length, promptTokens: P, outputTokensMax: ctx.workload.outputTokens,
-        hostBatches: 0, prefill: totals(), decode: totals(), endNs: 0, simulatedPasses: 0, memoHits: 0, events: 0,
-        peaks: { vram: {}, host: {} }, checks: {}, routing: 'fallback' as const, hardware: hw,
-      };
+    plan: (ctx: PlanContext): PlanResult => {
       const planned = plan(ctx);
-      if (!planned.feasible) return { ...base, feasible: false, infeasibleReason: planned.reason };
-      const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
-      const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
-      const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
-      const r = runLens({
-        model, hardware: hw, cost, requests: reqs,
-        settings: { kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every, ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}), ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}), ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}), ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}), ...(p.nReal !== undefined ? { nReal: p.nReal } : {}), ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}) },
-        ...(ctx.sink ? { sink: ctx.sink } : {}),
-      });
+      return planned.feasible ? { feasible: true, plan: { ...planned.plan, execution: (x) => execution(x, planned.plan) } } : planned;
+    },
+  };
+
+  function execution(ctx: ExecutionContext, planned: RunPlan): Execution {
+    const { model, hardware: hw, cost } = ctx;
+    const mm = modelModules(model);
+    const weights = model.derived.totalBytes;
+    const kvBytes = kvBytesOf(ctx);
+    const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
+    const P = ctx.workload.promptTokens;
+    const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
+    const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
+    const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
+    const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
+    const settings: LensSettings = {
+      kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every,
+      ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}),
+      ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}),
+      ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}),
+      ...(ctx.workload.fixedBatchSeqs !== undefined ? { maxRunning: ctx.workload.fixedBatchSeqs } : {}),
+      ...(p.nReal !== undefined ? { nReal: p.nReal } : {}),
+      ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}),
+    };
+    const e = lensExecution({ model, hardware: hw, cost, requests: reqs, settings, ...(ctx.sink ? { sink: ctx.sink } : {}) });
+    const report = (run: IterationRun): ExecutionReport => {
+      const r = e.result(run);
       const cores = p.cpuCores ?? hw.cpu.cores;
       const { prefill, decode } = lensPhaseTotals(r, cores);
       if (r.eventStats && r.eventStats.d2hBytes > 0) {
@@ -148,70 +150,70 @@ function lensPolicy(p: Params): ThroughputPolicy {
       }
       const a = r.analytic;
       const analytic: Record<string, number | string> = {};
-      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : v;
+      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
       analytic.simulatedTokPerS = r6(r.throughputTokPerS);
       analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
       analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
       const kvTok = model.derived.kvBytesPerToken * p.pageTokens;
+      const notes = [
+        `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
+        r.pipeline === 'events'
+          ? `event-level VSLPipe iteration (sim/throughput/pipelines/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
+          : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
+        `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
+      ];
       return {
-        ...base,
-        feasible: true,
-        plan: { ...planned.plan, notes: [
-          `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
-          r.pipeline === 'events'
-            ? `event-level VSLPipe iteration (sim/lens/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
-            : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
-          `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
-        ] },
+        plan: { ...planned, notes },
         hostBatches: 1,
         prefill,
         decode,
-        endNs: r.endNs,
         simulatedPasses: r.iterations,
+        memoHits: 0,
         events: r.iterations,
         peaks: {
           vram: { weights: 2 * maxLayer, total: vramFixed, capacity: hw.gpu.vramBytes },
           host: { weights, kvPages: r.peakPages * kvTok, total: weights + r.peakPages * kvTok, capacity: hw.hostDramBytes },
         },
         analytic,
-        schedule: {
-          iterations: r.iterations,
-          nReal: r.nReal,
-          pages: r.pages,
-          pageTokens: p.pageTokens,
-          peakPages: r.peakPages,
-          meanPageOccupancy: r6(r.meanOccupancy),
-          preemptions: r.preemptions,
-          recomputedTokens: r.recomputedTokens,
-          dramBoundStages: r.dramBoundStages,
-          // Event mode only (closed-form results keep their fields unchanged).
-          ...(r.eventStats
-            ? {
-                pipeline: r.pipeline,
-                kernelEvents: r.eventStats.events,
-                /** Σ over weight packets of (duration − duration alone on the link), s. */
-                dmaDramSlowedS: r6(r.eventStats.weightSlowedNs / 1e9),
-                /** Time host-DRAM demand exceeded capacity, s. */
-                dramContendedS: r6(r.eventStats.dramContendedNs / 1e9),
-                activationTransfers: r.eventStats.activationTransfers,
-                /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
-                activationQueueS: r6(r.eventStats.activationQueueNs / 1e9),
-                activationQueueMeanUs: r6(r.eventStats.activationTransfers > 0 ? r.eventStats.activationQueueNs / r.eventStats.activationTransfers / 1e3 : 0),
-                activationQueueMaxUs: r6(r.eventStats.activationMaxQueueNs / 1e3),
-                ...(r.eventStats.d2hBytes > 0
-                  ? {
-                      /** D2H leg (qkvD2H): Σ of the copies' submit-to-landing time, and the time CPU attention waited for them, s. */
-                      d2hCopyS: r6(r.eventStats.d2hLatencyNs / 1e9),
-                      cpuWaitD2hS: r6(r.eventStats.cpuWaitD2hNs / 1e9),
-                    }
-                  : {}),
-              }
-            : {}),
-          /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
-          timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
-        },
+        schedule: scheduleOf(r, p.pageTokens),
+        routing: 'fallback',
       };
-    },
+    };
+    return { ...e, report };
+  }
+}
+
+/** `metrics.schedule` of a MoE-Lens run (event-mode fields only in event mode). */
+function scheduleOf(r: LensRunResult, pageTokens: number): Record<string, unknown> {
+  const ev = r.eventStats;
+  return {
+    iterations: r.iterations,
+    nReal: r.nReal,
+    pages: r.pages,
+    pageTokens,
+    peakPages: r.peakPages,
+    meanPageOccupancy: r6(r.meanOccupancy),
+    preemptions: r.preemptions,
+    recomputedTokens: r.recomputedTokens,
+    dramBoundStages: r.dramBoundStages,
+    ...(ev
+      ? {
+          pipeline: r.pipeline,
+          kernelEvents: ev.events,
+          /** Σ over weight packets of (duration − duration alone on the link), s. */
+          dmaDramSlowedS: r6(ev.weightSlowedNs / 1e9),
+          /** Time host-DRAM demand exceeded capacity, s. */
+          dramContendedS: r6(ev.dramContendedNs / 1e9),
+          activationTransfers: ev.activationTransfers,
+          /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
+          activationQueueS: r6(ev.activationQueueNs / 1e9),
+          activationQueueMeanUs: r6(ev.activationTransfers > 0 ? ev.activationQueueNs / ev.activationTransfers / 1e3 : 0),
+          activationQueueMaxUs: r6(ev.activationMaxQueueNs / 1e3),
+          ...(ev.d2hBytes > 0 ? { d2hCopyS: r6(ev.d2hLatencyNs / 1e9), cpuWaitD2hS: r6(ev.cpuWaitD2hNs / 1e9) } : {}),
+        }
+      : {}),
+    /** [time s, pages in use, generated tokens, prefill tokens, preemptions] (cumulative counts). */
+    timeline: r.timeline.map(([t, pg, tok, pre, pe]) => [r6(t), pg, tok, pre, pe]),
   };
 }
 

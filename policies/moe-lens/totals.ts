@@ -1,15 +1,11 @@
 /**
- * Phase totals of a run on the MoE-Lens executor (`sim/lens/`), shared by `moe-lens` and its
- * baselines: the lens executors report one stream of iterations, booked as decode passes; the
+ * Phase totals of a continuously scheduled run (MoE-Lens, and the MoE-Lens setups of
+ * moe-lightning-like and vllm-like): one stream of mixed iterations, booked as decode passes; the
  * prefill phase carries only the prompt tokens processed and the first tokens they generated.
  */
-import type { PhaseTotals } from '../../sim/throughput/throughput-executor.ts';
+import { emptyTotals as totals, type PhaseTotals } from '../../sim/throughput/types.ts';
 
-/** Zeroed totals (every key, in the order results.json prints them). */
-export const totals = (): PhaseTotals => ({
-  passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, gpuBusyNs: 0, gpuBusyNsByCategory: {}, h2dBusyNs: 0, d2hBusyNs: 0,
-  h2dBytes: 0, d2hBytes: 0, cpuBusyCoreNs: 0, hostDramBytes: 0, routedTokenSlots: 0, expertLayerPairs: 0, activatedPairs: 0,
-});
+export { totals };
 
 /** What a lens run reports that the phase totals need. */
 export interface LensRunTotals {

@@ -27,6 +27,9 @@
  *   rising) or memory runs out, with its limits: GPU peak ≤ 0.86 × VRAM, host ≤ 0.8 × host
  *   memory. Run it with runtime `moe-lightning` (its flash-decode kernel).
  *
+ * `setup: moe-lens`: the MoE-Lens paper's setup of this baseline (`moe-lightning-lens.ts`: its
+ * CPU-memory settings, the fixed-batch scheduler, the CGOPipe closed form).
+ *
  * When to use: the "CPU attention, layer-pipelined weights" point of comparison (MoE-Gen and
  * MoE-Lens baselines).
  *
@@ -42,7 +45,10 @@ import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.
 import { coordinateSearch, largestSatisfying, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
+import { lightningRoofline, RELEASED_GPU_MEMORY_FRACTION, RELEASED_HOST_MEMORY_FRACTION } from './lightning-roofline.ts';
 import { defineThroughputPolicy } from './define.ts';
+import { lensOnly, lensOnlyCheck } from './setup.ts';
+import { LensLightningParams, lensLightningPlan } from './moe-lightning-lens.ts';
 
 const Params = z
   .object({
@@ -51,8 +57,16 @@ const Params = z
     cpuCores: z.union([z.literal('all'), z.number().int().positive()]).default('all'),
     /** `model`: MoE-Gen's MoE-Lightning* (batch = its prefill on the GPU); `released`: MoE-Lightning's own optimiser. */
     batching: z.enum(['model', 'released']).default('model'),
+    /**
+     * Whose baseline: `moe-gen` (default; MoE-Gen's comparison, host-batch loop over pass DAGs) or
+     * `moe-lens` (the MoE-Lens paper's: released optimiser under its CPU-memory setting, fixed-batch
+     * scheduler, CGOPipe closed form; `moe-lightning-lens.ts`, whose parameters follow).
+     */
+    setup: z.enum(['moe-gen', 'moe-lens']).default('moe-gen'),
+    ...lensOnly(LensLightningParams.shape, ['microBatches', 'cpuCores']),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => lensOnlyCheck(p, LensLightningParams.shape, ['microBatches', 'cpuCores'], ctx));
 
 function config(layers: number, microSeqs: number, omega: 0 | 1, cores: number): PassConfig {
   return {
@@ -70,27 +84,7 @@ function config(layers: number, microSeqs: number, omega: 0 | 1, cores: number):
   };
 }
 
-/** MoE-Lightning's optimiser limits (fastmoe/backend/optimizer.py, reference-facts §1e): GPU peak ≤ 0.86 × GPU memory, host ≤ 0.8 × host memory. */
-export const RELEASED_GPU_MEMORY_FRACTION = 0.86;
-export const RELEASED_HOST_MEMORY_FRACTION = 0.8;
-
-/** The roofline's per-layer times for a decode batch of N (ns): weight transfer, CPU attention, GPU FFN. */
-export function lightningRoofline(ctx: PlanContext, N: number, cores: number): { commNs: number; cpuNs: number; gpuNs: number } {
-  const { model, hardware: hw, cost, workload: w } = ctx;
-  const mm = modelModules(model);
-  let maxLayer = 0;
-  for (let l = 0; l < model.layers; l++) maxLayer = Math.max(maxLayer, layerBytes(mm, l));
-  const commNs = (maxLayer / hw.pcie.h2dBytesPerSec) * 1e9;
-  const ctxTokens = w.promptTokens + Math.floor(w.outputTokens / 2);
-  const cpuNs = cost.estimate({ kind: 'cpuAttention', tokens: N, contextTokens: N * (ctxTokens + 1), cores }).ns;
-  const perExpert = (N * model.topK) / model.experts;
-  const gpuNs =
-    cost.estimate({ kind: 'attentionProj', tokens: N }).ns +
-    cost.estimate({ kind: 'router', tokens: N }).ns +
-    (model.sharedExperts > 0 ? cost.estimate({ kind: 'sharedExperts', tokens: N }).ns : 0) +
-    model.experts * cost.estimate({ kind: 'expert', tokens: perExpert }).ns;
-  return { commNs, cpuNs, gpuNs };
-}
+export { lightningRoofline, RELEASED_GPU_MEMORY_FRACTION, RELEASED_HOST_MEMORY_FRACTION };
 
 function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const { model, hardware: hw, workload: w } = ctx;
@@ -173,5 +167,12 @@ export const moeLightningLike = defineThroughputPolicy({
   name: 'moe-lightning-like',
   summary: 'CPU attention over host KV, GPU FFN, layer weights pipelined (CGOPipe); batch: its prefill as one batch on the GPU (MoE-Gen’s MoE-Lightning*) or its released optimiser',
   params: Params,
-  createThroughput: (p): ThroughputPolicy => ({ name: 'moe-lightning-like', plan: (ctx) => plan(ctx, p) }),
+  createThroughput: (p): ThroughputPolicy => {
+    if (p.setup === 'moe-lens') {
+      const { setup: _s, batching: _b, cpuCores, ...rest } = p;
+      const lp = LensLightningParams.parse({ ...rest, ...(cpuCores !== 'all' ? { cpuCores } : {}) });
+      return { name: 'moe-lightning-like', plan: (ctx) => lensLightningPlan(ctx, lp) };
+    }
+    return { name: 'moe-lightning-like', plan: (ctx) => plan(ctx, p) };
+  },
 });

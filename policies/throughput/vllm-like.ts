@@ -10,7 +10,10 @@
  *
  * When to use: the "continuous batching with weights offloaded" point of comparison.
  *
- * Known gaps: continuous batching is modelled as waves — with the equal output lengths of the
+ * `setup: moe-lens` runs vLLM's own scheduler instead (`vllm-scheduler.ts`: continuous batching,
+ * paged GPU KV, swap/recompute preemption) over the serial-offload closed form (`vllm-lens.ts`).
+ *
+ * Known gaps (`setup: moe-gen`): continuous batching is modelled as waves — with the equal output lengths of the
  * experiments, sequences admitted together finish together, and a new wave is prefilled when
  * one finishes (vLLM would mix the next prefills into decode steps); no weights are kept
  * resident (vLLM keeps all but `cpu-offload-gb` on the GPU, at the cost of KV space); CUDA
@@ -24,14 +27,27 @@ import type { PassConfig, PlanResult } from '../../sim/throughput/types.ts';
 import { gb, phasePlan, workloadCap } from './common.ts';
 import { deepspeedConfig } from './deepspeed-like.ts';
 import { defineThroughputPolicy } from './define.ts';
+import { lensOnly, lensOnlyCheck } from './setup.ts';
+import { LensVllmParams, lensVllmPlan } from './vllm-lens.ts';
+
+/** Parameters both setups read. */
+const SHARED = ['maxNumSeqs', 'maxNumBatchedTokens', 'gpuMemoryUtilization'];
 
 const Params = z
   .object({
     maxNumSeqs: z.number().int().positive().default(256),
     maxNumBatchedTokens: z.number().int().positive().default(8192),
     gpuMemoryUtilization: z.number().positive().max(1).default(0.9),
+    /**
+     * Whose baseline: `moe-gen` (default; MoE-Gen's comparison on the host-batch loop) or `moe-lens`
+     * (the MoE-Lens paper's: vLLM's scheduler over paged GPU KV, serial-offload pipeline;
+     * `vllm-lens.ts`, whose parameters follow).
+     */
+    setup: z.enum(['moe-gen', 'moe-lens']).default('moe-gen'),
+    ...lensOnly(LensVllmParams.shape, SHARED),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => lensOnlyCheck(p, LensVllmParams.shape, SHARED, ctx));
 
 /** DeepSpeed-like model-based passes, but one layer buffer and no weight prefetch: weights are read over PCIe each pass without overlap. */
 function config(layers: number, B: number): PassConfig {
@@ -68,5 +84,12 @@ export const vllmLike = defineThroughputPolicy({
   name: 'vllm-like',
   summary: 'continuous batching (as waves), weights offloaded and read over PCIe every pass, paged KV on the GPU (small batches)',
   params: Params,
-  createThroughput: (p): ThroughputPolicy => ({ name: 'vllm-like', plan: (ctx) => plan(ctx, p) }),
+  createThroughput: (p): ThroughputPolicy => {
+    if (p.setup === 'moe-lens') {
+      const { setup: _s, ...rest } = p;
+      const lp = LensVllmParams.parse(rest);
+      return { name: 'vllm-like', plan: (ctx) => lensVllmPlan(ctx, lp) };
+    }
+    return { name: 'vllm-like', plan: (ctx) => plan(ctx, p) };
+  },
 });

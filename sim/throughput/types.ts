@@ -16,6 +16,7 @@
  *
  * Units are in field names: tokens, seqs (sequences), bytes; times are ns.
  */
+import type { ExecutionFactory } from './iteration.ts';
 
 export type Phase = 'prefill' | 'decode';
 export const PHASES: readonly Phase[] = ['prefill', 'decode'];
@@ -115,6 +116,11 @@ export interface RunPlan {
   readonly decode: PhasePlan;
   /** Free-form remarks shown in results (e.g. "batch capped by GPU KV memory"). */
   readonly notes?: readonly string[];
+  /**
+   * How the run executes: an iteration scheduler and a pipeline (`iteration.ts`). Default: the
+   * host-batch loop over pass DAGs (`host-batch.ts`).
+   */
+  readonly execution?: ExecutionFactory;
 }
 
 export type PlanResult = { readonly feasible: true; readonly plan: RunPlan } | { readonly feasible: false; readonly reason: string };
@@ -152,3 +158,42 @@ export function defaultPassConfig(layers: number): PassConfig {
     gpuLayers: layers,
   };
 }
+
+/** Totals over every pass (or iteration) of a phase (memoised passes counted as many times as they occur). */
+export interface PhaseTotals {
+  passes: number;
+  ns: number;
+  /** Tokens processed (prefill: sequences × P) and tokens generated. */
+  processedTokens: number;
+  generatedTokens: number;
+  gpuBusyNs: number;
+  gpuBusyNsByCategory: Record<string, number>;
+  h2dBusyNs: number;
+  d2hBusyNs: number;
+  h2dBytes: number;
+  d2hBytes: number;
+  cpuBusyCoreNs: number;
+  hostDramBytes: number;
+  routedTokenSlots: number;
+  expertLayerPairs: number;
+  activatedPairs: number;
+}
+
+/** Zeroed totals (every key, in the order results.json prints them). */
+export const emptyTotals = (): PhaseTotals => ({
+  passes: 0,
+  ns: 0,
+  processedTokens: 0,
+  generatedTokens: 0,
+  gpuBusyNs: 0,
+  gpuBusyNsByCategory: {},
+  h2dBusyNs: 0,
+  d2hBusyNs: 0,
+  h2dBytes: 0,
+  d2hBytes: 0,
+  cpuBusyCoreNs: 0,
+  hostDramBytes: 0,
+  routedTokenSlots: 0,
+  expertLayerPairs: 0,
+  activatedPairs: 0,
+});

@@ -1,22 +1,70 @@
 /**
- * The MoE-Lens paper's baselines on the lens executor, whole runs on random worlds: random prompt
+ * The MoE-Lens setups of moe-lightning-like (fixed-batch scheduler + CGOPipe) and vllm-like (vLLM
+ * scheduler + serial offload), whole runs through the family's loop on random worlds: random prompt
  * and output lengths, page sizes, capacities, batch sizes and vLLM limits on Mixtral-8x7B / the A40
  * testbed. Every sequence generates exactly its tokens (after swaps and recomputation too), the
- * page pools are never over capacity (they throw) and end empty, simulated time only grows.
- * Coverage (each in ≥ 25 % of the worlds, printed): MoE-Lightning-like runs several batches,
- * CPU attention and host-DRAM contention binding a stage; vLLM-like preempts, swaps out and
- * recomputes.
+ * page pools (MemoryPools) are never over capacity and end empty, simulated time only grows, and
+ * the invariant checker (memory and request milestones) finds nothing. Coverage (each in ≥ 25 % of
+ * the worlds, printed): MoE-Lightning-like runs several batches, CPU attention and host-DRAM
+ * contention binding a stage; vLLM-like preempts, swaps out and recomputes.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
-import { runLightning, runVllm, type BaselineRunResult } from '../../sim/lens/baselines.ts';
+import type { ModelProfile } from '../../hardware-profiles/types.ts';
+import { LightningScheduler } from '../../policies/throughput/fixed-batch-scheduler.ts';
+import { continuousBooks, type ContinuousRunResult } from '../../policies/throughput/continuous-run.ts';
+import { VllmScheduler, type VllmLimits } from '../../policies/throughput/vllm-scheduler.ts';
+import { runIterations, type IterationLoop } from '../../sim/throughput/iteration.ts';
+import { KvPages } from '../../sim/throughput/kv-pages.ts';
+import { CgoPipe } from '../../sim/throughput/pipelines/cgopipe.ts';
+import { layerCosts } from '../../sim/throughput/pipelines/layer-costs.ts';
+import { SerialOffloadPipe } from '../../sim/throughput/pipelines/serial-offload.ts';
+import { InvariantChecker } from '../helpers/invariant-checker.ts';
 import { CoverageTally } from '../helpers/coverage.ts';
 
 const model = loadModel('mixtral-8x7b');
 const hw = loadHardware('a40-xeon8380-750gb');
 const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
+
+type BaselineRunResult = ContinuousRunResult;
+type Req = { readonly id: number; readonly promptTokens: number; readonly outputTokens: number };
+
+/** Runs `loop` through the family's loop with the invariant checker as the sink (every request arrives at 0). */
+function checked(requests: readonly Req[], make: (sink: InvariantChecker) => IterationLoop & { result: ReturnType<typeof continuousBooks>['result'] }): BaselineRunResult {
+  const sink = new InvariantChecker({ experts: model.experts });
+  for (const r of requests) sink.onRequest(r.id, 'arrive', 0);
+  const loop = make(sink);
+  const out = loop.result(runIterations(loop, sink));
+  expect(sink.violations()).toEqual([]);
+  return out;
+}
+
+function runLightning(x: { requests: readonly Req[]; pageTokens: number; kvCapacityBytes: number; batchSeqs: number; microBatches: number; contention: boolean; reserveOutput: number; reservePrompt?: number }): BaselineRunResult {
+  return checked(x.requests, (sink) => {
+    const m: ModelProfile = model;
+    const pages = Math.floor(x.kvCapacityBytes / (m.derived.kvBytesPerToken * x.pageTokens));
+    const pool = new KvPages(Math.max(1, pages), x.pageTokens, m.derived.kvBytesPerToken, 'hostKv', sink);
+    const scheduler = new LightningScheduler(x.requests, pool, x.batchSeqs, x.reserveOutput, x.reservePrompt);
+    const pipeline = new CgoPipe(layerCosts(m, hw, cost, hw.cpu.cores), { microBatches: x.microBatches, residentDense: true, ...(x.contention ? { dramBytesPerNs: hw.cpu.dramBytesPerSec / 1e9 } : {}) });
+    const books = continuousBooks(pool, 1, scheduler, pipeline.totals);
+    return { scheduler, pipeline, afterIteration: books.afterIteration, result: books.result };
+  });
+}
+
+function runVllm(x: { requests: readonly Req[]; pageTokens: number; gpuKvBytes: number; swapSpaceBytes: number; offloadedFraction: number; limits: VllmLimits }): BaselineRunResult {
+  return checked(x.requests, (sink) => {
+    const kv = model.derived.kvBytesPerToken;
+    const pageBytes = kv * x.pageTokens;
+    const gpu = new KvPages(Math.floor(x.gpuKvBytes / pageBytes), x.pageTokens, kv, 'gpuKv', sink);
+    const swap = new KvPages(Math.max(1, Math.floor(x.swapSpaceBytes / pageBytes)), x.pageTokens, kv, 'swapKv', sink);
+    const scheduler = new VllmScheduler(x.requests, gpu, swap, x.limits);
+    const pipeline = new SerialOffloadPipe(layerCosts(model, hw, cost, hw.cpu.cores), x.offloadedFraction);
+    const books = continuousBooks(gpu, 1, scheduler, pipeline.totals);
+    return { scheduler, pipeline, afterIteration: books.afterIteration, result: books.result };
+  });
+}
 
 const reqsArb = fc.array(fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 40 }) }), { minLength: 1, maxLength: 50 });
 
@@ -32,7 +80,7 @@ function checkRun(out: BaselineRunResult, rs: readonly { promptTokens: number; o
   expect(out.endNs).toBeGreaterThan(0);
 }
 
-describe('lens-executor baselines on random worlds', () => {
+describe('MoE-Lens setups of the baselines on random worlds', () => {
   it('MoE-Lightning-like: exact tokens, reservations within capacity, pool empty at the end', () => {
     const tally = new CoverageTally('moe-lightning-like', ['batches', 'cpuAttention', 'dramContention']);
     fc.assert(
@@ -44,8 +92,8 @@ describe('lens-executor baselines on random worlds', () => {
         const kvBytes = Math.ceil(reserve / b) * b * model.derived.kvBytesPerToken * kvScale;
         const requests = rs.map((r, id) => ({ id, ...r }));
         const out = runLightning({
-          model, hardware: hw, cost, requests, pageTokens: b, kvCapacityBytes: kvBytes, batchSeqs: N, microBatches: mu, contention,
-          reserveOutput: maxOut, residentDense: true, ...(pad ? { reservePrompt: maxPrompt } : {}), timelineEvery: 1,
+          requests, pageTokens: b, kvCapacityBytes: kvBytes, batchSeqs: N, microBatches: mu, contention,
+          reserveOutput: maxOut, ...(pad ? { reservePrompt: maxPrompt } : {}),
         });
         checkRun(out, rs);
         expect(out.preemptions).toBe(0);
@@ -78,8 +126,8 @@ describe('lens-executor baselines on random worlds', () => {
           const gpuKvBytes = Math.ceil(longest / b) * pageBytes * kvScale;
           const requests = rs.map((r, id) => ({ id, ...r }));
           const out = runVllm({
-            model, hardware: hw, cost, requests, pageTokens: b, gpuKvBytes, swapSpaceBytes: swapPages * pageBytes, offloadedFraction: 1,
-            limits: { maxNumSeqs, maxNumBatchedTokens: maxTok, watermark: 0.01, preemption }, timelineEvery: 1,
+            requests, pageTokens: b, gpuKvBytes, swapSpaceBytes: swapPages * pageBytes, offloadedFraction: 1,
+            limits: { maxNumSeqs, maxNumBatchedTokens: maxTok, watermark: 0.01, preemption },
           });
           checkRun(out, rs);
           if (preemption === 'recompute') expect(out.swapOuts).toBe(0);

@@ -1,16 +1,17 @@
 /**
- * MoE-Lens whole runs on random worlds (issue 10 "properties over random worlds"): random prompt
- * and output lengths, KV capacity, page size, n_real and contention on Mixtral-8x7B / the A40
- * testbed. Every sequence generates exactly its tokens (even after preemption), the page pool is
- * never over capacity (it throws) and ends empty, simulated time only grows, and the analytic
- * model is present. Coverage (each in ≥ 25 % of the worlds, printed): preemption, CPU attention
- * (CPU busy), host-DRAM contention binding a stage.
+ * MoE-Lens whole runs on random worlds: random prompt and output lengths, KV capacity, page size,
+ * n_real and contention on Mixtral-8x7B / the A40 testbed. Every sequence generates exactly its
+ * tokens (even after preemption), the KV pages (a MemoryPool) are never over capacity and end
+ * empty, the invariant checker (memory, request milestones) finds nothing, time is integer ns and
+ * only grows, and the analytic model is present. Coverage (each in ≥ 25 % of the worlds, printed): preemption, CPU
+ * attention (CPU busy), host-DRAM contention binding a stage.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
-import { runLens } from '../../sim/lens/executor.ts';
+import { runLens } from '../../policies/moe-lens/execution.ts';
+import { InvariantChecker } from '../helpers/invariant-checker.ts';
 import { CoverageTally } from '../helpers/coverage.ts';
 
 const model = loadModel('mixtral-8x7b');
@@ -32,7 +33,12 @@ describe('MoE-Lens runs on random worlds', () => {
           const longest = Math.max(...rs.map((r) => r.promptTokens + r.outputTokens));
           const kvBytes = Math.ceil(longest / b) * b * model.derived.kvBytesPerToken * kvScale;
           const requests = rs.map((r, id) => ({ id, ...r }));
-          const out = runLens({ model, hardware: hw, cost, requests, settings: { kvCapacityBytes: kvBytes, pageTokens: b, nReal, contention, timelineEvery: 1 } });
+          const sink = new InvariantChecker({ experts: model.experts });
+          for (const r of requests) sink.onRequest(r.id, 'arrive', 0);
+          const out = runLens({ model, hardware: hw, cost, requests, sink, settings: { kvCapacityBytes: kvBytes, pageTokens: b, nReal, contention, timelineEvery: 1 } });
+          expect(sink.violations()).toEqual([]);
+          expect(sink.seen.memoryRecords).toBeGreaterThan(0);
+          expect(Number.isSafeInteger(out.endNs)).toBe(true);
           expect(out.generatedTokens).toBe(rs.reduce((a, r) => a + r.outputTokens, 0));
           expect(out.decodeTokens + rs.length + out.preemptions).toBe(out.generatedTokens);
           expect(out.peakPages).toBeLessThanOrEqual(out.pages);

@@ -4,7 +4,7 @@
  * p = 10, g = 4, b = 4, M = 1000 tokens (N = 250), K = 100, δ = 2 s (model 2 bytes at 1 B/s).
  */
 import { describe, expect, it } from 'vitest';
-import { lensAnalytic, pagesPerSeqSum, profilerNReal } from '../../sim/lens/analytic.ts';
+import { lensAnalytic, pagesPerSeqSum, profilerNReal } from '../../policies/moe-lens/analytic.ts';
 
 const base = {
   promptTokens: 10,

@@ -1,6 +1,7 @@
 /**
- * The lens-executor baselines as policies (`lens-moe-lightning`, `lens-vllm`) through the
- * throughput executor's self-scheduling hook: by name from the registry, the same metrics as
+ * The MoE-Lens setups of moe-lightning-like and vllm-like (`setup: moe-lens`; labelled
+ * `lens-moe-lightning`, `lens-vllm` in the experiments) as policies through the
+ * throughput executor (each plan's execution: scheduler + closed-form pipeline): by name from the registry, the same metrics as
  * `moe-lens` (throughput, `schedule.*`), every token generated, the MoE-Lightning-like batch
  * within its memory caps (host: 0.8 × its setting; GPU: 0.86 × usable VRAM), the best of the two
  * CPU-memory settings, and infeasible runs with a reason.
@@ -21,9 +22,13 @@ const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') 
 const requests: RequestSpec[] = Array.from({ length: 400 }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 20 + (id % 80), outputTokens: 16 }));
 const workload: Workload = { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'test' };
 
+/** The MoE-Lens setup of a baseline: `lens-moe-lightning` / `lens-vllm` are moe-lightning-like / vllm-like with setup: moe-lens. */
+const LENS_SETUP: Record<string, string> = { 'lens-moe-lightning': 'moe-lightning-like', 'lens-vllm': 'vllm-like' };
+
 function run(name: string, params: Record<string, unknown>, phase: 'both' | 'decode' = 'both') {
-  const def = builtinPolicy(name)!;
-  const policy = def.createThroughput!(def.params.parse(params), { rng: new Rng('p'), model, hardware: hw, workload });
+  const def = builtinPolicy(LENS_SETUP[name] ?? name)!;
+  const all = LENS_SETUP[name] ? { ...params, setup: 'moe-lens' } : params;
+  const policy = def.createThroughput!(def.params.parse(all), { rng: new Rng('p'), model, hardware: hw, workload });
   const ex = new ThroughputExecutor({ model, hardware: hw, cost, workload, policy, fallbackRng: new Rng('f'), config: { phase, contextBucketTokens: 64, kvLayout: 'paged', kvPageTokens: 16, packetBytes: 64 << 20, memoise: true } });
   return ex.run();
 }
@@ -84,5 +89,16 @@ describe('moe-lens params', () => {
     expect(() => def.params.parse({ qkvD2H: true })).toThrow(/qkvD2H[\s\S]*needs pipeline: events/);
     expect(() => def.params.parse({ packetBytes: 100_000_000 })).toThrow(/packetBytes[\s\S]*needs pipeline: events/);
     expect(() => def.params.parse({ pipeline: 'events', qkvD2H: true, packetBytes: 100_000_000 })).not.toThrow();
+  });
+});
+
+describe('setup parameter', () => {
+  it('MoE-Lens-setup parameters under setup: moe-gen are errors naming the field', () => {
+    const l = builtinPolicy('moe-lightning-like')!;
+    expect(() => l.params.parse({ kvCapacityGB: 70 })).toThrow(/kvCapacityGB[\s\S]*needs setup: moe-lens/);
+    expect(() => l.params.parse({ setup: 'moe-lens', kvCapacityGB: 70, memorySetting: 'normal' })).not.toThrow();
+    const v = builtinPolicy('vllm-like')!;
+    expect(() => v.params.parse({ swapSpaceGiB: 8 })).toThrow(/swapSpaceGiB[\s\S]*needs setup: moe-lens/);
+    expect(() => v.params.parse({ setup: 'moe-lens', swapSpaceGiB: 8, maxNumSeqs: 64 })).not.toThrow();
   });
 });

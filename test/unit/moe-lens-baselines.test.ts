@@ -6,8 +6,10 @@
  * CGOPipe stage's closed form.
  */
 import { describe, expect, it } from 'vitest';
-import { cgoStage, LightningScheduler, VllmScheduler, type VllmLimits } from '../../sim/lens/baselines.ts';
-import { PagePool } from '../../sim/lens/page-pool.ts';
+import { cgoStage } from '../../sim/throughput/pipelines/cgopipe.ts';
+import { LightningScheduler } from '../../policies/throughput/fixed-batch-scheduler.ts';
+import { VllmScheduler, type VllmLimits } from '../../policies/throughput/vllm-scheduler.ts';
+import { KvPages } from '../../sim/throughput/kv-pages.ts';
 
 const ids = (xs: readonly { id: number }[]) => xs.map((x) => x.id);
 
@@ -20,7 +22,7 @@ describe('LightningScheduler (fixed batches, KV reserved for p + g)', () => {
   ];
 
   it('prefills the whole batch, decodes it to the end, then admits the next batch', () => {
-    const s = new LightningScheduler(reqs, new PagePool(10, 4), 2);
+    const s = new LightningScheduler(reqs, new KvPages(10, 4, 1), 2);
     let st = s.next();
     expect(st.kind).toBe('prefill');
     expect(ids(st.seqs)).toEqual([0, 1]);
@@ -49,21 +51,21 @@ describe('LightningScheduler (fixed batches, KV reserved for p + g)', () => {
 
   it('reserves the max generation of the run and stops a batch at the pool', () => {
     // reserveOutput 5: A reserves 9 (3 pages), B 11 (3 pages); a pool of 5 pages admits only A.
-    const s = new LightningScheduler(reqs, new PagePool(5, 4), 3, 5);
+    const s = new LightningScheduler(reqs, new KvPages(5, 4, 1), 3, 5);
     const st = s.next();
     expect(ids(st.seqs)).toEqual([0]);
     expect(s.pool.usedPages).toBe(3);
   });
 
   it('pads the reservation to the planned prompt', () => {
-    const s = new LightningScheduler(reqs, new PagePool(20, 4), 3, undefined, 8);
+    const s = new LightningScheduler(reqs, new KvPages(20, 4, 1), 3, undefined, 8);
     s.next();
     // A: 8 + 3 = 11 → 3 pages; B: 8 + 2 = 10 → 3; C: 8 + 1 = 9 → 3.
     expect(s.pool.usedPages).toBe(9);
   });
 
   it('throws when one reservation cannot fit an empty pool', () => {
-    const s = new LightningScheduler([{ promptTokens: 30, outputTokens: 3 }], new PagePool(2, 4), 4);
+    const s = new LightningScheduler([{ promptTokens: 30, outputTokens: 3 }], new KvPages(2, 4, 1), 4);
     expect(() => s.next()).toThrow(/cannot fit an empty pool/);
   });
 });
@@ -78,7 +80,7 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
   ];
 
   it('admits prompts in a prefill-only step, swaps out the newest, swaps it back in before new prompts', () => {
-    const s = new VllmScheduler(reqs, new PagePool(4, 4), new PagePool(2, 4), limits);
+    const s = new VllmScheduler(reqs, new KvPages(4, 4, 1), new KvPages(2, 4, 1), limits);
     // 1: prefill-only: A, B, C (1 page each), each generates token 1.
     let st = s.next();
     expect(st.kind).toBe('prefill');
@@ -116,7 +118,7 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
   });
 
   it('recomputes when the swap space is full, re-prefilling prompt + generated tokens', () => {
-    const s = new VllmScheduler(reqs, new PagePool(4, 4), new PagePool(1, 4), { ...limits, preemption: 'swap' });
+    const s = new VllmScheduler(reqs, new KvPages(4, 4, 1), new KvPages(1, 4, 1), { ...limits, preemption: 'swap' });
     s.next();
     // Fill the one swap page first: C swapped out.
     let st = s.next();
@@ -124,7 +126,7 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
     while (!s.done) st = s.next();
     expect(s.seqs.map((q) => q.generated)).toEqual([4, 4, 4]);
     // Recompute mode: the preempted sequence goes back to the waiting queue.
-    const r = new VllmScheduler(reqs, new PagePool(4, 4), new PagePool(2, 4), { ...limits, preemption: 'recompute' });
+    const r = new VllmScheduler(reqs, new KvPages(4, 4, 1), new KvPages(2, 4, 1), { ...limits, preemption: 'recompute' });
     r.next();
     st = r.next();
     expect(ids(st.recomputePreempted)).toEqual([2]);
@@ -144,9 +146,9 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
   });
 
   it('caps a prefill step by maxNumBatchedTokens and maxNumSeqs', () => {
-    const s = new VllmScheduler(reqs, new PagePool(40, 4), new PagePool(2, 4), { ...limits, maxNumBatchedTokens: 9 });
+    const s = new VllmScheduler(reqs, new KvPages(40, 4, 1), new KvPages(2, 4, 1), { ...limits, maxNumBatchedTokens: 9 });
     expect(ids(s.next().prefill.map((p) => p.seq))).toEqual([0, 1]);
-    const t = new VllmScheduler(reqs, new PagePool(40, 4), new PagePool(2, 4), { ...limits, maxNumSeqs: 1 });
+    const t = new VllmScheduler(reqs, new KvPages(40, 4, 1), new KvPages(2, 4, 1), { ...limits, maxNumSeqs: 1 });
     expect(ids(t.next().prefill.map((p) => p.seq))).toEqual([0]);
   });
 });

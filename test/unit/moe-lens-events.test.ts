@@ -11,13 +11,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ceilNs } from '../../sim/kernel/time.ts';
-import { DataMover, EventPipe, PAPER_PACKET_BYTES, type PipeIteration } from '../../sim/lens/vslpipe-events.ts';
+import { DataMover, EventPipe, PAPER_PACKET_BYTES, type PipeIteration } from '../../sim/throughput/pipelines/vslpipe-events.ts';
 import { Simulation } from '../../sim/kernel/simulation.ts';
 import { FluidShare } from '../../sim/resources/fluid-share.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
-import { runLens, type LensSettings } from '../../sim/lens/executor.ts';
+import { runLens, type LensSettings } from '../../policies/moe-lens/execution.ts';
 
 /** Deterministic LCG (no Math.random). */
 function rng(seed: number): (lo: number, hi: number) => number {

@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
-import { runLens, type LensSettings } from '../../sim/lens/executor.ts';
+import { runLens, type LensSettings } from '../../policies/moe-lens/execution.ts';
 
 const model = loadModel('mixtral-8x7b');
 const hw = loadHardware('a40-xeon8380-750gb');
@@ -44,7 +44,7 @@ describe('MoE-Lens executor', () => {
 
 describe('sharedStage (host DRAM shared by CPU attention and weight DMA), by hand', () => {
   it('oversubscribed: the CPU window stretches and the DMA slows', async () => {
-    const { sharedStage } = await import('../../sim/lens/executor.ts');
+    const { sharedStage } = await import('../../sim/throughput/pipelines/vslpipe.ts');
     // CPU α: 10 ns reading 100 B (10 B/ns); DMA 200 B in 20 ns alone (10 B/ns); capacity 10 B/ns.
     // Window: 10·(10+10)/10 = 20 ns, DMA at 5 B/ns → 100 B; phase 1 = max(20, 5) = 20; phase 2 =
     // max(0, 4) = 4 → DMA 40 B more by 24; 60 B left at 10 B/ns → 30 ns.

@@ -7,17 +7,18 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { PagePool } from '../../sim/lens/page-pool.ts';
-import { LensScheduler } from '../../sim/lens/scheduler.ts';
+import { KvPages } from '../../sim/throughput/kv-pages.ts';
+import { LensScheduler } from '../../policies/moe-lens/scheduler.ts';
 
-describe('PagePool', () => {
+describe('KvPages (pages as MemoryPool allocations)', () => {
   it('grows by pages, refuses over capacity and double frees', () => {
-    const p = new PagePool(3, 4);
+    const p = new KvPages(3, 4, 1);
     p.grow(1, 5);
     expect(p.usedPages).toBe(2);
     p.grow(1, 8);
     expect(p.usedPages).toBe(2);
-    expect(() => p.grow(2, 9)).toThrow(/over capacity/);
+    expect(() => p.grow(2, 9)).toThrow(/cannot allocate/);
+    expect(p.pool.usedBytes).toBe(2 * p.pageBytes);
     expect(p.free(1)).toBe(2);
     expect(() => p.free(1)).toThrow(/double free/);
     expect(p.usedPages).toBe(0);
@@ -34,7 +35,7 @@ describe('LensScheduler on a hand-made 4-sequence world', () => {
         { promptTokens: 4, outputTokens: 6 },
         { promptTokens: 4, outputTokens: 2 },
       ],
-      new PagePool(6, 4),
+      new KvPages(6, 4, 1),
       100,
     );
 
@@ -85,7 +86,7 @@ describe('LensScheduler on a hand-made 4-sequence world', () => {
         { promptTokens: 4, outputTokens: 3 },
         { promptTokens: 4, outputTokens: 3 },
       ],
-      new PagePool(100, 4),
+      new KvPages(100, 4, 1),
       9,
     );
     expect(s.next().prefill.length).toBe(2); // 4 + 4 ≤ 9 < 12
@@ -106,7 +107,7 @@ describe('LensScheduler properties over random worlds', () => {
         (reqs, b, extraPages, nReal) => {
           // Enough pages for the longest sequence alone, plus some.
           const longest = Math.max(...reqs.map((r) => r.promptTokens + r.outputTokens));
-          const pool = new PagePool(Math.ceil(longest / b) + extraPages, b);
+          const pool = new KvPages(Math.ceil(longest / b) + extraPages, b, 1);
           const s = new LensScheduler(reqs, pool, nReal);
           let recomputed = 0;
           let guard = 0;

@@ -1,7 +1,7 @@
 /**
  * What the report says a metric means: metric path → definition and unit, condensed from the
  * comments of the metric code (`sim/metrics/serving-metrics.ts`, `throughput-metrics.ts`,
- * `cap.ts`, and MoE-Lens's analytic model in `sim/lens/analytic.ts`). When a definition there
+ * `cap.ts`, and MoE-Lens's analytic model in `policies/moe-lens/analytic.ts`). When a definition there
  * changes, change it here too.
  *
  * `COLUMN_METRICS` says which metric path each column of the printed table shows (the columns of
@@ -112,7 +112,7 @@ export const METRIC_DEFS: Readonly<Record<string, MetricDef>> = {
   'cost.amortisedUsdPerMTok': { def: 'purchase price amortised over the lifetime, per million generated tokens', unit: 'USD / 10⁶ tokens' },
   'cost.energyUsdPerMTok': { def: 'energy (GPU + CPU TDP) per million generated tokens', unit: 'USD / 10⁶ tokens' },
   'cost.hardwareUsd': { def: 'GPU + CPU + board + DRAM + SSD purchase price', unit: 'USD' },
-  // MoE-Lens analytic model (sim/lens/analytic.ts)
+  // MoE-Lens analytic model (policies/moe-lens/analytic.ts)
   'analytic.simulatedTokPerS': { def: 'the simulated generation throughput of the run', unit: 'tokens/s' },
   'analytic.t': { def: 'Eq. 14: the analytic generation throughput (Stage 1 or 2 by regime)', unit: 'tokens/s' },
   'analytic.simulatedOverT': { def: 'simulated / analytic throughput (Eq. 14)', unit: 'ratio' },

@@ -1,7 +1,7 @@
 /**
- * Per-layer cost lookups shared by the MoE-Lens executor (`executor.ts`) and the baselines run on
- * it (`baselines.ts`): one cost model, one set of layer bytes and transfer times, one memo, so
- * that a comparison between them is a comparison of schedules and pipelines only.
+ * Per-layer cost lookups of the closed-form pipelines (VSLPipe, CGOPipe, serial offload): one cost
+ * model, one set of layer bytes and transfer times, one memo, so that a comparison between them
+ * is a comparison of schedules and pipelines only.
  *
  * - `ns(op)`: the cost model's duration of `op`, memoised (a pure lookup; keyed per op kind on
  *   its numeric fields, no string building on the hot path).
@@ -11,10 +11,10 @@
  * - `cpuNs(g)`: CPU decode attention of the group over its KV (`cpuAttention`, `cores` cores).
  * - `transferNs[l]`: layer l's weight bytes (dense part + all its experts) over H2D.
  */
-import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import type { CostModel, Operation } from '../cost/types.ts';
-import { expectedCounts } from '../throughput/pass-dag.ts';
-import { modelModules, type ModelModules } from '../throughput/memory-model.ts';
+import type { HardwareProfile, ModelProfile } from '../../../hardware-profiles/types.ts';
+import type { CostModel, Operation } from '../../cost/types.ts';
+import { expectedCounts } from '../pass-dag.ts';
+import { modelModules, type ModelModules } from '../memory-model.ts';
 
 /** One token group of an iteration (VSLPipe's α or β, or a whole batch). */
 export interface GroupLoad {
@@ -26,7 +26,8 @@ export interface GroupLoad {
 
 export const emptyGroup = (): GroupLoad => ({ decode: 0, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 });
 
-export interface LensCosts {
+export interface LayerCosts {
+  readonly model: ModelProfile;
   readonly mm: ModelModules;
   readonly layerBytes: readonly number[];
   readonly transferNs: readonly number[];
@@ -62,7 +63,7 @@ function opKey(op: Operation): string {
   }
 }
 
-export function lensCosts(model: ModelProfile, _hw: HardwareProfile, cost: CostModel, cores: number): LensCosts {
+export function layerCosts(model: ModelProfile, _hw: HardwareProfile, cost: CostModel, cores: number): LayerCosts {
   const mm = modelModules(model);
   const memo = new Map<string, number>();
   const ns = (op: Operation): number => {
@@ -101,5 +102,5 @@ export function lensCosts(model: ModelProfile, _hw: HardwareProfile, cost: CostM
   };
   const cpuNs = (g: GroupLoad): number => (g.decode > 0 ? ns({ kind: 'cpuAttention', tokens: g.decode, contextTokens: g.decodeCtx, cores }) : 0);
   const lmHead = (n: number) => (n > 0 ? ns({ kind: 'lmHead', tokens: n }) : 0);
-  return { mm, layerBytes, transferNs, ns, gpuLayerNs, cpuNs, lmHead };
+  return { model, mm, layerBytes, transferNs, ns, gpuLayerNs, cpuNs, lmHead };
 }

@@ -1,6 +1,6 @@
 /**
- * VSLPipe at event level (MoE-Lens §6.4–§6.5; issue 10, "VSLPipe … data mover … fluid share"):
- * the `pipeline: events` mode of `runLens`, beside the closed form of `executor.ts`.
+ * VSLPipe at event level (MoE-Lens §6.4–§6.5): the `events` mode of the VSLPipe pipeline
+ * (`vslpipe.ts`), beside its closed form.
  *
  * One `Simulation` lives for the whole run; every iteration is simulated as events on the
  * repo's resources (public APIs only: `Gpu`, `CpuPool`, `PcieLink`, `FluidShare`):
@@ -46,13 +46,13 @@
  * longer by at most (packets − 1) ns, and is equal when a full packet takes an integer number of
  * ns. Nothing is memoised here: every iteration is simulated.
  */
-import { Simulation, type Handlers } from '../kernel/simulation.ts';
-import { bytesToNs, type Ns } from '../kernel/time.ts';
-import { CpuPool } from '../resources/cpu-pool.ts';
-import type { ResourceEvent } from '../resources/events.ts';
-import { FluidShare } from '../resources/fluid-share.ts';
-import { Gpu } from '../resources/gpu.ts';
-import { PcieLink, type Transfer } from '../resources/pcie-link.ts';
+import { Simulation, type Handlers } from '../../kernel/simulation.ts';
+import { bytesToNs, type Ns } from '../../kernel/time.ts';
+import { CpuPool } from '../../resources/cpu-pool.ts';
+import type { ResourceEvent } from '../../resources/events.ts';
+import { FluidShare } from '../../resources/fluid-share.ts';
+import { Gpu } from '../../resources/gpu.ts';
+import { PcieLink, type Transfer } from '../../resources/pcie-link.ts';
 
 /**
  * The data mover's packet: MoE-Lens §6.5 "Empirically, a 100MB packet size strikes a good

@@ -1,7 +1,8 @@
 /**
- * MoE-Lens resource-aware scheduler (DESIGN §8 "MoE-Lens"; paper §6.2–6.3): a decode scheduler
- * and a prefill scheduler over a paged host KV pool. Pure state machine: `next()` decides one
- * iteration, `commit()` applies it (tokens generated, pages grown, sequences finished).
+ * MoE-Lens resource-aware scheduler (DESIGN §8 "MoE-Lens"; paper §6.2–6.3), the `moe-lens`
+ * policy's iteration scheduler: a decode scheduler and a prefill scheduler over a paged host KV
+ * pool (`KvPages`). State machine: `next()` decides one iteration and applies it (tokens
+ * generated, pages grown, sequences finished).
  *
  * - Normal mode: every decoding sequence is scheduled (1 token each), then whole prompts are
  *   taken from the head of the prefill queue while the iteration's tokens stay ≤ n_real and the
@@ -23,7 +24,8 @@
  * cannot stall); the iteration's token budget counts prefill tokens + decode tokens; an optional
  * cap on sequences holding KV at once (`maxRunning`, the experiment's fixed batch) stops admission.
  */
-import { PagePool } from './page-pool.ts';
+import type { Iteration as RunIteration, IterationScheduler } from '../../sim/throughput/iteration.ts';
+import type { KvPages } from '../../sim/throughput/kv-pages.ts';
 
 export interface LensSeq {
   readonly id: number;
@@ -38,7 +40,7 @@ export interface LensSeq {
   preemptions: number;
 }
 
-export interface Iteration {
+export interface Iteration extends RunIteration {
   /** Decoding sequences stepped this iteration. */
   readonly decode: readonly LensSeq[];
   /** Sequences (re-)prefilled, with the tokens processed for each. */
@@ -48,7 +50,7 @@ export interface Iteration {
   readonly decodeContextTokens: number;
 }
 
-export class LensScheduler {
+export class LensScheduler implements IterationScheduler {
   readonly seqs: LensSeq[];
   /** Preempted sequences waiting for re-prefill (oldest admission first), ahead of new prompts. */
   private requeued: LensSeq[] = [];
@@ -64,7 +66,7 @@ export class LensScheduler {
 
   constructor(
     reqs: readonly { readonly promptTokens: number; readonly outputTokens: number }[],
-    readonly pool: PagePool,
+    readonly pool: KvPages,
     readonly nReal: number,
     /** Cap on sequences holding KV at once (the experiment's fixed batch, executor.batchSeqs); default none. */
     readonly maxRunning = Number.POSITIVE_INFINITY,
@@ -162,11 +164,11 @@ export class LensScheduler {
       this.decoding.push(p.seq);
     }
     // Decode sequences first, then the prefilled ones (the order tokens are counted in).
-    let anyDone = false;
-    for (let i = 0; i < decode.length; i++) if (this.stepOne(decode[i]!, nowNs)) anyDone = true;
-    for (let i = 0; i < prefill.length; i++) if (this.stepOne(prefill[i]!.seq, nowNs)) anyDone = true;
-    if (anyDone) this.decoding = this.decoding.filter((s) => s.state !== 'done');
-    return { decode, prefill, preempted, decodeContextTokens: ctx };
+    const finished: number[] = [];
+    for (let i = 0; i < decode.length; i++) if (this.stepOne(decode[i]!, nowNs)) finished.push(decode[i]!.id);
+    for (let i = 0; i < prefill.length; i++) if (this.stepOne(prefill[i]!.seq, nowNs)) finished.push(prefill[i]!.seq.id);
+    if (finished.length > 0) this.decoding = this.decoding.filter((s) => s.state !== 'done');
+    return { decode, prefill, preempted, decodeContextTokens: ctx, finished };
   }
 
   /** One generated token for `s`; true when that finishes it (its pages are freed). */
