@@ -6,7 +6,8 @@
 import { performance } from 'node:perf_hooks';
 import type { RunSpec } from '../experiments/config/expand.ts';
 import type { PolicyDefinition } from '../policies/types.ts';
-import type { ServingPolicy } from '../sim/serving/policy.ts';
+import { SERVING_HOOK_NAMES, type ServingHook, type ServingPolicy } from '../sim/serving/policy.ts';
+import { interceptPolicy } from '../sim/serving/policy-driver.ts';
 
 /**
  * Replaces `target[key]` (a prototype's method, or an object's own) with one that times each
@@ -31,31 +32,25 @@ export function timeMethod<T extends object, K extends keyof T>(target: T, key: 
   };
 }
 
-/** Every hook the serving executor calls on a policy (`ServingPolicy`). */
-export const POLICY_HOOKS = ['init', 'initialTops', 'report', 'onIterationStart', 'onLayerRouted', 'onLayerDone', 'afterUse', 'onPrefetchDone', 'chooseVictim', 'onIterationEnd', 'onRequestFinished'] as const satisfies readonly (keyof ServingPolicy)[];
+/** Every hook the serving executor calls on a policy: the typed list of `ServingPolicy`'s hooks. */
+export const POLICY_HOOKS: readonly ServingHook[] = SERVING_HOOK_NAMES;
 
-export type PolicyHook = (typeof POLICY_HOOKS)[number];
+export type PolicyHook = ServingHook;
 
 /**
- * `p` seen through an object whose hooks are timed (ms per call to `onTime`); everything else
- * is read from `p`, and the hooks run on `p` itself (their calls to each other are not timed
- * twice).
+ * `p` seen through an object whose hooks are timed (ms per call to `onTime`), built by the same
+ * `interceptPolicy` as the runner's plugin guard; everything else is read from `p`, and the
+ * hooks run on `p` itself (their calls to each other are not timed twice).
  */
 export function timedPolicy(p: ServingPolicy, onTime: (hook: PolicyHook, ms: number) => void): ServingPolicy {
-  const out = Object.create(p) as Record<string, unknown>;
-  for (const hook of POLICY_HOOKS) {
-    const f = (p as unknown as Record<string, unknown>)[hook];
-    if (typeof f !== 'function') continue;
-    out[hook] = (...args: unknown[]) => {
-      const t0 = performance.now();
-      try {
-        return (f as (...a: unknown[]) => unknown).apply(p, args);
-      } finally {
-        onTime(hook, performance.now() - t0);
-      }
-    };
-  }
-  return out as unknown as ServingPolicy;
+  return interceptPolicy(p, (hook, call) => (...args: unknown[]) => {
+    const t0 = performance.now();
+    try {
+      return call(...args);
+    } finally {
+      onTime(hook, performance.now() - t0);
+    }
+  });
 }
 
 /** `spec` with its policy's hooks timed (`timedPolicy`) in every world built from it. */

@@ -19,7 +19,17 @@ import { pathToFileURL } from 'node:url';
 import { availableParallelism } from 'node:os';
 import cliProgress from 'cli-progress';
 import { PolicyError, UserError } from '../sim/kernel/errors.ts';
-import type { PolicyDecision, ServingPolicy, ServingView } from '../sim/serving/policy.ts';
+import {
+  SERVING_HOOKS,
+  type EvictionQuery,
+  type ExpertKey,
+  type ModelShapeView,
+  type PolicyDecision,
+  type ServingPolicy,
+  type ServingView,
+  type TopRequest,
+} from '../sim/serving/policy.ts';
+import { interceptPolicy, type AnyHook } from '../sim/serving/policy-driver.ts';
 import type { PolicyDefinition } from '../policies/types.ts';
 import type { TraceSink } from '../sim/observe/trace-sink.ts';
 import { fanout } from '../sim/observe/trace-sink.ts';
@@ -486,7 +496,7 @@ const EXECUTOR_RULES: readonly [RegExp, string][] = [
   [/^invalid plan/, CONTRACT_RULES.plan],
 ];
 
-interface GuardState {
+export interface GuardState {
   /** The last rule the guard saw broken (the executor wraps the guard's throw in a PolicyError). */
   violation: string | undefined;
 }
@@ -592,19 +602,22 @@ function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
 }
 
 /**
- * Wraps a plugin's serving policy so that every decision is checked against the hook contract
- * before the executor sees it. A broken rule throws (inside the hook, so the executor reports
- * the hook and the time) and is remembered in `state` for the report.
+ * Wraps a plugin's serving policy so that every result is checked against the hook contract
+ * before the executor sees it. Every hook of `ServingPolicy` is wrapped (`interceptPolicy` walks
+ * the typed hook list) and every setting kept, so a plugin gets each hook it wrote. A broken
+ * rule throws (inside the hook, so the executor reports the hook and the time) and is
+ * remembered in `state` for the report.
  */
-function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy {
+export function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy {
   const violate = (rule: string, detail: string): never => {
     state.violation = rule;
     throw new Error(detail);
   };
-  const checkKey = (view: ServingView, key: unknown, what: string): void => {
-    const n = view.moeLayers * view.experts;
+  const checkKey = (shape: ModelShapeView, key: unknown, what: string): void => {
+    const n = shape.moeLayers * shape.experts;
     if (!(typeof key === 'number' && Number.isInteger(key) && key >= 0 && key < n)) {
-      violate(CONTRACT_RULES.key, `${what} expert key ${String(key)}, but this model has keys 0…${n - 1} (${view.moeLayers} MoE layers × ${view.experts} experts)`);
+      const layers = `${shape.moeLayers} MoE layers × ${shape.experts} experts`;
+      violate(CONTRACT_RULES.key, `${what} expert key ${String(key)}, but this model has keys 0…${n - 1} (${layers})`);
     }
   };
   const checkDecision = (view: ServingView, d: PolicyDecision | void): PolicyDecision | void => {
@@ -615,36 +628,49 @@ function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy {
     for (const k of d.evict ?? []) {
       checkKey(view, k, 'asked to evict');
       if (view.buffer.entry(k)?.pinned) {
-        violate(CONTRACT_RULES.pinned, `asked to evict expert ${view.expertOf(k)} of MoE layer ${view.layerOf(k)} (key ${k}) while the current layer uses it`);
+        const which = `expert ${view.expertOf(k)} of MoE layer ${view.layerOf(k)} (key ${k})`;
+        violate(CONTRACT_RULES.pinned, `asked to evict ${which} while the current layer uses it`);
       }
     }
+    for (const k of d.dropTops ?? []) checkKey(view, k, 'asked to drop the top of');
+    for (const t of d.loadTops ?? []) checkKey(view, (t as { key?: unknown } | null)?.key, 'asked to load a top of');
     const distinct = new Set(prefetch.map((r) => r.key)).size;
     if (distinct > view.slots) violate(CONTRACT_RULES.budget, `asked to prefetch ${distinct} experts into a buffer of ${view.slots} slots`);
     return d;
   };
-  const g: { -readonly [K in keyof ServingPolicy]: ServingPolicy[K] } = { name: p.name };
-  if (p.queueJump !== undefined) g.queueJump = p.queueJump;
-  if (p.init) g.init = (shape) => p.init!(shape);
-  if (p.onIterationStart) g.onIterationStart = (view) => checkDecision(view, p.onIterationStart!(view));
-  if (p.onLayerRouted) g.onLayerRouted = (view, routing) => checkDecision(view, p.onLayerRouted!(view, routing));
-  if (p.onLayerDone) g.onLayerDone = (view, layer) => checkDecision(view, p.onLayerDone!(view, layer));
-  if (p.onPrefetchDone) g.onPrefetchDone = (view, key) => checkDecision(view, p.onPrefetchDone!(view, key));
-  if (p.onIterationEnd) g.onIterationEnd = (view) => checkDecision(view, p.onIterationEnd!(view));
-  if (p.afterUse) g.afterUse = (view, key) => p.afterUse!(view, key);
-  if (p.onRequestFinished) g.onRequestFinished = (view, request) => p.onRequestFinished!(view, request);
-  if (p.chooseVictim) {
-    g.chooseVictim = (view, query) => {
-      const victim = p.chooseVictim!(view, query);
-      if (victim === undefined) {
-        if (query.reason === 'demand') violate(CONTRACT_RULES.demandVictim, `returned undefined when expert key ${query.forKey} had to be fetched on demand`);
-        return victim;
-      }
-      if (!query.candidates.includes(victim)) {
-        checkKey(view, victim, 'chose');
-        violate(CONTRACT_RULES.victim, `chose key ${victim}, which is not among the ${query.candidates.length} candidates (resident and not in use)`);
-      }
+  const checkVictim = (view: ServingView, query: EvictionQuery, victim: ExpertKey | undefined): ExpertKey | undefined => {
+    if (victim === undefined) {
+      if (query.reason === 'demand') violate(CONTRACT_RULES.demandVictim, `returned undefined when expert key ${query.forKey} had to be fetched on demand`);
       return victim;
-    };
-  }
-  return g;
+    }
+    if (!query.candidates.includes(victim)) {
+      checkKey(view, victim, 'chose');
+      const detail = `chose key ${victim}, which is not among the ${query.candidates.length} candidates (resident and not in use)`;
+      violate(CONTRACT_RULES.victim, detail);
+    }
+    return victim;
+  };
+  const checkKeep = (view: ServingView, r: ReturnType<NonNullable<ServingPolicy['afterUse']>>): typeof r => {
+    if (typeof r === 'object' && r !== null) for (const k of r.dropTops ?? []) checkKey(view, k, 'asked to drop the top of');
+    return r;
+  };
+  const checkTops = (shape: ModelShapeView, tops: readonly TopRequest[]): readonly TopRequest[] => {
+    for (const t of tops) checkKey(shape, (t as { key?: unknown } | null)?.key, 'gave an initial top of');
+    return tops;
+  };
+  return interceptPolicy(p, (hook, call): AnyHook => {
+    switch (SERVING_HOOKS[hook]) {
+      case 'decision':
+        return (view, ...rest) => checkDecision(view as ServingView, call(view, ...rest) as PolicyDecision | void);
+      case 'victim':
+        return (view, query) => checkVictim(view as ServingView, query as EvictionQuery, call(view, query) as ExpertKey | undefined);
+      case 'keep':
+        return (view, key) => checkKeep(view as ServingView, call(view, key) as ReturnType<typeof checkKeep>);
+      case 'setup':
+        if (hook !== 'initialTops') return call;
+        return (shape) => checkTops(shape as ModelShapeView, call(shape) as readonly TopRequest[]);
+      case 'notice':
+        return call;
+    }
+  });
 }

@@ -266,3 +266,42 @@ export interface ServingPolicy {
   /** A request emitted its last token. */
   onRequestFinished?(view: ServingView, request: RequestSpec): void;
 }
+
+/**
+ * The hooks of `ServingPolicy`, each with what a wrapper may check of its result: `decision`
+ * hooks return a `PolicyDecision`, `keep` is `afterUse`, `victim` is `chooseVictim`, `setup`
+ * hooks run once around the run, `notice` hooks return nothing. The compiler forces this list
+ * to name every hook of `ServingPolicy` and nothing else, so the executor's driver, the
+ * runner's plugin guard and the bench's timer (`interceptPolicy`) never miss one.
+ */
+export type ServingHookKind = 'setup' | 'decision' | 'keep' | 'victim' | 'notice';
+type HookKeys<T> = { [K in keyof T]-?: NonNullable<T[K]> extends (...args: never[]) => unknown ? K : never }[keyof T];
+/** A function-valued member of `ServingPolicy`. */
+export type ServingHook = HookKeys<ServingPolicy>;
+/** A value member of `ServingPolicy` (its name and the options the executor reads once). */
+export type ServingSetting = Exclude<keyof ServingPolicy, ServingHook>;
+
+export const SERVING_HOOKS = {
+  init: 'setup',
+  initialTops: 'setup',
+  report: 'setup',
+  onIterationStart: 'decision',
+  onLayerRouted: 'decision',
+  onLayerDone: 'decision',
+  afterUse: 'keep',
+  onPrefetchDone: 'decision',
+  chooseVictim: 'victim',
+  onIterationEnd: 'decision',
+  onRequestFinished: 'notice',
+} as const satisfies Record<ServingHook, ServingHookKind>;
+
+/** Every value member of `ServingPolicy` (forced complete by the compiler, as `SERVING_HOOKS`). */
+export const SERVING_SETTINGS = {
+  name: true,
+  queueJump: true,
+  segmentCacheBytes: true,
+  computeOrder: true,
+} as const satisfies Record<ServingSetting, true>;
+
+export const SERVING_HOOK_NAMES = Object.keys(SERVING_HOOKS) as ServingHook[];
+export const SERVING_SETTING_NAMES = Object.keys(SERVING_SETTINGS) as ServingSetting[];
