@@ -522,8 +522,8 @@ async function pluginFiles(config: ExperimentConfig, baseDir: string): Promise<M
   return out;
 }
 
-/** A model or hardware reference: an id, or a `.json` file relative to `baseDir`. */
-const resolveProfileRef = (ref: string, baseDir: string): string => (ref.endsWith('.json') ? path.resolve(baseDir, ref) : ref);
+/** A model or hardware reference: an id, or a `.json` (or `.yaml` testbed) file relative to `baseDir`. */
+const resolveProfileRef = (ref: string, baseDir: string): string => (/\.(json|ya?ml)$/.test(ref) ? path.resolve(baseDir, ref) : ref);
 
 /**
  * The run as it is built: profile files resolved against the config's folder (the one rule for

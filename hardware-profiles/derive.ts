@@ -43,7 +43,7 @@
  *   and is part of the projection FLOPs. (A kernel that instead decompresses the cache would
  *   pay 2·kv_lora·n_h·(nope + v) per *context* token: ~120× more for DeepSeek-V2/V3.)
  */
-import type { ModelDerived, ModelProfile } from './types.ts';
+import type { LinearAttention, ModelDerived, ModelProfile } from './types.ts';
 
 /**
  * Architecture details that affect byte counts but not the simulator's shapes. `load.ts`
@@ -112,11 +112,44 @@ export function attentionParams(m: ModelDeriveInput, d: ModelArchitectureDetails
   const vDim = a.kvHeads * (a.vHeadDim ?? a.headDim);
   const oIn = a.heads * (a.vHeadDim ?? a.headDim);
   let p = h * qDim + h * kvDim + h * vDim + oIn * h;
+  if (a.outputGate === true) p += h * qDim;
   if (d.qkvBias) p += qDim + kvDim + vDim;
   if (d.outBias) p += h;
   if (d.qkNorm === 'per-head') p += 2 * a.headDim;
   else if (d.qkNorm === 'full') p += qDim + kvDim;
   return p;
+}
+
+/** Layers with a linear-attention block: all but every `fullAttentionInterval`-th. */
+export function linearAttentionLayerCount(layers: number, la: LinearAttention): number {
+  return layers - Math.floor(layers / la.fullAttentionInterval);
+}
+
+/**
+ * Parameters of one Gated DeltaNet block (HF Qwen3-Next `Qwen3NextGatedDeltaNet`): in_proj_qkvz
+ * h·(2·Hk·dk + 2·Hv·dv), in_proj_ba h·2·Hv, a depthwise conv over the q/k/v channels
+ * (2·Hk·dk + Hv·dv)·kernel, dt_bias and A_log Hv each, the gated norm dv, out_proj Hv·dv·h.
+ */
+export function gatedDeltaNetParams(h: number, la: LinearAttention): number {
+  const qk = la.keyHeads * la.keyHeadDim;
+  const v = la.valueHeads * la.valueHeadDim;
+  return h * (2 * qk + 2 * v) + h * 2 * la.valueHeads + (2 * qk + v) * la.convKernel + 2 * la.valueHeads + la.valueHeadDim + v * h;
+}
+
+/** Recurrent state of one sequence in one DeltaNet layer: Hv·dk·dv state elements plus the conv window (kernel−1 columns, bf16). */
+export function gatedDeltaNetStateBytes(la: LinearAttention): number {
+  const conv = (2 * la.keyHeads * la.keyHeadDim + la.valueHeads * la.valueHeadDim) * (la.convKernel - 1) * 2;
+  return la.valueHeads * la.keyHeadDim * la.valueHeadDim * la.stateBytesPerElement + conv;
+}
+
+/**
+ * FLOPs per token of the DeltaNet recurrence in one layer (projections excluded): per value head,
+ * decay dk·dv + Sᵀk 2·dk·dv + rank-1 update 2·dk·dv + readout Sᵀq 2·dk·dv = 7·dk·dv; plus the
+ * depthwise conv 2·channels·kernel.
+ */
+export function gatedDeltaNetStateFlops(la: LinearAttention): number {
+  const channels = 2 * la.keyHeads * la.keyHeadDim + la.valueHeads * la.valueHeadDim;
+  return 7 * la.valueHeads * la.keyHeadDim * la.valueHeadDim + 2 * channels * la.convKernel;
 }
 
 /** KV-cache elements per token per layer: 2·n_kv·d (K+V), or kv_lora + rope for MLA. */
@@ -158,7 +191,10 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
 
   // Attention (self + cross) and norms, totals over the model and per-layer averages.
   const selfAttnParams = attentionParams(input, d);
-  const totalAttnParams = selfAttnParams * (input.layers + crossLayers);
+  const la = input.linearAttention;
+  const linearLayers = la ? linearAttentionLayerCount(input.layers, la) : 0;
+  const gdnParams = la ? gatedDeltaNetParams(h, la) : 0;
+  const totalAttnParams = selfAttnParams * (input.layers - linearLayers + crossLayers) + gdnParams * linearLayers;
   const normSize = h * (d.normBias ? 2 : 1);
   const totalNormParams = normSize * (d.normsPerLayer * input.layers + crossLayers + (encDec ? 2 : 1));
   const attnParamsPerLayer = totalAttnParams / input.layers;
@@ -198,7 +234,7 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
     allExpertBytes,
     totalBytes: nonExpertBytes + allExpertBytes,
     kvBytesPerTokenPerLayer,
-    kvBytesPerToken: kvBytesPerTokenPerLayer * d.decoderLayers,
+    kvBytesPerToken: kvBytesPerTokenPerLayer * (d.decoderLayers - linearLayers),
     expertFlopsPerToken: 2 * paramsPerExpert,
     sharedExpertFlopsPerToken: 2 * (sharedFfnParams + sharedGateParams),
     denseFfnFlopsPerToken: 2 * denseFfnParams,
@@ -206,6 +242,12 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
     attentionScoreFlopsPerContextToken: attentionScoreFlopsPerContextToken(input.attention),
     routerFlopsPerToken: 2 * routerParams,
     lmHeadFlopsPerToken: 2 * input.vocabSize * h,
+    ...(la && {
+      linearAttentionLayers: linearLayers,
+      linearAttentionParamsPerLayer: gdnParams,
+      linearStateBytesPerLayer: gatedDeltaNetStateBytes(la),
+      linearAttentionFlopsPerToken: 2 * gdnParams + gatedDeltaNetStateFlops(la),
+    }),
   };
 }
 

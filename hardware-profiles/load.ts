@@ -14,23 +14,26 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { z } from 'zod';
+import { parse as parseYaml } from 'yaml';
 import { UserError } from '../sim/kernel/errors.ts';
 import { defaultDetails, deriveModel, type ModelArchitectureDetails } from './derive.ts';
 import {
   CpuFileSchema,
+  DriveFileSchema,
   GpuFileSchema,
   ModelFileSchema,
   PcieFileSchema,
   RuntimeFileSchema,
   TestbedFileSchema,
   type CpuFile,
+  type DriveFile,
   type GpuFile,
   type ModelFile,
   type PcieFile,
   type RuntimeFile,
   type TestbedFile,
 } from './schema.ts';
-import type { CpuProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile, RuntimeProfile } from './types.ts';
+import type { CpuProfile, DriveProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile, RuntimeProfile } from './types.ts';
 
 /** The folder holding `models/`, `gpus/`, `cpus/`, `pcie/`, `testbeds/`. */
 export const PROFILES_DIR: string = fileURLToPath(new URL('.', import.meta.url));
@@ -43,8 +46,13 @@ export interface LoadedModelProfile extends ModelProfile {
   readonly notes?: string;
 }
 
-type Kind = 'model' | 'gpu' | 'cpu' | 'pcie' | 'hardware' | 'runtime';
-const FOLDER: Record<Kind, string> = { model: 'models', gpu: 'gpus', cpu: 'cpus', pcie: 'pcie', hardware: 'testbeds', runtime: 'runtimes' };
+type Kind = 'model' | 'gpu' | 'cpu' | 'pcie' | 'drive' | 'hardware' | 'runtime';
+const FOLDER: Record<Kind, string> = {
+  model: 'models', gpu: 'gpus', cpu: 'cpus', pcie: 'pcie', drive: 'drives', hardware: 'testbeds', runtime: 'runtimes',
+};
+
+/** A path (not an id): a `.json` file, or a `.yaml`/`.yml` testbed a user wrote (`moesim hardware new`). */
+export const isProfilePath = (ref: string): boolean => /\.(json|ya?ml)$/.test(ref);
 
 // ---------------------------------------------------------------------------------------
 // Listing
@@ -73,6 +81,8 @@ export const listGpus = (): string[] => listIds('gpu');
 export const listCpus = (): string[] => listIds('cpu');
 /** Ids of the shipped PCIe link profiles, sorted. */
 export const listPcie = (): string[] => listIds('pcie');
+/** Ids of the shipped NVMe drive profiles, sorted. */
+export const listDrives = (): string[] => listIds('drive');
 /** Ids of the shipped runtime profiles, sorted. */
 export const listRuntimes = (): string[] => listIds('runtime');
 
@@ -96,7 +106,7 @@ export function clearProfileCache(): void {
  * @throws UserError for an unknown id, listing the known ones.
  */
 function locate(kind: Kind, idOrPath: string, baseDir: string, file?: string, field: string = kind): { path: string; byId: boolean } {
-  if (idOrPath.endsWith('.json')) return { path: resolve(baseDir, idOrPath), byId: false };
+  if (isProfilePath(idOrPath)) return { path: resolve(baseDir, idOrPath), byId: false };
   const known = listIds(kind);
   if (!known.includes(idOrPath)) {
     throw new UserError(`unknown ${kind === 'hardware' ? 'hardware profile' : kind} (known: ${known.join(', ')})`, file, field, idOrPath);
@@ -115,10 +125,11 @@ function readValidated<S extends z.ZodType>(schema: S, file: string, byId: boole
     throw new UserError(`cannot read file: ${(e as NodeJS.ErrnoException).code ?? String(e)}`, file);
   }
   let raw: unknown;
+  const yaml = /\.ya?ml$/.test(file);
   try {
-    raw = JSON.parse(text);
+    raw = yaml ? parseYaml(text) : JSON.parse(text);
   } catch (e) {
-    throw new UserError(`invalid JSON: ${(e as Error).message}`, file);
+    throw new UserError(`invalid ${yaml ? 'YAML' : 'JSON'}: ${(e as Error).message}`, file);
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
@@ -198,6 +209,7 @@ export function resolveModel(f: ModelFile): LoadedModelProfile {
     ...(a.qLoraRank !== undefined && { qLoraRank: a.qLoraRank }),
     ...(a.ropeHeadDim !== undefined && { ropeHeadDim: a.ropeHeadDim }),
     ...(a.vHeadDim !== undefined && { vHeadDim: a.vHeadDim }),
+    ...(a.outputGate !== undefined && { outputGate: a.outputGate }),
   };
   const base = {
     id: f.id,
@@ -215,6 +227,7 @@ export function resolveModel(f: ModelFile): LoadedModelProfile {
     denseIntermediateSize: f.denseIntermediateSize,
     ffnMatrices: f.ffnMatrices,
     attention,
+    ...(f.linearAttention !== undefined && { linearAttention: { ...f.linearAttention } }),
     vocabSize: f.vocabSize,
     tiedEmbeddings: f.tiedEmbeddings,
     dtypes: { ...f.dtypes },
@@ -275,6 +288,7 @@ export function resolveCpu(f: CpuFile): CpuProfile {
     dramBytesPerSec: f.memoryChannels * f.memoryMegaTransfersPerSec * 1e6 * 8 * f.dramEfficiency,
     perCoreDramBytesPerSec: f.perCoreDramGBPerSec * 1e9,
     dramPeakBytesPerSec: f.memoryChannels * f.memoryMegaTransfersPerSec * 1e6 * 8,
+    ...(f.isa !== undefined && { isa: [...f.isa] }),
     ...(f.priceUsd !== undefined && { priceUsd: f.priceUsd }),
     ...(f.tdpWatts !== undefined && { tdpWatts: f.tdpWatts }),
     sources: [...f.sources],
@@ -295,8 +309,20 @@ export function resolvePcie(f: PcieFile): PcieProfile {
   };
 }
 
+/** Resolves a validated drive file (GB/s → B/s, µs → ns, GB → B). */
+export function resolveDrive(f: DriveFile): DriveProfile {
+  return {
+    id: f.id,
+    name: f.name,
+    seqReadBytesPerSec: f.seqReadGBPerSec * 1e9,
+    readLatencyNsByQueueDepth: f.readLatencyUsByQueueDepth.map(([qd, us]) => [qd, Math.round(us * 1e3)] as const),
+    capacityBytes: f.capacityGB * 1e9,
+    sources: [...f.sources],
+  };
+}
+
 function loadComponent<T>(
-  kind: 'gpu' | 'cpu' | 'pcie',
+  kind: 'gpu' | 'cpu' | 'pcie' | 'drive',
   idOrPath: string,
   baseDir: string,
   referrer?: string,
@@ -309,6 +335,8 @@ function loadComponent<T>(
       return memo(`cpu:${path}`, () => resolveCpu(readValidated(CpuFileSchema, path, byId))) as T;
     case 'pcie':
       return memo(`pcie:${path}`, () => resolvePcie(readValidated(PcieFileSchema, path, byId))) as T;
+    case 'drive':
+      return memo(`drive:${path}`, () => resolveDrive(readValidated(DriveFileSchema, path, byId))) as T;
   }
 }
 
@@ -316,6 +344,8 @@ function loadComponent<T>(
 export const loadGpu = (idOrPath: string): GpuProfile => loadComponent<GpuProfile>('gpu', idOrPath, process.cwd());
 /** Loads a CPU profile by id or `.json` path. @throws UserError */
 export const loadCpu = (idOrPath: string): CpuProfile => loadComponent<CpuProfile>('cpu', idOrPath, process.cwd());
+/** Loads an NVMe drive profile by id or `.json` path. @throws UserError */
+export const loadDrive = (idOrPath: string): DriveProfile => loadComponent<DriveProfile>('drive', idOrPath, process.cwd());
 /** Loads a PCIe link profile by id or `.json` path. @throws UserError */
 export const loadPcie = (idOrPath: string): PcieProfile => loadComponent<PcieProfile>('pcie', idOrPath, process.cwd());
 
@@ -326,18 +356,26 @@ export const loadPcie = (idOrPath: string): PcieProfile => loadComponent<PciePro
 /** The validated testbed file of a hardware profile, with its notes (for reports). */
 export function resolveTestbed(f: TestbedFile, path: string): HardwareProfile & { readonly notes?: string } {
   const dir = dirname(path);
+  const cpu = loadComponent<CpuProfile>('cpu', f.cpu, dir, path);
   return {
     id: f.id,
     name: f.name,
     gpu: loadComponent<GpuProfile>('gpu', f.gpu, dir, path),
-    cpu: loadComponent<CpuProfile>('cpu', f.cpu, dir, path),
+    cpu: f.dram === undefined ? cpu : withDram(cpu, f.dram, readValidated(CpuFileSchema, locate('cpu', f.cpu, dir, path).path, false)),
     pcie: loadComponent<PcieProfile>('pcie', f.pcie, dir, path),
     hostDramBytes: Math.round(f.hostDramGiB * GIB),
     pinnedHostMemory: f.pinnedHostMemory,
+    ...(f.drive !== undefined && { drive: loadComponent<DriveProfile>('drive', f.drive, dir, path) }),
     cost: { ...f.cost },
     sources: [...f.sources],
     ...(f.notes !== undefined && { notes: f.notes }),
   };
+}
+
+/** The CPU with a testbed's own DIMMs: channels × MT/s × 8 B, at the given or the CPU's sustained fraction. */
+function withDram(cpu: CpuProfile, dram: NonNullable<TestbedFile['dram']>, file: CpuFile): CpuProfile {
+  const peak = dram.channels * dram.megaTransfersPerSec * 1e6 * 8;
+  return { ...cpu, memoryChannels: dram.channels, dramPeakBytesPerSec: peak, dramBytesPerSec: peak * (dram.efficiency ?? file.dramEfficiency) };
 }
 
 /**

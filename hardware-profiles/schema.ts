@@ -62,6 +62,8 @@ export const AttentionFileSchema = z
     qLoraRank: positiveInt.optional(),
     ropeHeadDim: positiveInt.optional(),
     vHeadDim: positiveInt.optional(),
+    /** A sigmoid gate on the attention output computed by the Q projection (Qwen3-Next/3.5 `attn_output_gate`: q_proj is 2·heads·headDim wide). */
+    outputGate: z.boolean().optional(),
   })
   .superRefine((a, ctx) => {
     const mla = a.type === 'MLA';
@@ -84,6 +86,23 @@ export const AttentionFileSchema = z
       }
     }
   });
+
+/**
+ * Linear-attention (Gated DeltaNet) blocks of a hybrid model (Qwen3-Next, Qwen3.5/3.6): every
+ * `fullAttentionInterval`-th layer (layers interval−1, 2·interval−1, …) has full attention with a
+ * KV cache; the others hold a fixed-size recurrent state per sequence instead (no KV growth).
+ */
+export const LinearAttentionFileSchema = z.strictObject({
+  kind: z.literal('gated-deltanet'),
+  fullAttentionInterval: positiveInt,
+  keyHeads: positiveInt,
+  valueHeads: positiveInt,
+  keyHeadDim: positiveInt,
+  valueHeadDim: positiveInt,
+  convKernel: positiveInt,
+  /** Bytes per recurrent-state element (`mamba_ssm_dtype` float32 = 4). */
+  stateBytesPerElement: positiveNumber.default(4),
+});
 
 /** Bytes per parameter of each module family (2 = BF16, 1 = FP8/INT8, 0.5 = INT4). */
 export const DtypesFileSchema = z.strictObject({
@@ -149,6 +168,11 @@ export const ModelFileSchema = z
     tiedEmbeddings: z.boolean(),
     lmHeadBias: z.boolean().default(false),
     dtypes: DtypesFileSchema.default(BF16_DTYPES),
+    linearAttention: LinearAttentionFileSchema.optional(),
+    /** The expert format the dtypes were derived from (`sim/cost/formats.ts` id), when quantised. */
+    expertFormat: z.string().optional(),
+    /** Fields whose values the sources did not confirm (e.g. "hiddenSize: from memory"); a profile says so rather than hiding it. */
+    unverified: z.array(z.string().min(1)).optional(),
     sources,
     notes,
   })
@@ -270,6 +294,8 @@ export const CpuFileSchema = z.strictObject({
   dramEfficiency: fraction,
   /** Bandwidth one core can draw on its own (GB/s). */
   perCoreDramGBPerSec: positiveNumber,
+  /** Vector/matrix ISA extensions the engines' CPU kernels use (llama.cpp, kTransformers pick kernels by them). */
+  isa: z.array(z.enum(['avx2', 'avx512', 'avx512-bf16', 'avx512-vnni', 'amx', 'neon'])).optional(),
   priceUsd: positiveNumber.optional(),
   tdpWatts: positiveNumber.optional(),
   sources,
@@ -306,6 +332,31 @@ export type PcieFile = z.infer<typeof PcieFileSchema>;
 /** A component reference: an id from the component folder, or a path ending in `.json` (relative to the testbed file). */
 const componentRef = z.string().min(1);
 
+/** An NVMe drive: sequential read bandwidth and per-request read latency by queue depth. */
+export const DriveFileSchema = z.strictObject({
+  id: profileId,
+  name: z.string().min(1),
+  /** Host interface, e.g. "pcie4x4". */
+  interface: z.string().min(1),
+  capacityGB: positiveNumber,
+  /** Sequential read (large requests, high queue depth), 1e9 B/s. */
+  seqReadGBPerSec: positiveNumber,
+  /** Random 4 KiB read latency (µs) at queue depths: points (queue depth, µs), increasing depth. */
+  readLatencyUsByQueueDepth: z.array(z.tuple([positiveInt, positiveNumber])).min(1),
+  sources,
+  notes,
+});
+export type DriveFile = z.infer<typeof DriveFileSchema>;
+
+/** A host DRAM configuration that overrides the CPU profile's default (a user's own DIMMs). */
+export const DramFileSchema = z.strictObject({
+  type: z.enum(['ddr4', 'ddr5']),
+  megaTransfersPerSec: positiveNumber,
+  channels: positiveInt,
+  /** Sustained fraction of peak; absent = the CPU profile's `dramEfficiency`. */
+  efficiency: fraction.optional(),
+});
+
 export const TestbedFileSchema = z.strictObject({
   id: profileId,
   name: z.string().min(1),
@@ -316,6 +367,10 @@ export const TestbedFileSchema = z.strictObject({
   hostDramGiB: positiveNumber,
   /** Whether weights/KV in host memory are pinned (page-locked). */
   pinnedHostMemory: z.boolean(),
+  /** The installed DIMM configuration, overriding the CPU profile's channels and transfer rate. */
+  dram: DramFileSchema.optional(),
+  /** An NVMe drive holding the weights (id from `drives/` or a `.json` path). */
+  drive: componentRef.optional(),
   /** For MoE-CAP's cost metric. */
   cost: z.strictObject({
     /** Chassis, motherboard, PSU, cooling (everything but GPU, CPU, DRAM, SSD). */

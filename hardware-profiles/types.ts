@@ -45,12 +45,27 @@ export interface ModelProfile {
     readonly qLoraRank?: number;
     readonly ropeHeadDim?: number;
     readonly vHeadDim?: number;
+    readonly outputGate?: boolean;
   };
+  /** Gated DeltaNet blocks of a hybrid model (absent: every layer has full attention). */
+  readonly linearAttention?: LinearAttention;
   readonly vocabSize: number;
   readonly tiedEmbeddings: boolean;
   readonly dtypes: ModelDtypes;
   readonly sources: readonly string[];
   readonly derived: ModelDerived;
+}
+
+/** Linear-attention (Gated DeltaNet) layers: see `schema.ts` LinearAttentionFileSchema. */
+export interface LinearAttention {
+  readonly kind: 'gated-deltanet';
+  readonly fullAttentionInterval: number;
+  readonly keyHeads: number;
+  readonly valueHeads: number;
+  readonly keyHeadDim: number;
+  readonly valueHeadDim: number;
+  readonly convKernel: number;
+  readonly stateBytesPerElement: number;
 }
 
 /** Quantities computed from the profile (see `derive.ts`). Per layer unless stated. */
@@ -82,6 +97,11 @@ export interface ModelDerived {
   readonly attentionScoreFlopsPerContextToken: number;
   readonly routerFlopsPerToken: number;
   readonly lmHeadFlopsPerToken: number;
+  /** Hybrid models only: linear-attention layers, their parameters, recurrent state and FLOPs per token (per layer). */
+  readonly linearAttentionLayers?: number;
+  readonly linearAttentionParamsPerLayer?: number;
+  readonly linearStateBytesPerLayer?: number;
+  readonly linearAttentionFlopsPerToken?: number;
 }
 
 export interface GpuProfile {
@@ -120,6 +140,8 @@ export interface CpuProfile {
   readonly perCoreDramBytesPerSec: number;
   /** Theoretical peak host-DRAM bandwidth (channels × MT/s × 8 B, no efficiency): MoE-CAP's CPU-side peak. */
   readonly dramPeakBytesPerSec?: number;
+  /** ISA extensions (absent in older profiles). */
+  readonly isa?: readonly string[];
   readonly priceUsd?: number;
   readonly tdpWatts?: number;
   readonly sources: readonly string[];
@@ -139,6 +161,17 @@ export interface PcieProfile {
   readonly sources: readonly string[];
 }
 
+/** An NVMe drive (see `schema.ts` DriveFileSchema), times in ns. */
+export interface DriveProfile {
+  readonly id: string;
+  readonly name: string;
+  readonly seqReadBytesPerSec: number;
+  /** (queue depth, ns) points, increasing depth. */
+  readonly readLatencyNsByQueueDepth: readonly (readonly [number, number])[];
+  readonly capacityBytes: number;
+  readonly sources: readonly string[];
+}
+
 export interface HardwareProfile {
   readonly id: string;
   readonly name: string;
@@ -147,6 +180,8 @@ export interface HardwareProfile {
   readonly pcie: PcieProfile;
   readonly hostDramBytes: number;
   readonly pinnedHostMemory: boolean;
+  /** The NVMe drive, when the testbed names one. */
+  readonly drive?: DriveProfile;
   /** Costs for MoE-CAP's cost model. */
   readonly cost: {
     readonly boardUsd: number;

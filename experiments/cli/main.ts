@@ -13,6 +13,7 @@ import { hideBin } from 'yargs/helpers';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
+import { hardwareCommand } from './commands/hardware.ts';
 import { newCommand } from './commands/new.ts';
 import { reportCommand } from './commands/report.ts';
 import { traceCommand } from './commands/trace.ts';
@@ -53,8 +54,9 @@ export async function main(argv: string[]): Promise<number> {
       .command(newCommand)
       .command(workerCommand)
       .command(reportCommand)
+      .command(hardwareCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
-      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report)')
+      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report, hardware)')
       .strict()
       .fail((msg, err) => {
         if (err) throw err;
