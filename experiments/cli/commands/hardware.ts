@@ -1,5 +1,5 @@
 /**
- * `moesim hardware new` and `moesim hardware show`: a user describes their own box in a few flags
+ * `moesim hardware new`: a user describes their own box in a few flags
  * (GPU, CPU, DIMMs, link, drive, RAM) and gets a small YAML testbed that `moesim experiment`
  * accepts as `hardware: ./my-box.yaml`. Every component is a shipped profile id (listed by
  * `moesim list hardware` siblings: gpus/, cpus/, pcie/, drives/), so the constants keep their
