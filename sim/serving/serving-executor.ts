@@ -35,7 +35,8 @@ import { arraySource, type RequestSource, type Workload } from '../workload.ts';
 import { PolicyDriver } from './policy-driver.ts';
 import type { ModelShapeView, RequestView, ServingPolicy, ServingView } from './policy.ts';
 import { ContinuousBatcher, StaticBatcher, type Batcher } from './parts/batcher.ts';
-import { GpuSlotCompute } from './parts/compute.ts';
+import { GpuSlotCompute, type ExpertCompute } from './parts/compute.ts';
+import { hostComputeOptions, hostParts } from './parts/host-parts.ts';
 import { IndexOrder, ReadyFirstOrder, type ExpertOrder } from './parts/expert-order.ts';
 import { Kernels } from './parts/kernels.ts';
 import { LayerWalk } from './parts/layer-walk.ts';
@@ -189,10 +190,21 @@ export class ServingExecutor {
       pump: () => this.order.pump(this.ctx.iter!),
     };
     const segBytes = input.policy.segmentCacheBytes ?? 0;
-    this.residency = split
-      ? new SplitResidency(this.ctx, this.kernels, ready, plan.slots, segBytes)
-      : new SlotResidency(this.ctx, this.kernels, ready, plan.slots);
-    const compute = new GpuSlotCompute(this.ctx, this.kernels, this.residency, this.afterExpertKernel);
+    const hostSpec = input.policy.hostExperts;
+    let compute: ExpertCompute;
+    if (hostSpec) {
+      const options = hostComputeOptions(hostSpec, input.runtime, hardware);
+      const pump = (): void => this.order.pump(this.ctx.iter!);
+      const parts = hostParts(this.ctx, this.kernels, ready, plan.slots, hostSpec, options,
+        this.afterExpertKernel, this.afterHostPiece, pump);
+      this.residency = parts.residency;
+      compute = parts.compute;
+    } else {
+      this.residency = split
+        ? new SplitResidency(this.ctx, this.kernels, ready, plan.slots, segBytes)
+        : new SlotResidency(this.ctx, this.kernels, ready, plan.slots);
+      compute = new GpuSlotCompute(this.ctx, this.kernels, this.residency, this.afterExpertKernel);
+    }
     const readyFirst = split || input.policy.computeOrder === 'ready-first';
     const loopAll = input.runtime?.expertLoop === 'all';
     const finish = (it: IterationState): void => this.finishMoeLayer(it);
@@ -407,6 +419,13 @@ export class ServingExecutor {
     it.computing = false;
     it.remaining--;
     this.residency.afterCompute(it.computingKey);
+    this.order.pump(it);
+  };
+  /** A piece computed off the GPU stream (host experts on the CPU) finished. */
+  private readonly afterHostPiece = (piece: number): void => {
+    const it = this.ctx.iter!;
+    it.remaining--;
+    this.residency.afterCompute(piece);
     this.order.pump(it);
   };
   private readonly afterLmHead = (): void => this.finishIteration();
