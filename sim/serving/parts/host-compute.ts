@@ -97,7 +97,7 @@ export class PlacementCompute implements ExpertCompute {
 
   private startCpu(it: IterationState, piece: number, w: PieceWork): void {
     const ctx = this.ctx;
-    ctx.sink?.onExpertCompute?.(w.reportKey, ctx.sim.now, w.resident);
+    ctx.sink?.onHostExpertCompute?.(w.reportKey, ctx.sim.now, 'cpu');
     const layerId = it.index * ctx.model.layers + it.layer;
     if (this.syncedLayer !== layerId && this.o.layerSyncNs > 0) {
       this.cpuQueue.push({ piece: -1, computeNs: this.o.layerSyncNs, bytes: 0, label: 'cpu layer sync' });
@@ -140,7 +140,6 @@ export class PlacementCompute implements ExpertCompute {
 
   private startZeroCopy(it: IterationState, piece: number, w: PieceWork): void {
     const ctx = this.ctx;
-    ctx.sink?.onExpertCompute?.(w.reportKey, ctx.sim.now, w.resident);
     it.computing = true;
     it.computingKey = piece;
     this.zeroCopyReads++;
@@ -160,7 +159,8 @@ export class PlacementCompute implements ExpertCompute {
     const rest = Math.max(stretchNs, this.zeroCopyKernelNs - readNs, 0);
     const piece = t.tag;
     this.zeroCopyPiece = -1;
-    this.kernels.submit(ceilNs(Math.max(rest, 1)), this.kernels.expertLabel(piece), 'expert', this.gpuDone);
+    ctx.sink?.onHostExpertCompute?.(piece, ctx.sim.now, 'gpu-host');
+    this.kernels.submit(ceilNs(rest), this.kernels.expertLabel(piece), 'expert', this.gpuDone);
   };
 
   private readonly gpuDone = (): void => this.onGpuDone();
