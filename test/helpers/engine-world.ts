@@ -40,7 +40,13 @@ export interface EngineWorld {
 export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc.record({
   base: worldArb({ batching: 'static' })
     .map(normaliseWorld)
-    .chain((w) => fc.constantFrom(...BIG_GPUS).map((hardwareId) => ({ ...w, shrink: w.shrink ?? { layers: 3, denseLeading: 0, experts: 8, topK: 2 }, hardwareId }))),
+    .chain((w) =>
+      fc.constantFrom(...BIG_GPUS).map((hardwareId) => ({
+        ...w,
+        shrink: w.shrink ?? { layers: 3, denseLeading: 0, experts: 8, topK: 2 },
+        hardwareId,
+      })),
+    ),
   // At least one host layer (a world without one has nothing of this file to test).
   cpuLayersFraction: fc.oneof(fc.constant(1), fc.double({ min: 0.34, max: 1, noNaN: true })),
   cacheFraction: fc.oneof(fc.constant(0), fc.double({ min: 0.25, max: 1, noNaN: true })),

@@ -46,7 +46,8 @@ class Seen implements TraceSink {
 
 async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
   const model = worldModel(w.base);
-  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert: model.derived.bytesPerExpert, allowPreload: true });
+  const bytesPerExpert = model.derived.bytesPerExpert;
+  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert, allowPreload: true });
   const seen = new Seen();
   let executor;
   try {

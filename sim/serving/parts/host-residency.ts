@@ -162,7 +162,8 @@ export class HostResidency extends SlotResidency {
     const memNs = (d.bytesPerExpert / Math.min(dram, threads * this.host.perCoreDramBytesPerSec)) * 1e9;
     const cpuNs = Math.max(cpuKernelNs(this.host, d.paramsPerExpert, d.bytesPerExpert, tokens, dram), memNs);
     const link = ctx.res.h2d;
-    const fetchNs = (d.bytesPerExpert / link.bytesPerSec) * 1e9 + link.latencyNs + this.kernels.tokenOpNs('expert', tokens);
+    const copyNs = (d.bytesPerExpert / link.bytesPerSec) * 1e9 + link.latencyNs;
+    const fetchNs = copyNs + this.kernels.tokenOpNs('expert', tokens);
     return cpuNs <= fetchNs;
   }
 
