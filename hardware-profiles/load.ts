@@ -408,6 +408,15 @@ export function resolveRuntime(f: RuntimeFile): RuntimeProfile {
     attention: f.attention,
     ...(f.gemmEfficiency && { gemmEfficiency: { ...f.gemmEfficiency } }),
     cpuAttention: { ...f.cpuAttention },
+    ...(f.hostExperts && {
+      hostExperts: {
+        kernels: f.hostExperts.kernels,
+        layerSyncNs: f.hostExperts.layerSyncUs * 1e3,
+        overlap: f.hostExperts.overlap,
+        zeroCopyEfficiency: f.hostExperts.zeroCopyEfficiency,
+        source: f.hostExperts.source,
+      },
+    }),
     calibration: f.calibration.map((c) => ({ ...c })),
     sources: [...f.sources],
   };

@@ -448,6 +448,21 @@ export const RuntimeFileSchema = z.strictObject({
       threads: positiveInt.nullable(),
     })
     .default({ kernel: 'cpu profile default', fmaPeakFraction: null, threads: null }),
+  /**
+   * How the runtime computes experts kept in host DRAM (policies with `hostExperts`): its CPU
+   * kernel rates (`quant-kernels/<id>.json`), the host's submit + synchronise + merge cost per
+   * layer with CPU experts (µs), whether GPU and CPU experts of a layer run concurrently or in
+   * series, and the link efficiency of zero-copy kernel reads.
+   */
+  hostExperts: z
+    .strictObject({
+      kernels: z.string().min(1).nullable(),
+      layerSyncUs: z.number().nonnegative(),
+      overlap: z.enum(['concurrent', 'serial']),
+      zeroCopyEfficiency: fraction.default(1),
+      source: z.string().min(1),
+    })
+    .optional(),
   /** Measurements of this runtime with everything resident that the profile must reproduce (tested). */
   calibration: z.array(CalibrationFigureSchema).default([]),
   sources,

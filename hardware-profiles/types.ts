@@ -218,6 +218,14 @@ export interface RuntimeProfile {
   readonly attention: 'eager' | 'fused';
   readonly gemmEfficiency?: { readonly maxFraction: number; readonly halfSaturationTokens: number };
   readonly cpuAttention: { readonly kernel: string; readonly fmaPeakFraction: number | null; readonly threads: number | null };
+  /** Host-resident expert computation (schema.ts `hostExperts`; µs → ns). */
+  readonly hostExperts?: {
+    readonly kernels: string | null;
+    readonly layerSyncNs: number;
+    readonly overlap: 'concurrent' | 'serial';
+    readonly zeroCopyEfficiency: number;
+    readonly source: string;
+  };
   readonly calibration: readonly {
     readonly figure: string;
     readonly model: string;

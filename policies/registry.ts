@@ -18,6 +18,7 @@ import { oraclePrefetch } from './oracle/oracle-prefetch.ts';
 import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
 import { moepic } from './moepic/policy.ts';
+import { hostExperts } from './engine/host-experts.ts';
 // Throughput family (executor.kind: throughput): MoE-Gen and the baselines it is compared with.
 import { moeGenG, moeGenH } from './moe-gen/moe-gen.ts';
 import { deepspeedLike } from './throughput/deepspeed-like.ts';
@@ -46,6 +47,7 @@ export const BUILTIN_POLICIES = {
   'gpu-rich': gpuRich,
   'moe-infinity': moeInfinity,
   moepic,
+  'host-experts': hostExperts,
   'moe-gen-g': moeGenG,
   'moe-gen-h': moeGenH,
   'deepspeed-like': deepspeedLike,

@@ -44,17 +44,27 @@ export const MECHANISMS: readonly Mechanism[] = [
   M(
     'cpu-experts',
     'host-resident experts computed by the CPU (-ot exps=CPU, --n-cpu-moe)',
-    false,
-    'not modelled yet: lands with the serving executor redesign',
+    true,
+    'policy host-experts (cpuLayers, threads, format); runtime hostExperts (kernel rates, layer sync, overlap)',
   ),
-  M('gpu-cache-cpu-misses', 'GPU slots for hits, CPU computes misses, same layer', false, 'not modelled yet'),
+  M(
+    'gpu-cache-cpu-misses',
+    'GPU slots for hits, CPU computes misses, same layer',
+    true,
+    'policy host-experts, cacheSlotsPerLayer',
+  ),
   M(
     'async-capped-uploads',
     'background uploads of missed experts, capped per layer per step, admission gate',
-    false,
-    'not modelled yet',
+    true,
+    'policy host-experts, uploadsPerLayer, admitAfterUses, admitWindow',
   ),
-  M('zero-copy', 'GPU kernels read host-mapped memory over PCIe in place', false, 'not modelled yet'),
+  M(
+    'zero-copy',
+    'GPU kernels read host-mapped memory over PCIe in place',
+    true,
+    'policy host-experts, miss: zero-copy; runtime hostExperts.zeroCopyEfficiency',
+  ),
   M('ssd-tier', 'experts on NVMe behind the OS page cache', false, 'not modelled yet'),
   M(
     'host-gather-embeddings',

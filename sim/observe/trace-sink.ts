@@ -80,6 +80,11 @@ export interface TraceSink {
   onRequest?(requestId: number, phase: RequestPhase, timeNs: Ns): void;
   /** An expert's compute is about to start on the GPU; `resident` says whether its bytes are all in VRAM. */
   onExpertCompute?(key: number, timeNs: Ns, resident: boolean): void;
+  /**
+   * An expert is computed off a VRAM slot: on the CPU from host DRAM (`cpu`, at its start), or by
+   * a GPU kernel that has read it from host-mapped memory (`gpu-host`, once the read landed).
+   */
+  onHostExpertCompute?(key: number, timeNs: Ns, where: 'cpu' | 'gpu-host'): void;
   /** An expert's bytes became resident in the GPU expert buffer (transfer complete, or preloaded), or its slot was freed. */
   onExpertResidency?(key: number, resident: boolean, timeNs: Ns): void;
   onEnd?(timeNs: Ns): void;
@@ -94,6 +99,7 @@ const HOOKS = [
   'onBlocked',
   'onRequest',
   'onExpertCompute',
+  'onHostExpertCompute',
   'onExpertResidency',
   'onEnd',
 ] as const satisfies readonly (keyof TraceSink)[];

@@ -206,6 +206,27 @@ export interface EvictionQuery {
   readonly candidates: readonly ExpertKey[];
 }
 
+/** See `ServingPolicy.hostExperts` and sim/serving/parts/host-residency.ts. */
+export interface HostExpertsSpec {
+  /** The first N MoE layers keep their experts in host DRAM (llama.cpp `--n-cpu-moe N`; all: `-ot exps=CPU`). */
+  readonly cpuLayers: number;
+  /** GPU cache slots per host layer (llama.cpp `--moe-expert-cache N`); 0: none. */
+  readonly cacheSlotsPerLayer: number;
+  /** Background uploads of missed experts per layer per decode iteration (`--moe-expert-cache-inserts K`). */
+  readonly uploadsPerLayer: number;
+  /** Admission gate: upload after this many uses (1: ungated) within `admitWindow` iterations. */
+  readonly admitAfterUses: number;
+  readonly admitWindow: number;
+  /** Where a miss is computed: the CPU, a zero-copy GPU read, a blocking fetch, or by estimated cost (Fiddler). */
+  readonly miss: 'cpu' | 'zero-copy' | 'fetch' | 'cost';
+  /** Share of would-be fetched misses computed on the CPU instead (FreeToken hybrid). */
+  readonly cpuShare: number;
+  /** CPU threads for expert work (llama.cpp `-t`). */
+  readonly threads: number;
+  /** Expert format key into the runtime's CPU kernel rates (e.g. `iq2_s`); '' = DRAM term only. */
+  readonly format: string;
+}
+
 export interface ServingPolicy {
   readonly name: string;
   /**
@@ -236,6 +257,12 @@ export interface ServingPolicy {
    * layer after the activated experts.
    */
   readonly computeOrder?: 'ready-first';
+  /**
+   * Host-resident experts (host-residency.ts): which MoE layers keep their experts in host DRAM,
+   * where a miss is computed (CPU, zero-copy, fetch, by cost), a GPU cache in front and its
+   * background uploads. Absent: every expert is fetched into a slot (every existing policy).
+   */
+  readonly hostExperts?: HostExpertsSpec;
   /** Policy-specific results merged into the run's metrics under `policy` (e.g. MoEpic's chosen configuration). */
   report?(): Record<string, unknown>;
   /** Before the run. */
@@ -301,6 +328,7 @@ export const SERVING_SETTINGS = {
   queueJump: true,
   segmentCacheBytes: true,
   computeOrder: true,
+  hostExperts: true,
 } as const satisfies Record<ServingSetting, true>;
 
 export const SERVING_HOOK_NAMES = Object.keys(SERVING_HOOKS) as ServingHook[];

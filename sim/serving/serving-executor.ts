@@ -179,11 +179,12 @@ export class ServingExecutor {
     };
     const parts = assembleParts(
       this.ctx,
-      { policy: input.policy, runtime: input.runtime, moeIndexOfLayer: this.moeIndexOfLayer, ...plan },
+      { policy: input.policy, runtime: input.runtime, hardware, moeIndexOfLayer: this.moeIndexOfLayer, ...plan },
       {
         afterRouter: this.afterRouter,
         afterLmHead: this.afterLmHead,
         afterExpert: this.afterExpertKernel,
+        afterHostPiece: this.afterHostPiece,
         finishLayer: (it) => this.finishMoeLayer(it),
         admitted: (s) => this.admitted(s),
       },
@@ -394,6 +395,13 @@ export class ServingExecutor {
     it.computing = false;
     it.remaining--;
     this.residency.afterCompute(it.computingKey);
+    this.order.pump(it);
+  };
+  /** A piece computed off the GPU stream (host experts on the CPU) finished. */
+  private readonly afterHostPiece = (piece: number): void => {
+    const it = this.ctx.iter!;
+    it.remaining--;
+    this.residency.afterCompute(piece);
     this.order.pump(it);
   };
   private readonly afterLmHead = (): void => this.finishIteration();

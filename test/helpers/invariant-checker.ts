@@ -59,6 +59,7 @@ interface TransferBook {
 }
 
 const EXPERT_LABEL = /^expert M(\d+)E(\d+)$/;
+const ZERO_COPY_LABEL = /^zero-copy expert M(\d+)E(\d+)$/;
 
 export class InvariantChecker implements TraceSink {
   private readonly out: string[] = [];
@@ -73,6 +74,8 @@ export class InvariantChecker implements TraceSink {
   /** Completed expert transfers per key not yet matched by an arrival. */
   private readonly arrivedTransfers = new Map<number, number>();
   private computes = 0;
+  /** Completed zero-copy reads per key not yet matched by a compute. */
+  private readonly zeroCopyReads = new Map<number, number>();
   // (c)
   private readonly transfers = new Map<string, TransferBook>();
   private h2dPacketBytes = 0;
@@ -138,6 +141,21 @@ export class InvariantChecker implements TraceSink {
     }
   }
 
+  /**
+   * (b) for experts computed off a slot: on the CPU its bytes must be in host DRAM (the host
+   * pool holds the expert weights); read zero-copy, a completed read of it must have landed.
+   */
+  onHostExpertCompute(key: number, timeNs: number, where: 'cpu' | 'gpu-host'): void {
+    this.computes++;
+    const hostExperts = this.poolCategories.get('host')?.get('expertWeights') ?? 0;
+    if (hostExperts <= 0) this.fail(`t=${timeNs}: ${this.keyName(key)} computed from host DRAM holding no experts`);
+    if (where === 'gpu-host') {
+      const n = this.zeroCopyReads.get(key) ?? 0;
+      if (n <= 0) this.fail(`t=${timeNs}: ${this.keyName(key)} computed zero-copy before its read landed`);
+      else this.zeroCopyReads.set(key, n - 1);
+    }
+  }
+
   onExpertCompute(key: number, timeNs: number, resident: boolean): void {
     this.computes++;
     if (!this.resident.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} computed before its bytes were resident`);
@@ -173,6 +191,15 @@ export class InvariantChecker implements TraceSink {
       if (b.packetBytes !== r.sentBytes) this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${b.packetBytes} B of packets but reports ${r.sentBytes} B`);
       if (r.sentBytes > r.bytes) this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${r.sentBytes} B of ${r.bytes} B`);
       if (r.link === 'h2d') this.h2dCancelledSentBytes += r.sentBytes;
+    }
+    if (r.link === 'h2d' && r.category === 'expert-zero-copy') {
+      const m = ZERO_COPY_LABEL.exec(r.label);
+      if (!m) this.fail(`zero-copy read with an unparseable label '${r.label}'`);
+      else if (r.outcome === 'done') {
+        const key = Number(m[1]) * this.experts + Number(m[2]);
+        this.zeroCopyReads.set(key, (this.zeroCopyReads.get(key) ?? 0) + 1);
+      }
+      return;
     }
     if (r.link === 'h2d' && r.category.startsWith('expert')) {
       const m = EXPERT_LABEL.exec(r.label);

@@ -4,10 +4,11 @@
  * compute, a GPU cache in front of CPU experts, an SSD tier): a new implementation of a part's
  * interface and one line here, not a branch in the coordinator.
  */
-import type { RuntimeProfile } from '../../../hardware-profiles/types.ts';
+import type { HardwareProfile, RuntimeProfile } from '../../../hardware-profiles/types.ts';
 import type { ServingPolicy } from '../policy.ts';
 import { ContinuousBatcher, StaticBatcher, type Batcher } from './batcher.ts';
-import { GpuSlotCompute } from './compute.ts';
+import { GpuSlotCompute, type ExpertCompute } from './compute.ts';
+import { hostComputeOptions, hostParts } from './host-parts.ts';
 import { IndexOrder, ReadyFirstOrder, type ExpertOrder } from './expert-order.ts';
 import { Kernels } from './kernels.ts';
 import { LayerWalk } from './layer-walk.ts';
@@ -34,8 +35,10 @@ export interface PartCallbacks {
   readonly afterRouter: () => void;
   /** The LM head completed: the iteration ends. */
   readonly afterLmHead: () => void;
-  /** A piece of expert work completed. */
+  /** A piece of expert work completed on the GPU stream. */
   readonly afterExpert: () => void;
+  /** A piece computed off the GPU stream (a host expert on the CPU) completed. */
+  readonly afterHostPiece: (piece: number) => void;
   /** Every piece of the current MoE layer has computed. */
   readonly finishLayer: (it: IterationState) => void;
   /** The batcher admitted a request (its KV is allocated). */
@@ -45,6 +48,7 @@ export interface PartCallbacks {
 export interface PartOptions {
   readonly policy: ServingPolicy;
   readonly runtime: RuntimeProfile | undefined;
+  readonly hardware: HardwareProfile;
   /** MoE index of each layer, −1 for a dense layer. */
   readonly moeIndexOfLayer: Int32Array;
   readonly slots: number;
@@ -63,10 +67,22 @@ export function assembleParts(ctx: ServingContext, o: PartOptions, cb: PartCallb
     pump: () => order!.pump(ctx.iter!),
   };
   const split = o.policy.segmentCacheBytes !== undefined;
-  const residency = split
-    ? new SplitResidency(ctx, kernels, ready, o.slots, o.policy.segmentCacheBytes ?? 0)
-    : new SlotResidency(ctx, kernels, ready, o.slots);
-  const compute = new GpuSlotCompute(ctx, kernels, residency, cb.afterExpert);
+  let residency: Residency;
+  let compute: ExpertCompute;
+  const hostSpec = o.policy.hostExperts;
+  if (hostSpec) {
+    // Experts in host DRAM computed on the CPU, read in place, or fetched (policies/engine/host-experts.ts).
+    const options = hostComputeOptions(hostSpec, o.runtime, o.hardware);
+    const pump = (): void => order!.pump(ctx.iter!);
+    const host = hostParts(ctx, kernels, ready, o.slots, hostSpec, options, cb.afterExpert, cb.afterHostPiece, pump);
+    residency = host.residency;
+    compute = host.compute;
+  } else {
+    residency = split
+      ? new SplitResidency(ctx, kernels, ready, o.slots, o.policy.segmentCacheBytes ?? 0)
+      : new SlotResidency(ctx, kernels, ready, o.slots);
+    compute = new GpuSlotCompute(ctx, kernels, residency, cb.afterExpert);
+  }
   const readyFirst = split || o.policy.computeOrder === 'ready-first';
   const loopAll = o.runtime?.expertLoop === 'all';
   order =

@@ -29,8 +29,11 @@ import type { ExpertBuffer } from '../expert-buffer.ts';
 import type { ExpertKey, PolicyDecision, SegmentCacheView, ServingHook } from '../policy.ts';
 import type { IterationState } from './state.ts';
 
-/** Where a piece of expert work runs. */
-export type Placement = 'gpu-slot';
+/**
+ * Where a piece of expert work runs: the GPU from a VRAM slot; the CPU from host DRAM
+ * (host-residency.ts); the GPU reading host-mapped memory in place (zero-copy).
+ */
+export type Placement = 'gpu-slot' | 'cpu' | 'gpu-host';
 
 /** One piece of a layer's expert work, as `Residency.describe` fills it (one object, reused). */
 export interface PieceWork {

@@ -1,0 +1,110 @@
+/**
+ * Property: random worlds of the host-expert mechanisms (test/helpers/engine-world.ts) keep the
+ * invariants, checked from the outside by `InvariantChecker`:
+ * - no memory pool over capacity;
+ * - no expert computed before its bytes are where it is computed: on the GPU in a VRAM slot
+ *   (resident after a completed transfer, or loaded with the model for GPU layers), on the CPU
+ *   in host DRAM, zero-copy only after its read landed;
+ * - bytes conserved on the H2D link (packets = completed + cancelled-sent = bytesMoved);
+ * - every request finishes with its tokens.
+ * Coverage is counted: each mechanism (CPU experts, GPU cache hits in host layers, background
+ * uploads, zero-copy reads, fetch on miss, serial overlap, per-layer sync) occurs in at least
+ * 25 % of its worlds — the worlds that ran whose parameters enable it.
+ */
+import * as fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { UserError } from '../../sim/kernel/errors.ts';
+import type { TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
+import { InvariantChecker } from '../helpers/invariant-checker.ts';
+import { buildEngineWorld, engineWorldArb, type EngineWorld } from '../helpers/engine-world.ts';
+import { worldModel } from '../helpers/serving-world.ts';
+
+const MECHANISMS = ['cpu', 'cacheHit', 'upload', 'zeroCopy', 'fetchOnMiss', 'serial', 'layerSync'] as const;
+type Mechanism = (typeof MECHANISMS)[number];
+
+/** The worlds whose parameters enable each mechanism (host layers exist in all of them). */
+const ENABLED: Record<Mechanism, (w: EngineWorld) => boolean> = {
+  cpu: (w) => w.miss === 'cpu' || w.cpuShare > 0.2,
+  cacheHit: (w) => w.cacheFraction > 0.2 && w.uploadsPerLayer > 0,
+  upload: (w) => w.cacheFraction > 0.2 && w.uploadsPerLayer > 0 && w.miss !== 'fetch',
+  zeroCopy: (w) => w.miss === 'zero-copy',
+  fetchOnMiss: (w) => w.miss === 'fetch' && w.cacheFraction > 0.2 && w.cpuShare < 0.8,
+  serial: (w) => w.overlap === 'serial' && w.miss === 'cpu',
+  layerSync: (w) => w.layerSyncUs > 0 && w.miss === 'cpu',
+};
+
+class Seen implements TraceSink {
+  readonly m = new Set<Mechanism>();
+  onHostExpertCompute(_k: number, _t: number, where: 'cpu' | 'gpu-host'): void {
+    this.m.add(where === 'cpu' ? 'cpu' : 'zeroCopy');
+  }
+  onTransfer(r: TransferRecord): void {
+    if (r.category === 'expert-prefetch') this.m.add('upload');
+    if (r.category === 'expert-demand') this.m.add('fetchOnMiss');
+  }
+}
+
+async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
+  const model = worldModel(w.base);
+  const bytesPerExpert = model.derived.bytesPerExpert;
+  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert, allowPreload: true });
+  const seen = new Seen();
+  let executor;
+  try {
+    executor = await buildEngineWorld(w, {
+      onHostExpertCompute: (k, t, where) => {
+        checker.onHostExpertCompute(k, t, where);
+        seen.onHostExpertCompute(k, t, where);
+      },
+      onTransfer: (r) => {
+        checker.onTransfer(r);
+        seen.onTransfer(r);
+      },
+      onPacket: (r) => checker.onPacket(r),
+      onMemory: (r) => checker.onMemory(r),
+      onExpertCompute: (k, t, r) => checker.onExpertCompute(k, t, r),
+      onExpertResidency: (k, r, t) => checker.onExpertResidency(k, r, t),
+      onRequest: (id, p, t) => checker.onRequest(id, p, t),
+      onKernel: (r) => checker.onKernel(r),
+    });
+  } catch (err) {
+    expect(err, `world refused with a non-user error: ${String(err)}`).toBeInstanceOf(UserError);
+    return 'refused';
+  }
+  const out = executor.run();
+  expect(checker.finish(out)).toEqual([]);
+  for (const r of out.requests) expect(r.emittedTokens).toBe(r.outputTokens);
+  const h2d = out.resources.h2d;
+  expect(h2d.bytesMoved).toBe(h2d.completedBytes + h2d.cancelledSentBytes);
+  if (out.counters.prefetchHits > 0) seen.m.add('cacheHit'); // hits on uploaded experts (host layers)
+  if (w.overlap === 'serial' && seen.m.has('cpu')) seen.m.add('serial');
+  if (w.layerSyncUs > 0 && seen.m.has('cpu')) seen.m.add('layerSync');
+  return seen.m;
+}
+
+describe('host-expert mechanisms on random worlds', () => {
+  it('keep every invariant, and each mechanism occurs in ≥ 25 % of the worlds', async () => {
+    const counts = new Map<Mechanism, number>(MECHANISMS.map((m) => [m, 0]));
+    const enabled = new Map<Mechanism, number>(MECHANISMS.map((m) => [m, 0]));
+    let ran = 0;
+    await fc.assert(
+      fc.asyncProperty(engineWorldArb, async (w) => {
+        const r = await runWorld(w);
+        if (r === 'refused') return;
+        ran++;
+        for (const m of MECHANISMS) {
+          if (!ENABLED[m](w)) continue;
+          enabled.set(m, enabled.get(m)! + 1);
+          if (r.has(m)) counts.set(m, counts.get(m)! + 1);
+        }
+      }),
+      { numRuns: 150 },
+    );
+    expect(ran).toBeGreaterThan(30);
+    const shares = Object.fromEntries(MECHANISMS.map((m) => [m, `${counts.get(m)}/${enabled.get(m)}`]));
+    for (const m of MECHANISMS) {
+      expect(enabled.get(m), `${m} enabled in ${JSON.stringify(shares)}`).toBeGreaterThanOrEqual(5);
+      expect(counts.get(m)! / enabled.get(m)!, `${m} in ${JSON.stringify(shares)}`).toBeGreaterThanOrEqual(0.25);
+    }
+  }, 600_000);
+});
