@@ -15,6 +15,7 @@ import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
 import { newCommand } from './commands/new.ts';
 import { reportCommand } from './commands/report.ts';
+import { reproduceCommand } from './commands/reproduce.ts';
 import { traceCommand } from './commands/trace.ts';
 import { workerCommand } from './commands/worker.ts';
 
@@ -53,8 +54,9 @@ export async function main(argv: string[]): Promise<number> {
       .command(newCommand)
       .command(workerCommand)
       .command(reportCommand)
+      .command(reproduceCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
-      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report)')
+      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report, reproduce)')
       .strict()
       .fail((msg, err) => {
         if (err) throw err;

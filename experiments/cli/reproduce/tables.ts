@@ -1,0 +1,110 @@
+/**
+ * The comparison tables of a reproduction, written from its results:
+ * - `reproduction/<paper>/COMPARISON.md` and `COMPARISON.html`: every table of the paper's
+ *   comparison module;
+ * - `reproduction/<paper>/tables-input.json`: the runs the tables read, keeping of each run only
+ *   the metrics the module read (small, committed: the test that checks FIDELITY.md regenerates
+ *   the tables from it, since simulating every experiment in a test would take minutes);
+ * - the generated sections of the paper's FIDELITY.md (between `<!-- BEGIN GENERATED id -->`
+ *   and `<!-- END GENERATED id -->`), each the table of that id.
+ *
+ * `npm run reproduce -- <paper> --tables` rewrites all of them from the stored results without
+ * simulating. Tables made from tables-input.json must equal those made from the full results:
+ * checked every time the input is written.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { UserError } from '../../../sim/kernel/errors.ts';
+import { toJson, writeFileAtomic } from '../../outputs/atomic.ts';
+import { comparisonHtml, comparisonMarkdown, keepPaths, readResults, recording, tableMarkdown, type PaperComparison, type Results, type Table } from './kit.ts';
+import { comparisonOf, experimentsOf, fidelityFile, type Paper } from './papers.ts';
+
+export const TABLES_INPUT = 'tables-input.json';
+
+/** The stored input of a paper's tables: experiment → results with only what the tables read. */
+export interface TablesInput {
+  readonly paper: string;
+  readonly experiments: Record<string, Results>;
+}
+
+export function readTablesInput(file: string): Map<string, Results> {
+  const j = JSON.parse(readFileSync(file, 'utf8')) as TablesInput;
+  return new Map(Object.entries(j.experiments));
+}
+
+const BEGIN = /<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n/g;
+const endOf = (id: string): string => `<!-- END GENERATED ${id} -->`;
+
+/** The generated sections of a markdown text: id → the text between its markers. */
+export function generatedSections(text: string, file: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const m of text.matchAll(BEGIN)) {
+    const id = m[1]!;
+    const start = m.index + m[0].length;
+    const end = text.indexOf(endOf(id), start);
+    if (end < 0) throw new UserError(`generated section '${id}' has no end marker (${endOf(id)})`, file);
+    out.set(id, text.slice(start, end));
+  }
+  return out;
+}
+
+/** What a generated section holds for `t`. */
+export const sectionText = (t: Table): string => `${tableMarkdown(t)}\n`;
+
+/** `text` with every generated section replaced by its table; throws on a section no table has. */
+export function spliceSections(text: string, tables: readonly Table[], file: string): string {
+  const byId = new Map(tables.map((t) => [t.id, t]));
+  for (const id of generatedSections(text, file).keys()) {
+    if (!byId.has(id)) throw new UserError(`generated section '${id}' names no table of the comparison (${[...byId.keys()].join(', ')})`, file);
+  }
+  return text.replace(/(<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n)[\s\S]*?(<!-- END GENERATED \2 -->)/g, (_m, begin: string, id: string, end: string) => `${begin}${sectionText(byId.get(id)!)}${end}`);
+}
+
+/** Tables from the full results, and the stored input that gives the same tables. */
+function tablesAndInput(c: PaperComparison, results: Map<string, Results>): { tables: Table[]; input: TablesInput } {
+  const { value: tables, paths } = recording(() => c.tables(results));
+  const experiments: Record<string, Results> = {};
+  for (const [name, r] of results) experiments[name] = { name: r.name, complete: r.complete, runs: keepPaths(r.runs, paths) };
+  const input: TablesInput = { paper: c.paper, experiments };
+  const again = c.tables(new Map(Object.entries(experiments)));
+  if (toJson(again) !== toJson(tables)) throw new Error(`${c.paper}: the tables from ${TABLES_INPUT} differ from those of the full results (a comparison read a metric without metric()/relativeOf())`);
+  return { tables, input };
+}
+
+/**
+ * Writes a paper's COMPARISON.md/.html and FIDELITY sections. From the full results in `dir` when
+ * they are there (then tables-input.json is rewritten too), else from its tables-input.json.
+ * Returns the files written.
+ */
+export async function writeTables(paper: Paper, dir: string, o: { fidelity: boolean }): Promise<string[]> {
+  const c = await comparisonOf(paper);
+  const names = experimentsOf(paper).map((e) => e.name);
+  const full = readResults(dir, names);
+  const inputFile = path.join(dir, TABLES_INPUT);
+  let tables: Table[];
+  const written: string[] = [];
+  if (full.size > 0) {
+    const made = tablesAndInput(c, full);
+    tables = made.tables;
+    await writeFileAtomic(inputFile, toJson(made.input));
+    written.push(inputFile);
+  } else if (existsSync(inputFile)) {
+    tables = c.tables(readTablesInput(inputFile));
+  } else {
+    throw new UserError(`no results to make tables from: run \`npm run reproduce -- ${paper}\` first`, dir);
+  }
+  const missing = names.filter((n) => !full.has(n) && full.size > 0);
+  await writeFileAtomic(path.join(dir, 'COMPARISON.md'), comparisonMarkdown(c, tables, missing));
+  await writeFileAtomic(path.join(dir, 'COMPARISON.html'), comparisonHtml(c, tables));
+  written.push(path.join(dir, 'COMPARISON.md'), path.join(dir, 'COMPARISON.html'));
+  if (o.fidelity) {
+    const f = fidelityFile(paper);
+    const text = readFileSync(f, 'utf8');
+    const next = spliceSections(text, tables, f);
+    if (next !== text) {
+      await writeFileAtomic(f, next);
+      written.push(f);
+    }
+  }
+  return written;
+}
