@@ -93,7 +93,8 @@ export async function writeTables(paper: Paper, dir: string, o: { fidelity: bool
   } else {
     throw new UserError(`no results to make tables from: run \`npm run reproduce -- ${paper}\` first`, dir);
   }
-  const missing = names.filter((n) => !full.has(n) && full.size > 0);
+  const have = full.size > 0 ? full : readTablesInput(inputFile);
+  const missing = names.filter((n) => !have.has(n));
   await writeFileAtomic(path.join(dir, 'COMPARISON.md'), comparisonMarkdown(c, tables, missing));
   await writeFileAtomic(path.join(dir, 'COMPARISON.html'), comparisonHtml(c, tables));
   written.push(path.join(dir, 'COMPARISON.md'), path.join(dir, 'COMPARISON.html'));
@@ -107,4 +108,27 @@ export async function writeTables(paper: Paper, dir: string, o: { fidelity: bool
     }
   }
   return written;
+}
+
+/**
+ * How a paper's committed tables differ from what the code makes of its stored input
+ * (`reproduction/<paper>/tables-input.json`): one line per generated section of FIDELITY.md
+ * that differs, and for COMPARISON.md. Empty when they agree.
+ */
+export async function staleTables(paper: Paper, dir: string): Promise<string[]> {
+  const c = await comparisonOf(paper);
+  const input = readTablesInput(path.join(dir, TABLES_INPUT));
+  const tables = c.tables(input);
+  const byId = new Map(tables.map((t) => [t.id, t]));
+  const out: string[] = [];
+  const f = fidelityFile(paper);
+  for (const [id, text] of generatedSections(readFileSync(f, 'utf8'), f)) {
+    const t = byId.get(id);
+    if (!t) out.push(`${f}: section '${id}' names no table`);
+    else if (text !== sectionText(t)) out.push(`${f}: section '${id}' differs from the generated table`);
+  }
+  const missing = experimentsOf(paper).map((e) => e.name).filter((n) => !input.has(n));
+  const cmp = path.join(dir, 'COMPARISON.md');
+  if (!existsSync(cmp) || readFileSync(cmp, 'utf8') !== comparisonMarkdown(c, tables, missing)) out.push(`${cmp} differs from the generated comparison`);
+  return out;
 }
