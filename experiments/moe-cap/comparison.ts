@@ -17,6 +17,7 @@ const ACTIVATED: Record<string, Record<number, number>> = { 'Qwen1.5-MoE-A2.7B':
 export const comparison: PaperComparison = {
   paper: 'moe-cap',
   title: 'MoE-CAP',
+  reads: ['dense-vs-sparse', 'cap'],
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     const dvs = results.get('dense-vs-sparse');

@@ -119,6 +119,7 @@ function e2eTable(runs: readonly Run[], rt: string): Table {
 export const comparison: PaperComparison = {
   paper: 'moe-infinity',
   title: 'MoE-Infinity',
+  reads: ['prefetch', 'ablation', 'cache', 'e2e'],
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     for (const rt of RUNTIMES) {

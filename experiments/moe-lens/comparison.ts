@@ -51,6 +51,7 @@ const mean = (vs: readonly number[]): number => vs.reduce((a, b) => a + b, 0) / 
 export const comparison: PaperComparison = {
   paper: 'moe-lens',
   title: 'MoE-Lens',
+  reads: ['throughput', 'throughput-8x22b', 'throughput-dbrx', 'throughput-dsv2lite'],
   tables(results: ResultsByExperiment): Table[] {
     const rows: Row[] = [];
     const pooled = new Map<string, number[]>();

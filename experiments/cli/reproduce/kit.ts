@@ -67,6 +67,8 @@ export interface PaperComparison {
   /** The folder under experiments/ (and reproduction/). */
   readonly paper: string;
   readonly title: string;
+  /** The experiments its tables read (run first by `reproduce`, so the tables are ready soonest). */
+  readonly reads: readonly string[];
   /** Every table, from the results at hand (a table whose experiment is missing is left out). */
   tables(results: ResultsByExperiment): Table[];
 }

@@ -18,7 +18,7 @@ import cliProgress from 'cli-progress';
 import { loadConfigFile, type LoadedConfig } from '../../config/load.ts';
 import { toJson } from '../../outputs/atomic.ts';
 import { checkOutDir } from '../../outputs/out-dir.ts';
-import { experimentsOf, type Paper } from './papers.ts';
+import { comparisonOf, experimentsOf, type Paper } from './papers.ts';
 
 export interface ReproduceOptions {
   readonly outRoot: string;
@@ -38,6 +38,8 @@ interface Planned {
   readonly runsThere: number;
   /** Run seconds of its last reproduction (timing.json), to start the long ones first. */
   readonly lastRunS: number;
+  /** Its paper's comparison tables read it (such experiments run first). */
+  readonly tabled: boolean;
 }
 
 /** What a reproduction measured (wall and CPU seconds of this process, run time per experiment). */
@@ -95,12 +97,13 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
   // Every config loads (schema, keys) before anything runs or is written.
   const planned: Planned[] = [];
   for (const paper of papers) {
+    const reads = new Set((await comparisonOf(paper)).reads);
     for (const { name, file } of experimentsOf(paper)) {
       const loaded = loadConfigFile(file);
       const outDir = path.join(o.outRoot, paper, name);
       checkOutDir(outDir);
       const s = stateOf(outDir, loaded, RESULTS_SCHEMA_VERSION);
-      planned.push({ paper, name, loaded, outDir, done: s.done, runsThere: s.runs, lastRunS: lastRunSOf(outDir) });
+      planned.push({ paper, name, loaded, outDir, done: s.done, runsThere: s.runs, lastRunS: lastRunSOf(outDir), tabled: reads.has(name) });
     }
   }
   const todo = planned.filter((p) => !p.done);
@@ -127,8 +130,9 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
       if (!pool) for (let i = 0; i < result.runs.length; i++) bar.add();
     };
     if (pool) {
-      // The longest experiments of the last reproduction first (stable: file order otherwise).
-      const ranked = [...todo].sort((a, b) => b.lastRunS - a.lastRunS);
+      // What the tables read first (they are ready soonest), then the longest experiments of the
+      // last reproduction (stable: file order otherwise).
+      const ranked = [...todo].sort((a, b) => Number(b.tabled) - Number(a.tabled) || b.lastRunS - a.lastRunS);
       const settled = await Promise.allSettled(ranked.map((p, rank) => one(p, rank)));
       const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
       if (failed) throw failed.reason;

@@ -79,7 +79,8 @@ function tablesAndInput(c: PaperComparison, results: Map<string, Results>): { ta
 export async function writeTables(paper: Paper, dir: string, o: { fidelity: boolean }): Promise<string[]> {
   const c = await comparisonOf(paper);
   const names = experimentsOf(paper).map((e) => e.name);
-  const full = readResults(dir, names);
+  // Only finished experiments make tables (a partial one is listed as missing).
+  const full = new Map([...readResults(dir, names)].filter(([, r]) => r.complete));
   const inputFile = path.join(dir, TABLES_INPUT);
   let tables: Table[];
   const written: string[] = [];
