@@ -114,7 +114,7 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
   const pool = o.jobs > 1 ? sharedThreadPool(o.jobs, PluginError.make, () => bar.add()) : undefined;
   const runS = new Map<Planned, number>();
   try {
-    const one = async (p: Planned, rank: number): Promise<void> => {
+    const one = async (p: Planned, rank: number, ready: () => void = () => {}): Promise<void> => {
       const { loaded } = p;
       const backend = pool?.backendFor({ config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false }, rank);
       const result = await runExperiment(loaded, {
@@ -123,17 +123,32 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
         jobs: 1,
         resume: true,
         log: (m) => o.log(`${p.paper}/${p.name}: ${m}`),
-        onReady: (runs) => bar.total(runs),
+        onReady: (runs) => {
+          bar.total(runs);
+          ready();
+        },
         ...(backend ? { backend } : {}),
       });
       runS.set(p, result.timing.reduce((a, t) => a + t.wallS, 0));
+      ready();
       if (!pool) for (let i = 0; i < result.runs.length; i++) bar.add();
     };
     if (pool) {
       // What the tables read first (they are ready soonest), then the longest experiments of the
       // last reproduction (stable: file order otherwise).
       const ranked = [...todo].sort((a, b) => Number(b.tabled) - Number(a.tabled) || b.lastRunS - a.lastRunS);
-      const settled = await Promise.allSettled(ranked.map((p, rank) => one(p, rank)));
+      // Preflights one after another in rank order (this thread builds every world of a config
+      // before its first run): the first experiment's runs start after its own preflight, not
+      // after everyone's, and the next preflight overlaps its runs.
+      let gate: Promise<void> = Promise.resolve();
+      const settled = await Promise.allSettled(
+        ranked.map((p, rank) => {
+          const prev = gate;
+          let open!: () => void;
+          gate = new Promise<void>((resolve) => (open = resolve));
+          return prev.then(() => one(p, rank, open)).finally(() => open());
+        }),
+      );
       const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
       if (failed) throw failed.reason;
     } else {
