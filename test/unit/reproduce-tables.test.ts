@@ -7,6 +7,7 @@
  *   `npm run reproduce -- all --tables`;
  * - the kit: bands, the ⚠ marker on a paper value beyond its bound, splicing generated sections
  *   (an unknown section id is refused), and the stored input keeping exactly what was read.
+ * - bad input (an unknown paper, `--jobs 0`) is one line, exit 2, before anything is written.
  * Nothing here asserts a judged figure: only that the printed tables are the code's.
  */
 import { existsSync } from 'node:fs';
@@ -15,6 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { cells, keepPaths, metric, recording, tableMarkdown, type Run, type Table } from '../../experiments/cli/reproduce/kit.ts';
 import { PAPERS, REPRODUCTION_DIR } from '../../experiments/cli/reproduce/papers.ts';
 import { generatedSections, spliceSections, staleTables, TABLES_INPUT } from '../../experiments/cli/reproduce/tables.ts';
+import { runCliAsync, tempDir } from '../helpers/cli.ts';
 
 describe('committed comparison tables are the generated ones', () => {
   for (const paper of PAPERS) {
@@ -64,4 +66,17 @@ describe('comparison kit', () => {
     expect([...paths]).toEqual(['metrics.a.b']);
     expect(keepPaths(runs, paths)).toEqual([{ index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2 } } }]);
   });
+});
+
+describe('moesim reproduce: bad input', () => {
+  it('an unknown paper or a bad --jobs: one line, exit 2, nothing written', async () => {
+    const out = path.join(tempDir('reproduce-bad'), 'out');
+    const [paper, jobs] = await Promise.all([runCliAsync(['reproduce', 'moe-nothing', '--out', out]), runCliAsync(['reproduce', 'moe-cap', '--jobs', '0', '--out', out])]);
+    expect(paper.status).toBe(2);
+    expect(paper.stderr.trim().split('\n')).toHaveLength(1);
+    expect(paper.stderr).toMatch(/paper.*moe-infinity, moepic, moe-gen, moe-lens, moe-cap, all.*moe-nothing/);
+    expect(jobs.status).toBe(2);
+    expect(jobs.stderr).toMatch(/--jobs/);
+    expect(existsSync(out)).toBe(false);
+  }, 240_000);
 });
