@@ -18,6 +18,7 @@ export const comparison: PaperComparison = {
   paper: 'moe-cap',
   title: 'MoE-CAP',
   reads: ['dense-vs-sparse', 'cap'],
+  sources: { 'dense-vs-sparse': 'dense-vs-sparse', cap: 'cap' },
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     const dvs = results.get('dense-vs-sparse');

@@ -85,6 +85,7 @@ function decodeTable(runs: readonly Run[]): Table {
     id: 'table6',
     title: 'Table 6: decode throughput, tok/s, C2, prompt 512',
   reads: ['decode', 'small-batch', 'omega'],
+  sources: { table6: 'decode', table9: 'small-batch', table10: 'omega' },
     note: 'Physical bound: the host-memory batch of MoE-Gen(H) × PCIe 4.0 x16 theoretical (31.5 GB/s) over the activated weights that do not fit VRAM.',
     keyHeads: ['model', 'system'],
     digits: 1,

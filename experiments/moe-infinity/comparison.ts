@@ -120,6 +120,7 @@ export const comparison: PaperComparison = {
   paper: 'moe-infinity',
   title: 'MoE-Infinity',
   reads: ['prefetch', 'ablation', 'cache', 'e2e'],
+  sources: Object.fromEntries(RUNTIMES.flatMap((rt) => [[`table2-${rt}`, 'prefetch'], [`table3-${rt}`, 'prefetch'], [`table4-${rt}`, 'ablation'], [`table5-${rt}`, 'cache'], [`fig9-${rt}`, 'e2e']])),
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     for (const rt of RUNTIMES) {

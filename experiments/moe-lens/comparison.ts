@@ -54,6 +54,7 @@ export const comparison: PaperComparison = {
   paper: 'moe-lens',
   title: 'MoE-Lens',
   reads: ['throughput', 'throughput-8x22b', 'throughput-dbrx', 'throughput-dsv2lite'],
+  sources: { speedup: 'throughput' },
   tables(results: ResultsByExperiment): Table[] {
     const rows: Row[] = [];
     const pooled = new Map<string, number[]>();

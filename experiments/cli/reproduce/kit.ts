@@ -69,6 +69,11 @@ export interface PaperComparison {
   readonly title: string;
   /** The experiments its tables read (run first by `reproduce`, so the tables are ready soonest). */
   readonly reads: readonly string[];
+  /**
+   * Every table id it can make, and the experiment the table reads: a generated section of
+   * FIDELITY.md whose experiment has no stored results is left as it is (and reported unverified).
+   */
+  readonly sources: Readonly<Record<string, string>>;
   /** Every table, from the results at hand (a table whose experiment is missing is left out). */
   tables(results: ResultsByExperiment): Table[];
 }

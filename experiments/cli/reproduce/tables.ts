@@ -51,13 +51,20 @@ export function generatedSections(text: string, file: string): Map<string, strin
 /** What a generated section holds for `t`. */
 export const sectionText = (t: Table): string => `${tableMarkdown(t)}\n`;
 
-/** `text` with every generated section replaced by its table; throws on a section no table has. */
-export function spliceSections(text: string, tables: readonly Table[], file: string): string {
+/**
+ * `text` with every generated section replaced by its table. A section of a table the comparison
+ * can make (`known`) but did not (its experiment has no results) is left as it is; a section no
+ * table of the comparison has is refused.
+ */
+export function spliceSections(text: string, tables: readonly Table[], file: string, known: readonly string[] = tables.map((t) => t.id)): string {
   const byId = new Map(tables.map((t) => [t.id, t]));
   for (const id of generatedSections(text, file).keys()) {
-    if (!byId.has(id)) throw new UserError(`generated section '${id}' names no table of the comparison (${[...byId.keys()].join(', ')})`, file);
+    if (!byId.has(id) && !known.includes(id)) throw new UserError(`generated section '${id}' names no table of the comparison (${known.join(', ')})`, file);
   }
-  return text.replace(/(<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n)[\s\S]*?(<!-- END GENERATED \2 -->)/g, (_m, begin: string, id: string, end: string) => `${begin}${sectionText(byId.get(id)!)}${end}`);
+  return text.replace(/(<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n)([\s\S]*?)(<!-- END GENERATED \2 -->)/g, (_m, begin: string, id: string, body: string, end: string) => {
+    const t = byId.get(id);
+    return `${begin}${t ? sectionText(t) : body}${end}`;
+  });
 }
 
 /** Tables from the full results, and the stored input that gives the same tables. */
@@ -102,7 +109,7 @@ export async function writeTables(paper: Paper, dir: string, o: { fidelity: bool
   if (o.fidelity) {
     const f = fidelityFile(paper);
     const text = readFileSync(f, 'utf8');
-    const next = spliceSections(text, tables, f);
+    const next = spliceSections(text, tables, f, Object.keys(c.sources));
     if (next !== text) {
       await writeFileAtomic(f, next);
       written.push(f);
@@ -114,7 +121,8 @@ export async function writeTables(paper: Paper, dir: string, o: { fidelity: bool
 /**
  * How a paper's committed tables differ from what the code makes of its stored input
  * (`reproduction/<paper>/tables-input.json`): one line per generated section of FIDELITY.md
- * that differs, and for COMPARISON.md. Empty when they agree.
+ * that differs, and for COMPARISON.md. Empty when they agree. A section whose experiment is not
+ * in the stored input (not reproduced yet) cannot be checked: see `unverifiedSections`.
  */
 export async function staleTables(paper: Paper, dir: string): Promise<string[]> {
   const c = await comparisonOf(paper);
@@ -125,11 +133,22 @@ export async function staleTables(paper: Paper, dir: string): Promise<string[]> 
   const f = fidelityFile(paper);
   for (const [id, text] of generatedSections(readFileSync(f, 'utf8'), f)) {
     const t = byId.get(id);
-    if (!t) out.push(`${f}: section '${id}' names no table`);
-    else if (text !== sectionText(t)) out.push(`${f}: section '${id}' differs from the generated table`);
+    const source = c.sources[id];
+    if (source === undefined) out.push(`${f}: section '${id}' names no table`);
+    else if (!t && input.has(source)) out.push(`${f}: section '${id}': no table made from ${source}'s stored results`);
+    else if (t && text !== sectionText(t)) out.push(`${f}: section '${id}' differs from the generated table`);
   }
   const missing = experimentsOf(paper).map((e) => e.name).filter((n) => !input.has(n));
   const cmp = path.join(dir, 'COMPARISON.md');
   if (!existsSync(cmp) || readFileSync(cmp, 'utf8') !== comparisonMarkdown(c, tables, missing)) out.push(`${cmp} differs from the generated comparison`);
   return out;
+}
+
+/** The generated sections of a paper's FIDELITY.md whose experiment has no stored results. */
+export async function unverifiedSections(paper: Paper, dir: string): Promise<string[]> {
+  const c = await comparisonOf(paper);
+  const file = path.join(dir, TABLES_INPUT);
+  const input = existsSync(file) ? readTablesInput(file) : new Map<string, Results>();
+  const f = fidelityFile(paper);
+  return [...generatedSections(readFileSync(f, 'utf8'), f).keys()].filter((id) => c.sources[id] !== undefined && !input.has(c.sources[id]!));
 }
