@@ -187,6 +187,9 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
 async function checkWorlds(specs: readonly RunSpec[], loaded: LoadedConfig, onWarning: (m: string) => void): Promise<void> {
   const { baseDir, file } = loaded;
   for (const spec of specs) {
+    // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
+    // are served while a long preflight goes on (an experiment sharing the pool with others).
+    await new Promise<void>((resolve) => setImmediate(resolve));
     try {
       if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
       else await buildServingWorld(spec, { baseDir, onWarning });

@@ -146,7 +146,10 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
           const prev = gate;
           let open!: () => void;
           gate = new Promise<void>((resolve) => (open = resolve));
-          return prev.then(() => one(p, rank, open)).finally(() => open());
+          return prev
+            .then(() => new Promise<void>((resolve) => setImmediate(resolve)))
+            .then(() => one(p, rank, open))
+            .finally(() => open());
         }),
       );
       const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
