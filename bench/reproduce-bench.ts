@@ -26,9 +26,12 @@ const FIGURES = /reproduced .* in ([\d.]+) s wall, ([\d.]+) s CPU/;
 function reproduceOnce(paper: string): { wallS: number; cpuS: number } {
   const out = mkdtempSync(path.join(tmpdir(), 'moesim-bench-reproduce-'));
   try {
-    const r = spawnSync(process.execPath, ['--import', 'tsx', '--max-semi-space-size=64', MAIN, 'reproduce', paper, '--out', out, '--no-progress'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const args = ['--import', 'tsx', '--max-semi-space-size=64', MAIN, 'reproduce', paper, '--out', out, '--no-progress'];
+    const r = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
     const m = FIGURES.exec(r.stderr ?? '');
-    if (r.status !== 0 || !m) throw new Error(`reproduce ${paper} failed (exit ${r.status}): ${(r.stderr ?? '').slice(-2000)}`);
+    if (r.status !== 0 || !m) {
+      throw new Error(`reproduce ${paper} failed (exit ${r.status}): ${(r.stderr ?? '').slice(-2000)}`);
+    }
     return { wallS: Number(m[1]), cpuS: Number(m[2]) };
   } finally {
     rmSync(out, { recursive: true, force: true });
@@ -38,7 +41,8 @@ function reproduceOnce(paper: string): { wallS: number; cpuS: number } {
 export const suite = {
   name: 'reproduce',
   run: async (): Promise<BenchRecord[]> => {
-    const chosen = process.env['MOESIM_BENCH_REPRODUCE']?.split(',').map((s) => s.trim()).filter(Boolean) ?? [...PAPERS];
+    const only = process.env['MOESIM_BENCH_REPRODUCE']?.split(',').map((s) => s.trim());
+    const chosen = only?.filter(Boolean) ?? [...PAPERS];
     const records: BenchRecord[] = [];
     let wallS = 0;
     let cpuS = 0;

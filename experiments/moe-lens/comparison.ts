@@ -9,7 +9,8 @@
  * throughputs are figures only (no numbers to compare). No competing reading is swept in these
  * configs (the host-DRAM band is in FIDELITY.md's audit), so the table has no band column.
  */
-import { relativeOf, type PaperComparison, type ResultsByExperiment, type Row, type Run, type Table } from '../cli/reproduce/kit.ts';
+import { relativeOf } from '../cli/reproduce/kit.ts';
+import type { PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 /** Fig. 11 / 12: mean (max) speedup of MoE-Lens over MoE-Lightning. */
 const PAPER: Record<string, { mean: number; max?: number }> = {
@@ -80,7 +81,7 @@ export const comparison: PaperComparison = {
     return [
       {
         id: 'speedup',
-        title: 'Fig. 11 / 12: generation throughput of MoE-Lens ÷ MoE-Lightning (arithmetic mean, geometric mean and max over the rows)',
+        title: 'Fig. 11 / 12: generation throughput, MoE-Lens ÷ MoE-Lightning (arithmetic, geometric mean; max over rows)',
         note: 'The paper pools Fig. 11 (MTBench) over its three models; RAG and AIME (Fig. 12) are Mixtral-8x7B.',
         keyHeads: ['model', 'rows', 'statistic'],
         digits: 2,

@@ -8,7 +8,8 @@
  * reading 2 (≈ 1 ms per copy + 25 GB/s, `a6000-xeon8358p-512gb-fixed-copy`). Timing tables show
  * ours under reading 1 and the band over both; Table 1 involves no copy timing.
  */
-import { metric, one, select, type PaperComparison, type ResultsByExperiment, type Row, type Run, type Table } from '../cli/reproduce/kit.ts';
+import { metric, one, select } from '../cli/reproduce/kit.ts';
+import type { PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 const READING1 = 'a6000-xeon8358p-512gb';
 const READING2 = 'a6000-xeon8358p-512gb-fixed-copy';
@@ -32,7 +33,10 @@ const TABLE3: Record<string, { ttft: number; tpot: number }> = {
 /** Fig 8 (§5.3 text): MoEpic's minimum VRAM, GB, for Qwen1.5-MoE at 140 ms (the one point the text states). */
 const FIG8: Record<string, Record<string, Record<number, number>>> = { 'Qwen1.5-MoE': { MoEpic: { 140: 5.98 } } };
 /** Fig 8's target TPOTs, ms (min-vram.yaml's thresholds, the paper's x axis). */
-const TARGETS: Record<string, readonly number[]> = { 'Qwen1.5-MoE': [80, 100, 120, 140, 160], 'Mixtral-8x7B HQQ': [100, 130, 160, 190, 220] };
+const TARGETS: Record<string, readonly number[]> = {
+  'Qwen1.5-MoE': [80, 100, 120, 140, 160],
+  'Mixtral-8x7B HQQ': [100, 130, 160, 190, 220],
+};
 
 const onHw = (runs: readonly Run[], hw: string): Run[] => runs.filter((r) => (r.params['hardware'] ?? READING1) === hw);
 
@@ -44,18 +48,24 @@ function hitRateTable(runs: readonly Run[]): Table {
       rows.push({ keys: [c, p.toUpperCase()], paper, ours: v === undefined ? undefined : 100 * v });
     }
   }
-  return { id: 'table1', title: 'Table 1: decode hit rate, % (Qwen1.5-MoE, MMLU)', keyHeads: ['cached experts / layer', 'policy'], digits: 1, rows };
+  const title = 'Table 1: decode hit rate, % (Qwen1.5-MoE, MMLU)';
+  return { id: 'table1', title, keyHeads: ['cached experts / layer', 'policy'], digits: 1, rows };
 }
 
 function ablationTable(runs: readonly Run[]): Table {
   const rows: Row[] = [];
-  for (const [what, key, m] of [['TTFT (service)', 'ttft', 'ttftServiceMs.mean'], ['TPOT', 'tpot', 'tpotMs.mean']] as const) {
+  const quantities = [
+    ['TTFT (service)', 'ttft', 'ttftServiceMs.mean'],
+    ['TPOT', 'tpot', 'tpotMs.mean'],
+  ] as const;
+  for (const [what, key, m] of quantities) {
     for (const [p, paper] of Object.entries(TABLE3)) {
       const readings = [READING1, READING2].map((hw) => metric(one(onHw(runs, hw), { policy: p }), m));
       rows.push({ keys: [p, what], paper: paper[key], ours: readings[0], readings });
     }
   }
-  return { id: 'table3', title: 'Table 3: ablation, Mixtral-8x7B HQQ, V_e = 96, ms', keyHeads: ['variant', 'quantity'], digits: 1, band: BAND, rows };
+  const title = 'Table 3: ablation, Mixtral-8x7B HQQ, V_e = 96, ms';
+  return { id: 'table3', title, keyHeads: ['variant', 'quantity'], digits: 1, band: BAND, rows };
 }
 
 /** The smallest peak VRAM (GiB) among the runs whose steady TPOT meets `target` (undefined: none). */
@@ -84,7 +94,9 @@ function minVramTable(runs: readonly Run[]): Table {
   return {
     id: 'fig8',
     title: 'Fig 8: minimum peak VRAM (GiB) to reach a steady TPOT',
-    note: 'Over the grid of min-vram.yaml: the true minimum lies between the point found and the grid point below it; – : no grid point reaches the target.',
+    note:
+      'Over the grid of min-vram.yaml: the true minimum lies between the point found and the grid point below it; ' +
+      '– : no grid point reaches the target.',
     keyHeads: ['model', 'system', 'target'],
     digits: 2,
     band: BAND,

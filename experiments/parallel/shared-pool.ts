@@ -30,7 +30,11 @@ interface Waiting {
 }
 
 /** A pool of `threads` worker threads; `onRunDone` is called after every run (the progress bar). */
-export function sharedThreadPool(threads: number, makePluginError: MakePluginError, onRunDone: () => void = () => {}): SharedPool {
+export function sharedThreadPool(
+  threads: number,
+  makePluginError: MakePluginError,
+  onRunDone: () => void = () => {},
+): SharedPool {
   const pool = new Piscina<ReturnType<typeof taskFor>, TaskResult>({
     filename: new URL('./worker-entry.mjs', import.meta.url).href,
     minThreads: threads,

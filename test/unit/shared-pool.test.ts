@@ -25,14 +25,17 @@ describe('a shared pool gives the outputs of serial runs', () => {
       writeFileSync(f, sweepConfig(`shared-${n}`, plugin, 4 + i));
       return f;
     });
-    for (const [i, f] of files.entries()) await runExperiment(loadConfigFile(f), { outDir: path.join(dir, `serial-${i}`), jobs: 1, progress: false });
+    for (const [i, f] of files.entries()) {
+      await runExperiment(loadConfigFile(f), { outDir: path.join(dir, `serial-${i}`), jobs: 1, progress: false });
+    }
     let done = 0;
     const pool = sharedThreadPool(2, PluginError.make, () => done++);
     try {
       await Promise.all(
         files.map((f, rank) => {
           const loaded = loadConfigFile(f);
-          const backend = pool.backendFor({ config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false }, rank);
+          const base = { config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false };
+          const backend = pool.backendFor(base, rank);
           return runExperiment(loaded, { outDir: path.join(dir, `shared-${rank}`), progress: false, backend });
         }),
       );
@@ -41,7 +44,9 @@ describe('a shared pool gives the outputs of serial runs', () => {
     }
     expect(done).toBe(24);
     for (const i of [0, 1]) {
-      for (const out of ['results.json', 'runs.csv']) expect(read(path.join(dir, `shared-${i}`, out)), `${i}/${out}`).toBe(read(path.join(dir, `serial-${i}`, out)));
+      for (const out of ['results.json', 'runs.csv']) {
+        expect(read(path.join(dir, `shared-${i}`, out)), `${i}/${out}`).toBe(read(path.join(dir, `serial-${i}`, out)));
+      }
     }
   }, 600_000);
 });

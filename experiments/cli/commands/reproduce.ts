@@ -19,25 +19,43 @@ interface ReproduceArgs {
 
 export const reproduceCommand: CommandModule<object, ReproduceArgs> = {
   command: 'reproduce <paper>',
-  describe: `run every shipped experiment of a paper (${PAPERS.join(', ')}, or all) as one pool and write its comparison tables`,
+  describe: 'run every shipped experiment of a paper (or all) as one pool of runs, then write its comparison tables',
   builder: (y) =>
     y
       .positional('paper', { type: 'string', demandOption: true, describe: `${PAPERS.join(' | ')} | all` })
-      .option('out', { type: 'string', describe: 'folder of the reproductions (default: reproduction/ in the checkout; FIDELITY.md is updated only then)' })
-      .option('jobs', { type: 'number', describe: 'worker threads (default: the number of cores; 1: one run at a time in this process)' })
+      .option('out', {
+        type: 'string',
+        describe: 'folder of the reproductions (default: reproduction/ in the checkout; FIDELITY.md only then)',
+      })
+      .option('jobs', {
+        type: 'number',
+        describe: 'worker threads (default: the number of cores; 1: one run at a time in this process)',
+      })
       .option('progress', { type: 'boolean', default: true, describe: 'progress bar on stderr when it is a terminal' })
-      .option('tables', { type: 'boolean', default: false, describe: 'simulate nothing: rewrite the tables (COMPARISON.md, FIDELITY.md sections) from the stored results' }) as never,
+      .option('tables', {
+        type: 'boolean',
+        default: false,
+        describe: 'simulate nothing: rewrite the tables (COMPARISON.md, FIDELITY.md sections) from the stored results',
+      }) as never,
   handler: async (args) => {
-    const papers: Paper[] = args.paper === 'all' ? [...PAPERS] : (PAPERS as readonly string[]).includes(args.paper) ? [args.paper as Paper] : [];
-    if (papers.length === 0) throw new UserError(`must be one of ${PAPERS.join(', ')}, all`, undefined, 'paper', args.paper);
+    const known = (PAPERS as readonly string[]).includes(args.paper);
+    const papers: Paper[] = args.paper === 'all' ? [...PAPERS] : known ? [args.paper as Paper] : [];
+    if (papers.length === 0) {
+      throw new UserError(`must be one of ${PAPERS.join(', ')}, all`, undefined, 'paper', args.paper);
+    }
     const jobs = jobsOf(args.jobs);
     const outRoot = path.resolve(args.out ?? REPRODUCTION_DIR);
     const log = (m: string) => process.stderr.write(`moesim: ${m}\n`);
     if (!args.tables) {
       const { reproduce } = await import('../reproduce/run.ts');
       const t = await reproduce(papers, { outRoot, jobs, progress: args.progress, log });
-      const lines = t.experiments.map((e) => `  ${`${e.paper}/${e.name}`.padEnd(36)} ${e.skipped ? 'kept (complete)' : `${e.runS.toFixed(1)} s of run time`}`);
-      log(`reproduced ${papers.join(', ')} in ${t.wallS.toFixed(1)} s wall, ${t.cpuS.toFixed(1)} s CPU (${jobs} thread${jobs === 1 ? '' : 's'}):\n${lines.join('\n')}`);
+      const lines = t.experiments.map((e) => {
+        const what = e.skipped ? 'kept (complete)' : `${e.runS.toFixed(1)} s of run time`;
+        return `  ${`${e.paper}/${e.name}`.padEnd(36)} ${what}`;
+      });
+      const threads = `${jobs} thread${jobs === 1 ? '' : 's'}`;
+      const took = `${t.wallS.toFixed(1)} s wall, ${t.cpuS.toFixed(1)} s CPU (${threads})`;
+      log(`reproduced ${papers.join(', ')} in ${took}:\n${lines.join('\n')}`);
     }
     const { writeTables } = await import('../reproduce/tables.ts');
     for (const p of papers) {

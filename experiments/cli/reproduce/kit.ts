@@ -99,7 +99,8 @@ export function recording<T>(f: () => T): { value: T; paths: Set<string> } {
   }
 }
 
-const at = (o: unknown, p: string): unknown => p.split('.').reduce<unknown>((x, k) => (x as Record<string, unknown> | undefined)?.[k], o);
+const at = (o: unknown, p: string): unknown =>
+  p.split('.').reduce<unknown>((x, k) => (x as Record<string, unknown> | undefined)?.[k], o);
 
 /** The number at a dotted path of a run's metrics (undefined when absent or not finite). */
 export function metric(r: Run | undefined, p: string): number | undefined {
@@ -139,22 +140,28 @@ export function keepPaths(runs: readonly Run[], paths: ReadonlySet<string>): Run
   };
   return runs.map((r) => {
     const rel = pick(r.relative, 'relative');
-    return { index: r.index, policy: r.policy, params: r.params, seed: r.seed, metrics: pick(r.metrics, 'metrics') ?? {}, ...(rel ? { relative: rel as Record<string, number> } : {}) };
+    const metrics = pick(r.metrics, 'metrics') ?? {};
+    const relative = rel ? { relative: rel as Record<string, number> } : {};
+    return { index: r.index, policy: r.policy, params: r.params, seed: r.seed, metrics, ...relative };
   });
 }
 
 /** Runs whose params match every entry of `where` (a missing param matches `undefined`). */
 export function select(runs: readonly Run[], where: Readonly<Record<string, unknown>>): Run[] {
-  return runs.filter((r) => Object.entries(where).every(([k, v]) => (k === 'policy' ? r.policy === v : r.params[k] === v)));
+  const matches = (r: Run, k: string, v: unknown): boolean => (k === 'policy' ? r.policy === v : r.params[k] === v);
+  return runs.filter((r) => Object.entries(where).every(([k, v]) => matches(r, k, v)));
 }
 
-export const one = (runs: readonly Run[], where: Readonly<Record<string, unknown>>): Run | undefined => select(runs, where)[0];
+export const one = (runs: readonly Run[], where: Readonly<Record<string, unknown>>): Run | undefined =>
+  select(runs, where)[0];
 
 /** 100 × a / b (undefined when either is missing or b is 0). */
-export const pct = (a: number | undefined, b: number | undefined): number | undefined => (a !== undefined && b !== undefined && b !== 0 ? (100 * a) / b : undefined);
+export const pct = (a: number | undefined, b: number | undefined): number | undefined =>
+  a !== undefined && b !== undefined && b !== 0 ? (100 * a) / b : undefined;
 
 /** The distinct values of a param, in run order. */
-export const distinct = (runs: readonly Run[], key: string): unknown[] => [...new Set(runs.map((r) => (key === 'policy' ? r.policy : r.params[key])))];
+export const distinct = (runs: readonly Run[], key: string): unknown[] =>
+  [...new Set(runs.map((r) => (key === 'policy' ? r.policy : r.params[key])))];
 
 /** Reads `<dir>/<exp>/results.json` for every experiment folder under `dir`. */
 export function readResults(dir: string, experiments: readonly string[]): Map<string, Results> {
@@ -186,7 +193,9 @@ const ratioOf = (ours: number | undefined, paper: number | undefined): string =>
 
 /** Whether the paper's value breaks the row's bound. */
 export const breaksBound = (r: Row): boolean =>
-  r.paper !== undefined && r.bound !== undefined && (r.bound.sense === 'max' ? r.paper > r.bound.value : r.paper < r.bound.value);
+  r.paper !== undefined &&
+  r.bound !== undefined &&
+  (r.bound.sense === 'max' ? r.paper > r.bound.value : r.paper < r.bound.value);
 
 function bandOf(r: Row, d: number): string {
   const vs = (r.readings ?? []).filter((v): v is number => v !== undefined && Number.isFinite(v));
@@ -200,11 +209,14 @@ function bandOf(r: Row, d: number): string {
 export function cells(t: Table): string[][] {
   const d = t.digits ?? 0;
   const hasBound = t.rows.some((r) => r.bound !== undefined);
-  const head = [...t.keyHeads, 'paper', 'ours', 'ours / paper', ...(t.band ? [`band (${t.band})`] : []), ...(hasBound ? ['physical bound'] : [])];
+  const band = t.band ? [`band (${t.band})`] : [];
+  const head = [...t.keyHeads, 'paper', 'ours', 'ours / paper', ...band, ...(hasBound ? ['physical bound'] : [])];
   const rows = t.rows.map((r) => {
     const paper = r.paper === undefined ? '–' : `${fmt(r.paper, d)}${breaksBound(r) ? ' ⚠' : ''}`;
-    const bound = r.bound ? `${r.bound.sense === 'max' ? '≤' : '≥'} ${fmt(r.bound.value, d)} (${r.bound.what})` : '–';
-    return [...r.keys, paper, fmt(r.ours, d), ratioOf(r.ours, r.paper), ...(t.band ? [bandOf(r, d)] : []), ...(hasBound ? [bound] : [])];
+    const b = r.bound;
+    const bound = b ? `${b.sense === 'max' ? '≤' : '≥'} ${fmt(b.value, d)} (${b.what})` : '–';
+    const cellsOfBand = t.band ? [bandOf(r, d)] : [];
+    return [...r.keys, paper, fmt(r.ours, d), ratioOf(r.ours, r.paper), ...cellsOfBand, ...(hasBound ? [bound] : [])];
   });
   return [head, ...rows];
 }
@@ -217,7 +229,8 @@ export function tableMarkdown(t: Table): string {
   const line = (cs: string[]) => `| ${cs.map(escMd).join(' | ')} |`;
   const out = [`**${t.title}**`, ''];
   if (t.note) out.push(t.note, '');
-  out.push(line(head!), `|${head!.map((_, i) => (i < t.keyHeads.length ? ' --- ' : ' ---: ')).join('|')}|`, ...rows.map(line));
+  const align = `|${head!.map((_, i) => (i < t.keyHeads.length ? ' --- ' : ' ---: ')).join('|')}|`;
+  out.push(line(head!), align, ...rows.map(line));
   if (t.rows.some(breaksBound)) out.push('', '⚠: the paper’s value is beyond the physical bound beside it.');
   return out.join('\n');
 }
@@ -227,7 +240,8 @@ export function comparisonMarkdown(c: PaperComparison, tables: readonly Table[],
   const out = [
     `# ${c.title}: paper vs ours`,
     '',
-    `Generated by \`npm run reproduce -- ${c.paper}\` from the results in this folder (experiments/${c.paper}/comparison.ts).`,
+    `Generated by \`npm run reproduce -- ${c.paper}\` from the results in this folder`,
+    `(experiments/${c.paper}/comparison.ts).`,
     'Ratio: ours / paper under the default reading. Band: ours over every competing reading (named testbed variants).',
     '⚠ marks a paper value beyond a physical bound we compute (the bound beside it).',
     '',
@@ -245,15 +259,19 @@ export function comparisonHtml(c: PaperComparison, tables: readonly Table[]): st
     const [head, ...rows] = cells(t);
     const tr = (cs: string[], tag: string) => `<tr>${cs.map((x) => `<${tag}>${escHtml(x)}</${tag}>`).join('')}</tr>`;
     const note = t.note ? `<p>${escHtml(t.note)}</p>` : '';
-    return `<h2>${escHtml(t.title)}</h2>${note}<table><thead>${tr(head!, 'th')}</thead><tbody>${rows.map((r) => tr(r, 'td')).join('')}</tbody></table>`;
+    const body = rows.map((r) => tr(r, 'td')).join('');
+    return `<h2>${escHtml(t.title)}</h2>${note}<table><thead>${tr(head!, 'th')}</thead><tbody>${body}</tbody></table>`;
   });
   return [
     '<!doctype html><html><head><meta charset="utf-8">',
     `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">`,
     `<title>${escHtml(c.title)}: paper vs ours</title>`,
-    '<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}</style>',
+    '<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}',
+    'td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}',
+    'td:first-child,th:first-child{text-align:left}</style>',
     `</head><body><h1>${escHtml(c.title)}: paper vs ours</h1>`,
-    '<p>Ratio: ours / paper under the default reading. Band: ours over every competing reading. ⚠: the paper’s value is beyond the physical bound beside it.</p>',
+    '<p>Ratio: ours / paper under the default reading. Band: ours over every competing reading.',
+    '⚠: the paper’s value is beyond the physical bound beside it.</p>',
     ...parts,
     '</body></html>',
     '',

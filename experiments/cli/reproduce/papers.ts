@@ -29,9 +29,11 @@ export function experimentsOf(paper: Paper): { name: string; file: string }[] {
 
 /** The paper's comparison module. */
 export async function comparisonOf(paper: Paper): Promise<PaperComparison> {
-  const mod = (await import(pathToFileURL(path.join(paperDir(paper), 'comparison.ts')).href)) as { comparison: PaperComparison };
+  const url = pathToFileURL(path.join(paperDir(paper), 'comparison.ts')).href;
+  const mod = (await import(url)) as { comparison: PaperComparison };
   return mod.comparison;
 }
 
 /** The FIDELITY.md (or README.md for MoE-CAP) that carries a paper's generated tables. */
-export const fidelityFile = (paper: Paper): string => path.join(paperDir(paper), paper === 'moe-cap' ? 'README.md' : 'FIDELITY.md');
+export const fidelityFile = (paper: Paper): string =>
+  path.join(paperDir(paper), paper === 'moe-cap' ? 'README.md' : 'FIDELITY.md');

@@ -46,13 +46,14 @@ interface Planned {
 export interface ReproduceTiming {
   readonly wallS: number;
   readonly cpuS: number;
-  readonly experiments: { paper: Paper; name: string; runs: number; skipped: boolean; runS: number }[];
+  readonly experiments: { paper: Paper; name: string; skipped: boolean; runS: number }[];
 }
 
 /** The results.json of `outDir`: whether it is complete for `config`, and how many runs it holds. */
 function stateOf(outDir: string, loaded: LoadedConfig, schemaVersion: number): { done: boolean; runs: number } {
   try {
-    const prev = JSON.parse(readFileSync(path.join(outDir, 'results.json'), 'utf8')) as { schemaVersion?: unknown; complete?: unknown; config?: unknown; runs?: unknown[] };
+    type Prev = { schemaVersion?: unknown; complete?: unknown; config?: unknown; runs?: unknown[] };
+    const prev = JSON.parse(readFileSync(path.join(outDir, 'results.json'), 'utf8')) as Prev;
     const same = prev.schemaVersion === schemaVersion && toJson(prev.config) === toJson(loaded.config);
     return { done: same && prev.complete === true, runs: same && Array.isArray(prev.runs) ? prev.runs.length : 0 };
   } catch {
@@ -74,7 +75,12 @@ function lastRunSOf(outDir: string): number {
 function makeBar(enabled: boolean, startDone: number) {
   if (!enabled) return { add: () => {}, total: () => {}, stop: () => {} };
   const bar = new cliProgress.SingleBar(
-    { stream: process.stderr, format: 'reproduce [{bar}] {percentage}% | {value}/{total} runs | eta {eta_formatted}', hideCursor: true, etaBuffer: 50 },
+    {
+      stream: process.stderr,
+      format: 'reproduce [{bar}] {percentage}% | {value}/{total} runs | eta {eta_formatted}',
+      hideCursor: true,
+      etaBuffer: 50,
+    },
     cliProgress.Presets.shades_classic,
   );
   let total = startDone;
@@ -103,12 +109,15 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
       const outDir = path.join(o.outRoot, paper, name);
       checkOutDir(outDir);
       const s = stateOf(outDir, loaded, RESULTS_SCHEMA_VERSION);
-      planned.push({ paper, name, loaded, outDir, done: s.done, runsThere: s.runs, lastRunS: lastRunSOf(outDir), tabled: reads.has(name) });
+      const lastRunS = lastRunSOf(outDir);
+      planned.push({ paper, name, loaded, outDir, done: s.done, runsThere: s.runs, lastRunS, tabled: reads.has(name) });
     }
   }
   const todo = planned.filter((p) => !p.done);
   const kept = planned.filter((p) => p.done);
-  if (kept.length > 0) o.log(`keeping ${kept.length} finished experiment(s): ${kept.map((p) => `${p.paper}/${p.name}`).join(', ')}`);
+  if (kept.length > 0) {
+    o.log(`keeping ${kept.length} finished experiment(s): ${kept.map((p) => `${p.paper}/${p.name}`).join(', ')}`);
+  }
   const bar = makeBar(o.progress && process.stderr.isTTY === true, 0);
   const { sharedThreadPool } = await import('../../parallel/shared-pool.ts');
   const pool = o.jobs > 1 ? sharedThreadPool(o.jobs, PluginError.make, () => bar.add()) : undefined;
@@ -116,7 +125,8 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
   try {
     const one = async (p: Planned, rank: number, ready: () => void = () => {}): Promise<void> => {
       const { loaded } = p;
-      const backend = pool?.backendFor({ config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false }, rank);
+      const base = { config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false };
+      const backend = pool?.backendFor(base, rank);
       const result = await runExperiment(loaded, {
         outDir: p.outDir,
         progress: false,
@@ -165,6 +175,6 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
   return {
     wallS: (performance.now() - t0) / 1000,
     cpuS: (cpu.user + cpu.system) / 1e6,
-    experiments: planned.map((p) => ({ paper: p.paper, name: p.name, runs: p.runsThere, skipped: p.done, runS: runS.get(p) ?? 0 })),
+    experiments: planned.map((p) => ({ paper: p.paper, name: p.name, skipped: p.done, runS: runS.get(p) ?? 0 })),
   };
 }

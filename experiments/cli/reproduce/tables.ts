@@ -16,7 +16,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { toJson, writeFileAtomic } from '../../outputs/atomic.ts';
-import { comparisonHtml, comparisonMarkdown, keepPaths, readResults, recording, tableMarkdown, type PaperComparison, type Results, type Table } from './kit.ts';
+import { comparisonHtml, comparisonMarkdown, keepPaths, readResults, recording, tableMarkdown } from './kit.ts';
+import type { PaperComparison, Results, Table } from './kit.ts';
 import { comparisonOf, experimentsOf, fidelityFile, type Paper } from './papers.ts';
 
 export const TABLES_INPUT = 'tables-input.json';
@@ -56,12 +57,20 @@ export const sectionText = (t: Table): string => `${tableMarkdown(t)}\n`;
  * can make (`known`) but did not (its experiment has no results) is left as it is; a section no
  * table of the comparison has is refused.
  */
-export function spliceSections(text: string, tables: readonly Table[], file: string, known: readonly string[] = tables.map((t) => t.id)): string {
+export function spliceSections(
+  text: string,
+  tables: readonly Table[],
+  file: string,
+  known: readonly string[] = tables.map((t) => t.id),
+): string {
   const byId = new Map(tables.map((t) => [t.id, t]));
   for (const id of generatedSections(text, file).keys()) {
-    if (!byId.has(id) && !known.includes(id)) throw new UserError(`generated section '${id}' names no table of the comparison (${known.join(', ')})`, file);
+    if (!byId.has(id) && !known.includes(id)) {
+      throw new UserError(`generated section '${id}' names no table of the comparison (${known.join(', ')})`, file);
+    }
   }
-  return text.replace(/(<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n)([\s\S]*?)(<!-- END GENERATED \2 -->)/g, (_m, begin: string, id: string, body: string, end: string) => {
+  const section = /(<!-- BEGIN GENERATED ([\w.-]+)[^>]*-->\n)([\s\S]*?)(<!-- END GENERATED \2 -->)/g;
+  return text.replace(section, (_m, begin: string, id: string, body: string, end: string) => {
     const t = byId.get(id);
     return `${begin}${t ? sectionText(t) : body}${end}`;
   });
@@ -71,10 +80,15 @@ export function spliceSections(text: string, tables: readonly Table[], file: str
 function tablesAndInput(c: PaperComparison, results: Map<string, Results>): { tables: Table[]; input: TablesInput } {
   const { value: tables, paths } = recording(() => c.tables(results));
   const experiments: Record<string, Results> = {};
-  for (const [name, r] of results) experiments[name] = { name: r.name, complete: r.complete, runs: keepPaths(r.runs, paths) };
+  for (const [name, r] of results) {
+    experiments[name] = { name: r.name, complete: r.complete, runs: keepPaths(r.runs, paths) };
+  }
   const input: TablesInput = { paper: c.paper, experiments };
   const again = c.tables(new Map(Object.entries(experiments)));
-  if (toJson(again) !== toJson(tables)) throw new Error(`${c.paper}: the tables from ${TABLES_INPUT} differ from those of the full results (a comparison read a metric without metric()/relativeOf())`);
+  if (toJson(again) !== toJson(tables)) {
+    const why = 'a comparison read a metric without metric()/relativeOf()';
+    throw new Error(`${c.paper}: the tables from ${TABLES_INPUT} differ from those of the full results (${why})`);
+  }
   return { tables, input };
 }
 
@@ -140,7 +154,9 @@ export async function staleTables(paper: Paper, dir: string): Promise<string[]> 
   }
   const missing = experimentsOf(paper).map((e) => e.name).filter((n) => !input.has(n));
   const cmp = path.join(dir, 'COMPARISON.md');
-  if (!existsSync(cmp) || readFileSync(cmp, 'utf8') !== comparisonMarkdown(c, tables, missing)) out.push(`${cmp} differs from the generated comparison`);
+  if (!existsSync(cmp) || readFileSync(cmp, 'utf8') !== comparisonMarkdown(c, tables, missing)) {
+    out.push(`${cmp} differs from the generated comparison`);
+  }
   return out;
 }
 
@@ -150,5 +166,6 @@ export async function unverifiedSections(paper: Paper, dir: string): Promise<str
   const file = path.join(dir, TABLES_INPUT);
   const input = existsSync(file) ? readTablesInput(file) : new Map<string, Results>();
   const f = fidelityFile(paper);
-  return [...generatedSections(readFileSync(f, 'utf8'), f).keys()].filter((id) => c.sources[id] !== undefined && !input.has(c.sources[id]!));
+  const ids = [...generatedSections(readFileSync(f, 'utf8'), f).keys()];
+  return ids.filter((id) => c.sources[id] !== undefined && !input.has(c.sources[id]!));
 }
