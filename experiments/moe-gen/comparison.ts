@@ -9,11 +9,13 @@
  *
  * Physical bound (GPU systems): a decode pass gives one token per sequence and must stream every
  * weight it activates that does not stay in VRAM, so where every expert is activated each pass
- * tok/s ≤ B × 31.5 GB/s / (weight bytes − VRAM), with B the largest batch host memory allows (MoE-Gen-H's, §4.3) or the table's
+ * tok/s ≤ B × 31.5 GB/s / (weight bytes − VRAM), with B the largest batch host memory allows
+ * (MoE-Gen-H's, §4.3) or the table's
  * fixed B, and 31.5 GB/s PCIe 4.0 x16's theoretical rate (16 GT/s × 16 lanes × 128/130 / 8): no
  * reading of the link goes above it. A model whose weights exceed host memory has bound 0.
  */
-import { metric, one, rawMetric, select, type Bound, type PaperComparison, type ResultsByExperiment, type Row, type Run, type Table } from '../cli/reproduce/kit.ts';
+import { metric, one, rawMetric, select } from '../cli/reproduce/kit.ts';
+import type { Bound, PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 /** PCIe 4.0 x16, theoretical: 16 GT/s × 16 lanes × 128/130 encoding / 8 bits, bytes/s. */
 const PCIE4_X16_THEORETICAL = (16e9 * 16 * 128) / 130 / 8;
@@ -31,14 +33,54 @@ const SYSTEMS: Record<string, string> = {
 };
 /** Table 6: decode tok/s on C2, prompt 512 (8x7B, V2 decode 256; 8x22B decode 1 024). */
 const TABLE6: Record<string, Record<string, number>> = {
-  'Mixtral-8x7B': { 'moe-gen-h': 469, 'moe-gen-g': 195, 'moe-lightning-like': 89, 'flexgen-like': 33, 'deepspeed-like': 27, 'vllm-like': 31, 'llamacpp-like': 4 },
-  'Mixtral-8x22B': { 'moe-gen-h': 283, 'moe-gen-g': 93, 'moe-lightning-like': 78, 'flexgen-like': 30, 'deepspeed-like': 26, 'vllm-like': 14, 'llamacpp-like': 3 },
-  'DeepSeek-V2': { 'moe-gen-h': 91, 'moe-gen-g': 54, 'moe-lightning-like': 9, 'flexgen-like': 5, 'deepspeed-like': 4, 'vllm-like': 2, 'llamacpp-like': 2 },
+  'Mixtral-8x7B': {
+    'moe-gen-h': 469,
+    'moe-gen-g': 195,
+    'moe-lightning-like': 89,
+    'flexgen-like': 33,
+    'deepspeed-like': 27,
+    'vllm-like': 31,
+    'llamacpp-like': 4,
+  },
+  'Mixtral-8x22B': {
+    'moe-gen-h': 283,
+    'moe-gen-g': 93,
+    'moe-lightning-like': 78,
+    'flexgen-like': 30,
+    'deepspeed-like': 26,
+    'vllm-like': 14,
+    'llamacpp-like': 3,
+  },
+  'DeepSeek-V2': {
+    'moe-gen-h': 91,
+    'moe-gen-g': 54,
+    'moe-lightning-like': 9,
+    'flexgen-like': 5,
+    'deepspeed-like': 4,
+    'vllm-like': 2,
+    'llamacpp-like': 2,
+  },
 };
 /** Table 9: decode tok/s at small batches (read as two columns; MoE-Gen(H)'s row is a stray "1.0 33.6"). */
 const TABLE9: Record<string, Record<string, number>> = {
-  'DeepSeek-V2-Lite B=1': { 'vllm-like': 2.1, 'llamacpp-like': 0.4, 'deepspeed-like': 1.3, 'flexgen-like': 0.9, 'moe-lightning-like': 1.0, 'moe-gen-g': 5.0, 'moe-gen-h': 1.0 },
-  'Mixtral-8x7B B=32': { 'vllm-like': 28, 'llamacpp-like': 30, 'deepspeed-like': 41, 'flexgen-like': 35, 'moe-lightning-like': 37, 'moe-gen-g': 35, 'moe-gen-h': 33.6 },
+  'DeepSeek-V2-Lite B=1': {
+    'vllm-like': 2.1,
+    'llamacpp-like': 0.4,
+    'deepspeed-like': 1.3,
+    'flexgen-like': 0.9,
+    'moe-lightning-like': 1.0,
+    'moe-gen-g': 5.0,
+    'moe-gen-h': 1.0,
+  },
+  'Mixtral-8x7B B=32': {
+    'vllm-like': 28,
+    'llamacpp-like': 30,
+    'deepspeed-like': 41,
+    'flexgen-like': 35,
+    'moe-lightning-like': 37,
+    'moe-gen-g': 35,
+    'moe-gen-h': 33.6,
+  },
 };
 /** Table 10: ω per model and testbed. */
 const TABLE10: Record<string, number> = {
@@ -62,7 +104,8 @@ function pcieBound(r: Run | undefined, b: number | undefined): Bound | undefined
   const vram = metric(r, 'peakBytes.vram.capacity');
   const activated = metric(r, 'expertActivationRatio');
   // Only where every expert is activated each pass (large batches): then every weight not in VRAM crosses the link.
-  if (experts === undefined || dense === undefined || vram === undefined || activated === undefined || activated < 0.999) return undefined;
+  if (experts === undefined || dense === undefined || vram === undefined || activated === undefined) return undefined;
+  if (activated < 0.999) return undefined;
   const streamed = experts + dense - vram;
   if (streamed <= 0) return undefined;
   return { value: (b * PCIE4_X16_THEORETICAL) / streamed, sense: 'max', what: `B ${b} × 31.5 GB/s` };
@@ -78,13 +121,16 @@ function decodeTable(runs: readonly Run[]): Table {
     const bound = pcieBound(h, metric(h, 'search.B'));
     for (const [p, paper] of Object.entries(row)) {
       const readings = [def, vari].map((rs) => metric(one(rs, { policy: p }), 'decodeTokPerS'));
-      rows.push({ keys: [c, SYSTEMS[p]!], paper, ours: readings[0], readings, bound: p === 'llamacpp-like' ? undefined : bound });
+      const b = p === 'llamacpp-like' ? undefined : bound;
+      rows.push({ keys: [c, SYSTEMS[p]!], paper, ours: readings[0], readings, bound: b });
     }
   }
   return {
     id: 'table6',
     title: 'Table 6: decode throughput, tok/s, C2, prompt 512',
-    note: 'Physical bound: the host-memory batch of MoE-Gen(H) × PCIe 4.0 x16 theoretical (31.5 GB/s) over the activated weights that do not fit VRAM.',
+    note:
+      'Physical bound: the host-memory batch of MoE-Gen(H) × PCIe 4.0 x16 theoretical (31.5 GB/s) over the ' +
+      'activated weights that do not fit VRAM.',
     keyHeads: ['model', 'system'],
     digits: 1,
     band: BAND,
@@ -100,13 +146,16 @@ function smallBatchTable(runs: readonly Run[]): Table {
     for (const [p, paper] of Object.entries(row)) {
       const readings = [def, vari].map((rs) => metric(one(rs, { policy: p }), 'decodeTokPerS'));
       const b = def.find((r) => r.policy === p)?.params['executor.batchSeqs'];
-      rows.push({ keys: [c, SYSTEMS[p]!], paper, ours: readings[0], readings, bound: pcieBound(one(def, { policy: p }), typeof b === 'number' ? b : undefined) });
+      const bound = pcieBound(one(def, { policy: p }), typeof b === 'number' ? b : undefined);
+      rows.push({ keys: [c, SYSTEMS[p]!], paper, ours: readings[0], readings, bound });
     }
   }
   return {
     id: 'table9',
     title: 'Table 9: decode throughput at small batches, tok/s (prompt 512, decode 32, C2)',
-    note: 'Physical bound only where every expert is activated each step (expertActivationRatio of the run); B = the case’s batch.',
+    note:
+      'Physical bound only where every expert is activated each step (expertActivationRatio of the run); ' +
+      'B = the case’s batch.',
     keyHeads: ['case', 'system'],
     digits: 2,
     band: BAND,
@@ -119,7 +168,8 @@ function omegaTable(runs: readonly Run[]): Table {
     const readings = [c, `${c} 19.5`].map((k) => metric(select(runs, { case: k })[0], 'search.omegaAuto'));
     return { keys: [c], paper, ours: readings[0], readings };
   });
-  return { id: 'table10', title: 'Table 10: searched CPU share of attention ω (prompt 512, decode 256)', keyHeads: ['model, testbed'], digits: 1, band: BAND, rows };
+  const title = 'Table 10: searched CPU share of attention ω (prompt 512, decode 256)';
+  return { id: 'table10', title, keyHeads: ['model, testbed'], digits: 1, band: BAND, rows };
 }
 
 export const comparison: PaperComparison = {

@@ -11,7 +11,8 @@
  * TPOT on the same runtime. No competing link reading is swept in these configs (the 19.5 GB/s
  * band is in FIDELITY.md's audit), so the tables have no band column.
  */
-import { distinct, metric, one, pct, select, type PaperComparison, type ResultsByExperiment, type Row, type Run, type Table } from '../cli/reproduce/kit.ts';
+import { distinct, metric, one, pct, select } from '../cli/reproduce/kit.ts';
+import type { PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 /** Table 2 (normalised GPU blocking time, %) and Table 3 (normalised bandwidth, %). */
 const TABLE2: Record<string, Record<string, number>> = {
@@ -52,7 +53,9 @@ const BATCH = 1;
 
 /** The runs of one runtime at batch 1 (`executor.maxBatchSize` unswept counts as batch 1). */
 const setting = (runs: readonly Run[], runtime: string): Run[] =>
-  runs.filter((r) => (r.params['runtime'] ?? 'fused') === runtime && (r.params['executor.maxBatchSize'] ?? BATCH) === BATCH);
+  runs.filter(
+    (r) => (r.params['runtime'] ?? 'fused') === runtime && (r.params['executor.maxBatchSize'] ?? BATCH) === BATCH,
+  );
 
 /** 100 × policy's metric / baseline's, in one case. */
 const relative = (runs: readonly Run[], c: string, policy: string, baseline: string, m: string): number | undefined =>
@@ -68,7 +71,8 @@ function prefetchTables(runs: readonly Run[], rt: string): Table[] {
     for (const [c, row] of Object.entries(paperTable)) {
       const oracle = relative(runs, c, 'oracle-prefetch', 'on-demand', m);
       for (const [p, paper] of Object.entries(row)) {
-        const bound = oracle !== undefined && p !== 'on-demand' ? { value: oracle, sense: 'min' as const, what: boundWhat } : undefined;
+        const bounded = oracle !== undefined && p !== 'on-demand';
+        const bound = bounded ? { value: oracle, sense: 'min' as const, what: boundWhat } : undefined;
         rows.push({ keys: [c, p], paper, ours: relative(runs, c, p, 'on-demand', m), bound });
       }
     }
@@ -80,11 +84,15 @@ function ablationTable(runs: readonly Run[], rt: string): Table {
   const rows: Row[] = [];
   for (const c of distinct(runs, 'case') as string[]) {
     for (const [p, [bw, bl]] of Object.entries(TABLE4)) {
-      rows.push({ keys: [c, p, 'PCIe bytes'], paper: bw, ours: relative(runs, c, p, 'vanilla-dependency-prefetch', 'h2dBytes') });
-      rows.push({ keys: [c, p, 'blocking'], paper: bl, ours: relative(runs, c, p, 'vanilla-dependency-prefetch', 'gpuBlockedS') });
+      const vanilla = 'vanilla-dependency-prefetch';
+      rows.push({ keys: [c, p, 'PCIe bytes'], paper: bw, ours: relative(runs, c, p, vanilla, 'h2dBytes') });
+      rows.push({ keys: [c, p, 'blocking'], paper: bl, ours: relative(runs, c, p, vanilla, 'gpuBlockedS') });
     }
   }
-  return { id: `table4-${rt}`, title: `Table 4: ablation, % of vanilla dependency prefetch (${rt}, batch ${BATCH}; the paper gives one row over all models)`, keyHeads: ['model', 'design', 'quantity'], rows };
+  const title =
+    `Table 4: ablation, % of vanilla dependency prefetch (${rt}, batch ${BATCH}; ` +
+    'the paper gives one row over all models)';
+  return { id: `table4-${rt}`, title, keyHeads: ['model', 'design', 'quantity'], rows };
 }
 
 function cacheTable(runs: readonly Run[], rt: string): Table {
@@ -93,34 +101,48 @@ function cacheTable(runs: readonly Run[], rt: string): Table {
     const key = Object.keys(TABLE5).find((k) => c.startsWith(k));
     for (const p of ['lru', 'model-tracing', 'moe-infinity', 'belady', 'oracle-prefetch']) {
       const v = metric(one(runs, { case: c, policy: p }), 'bufferHitRate');
-      rows.push({ keys: [c, p], paper: key ? TABLE5[key]![p] : undefined, ours: v === undefined ? undefined : 100 * v });
+      const ours = v === undefined ? undefined : 100 * v;
+      rows.push({ keys: [c, p], paper: key ? TABLE5[key]![p] : undefined, ours });
     }
   }
-  return { id: `table5-${rt}`, title: `Table 5: buffer hit rate, % (${rt}, batch ${BATCH})`, keyHeads: ['case', 'policy'], digits: 1, rows };
+  const title = `Table 5: buffer hit rate, % (${rt}, batch ${BATCH})`;
+  return { id: `table5-${rt}`, title, keyHeads: ['case', 'policy'], digits: 1, rows };
 }
 
 function e2eTable(runs: readonly Run[], rt: string): Table {
   const e2e = runs.filter((r) => (r.params['runtime'] ?? 'fused') === rt);
   const lowest = (c: string, p: string): number | undefined => {
-    const vs = select(e2e, { case: c, policy: p }).map((r) => metric(r, 'tpotMs.mean')).filter((v): v is number => v !== undefined);
+    const vs = select(e2e, { case: c, policy: p })
+      .map((r) => metric(r, 'tpotMs.mean'))
+      .filter((v): v is number => v !== undefined);
     return vs.length > 0 ? Math.min(...vs) : undefined;
   };
   const rows: Row[] = [];
   for (const c of distinct(e2e, 'case') as string[]) {
     const resident = lowest(c, 'gpu-rich');
     for (const p of distinct(e2e, 'policy') as string[]) {
-      const bound = resident !== undefined && p !== 'gpu-rich' ? { value: resident, sense: 'min' as const, what: 'all-resident TPOT, ours' } : undefined;
+      const bounded = resident !== undefined && p !== 'gpu-rich';
+      const bound = bounded ? { value: resident, sense: 'min' as const, what: 'all-resident TPOT, ours' } : undefined;
       rows.push({ keys: [c, p], paper: FIG9[c]?.[p], ours: lowest(c, p), bound });
     }
   }
-  return { id: `fig9-${rt}`, title: `Fig. 9: lowest mean TPOT over the request rates, ms (${rt}, batch ≤ 8)`, keyHeads: ['model', 'system'], digits: 1, rows };
+  const title = `Fig. 9: lowest mean TPOT over the request rates, ms (${rt}, batch ≤ 8)`;
+  return { id: `fig9-${rt}`, title, keyHeads: ['model', 'system'], digits: 1, rows };
 }
 
 export const comparison: PaperComparison = {
   paper: 'moe-infinity',
   title: 'MoE-Infinity',
   reads: ['prefetch', 'ablation', 'cache', 'e2e'],
-  sources: Object.fromEntries(RUNTIMES.flatMap((rt) => [[`table2-${rt}`, 'prefetch'], [`table3-${rt}`, 'prefetch'], [`table4-${rt}`, 'ablation'], [`table5-${rt}`, 'cache'], [`fig9-${rt}`, 'e2e']])),
+  sources: Object.fromEntries(
+    RUNTIMES.flatMap((rt) => [
+      [`table2-${rt}`, 'prefetch'],
+      [`table3-${rt}`, 'prefetch'],
+      [`table4-${rt}`, 'ablation'],
+      [`table5-${rt}`, 'cache'],
+      [`fig9-${rt}`, 'e2e'],
+    ]),
+  ),
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     for (const rt of RUNTIMES) {
