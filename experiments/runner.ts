@@ -110,6 +110,8 @@ export interface RunnerOptions {
   readonly maxWidth?: number;
   /** Called once every run has passed preflight, before the first one starts (nothing is called when the input is bad). */
   readonly onReady?: (runs: number) => void;
+  /** Run on this backend (a pool shared with other experiments: `moesim reproduce`) instead of `jobs`/`queue`. */
+  readonly backend?: Backend;
 }
 
 /**
@@ -195,6 +197,9 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
 async function checkWorlds(specs: readonly RunSpec[], loaded: LoadedConfig, onWarning: (m: string) => void): Promise<void> {
   const { baseDir, file } = loaded;
   for (const spec of specs) {
+    // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
+    // are served while a long preflight goes on (an experiment sharing the pool with others).
+    await new Promise<void>((resolve) => setImmediate(resolve));
     try {
       if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
       else await buildServingWorld(spec, { baseDir, onWarning });
@@ -314,7 +319,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const base: TaskBase = { config, file, baseDir, timeline: o.timeline === true };
   const threads = o.queue === undefined && !o.sinks ? Math.min(jobs, todo.length, availableParallelism() * 4) : 1;
   // Started before the worlds are checked: each thread loads the simulator while this one checks.
-  const pool = threads > 1 ? threadBackend(threads, base, PluginError.make) : undefined;
+  const pool = threads > 1 && !o.backend ? threadBackend(threads, base, PluginError.make) : undefined;
   try {
     await checkWorlds(specs, loaded, onWarning);
     if (outDir) makeOutDir(outDir);
@@ -351,7 +356,9 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const write = (complete: boolean): Promise<void> => (writes = writes.then(() => writeNow(complete)));
 
   let backend: Backend;
-  if (o.queue !== undefined) {
+  if (o.backend) {
+    backend = o.backend;
+  } else if (o.queue !== undefined) {
     const { queueBackend } = await import('./parallel/queue.ts');
     backend = await queueBackend(o.queue, base, PluginError.make, log);
   } else if (pool) {

@@ -15,6 +15,7 @@ import { experimentCommand, listCommand, validateCommand } from './commands/core
 import { hardwareCommand } from './commands/hardware.ts';
 import { newCommand } from './commands/new.ts';
 import { reportCommand } from './commands/report.ts';
+import { reproduceCommand } from './commands/reproduce.ts';
 import { traceCommand } from './commands/trace.ts';
 import { workerCommand } from './commands/worker.ts';
 
@@ -54,8 +55,9 @@ export async function main(argv: string[]): Promise<number> {
       .command(workerCommand)
       .command(reportCommand)
       .command(hardwareCommand)
+      .command(reproduceCommand)
       .option('debug', { type: 'boolean', default: false, global: true, describe: 'print the stack of every error' })
-      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report, hardware)')
+      .demandCommand(1, 'name a command (experiment, validate, list, trace, new, report, hardware, reproduce)')
       .strict()
       .fail((msg, err) => {
         if (err) throw err;
