@@ -14,7 +14,7 @@ import seedrandom from 'seedrandom';
 export class Rng {
   /**
    * Alea's state (seedrandom/lib/alea.js): s0, s1, s2 and c, in a typed array. As object fields
-   * these doubles were boxed: every `next()` would allocate a heap number (16 B); typed-array
+   * these doubles would be boxed: every `next()` would allocate a heap number (16 B); typed-array
    * stores allocate nothing (history: docs/PERFORMANCE.md).
    */
   private readonly st = new Float64Array(4);
