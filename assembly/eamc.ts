@@ -1,4 +1,4 @@
-// EAMC kernels in WebAssembly SIMD (policies/moe-infinity/eam-collection.ts, issue #12).
+// EAMC kernels in WebAssembly SIMD for policies/moe-infinity/eam-collection.ts (matching must not dominate a run).
 //
 // The collection's column-major counts are u8 (entry n of column j at `col_j + n`, columns
 // padded to a multiple of 16 entries with zeros; a count above 254 is stored as 255 and its

@@ -1,5 +1,5 @@
 /**
- * MoE-Lens benchmark (issue 10): simulated seconds per wall second of a 10 000-sequence
+ * MoE-Lens benchmark: simulated seconds per wall second of a 10 000-sequence
  * MT-Bench-like run on Mixtral-8x7B (the `mt-bench-70GB-g<g>` cases of
  * `experiments/moe-lens/throughput.yaml`, 70 GB of host KV, with their requests cut to 10 000),
  * at g_max 32, 128 and 256 — goal ≥ 10 000 — and the process's peak RSS. Each case runs 5 times

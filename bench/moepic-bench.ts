@@ -1,5 +1,5 @@
 /**
- * MoEpic benchmarks (issue #9): the MoEpic run of `experiments/moepic/ablation.yaml` (Mixtral-8x7B
+ * MoEpic benchmarks: the MoEpic run of `experiments/moepic/ablation.yaml` (Mixtral-8x7B
  * HQQ, V_e = 96, 96 MMLU requests of 64 output tokens at batch 1: decode-dominated, three
  * reconfigurations):
  * - `moepic-mixtral-decode`: simulated seconds per wall second (target ≥ 1 000), best of three

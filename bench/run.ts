@@ -1,10 +1,10 @@
 /**
  * `npm run bench`: speed and memory figures, printed and written to `bench.json` (one object
- * per benchmark: `name` and figures with units in their keys). Targets (issue #2): ratio of
+ * per benchmark: `name` and figures with units in their keys). Targets: ratio of
  * simulator events/s to bare heap-js push/pop ≥ 0.25; ≥ 1 000 simulated s per wall s on the
- * serving workload; (issue #3) RSS < 300 MB while streaming a ≥ 1 GB trace; (issue #4) the e2e
+ * serving workload; RSS < 300 MB while streaming a ≥ 1 GB trace; the e2e
  * Mixtral workload with moe-infinity ≥ 1 000 simulated s per wall s and EAMC matching at
- * capacity 10 000 on Arctic-sized matrices < 10 % of the run's wall time; (issue #5) the
+ * capacity 10 000 on Arctic-sized matrices < 10 % of the run's wall time; the
  * 36 K-sequence ChatBot Arena run of the throughput executor in < 30 s wall.
  *
  * `--out <file>`: where the records go (default `bench.json`; written atomically).

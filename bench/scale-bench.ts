@@ -1,5 +1,5 @@
 /**
- * Scale benchmark (issue #12): a Poisson serving run of Mixtral-8x7B on the A5000 testbed
+ * Scale benchmark: a Poisson serving run of Mixtral-8x7B on the A5000 testbed
  * (continuous batching up to 64, LRU expert cache, short chat-like requests at a rate the
  * server sustains, so the queue stays bounded) at 10 K, 100 K and 1 M requests, each point in
  * its own process so that its peak RSS is its own. The whole run is what `moesim experiment`
@@ -111,8 +111,7 @@ export async function scaleBenchmarks(): Promise<BenchRecord[]> {
   // contention only ever adds time. Peak RSS is the largest of them. The processes run in
   // rounds over the points (10 K, 100 K, 1 M, then again), not point after point, so that every
   // point samples the machine over the whole suite: run one point after the other and a load
-  // that changes within the ~6 minutes favours one of them (the 100 K → 1 M ratio measured
-  // 8.9× and 11.2× in two back-to-back runs that way).
+  // that changes within the ~6 minutes favours one of them (figures: docs/PERFORMANCE.md).
   const reps = (n: number): number => (n >= 1_000_000 ? 2 : 3);
   const best = new Map<number, BenchRecord>();
   const peak = new Map<number, number>();

@@ -6,7 +6,7 @@
  *
  * Per MoE layer step (one MoE layer of one iteration: the unit of the serving executor's work,
  * the same count for every policy of a workload at batch 1) each variant reports its wall ns
- * (`nsPerLayerStep`), the wall ns the issue-#12 goal of 20 000 simulated s per wall s allows
+ * (`nsPerLayerStep`), the wall ns the scale goal of 20 000 simulated s per wall s allows
  * (`goalBudgetNsPerLayerStep`: a policy that serves the same tokens in less simulated time has
  * less), and the share of the wall time spent inside the policy's hooks
  * (`policyHookShareOfWall`, from a separate instrumented run, the timer's own cost measured and
@@ -107,7 +107,7 @@ function engineBenchmarks(): BenchRecord[] {
   return out;
 }
 
-/** Issue #12's serving goal: simulated seconds per wall second. */
+/** The scale goal for serving runs: simulated seconds per wall second. */
 const SERVING_GOAL = 20_000;
 
 /** Wall seconds of timed runs per variant (at least five runs). */

@@ -1,5 +1,5 @@
 /**
- * Throughput-executor benchmark (issue 5): the ChatBot Arena run of
+ * Throughput-executor benchmark: the ChatBot Arena run of
  * `experiments/moe-gen/datasets.yaml` (36 K sequences, 256 → 512 tokens, Mixtral-8x22B on C2)
  * with `moe-gen-h` — target: the simulated 36 K sequences complete in under 30 s of wall time.
  * Reports wall time (cold: first run in the process, search and JIT included; warm: a second

@@ -1,5 +1,5 @@
 /**
- * V8's young generation for the processes and worker threads that simulate (issue #12).
+ * V8's young generation for the processes and worker threads that simulate.
  *
  * A simulation allocates many short-lived objects: buffer entries, transfers and queue entries,
  * ~200 MB per 10× quickstart run. Node's default semi-space is at most 16 MB, so these are
@@ -7,18 +7,7 @@
  * transfer) are promoted and then collected by mark-compacts. With 64 MB semi-spaces, fewer
  * scavenges run and far fewer objects are promoted.
  *
- * Measured on a 300 K-request scale run (LRU, Mixtral): 844 → 341 scavenges, 119 → 29
- * mark-compacts, run wall time 53.5 → 43.1 s.
- *
- * On-demand quickstart, best CPU time per process, simulated s per CPU s at semi-space
- * 16 / 32 / 64 / 128 MB, two rounds:
- *
- * | scale | 16 MB | 32 MB | 64 MB | 128 MB |
- * |---|---|---|---|---|
- * | 1× | 19 460 / 19 600 | 20 700 / 21 460 | 21 160 / 21 580 | 21 380 / 21 950 |
- * | 10× | 17 690 / 17 730 | 18 550 / 18 830 | 18 550 / 19 260 | 18 610 / 19 030 |
- *
- * The cost is memory: up to 3 × 64 MB of young generation per process or thread.
+ * The figures behind the choice of 64 MB are in docs/PERFORMANCE.md (V8 heap). The cost is memory: up to 3 × 64 MB of young generation per process or thread.
  *
  * Where it is set:
  * - package.json's scripts run `tsx --max-semi-space-size=64`;

@@ -14,8 +14,8 @@ import seedrandom from 'seedrandom';
 export class Rng {
   /**
    * Alea's state (seedrandom/lib/alea.js): s0, s1, s2 and c, in a typed array. As object fields
-   * these doubles were boxed: every `next()` allocated a heap number (16 B), a quarter of a
-   * serving run's allocation (issue #12); typed-array stores allocate nothing.
+   * these doubles would be boxed: every `next()` would allocate a heap number (16 B); typed-array
+   * stores allocate nothing (history: docs/PERFORMANCE.md).
    */
   private readonly st = new Float64Array(4);
   private spareNormal: number | null = null;
@@ -33,8 +33,8 @@ export class Rng {
    * seedrandom takes the carry as `c = t | 0`; here it is `Math.floor(t)`, the same value (t is
    * in [0, 2091640): s0 ∈ [0, 1), c < 2091639), kept a double. The carry is the step's serial
    * chain (the next t needs it): `| 0` is a truncation to int32 and back to a double for the
-   * multiply, `Math.floor` one rounding instruction (SSE4.1 roundsd) — a draw in a loop of draws
-   * ~7.1 → ~3.8 ns on this project's machine (issue #12; the same sequence: test/unit/kernel.test.ts).
+   * multiply, `Math.floor` one rounding instruction (SSE4.1 roundsd), on the draws' serial chain
+   * (figures: docs/PERFORMANCE.md; the same sequence: test/unit/kernel.test.ts).
    */
   next(): number {
     const st = this.st;

@@ -12,7 +12,7 @@
 import { expect } from 'vitest';
 import type { KernelRecord, MemoryRecord, TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
 
-/** The share every guarded behaviour must reach (issue: "at least 25 % of the worlds"). */
+/** The share every guarded behaviour must reach (the honesty requirement: "at least 25 % of the worlds"). */
 export const MIN_SHARE = 0.25;
 
 export class CoverageTally {

@@ -1,5 +1,5 @@
 /**
- * `firstVictimBy` (one pass, no pools: issue #12) chooses exactly what the reference
+ * `firstVictimBy` (one pass, no candidate pools built, for speed) chooses exactly what the reference
  * `firstBy(victimPool(…), cmp)` chooses, on random buffers, per-layer caps and orders — total
  * orders and orders with ties (where the first minimum in candidate order decides) — with and
  * without the buffer's per-layer index, with and without the fallback to every candidate.

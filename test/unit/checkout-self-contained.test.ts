@@ -1,5 +1,5 @@
 /**
- * The checkout stands on its own (issue 14 §1):
+ * The checkout stands on its own:
  * - no file of the repository names an absolute path of one machine (a home or work folder);
  * - the traces shipped in `traces/` are the files their license notes describe: the OLMoE
  *   aggregate is byte-identical to its recorded hash, the Apache-2.0 text is beside it, every

@@ -1,5 +1,5 @@
 /**
- * Errors that arrive early and say the right thing (issue 14 §2), through the real CLI:
+ * Errors that arrive early and say the right thing, through the real CLI:
  * - `--out` is checked before anything is simulated: a special filesystem, a file in the way,
  *   a read-only folder are one line and exit 2, and nothing is created;
  * - `validate` runs the same feasibility preflight as `experiment` and fails with the same

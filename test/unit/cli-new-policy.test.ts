@@ -1,5 +1,5 @@
 /**
- * `moesim new policy` (issue 14 §4): the scaffold of each family, written into a scratch root
+ * `moesim new policy`: the scaffold of each family, written into a scratch root
  * inside this checkout (so its relative imports reach the sources and node_modules, as in
  * `plugins/` and `test/plugins/`), type-checks, its generated tests pass under vitest as
  * generated, and its config runs with `moesim experiment`. Bad names and existing files are

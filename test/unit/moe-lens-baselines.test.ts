@@ -1,5 +1,5 @@
 /**
- * The MoE-Lens paper's baselines on the lens executor (`sim/lens/baselines.ts`): scheduling
+ * The MoE-Lens paper's baselines (`fixed-batch-scheduler.ts`, `vllm-scheduler.ts`, `cgopipe.ts`): scheduling
  * decisions on hand-made small worlds — MoE-Lightning-like batch formation and KV reservation
  * (prompt + max generation, held until the batch ends), vLLM-like admission, preemption of the
  * newest by swapping, swap-in before new prompts, recompute when the swap space is full — and the

@@ -1,5 +1,5 @@
 /**
- * Event-level VSLPipe (sim/lens/vslpipe-events.ts) against the closed form of sim/lens/executor.ts:
+ * Event-level VSLPipe (sim/throughput/pipelines/vslpipe-events.ts) against its closed form (vslpipe.ts):
  * - no contention, no activation bytes: every iteration equals transfer_0 + Σ_l max(max(CPU α, GPU β)
  *   + max(CPU β, GPU α), transfer_{l+1}) + LM head — to the ns when a full packet takes an integer
  *   number of ns, else longer by at most (packets − 1) ns per transfer (each packet rounded up

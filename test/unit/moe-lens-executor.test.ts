@@ -1,5 +1,5 @@
 /**
- * MoE-Lens executor (sim/lens/executor.ts) on Mixtral-8x7B / the A40 testbed: iterations are
+ * MoE-Lens execution (policies/moe-lens/execution.ts) on Mixtral-8x7B / the A40 testbed: iterations are
  * simulated (not memoised away), every sequence generates exactly its tokens, the analytic model
  * is computed beside the run, more KV capacity means no more preemptions, contention never
  * speeds a run up, and the run is deterministic.

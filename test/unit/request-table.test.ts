@@ -1,5 +1,5 @@
 /**
- * Requests streamed from a column table (issue #12, scale): `RequestTable` gives back exactly the
+ * Requests streamed from a column table (so that million-request runs fit in memory): `RequestTable` gives back exactly the
  * specs pushed into it, `buildWorkload` exposes the same requests as its table and (on first
  * access, kept) as an array, and the serving executor gives the same outcome whether it streams
  * the table or reads a plain array of the same specs.

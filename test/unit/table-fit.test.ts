@@ -1,5 +1,5 @@
 /**
- * The printed table (issue 14 §3): the default table of either family fits 120 columns, even
+ * The printed table: the default table of either family fits 120 columns, even
  * with long swept parameters and extra columns (least important columns are left out, with a
  * note saying which); `--columns` picks catalogue ids or metric paths and rejects anything
  * else; `--wide` shows the whole catalogue; an infeasible run's reason is on its own line under
