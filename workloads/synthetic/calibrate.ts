@@ -11,7 +11,8 @@
  *    have the same sample size and the same in-sample biases.
  * 2. Targets: popularity entropy per layer ↔ Zipf exponent per layer (a per-layer fixed point
  *    through the Zipf entropy curve); and jointly, request-level top-C share for each C,
- *    temporal locality, cross-layer predictability, and within/across task similarity (or the
+ *    temporal locality (P(any shared) and the shared fraction of adjacent tokens, which separate
+ *    τ from ρ), cross-layer predictability, and within/across task similarity (or the
  *    similarity of all request pairs without task labels) ↔ requestConcentration,
  *    temporalReuse, temporalDepth, crossLayer, sharedTokens, taskConcentration.
  * 3. Each evaluation routes the fit requests synthetically with fixed seeds (common random
