@@ -10,6 +10,9 @@
  *   bs distinct requests from a pool (tasks from the task mix), take in each a window of m
  *   consecutive decode tokens at a random decode position; at each MoE layer count the distinct
  *   experts the bs·m tokens select and divide by E; average over layers and sampled batches.
+ *   With `batchComposition: same-topic` the bs requests share a task label and a latent
+ *   cluster instead (a separate pool: 32 topics drawn from `${seed}:topics`, each
+ *   with max(bs) requests of that topic, ids after the mixed pool's; a batch takes one topic).
  *   m = 1 is exactly one decode iteration of a batch of bs requests (what the simulator runs);
  *   its value at bs = 1 is k/E whatever the routing. m > 1 is what a measurement that sees m
  *   tokens of each request per "iteration" reports (see workloads/README.md, "Summary targets").
@@ -32,6 +35,11 @@ import { SyntheticModel, type ModelShape } from '../synthetic/model.ts';
 import { SyntheticRouting } from '../synthetic/router.ts';
 import type { Knobs } from '../synthetic/profile.ts';
 
+export type BatchComposition = 'mixed' | 'same-topic';
+
+/** Topics sampled for same-topic batches (each with as many requests as the largest batch). */
+const TOPIC_GROUPS = 32;
+
 export const TABLE1_BATCH_SIZES: readonly number[] = [1, 2, 4, 8, 16, 32];
 
 export interface SummaryOptions {
@@ -41,6 +49,12 @@ export interface SummaryOptions {
   readonly tokensPerRequest?: readonly number[];
   /** Task mix of the measured requests (label → weight); none = no task labels. */
   readonly tasks?: Readonly<Record<string, number>>;
+  /**
+   * How decode batches are composed: `mixed` (default) = bs requests drawn from the whole pool;
+   * `same-topic` = bs requests of one task label and one latent cluster (a batch of one
+   * fine-grained task, e.g. one BIG-bench task; without clusters, of one task label).
+   */
+  readonly batchComposition?: BatchComposition;
   /** Requests in the decode pool. Default 512. */
   readonly poolRequests?: number;
   /** Sampled batches per batch size. Default 192. */
@@ -111,24 +125,29 @@ export function summaryOfModel(model: SyntheticModel, o: SummaryOptions = {}): R
   }
   const mark = new Int32Array(E);
   let stamp = 0;
+  const topics = o.batchComposition === 'same-topic' ? topicPool(model, routing, o, seed, N, W, Math.max(...batchSizes)) : undefined;
+  const src = topics?.pool ?? pool;
+  const groupSize = topics ? Math.max(...batchSizes) : N;
+  const groups = topics ? TOPIC_GROUPS : 1;
 
   const decode: Record<string, Record<string, number>> = {};
   for (const m of ms) {
     const row: Record<string, number> = {};
     const rng = new Rng(`${seed}:batches:${m}`);
-    const idx = Int32Array.from({ length: N }, (_, i) => i);
+    const idx = Int32Array.from({ length: groupSize }, (_, i) => i);
     for (const bs of batchSizes) {
-      if (bs > N) throw new RangeError(`batch size ${bs} exceeds the pool of ${N} requests`);
+      if (bs > groupSize) throw new RangeError(`batch size ${bs} exceeds the pool of ${N} requests`);
       const chosen = new Int32Array(bs);
       const starts = new Int32Array(bs);
       let sum = 0;
       for (let s = 0; s < S; s++) {
+        const g0 = groups > 1 ? rng.int(groups) * groupSize : 0;
         for (let i = 0; i < bs; i++) {
-          const j = i + rng.int(N - i);
+          const j = i + rng.int(groupSize - i);
           const t = idx[i]!;
           idx[i] = idx[j]!;
           idx[j] = t;
-          chosen[i] = idx[i]!;
+          chosen[i] = g0 + idx[i]!;
           starts[i] = BURN_IN + rng.int(W - BURN_IN - m + 1);
         }
         for (let l = 0; l < L; l++) {
@@ -138,7 +157,7 @@ export function summaryOfModel(model: SyntheticModel, o: SummaryOptions = {}): R
             let p = (chosen[i]! * W + starts[i]!) * stride + l * k;
             for (let t = 0; t < m; t++, p += stride) {
               for (let j = 0; j < k; j++) {
-                const e = pool[p + j]!;
+                const e = src[p + j]!;
                 if (mark[e] !== stamp) {
                   mark[e] = stamp;
                   c++;
@@ -265,4 +284,35 @@ export function summaryOfModel(model: SyntheticModel, o: SummaryOptions = {}): R
       pooledRequests: N,
     },
   };
+}
+
+/**
+ * The pool of same-topic batches: TOPIC_GROUPS topics (task from the mix, cluster uniform),
+ * each with `size` requests of W tokens routed with that topic's cluster, topic-major.
+ */
+function topicPool(
+  model: SyntheticModel,
+  routing: SyntheticRouting,
+  o: SummaryOptions,
+  seed: string,
+  firstId: number,
+  W: number,
+  size: number,
+): { pool: Int32Array } {
+  const stride = model.L * model.k;
+  const rng = new Rng(`${seed}:topics`);
+  const names = o.tasks ? Object.keys(o.tasks) : [];
+  const weights = names.map((t) => o.tasks![t]!);
+  const pool = new Int32Array(TOPIC_GROUPS * size * W * stride);
+  const buf = new Int32Array(W * stride);
+  let id = firstId;
+  for (let g = 0; g < TOPIC_GROUPS; g++) {
+    const task = names.length ? names[rng.weighted(weights)] : undefined;
+    const cluster = model.clusters > 1 ? rng.int(model.clusters) : 0;
+    for (let i = 0; i < size; i++) {
+      routing.create(id++, task, BURN_IN, cluster).generateAll(W, buf);
+      pool.set(buf, (g * size + i) * W * stride);
+    }
+  }
+  return { pool };
 }

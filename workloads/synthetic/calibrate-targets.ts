@@ -87,6 +87,7 @@ const COORDS: Record<FittableKnob, Coord> = {
   sharedTokens: { knob: 'sharedTokens', kind: 'logit', lo: 0.0025, hi: 0.9, step: 1.2, minStep: 0.02 },
   crossLayer: { knob: 'crossLayer', kind: 'logit', lo: 0.0025, hi: 0.9975, step: 1.2, minStep: 0.02 },
   taskConcentration: { knob: 'taskConcentration', kind: 'log', lo: 0.05, hi: 1e5, step: 1.2, minStep: 0.02 },
+  clusterConcentration: { knob: 'clusterConcentration', kind: 'log', lo: 0.05, hi: 1e5, step: 1.2, minStep: 0.02 },
 };
 
 const logit = (p: number): number => Math.log(p / (1 - p));
@@ -113,6 +114,7 @@ export function knobsOf(t: RoutingTargets, values: Partial<Record<FittableKnob, 
     sharedTokens: pick('sharedTokens', base.sharedTokens),
     crossLayer: pick('crossLayer', base.crossLayer ?? 0),
     taskConcentration: pick('taskConcentration', base.taskConcentration ?? null),
+    ...(values.clusterConcentration !== undefined ? { clusterConcentration: pick('clusterConcentration', base.clusterConcentration) } : {}),
   });
 }
 
@@ -129,6 +131,7 @@ export function summaryOptionsOf(t: RoutingTargets, seed?: string, windows?: rea
     batchSizes: t.decode ? Object.keys(t.decode.activationPercent).map(Number).sort((a, b) => a - b) : [1],
     tokensPerRequest: windows ?? Array.from({ length: hi - lo + 1 }, (_, i) => lo + i),
     ...(t.tasks ? { tasks: t.tasks } : {}),
+    ...(t.decode && t.decode.batchComposition !== 'mixed' ? { batchComposition: t.decode.batchComposition } : {}),
     ...(t.reuse ? { reuseIterations: t.reuse.iterations, reuseLayer: t.reuse.layer } : {}),
     ...(t.prefill?.meanActivationPercent !== undefined ? { prompts: t.prefill.prompts } : {}),
     ...(t.prefill?.atLengthPercent ? { atLengths: Object.keys(t.prefill.atLengthPercent).map(Number) } : {}),
@@ -241,6 +244,7 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
     }
     if (k === 'requestConcentration') return knobs.requestConcentration ?? 125;
     if (k === 'taskConcentration') return knobs.taskConcentration ?? 1000;
+    if (k === 'clusterConcentration') return knobs.clusterConcentration ?? 1000;
     if (k === 'prefillTemporalReuse') return knobs.prefillTemporalReuse ?? knobs.temporalReuse;
     return knobs[k];
   };
@@ -350,7 +354,7 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
         ? {
             decodeDefinition:
               `activation ratio at batch size bs = distinct experts selected at a MoE layer by ${m} consecutive decode token(s) of each of ` +
-              `bs requests, / E, averaged over layers and sampled batches (tokensPerRequest = ${m}` +
+              `bs requests${t.decode.batchComposition === 'same-topic' ? ' of one topic (task label and latent cluster)' : ''}, / E, averaged over layers and sampled batches (tokensPerRequest = ${m}` +
               `${range[0] !== range[1] ? `, fitted in ${range[0]}…${range[1]}: the smallest m meeting every target within half its tolerance` : ''})`,
             tokensPerRequest: m,
             ...(range[0] !== range[1] ? { lossByTokensPerRequest: lossByWindow } : {}),

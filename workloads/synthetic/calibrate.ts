@@ -11,7 +11,8 @@
  *    have the same sample size and the same in-sample biases.
  * 2. Targets: popularity entropy per layer ↔ Zipf exponent per layer (a per-layer fixed point
  *    through the Zipf entropy curve); and jointly, request-level top-C share for each C,
- *    temporal locality, cross-layer predictability, and within/across task similarity (or the
+ *    temporal locality (P(any shared) and the shared fraction of adjacent tokens, which separate
+ *    τ from ρ), cross-layer predictability, and within/across task similarity (or the
  *    similarity of all request pairs without task labels) ↔ requestConcentration,
  *    temporalReuse, temporalDepth, crossLayer, sharedTokens, taskConcentration.
  * 3. Each evaluation routes the fit requests synthetically with fixed seeds (common random
@@ -48,6 +49,13 @@ export interface CalibrationOptions {
   readonly structureSeed?: number;
   /** Progress messages (stderr in the CLI). */
   readonly log?: (message: string) => void;
+  /** Fit only the requests whose 0-based position in the file passes (hold-out validation). Default all. */
+  readonly select?: (index: number) => boolean;
+  /**
+   * Also match the mean shared fraction of adjacent tokens' experts (`shared`, |S_t ∩ S_{t−1}|/k),
+   * beside P(any shared) (`temporal`): with both, τ and ρ are identified separately. Default true.
+   */
+  readonly sharedFraction?: boolean;
 }
 
 export interface CalibrationResult {
@@ -64,7 +72,7 @@ export interface CalibrationResult {
 /** The statistics the calibrator matches: entropy per layer, and named scalar targets. */
 export interface FitStats {
   readonly entropy: number[];
-  /** `skew:<C>` (request-level top-C share), `temporal`, `cross`, `within`, `across` or `similarity`. */
+  /** `skew:<C>` (request-level top-C share), `temporal`, `shared`, `cross`, `within`, `across` or `similarity`. */
   readonly values: Readonly<Record<string, number>>;
 }
 
@@ -129,7 +137,10 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
   const acc = new TraceStatsAccumulator(shape);
   const shapes: RequestShape[] = [];
   const startCounter = new StartCounter(shape);
+  const select = opts.select ?? (() => true);
+  let pos = 0;
   for await (const r of reader) {
+    if (!select(pos++)) continue;
     acc.add(r);
     shapes.push(shapeOf(r));
     startCounter.add(r);
@@ -142,7 +153,8 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
   // Fit subset.
   const totalTokens = shapes.reduce((a, s) => a + s.tokens, 0);
   let fitIdx = shapes.map((_, i) => i);
-  let target = fitStatsOf(trace);
+  const withShared = opts.sharedFraction ?? true;
+  let target = fitStatsOf(trace, withShared);
   if (totalTokens > maxFit) {
     const rng = new Rng('moesim-calibrate:subset');
     rng.shuffle(fitIdx);
@@ -157,8 +169,11 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
     const keep = new Set(fitIdx);
     const sub = new TraceStatsAccumulator(shape);
     let i = 0;
-    for await (const r of await TraceReader.open(path, { scores: false, predictions: false })) if (keep.has(i++)) sub.add(r);
-    target = fitStatsOf(sub.result());
+    let p = 0;
+    for await (const r of await TraceReader.open(path, { scores: false, predictions: false })) {
+      if (select(p++) && keep.has(i++)) sub.add(r);
+    }
+    target = fitStatsOf(sub.result(), withShared);
     log(`fitting on ${fitIdx.length} of ${shapes.length} requests (${tok} of ${totalTokens} tokens)`);
   }
   const fitShapes = fitIdx.map((i) => shapes[i]!);
@@ -217,7 +232,7 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
     const reps: FitStats[] = [];
     for (let r = 0; r < replicates; r++) {
       const routing = new SyntheticRouting(m, `moesim-calibrate:${r}`);
-      reps.push(fitStatsOf(statsOf(shape, generateRequests(routing, fitShapes))));
+      reps.push(fitStatsOf(statsOf(shape, generateRequests(routing, fitShapes)), withShared));
     }
     return meanFit(reps);
   };
@@ -346,10 +361,12 @@ const BOUNDS: readonly (readonly [number, number])[] = [
   [Math.log(0.05), Math.log(1e5)],
 ];
 
-export function fitStatsOf(s: ExtendedTraceStats): FitStats {
+/** The calibrator's statistics of a trace; `shared` (adjacent tokens' shared fraction) only with `withShared`. */
+export function fitStatsOf(s: ExtendedTraceStats, withShared = false): FitStats {
   const values: Record<string, number> = {};
   for (const [c, v] of Object.entries(s.requestSkew)) values[`skew:${c}`] = v.request;
   if (s.temporalLocality !== null) values['temporal'] = s.temporalLocality;
+  if (withShared && s.temporalReusedShare !== null) values['shared'] = s.temporalReusedShare;
   if (s.crossLayerPredictability !== null) values['cross'] = s.crossLayerPredictability;
   if (s.taskClusterSimilarity) {
     values['within'] = s.taskClusterSimilarity.within;

@@ -65,6 +65,12 @@ export class SyntheticRequestRouter implements RequestRouter {
      * depends on it: tokens are generated in order and regenerated identically.
      */
     expectedTokens = 64,
+    /**
+     * Latent cluster to use instead of the request's own draw (topic-grouped batches in
+     * `routing-summary.ts`). The draw is still made, so the rest of the request's routing is the
+     * same stream either way; undefined = the drawn cluster (every simulated request).
+     */
+    cluster?: number,
   ) {
     const { L, E, k } = model;
     this.L = L;
@@ -72,7 +78,8 @@ export class SyntheticRequestRouter implements RequestRouter {
     this.k = k;
     this.stride = L * k;
     const aff = new Rng(`${seed}/affinity`);
-    const base = model.distributionFor(task, model.clusters > 1 ? aff.int(model.clusters) : 0);
+    const drawn = model.clusters > 1 ? aff.int(model.clusters) : 0;
+    const base = model.distributionFor(task, cluster ?? drawn);
     if (Number.isFinite(model.betaR)) {
       this.table = new AliasTables(L, E);
       const w = model.scratchWeights;
@@ -337,8 +344,8 @@ export class SyntheticRouting implements RoutingSource {
    * A router for a request id that is not registered (calibration, trace generation, predictors).
    * `promptTokens` matters only for profiles with `prefillTemporalReuse`; give the request's.
    */
-  create(requestId: number, task: string | undefined, promptTokens = 0): SyntheticRequestRouter {
-    return new SyntheticRequestRouter(this.model, `${this.seedBase}:${requestId}`, task, promptTokens);
+  create(requestId: number, task: string | undefined, promptTokens = 0, cluster?: number): SyntheticRequestRouter {
+    return new SyntheticRequestRouter(this.model, `${this.seedBase}:${requestId}`, task, promptTokens, 64, cluster);
   }
 
   routerOf(requestId: number): SyntheticRequestRouter | undefined {

@@ -38,6 +38,7 @@ export const FITTABLE_KNOBS = [
   'sharedTokens',
   'crossLayer',
   'taskConcentration',
+  'clusterConcentration',
 ] as const;
 export type FittableKnob = (typeof FITTABLE_KNOBS)[number];
 
@@ -77,6 +78,8 @@ export const RoutingTargetsSchema = z
               .refine((f) => f.fit[0] <= f.fit[1], { message: 'fit must be [lo, hi] with lo ≤ hi', path: ['fit'] }),
           ])
           .default(1),
+        /** How measured batches are composed (routing-summary.ts): mixed requests, or one topic per batch. */
+        batchComposition: z.enum(['mixed', 'same-topic']).default('mixed'),
         source: z.string().min(1),
         note: z.string().optional(),
       })
