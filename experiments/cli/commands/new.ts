@@ -82,9 +82,7 @@ function servingPlugin(name: string, src: (rel: string) => string): string {
  *
  * Run it: \`npm run experiment -- plugins/${name}.yaml\`. Test it: \`npx vitest run test/plugins/${name}.test.ts\`.
  */
-import { z } from 'zod';
-import { definePolicy, type PolicyContext } from '${src('policies/types.ts')}';
-import type { ExpertKey, PolicyDecision, ServingPolicy } from '${src('sim/serving/policy.ts')}';
+import { definePolicy, z, type ExpertKey, type PolicyContext, type PolicyDecision, type ServingPolicy } from '${src('api/policy.ts')}';
 
 /** Parameters, as written under \`params:\` in a config. Strict: an unknown field is an error. */
 const Params = z
@@ -200,13 +198,22 @@ function throughputPlugin(name: string, src: (rel: string) => string): string {
  *
  * Run it: \`npm run experiment -- plugins/${name}.yaml\`. Test it: \`npx vitest run test/plugins/${name}.test.ts\`.
  */
-import { z } from 'zod';
-import { hostInfeasibility, vramNeeded } from '${src('sim/throughput/memory-model.ts')}';
-import type { PlanContext } from '${src('sim/throughput/policy.ts')}';
-import { largestSatisfying, prefillShape, worstDecodeShape } from '${src('sim/throughput/search.ts')}';
-import { defaultPassConfig, type PassConfig, type PlanResult } from '${src('sim/throughput/types.ts')}';
-import { NO_CHUNKING_TOKENS, phasePlan, workloadCap } from '${src('policies/throughput/common.ts')}';
-import { defineThroughputPolicy } from '${src('policies/throughput/define.ts')}';
+import {
+  defaultPassConfig,
+  defineThroughputPolicy,
+  hostInfeasibility,
+  largestSatisfying,
+  NO_CHUNKING_TOKENS,
+  phasePlan,
+  prefillShape,
+  vramNeeded,
+  workloadCap,
+  worstDecodeShape,
+  z,
+  type PassConfig,
+  type PlanContext,
+  type PlanResult,
+} from '${src('api/policy.ts')}';
 
 const Params = z
   .object({
@@ -314,10 +321,9 @@ function testFile(name: string, family: 'serving' | 'throughput', pluginImport: 
  * on random small worlds. Add your own cases below.
  */
 import { fileURLToPath } from 'node:url';
-import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import plugin from '${pluginImport}';
-import { ${serving ? 'servingWorldArb' : 'throughputWorldArb'}, runPluginWorld, ${serving ? 'TINY_SERVING_WORLD' : 'TINY_THROUGHPUT_WORLD'} } from '${tst('test/helpers/plugin-world.ts')}';
+import { fc, ${serving ? 'servingWorldArb' : 'throughputWorldArb'}, runPluginWorld, ${serving ? 'TINY_SERVING_WORLD' : 'TINY_THROUGHPUT_WORLD'} } from '${tst('api/testing.ts')}';
 
 const PLUGIN = fileURLToPath(new URL('${pluginImport}', import.meta.url));
 
