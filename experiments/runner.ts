@@ -36,6 +36,7 @@ import { fanout } from '../sim/observe/trace-sink.ts';
 import { servingMetrics, type RunMetrics } from '../sim/metrics/serving-metrics.ts';
 import { throughputMetrics, type ThroughputMetrics } from '../sim/metrics/throughput-metrics.ts';
 import { expandRuns, type RunSpec } from './config/expand.ts';
+import { checkServingHooks, importPluginModule } from './config/plugin-loader.ts';
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
@@ -523,7 +524,7 @@ async function pluginFiles(config: ExperimentConfig, baseDir: string): Promise<M
     if ('name' in e || typeof e.path !== 'string') continue;
     const abs = path.resolve(baseDir, e.path);
     // Already imported (and checked) by expandRuns: this is the cached module.
-    const mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+    const mod = await importPluginModule(abs);
     out.set(mod.default ?? mod.policy, abs);
   }
   return out;
@@ -546,7 +547,7 @@ function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, strin
   const guard: GuardState = { violation: undefined };
   const def = spec.policy.definition;
   const definition: PolicyDefinition<unknown> =
-    def.family === 'serving' ? { ...def, create: (params, ctx) => guardPolicy(def.create(params, ctx), guard) } : def;
+    def.family === 'serving' ? { ...def, create: (params, ctx) => guardPolicy(checkServingHooks(def.create(params, ctx), def.name, file), guard) } : def;
   const prepared: RunSpec = { ...spec, model, hardware, policy: { ...spec.policy, definition } };
   pluginOfSpec.set(prepared, { file, guard });
   return prepared;

@@ -13,6 +13,14 @@ import type { ModelProfile, HardwareProfile } from '../hardware-profiles/types.t
 
 export type PolicyFamily = 'serving' | 'throughput';
 
+/**
+ * The version of this contract (definitions, hooks, views, decisions). `definePolicy` stamps it
+ * on a definition; the plugin loader refuses a definition with another version, so a plugin
+ * built against an incompatible moesim fails at load with one line instead of mid-run.
+ * Raised whenever a change to these types would break an existing plugin.
+ */
+export const POLICY_API_VERSION = 1;
+
 /** Everything a policy factory may use. */
 export interface PolicyContext {
   /** The policy's own random stream (`policy:<name>`): adding a policy never perturbs others. */
@@ -46,6 +54,8 @@ export interface NeedTrace {
 }
 
 export interface PolicyDefinition<P = Record<string, unknown>> {
+  /** The contract version the definition was written against (`POLICY_API_VERSION`); absent means the current one. */
+  readonly apiVersion?: number;
   readonly name: string;
   readonly family: PolicyFamily;
   /** One line for `moesim list policies`. */
@@ -72,7 +82,7 @@ export interface PolicyDefinition<P = Record<string, unknown>> {
   createThroughput?(params: P, ctx: PolicyContext): ThroughputPolicy;
 }
 
-/** Helper for typed definitions. */
+/** Helper for typed definitions; stamps `apiVersion` (this moesim's) unless the definition sets one. */
 export function definePolicy<P>(d: PolicyDefinition<P>): PolicyDefinition<P> {
-  return d;
+  return d.apiVersion === undefined ? { apiVersion: POLICY_API_VERSION, ...d } : d;
 }

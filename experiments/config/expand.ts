@@ -6,7 +6,6 @@
  * input is reported here, before any output exists.
  */
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
@@ -14,6 +13,7 @@ import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
 import { DEFAULT_RUNTIME } from '../../hardware-profiles/load.ts';
 import { UNSAFE_KEYS, zodToUserError } from './load.ts';
+import { loadPlugin } from './plugin-loader.ts';
 import { checkThresholds } from '../outputs/thresholds.ts';
 import {
   ExecutorSchema,
@@ -87,40 +87,6 @@ function cartesian(sweep: Readonly<Record<string, readonly unknown[]>>): Record<
   return combos;
 }
 
-function isPluginDefinition(d: unknown): d is PolicyDefinition<unknown> {
-  if (!d || typeof d !== 'object') return false;
-  const o = d as Record<string, unknown>;
-  return typeof o.name === 'string' && typeof o.create === 'function' && o.params instanceof z.ZodType && (o.family === 'serving' || o.family === 'throughput');
-}
-
-/**
- * The line of an import failure that says what is wrong: for a syntax error, the compiler's
- * `file:line:column: ERROR: message` line (its first line is only "Transform failed with 1 error:").
- */
-function loadFailure(err: unknown): string {
-  const first = (err as { errors?: { text?: string; location?: { file?: string; line?: number; column?: number } | null }[] }).errors?.[0];
-  if (first?.text) return first.location ? `${first.location.file}:${first.location.line}:${first.location.column}: ${first.text}` : first.text;
-  const lines = (err instanceof Error ? err.message : String(err)).split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
-  return lines.find((l) => /:\d+:\d+: ERROR: /.test(l)) ?? lines[0] ?? 'unknown error';
-}
-
-async function loadPlugin(entryPath: string, baseDir: string, file: string | undefined, field: string): Promise<PolicyDefinition<unknown>> {
-  const abs = path.resolve(baseDir, entryPath);
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const why = code === 'ERR_MODULE_NOT_FOUND' ? 'policy module not found' : `policy module failed to load: ${loadFailure(err)}`;
-    throw new UserError(why, file, field, entryPath);
-  }
-  const def = mod.default ?? mod.policy;
-  if (!isPluginDefinition(def)) {
-    throw new UserError('policy module must default-export a PolicyDefinition { name, family, summary, params (zod), create }', file, field, entryPath);
-  }
-  return def;
-}
-
 interface PolicyTemplate {
   readonly label: string;
   /** The entry's own runtime, overriding the experiment's. */
@@ -128,6 +94,8 @@ interface PolicyTemplate {
   readonly definition: PolicyDefinition<unknown>;
   readonly rawParams: Json;
   readonly index: number;
+  /** Loaded by path (a plugin), not built in. */
+  readonly plugin: boolean;
 }
 
 async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string, file: string | undefined, executorKind: 'serving' | 'throughput' = 'serving'): Promise<PolicyTemplate[]> {
@@ -162,7 +130,7 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
     labels.add(label);
     const runtime = 'name' in e ? e['runtime'] : e.runtime;
     if (runtime !== undefined && typeof runtime !== 'string') throw new UserError('runtime must be a runtime id or a .json path', file, `policies[${i}].runtime`, runtime);
-    out.push({ label, definition, rawParams, index: i, ...(runtime !== undefined ? { runtime } : {}) });
+    out.push({ label, definition, rawParams, index: i, plugin: !('name' in e), ...(runtime !== undefined ? { runtime } : {}) });
   }
   return out;
 }
@@ -256,7 +224,12 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       if (done.has(dedupe)) continue;
       done.add(dedupe);
       const p = t.definition.params.safeParse(raw);
-      if (!p.success) throw withWhere(zodToUserError(p.error, raw, file, [`policies[${t.index}]`]), where);
+      if (!p.success) {
+        const e = zodToUserError(p.error, raw, file, [`policies[${t.index}]`]);
+        // A plugin's schema rejecting its params: name the plugin, so its author knows whose schema spoke.
+        const named = t.plugin ? new UserError(`plugin '${t.definition.name}' params: ${e.message}`, e.file, e.field, e.value) : e;
+        throw withWhere(named, where);
+      }
       for (const seed of config.seeds) {
         runs.push({
           index: runs.length,

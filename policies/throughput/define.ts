@@ -6,9 +6,11 @@
  */
 import type { z } from 'zod';
 import type { ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import type { PolicyContext, PolicyDefinition } from '../types.ts';
+import { POLICY_API_VERSION, type PolicyContext, type PolicyDefinition } from '../types.ts';
 
 export interface ThroughputPolicySpec<P> {
+  /** The contract version (default: this moesim's `POLICY_API_VERSION`). */
+  readonly apiVersion?: number;
   readonly name: string;
   readonly summary: string;
   readonly params: z.ZodType<P>;
@@ -17,6 +19,7 @@ export interface ThroughputPolicySpec<P> {
 
 export function defineThroughputPolicy<P>(spec: ThroughputPolicySpec<P>): PolicyDefinition<P> {
   return {
+    apiVersion: spec.apiVersion ?? POLICY_API_VERSION,
     name: spec.name,
     family: 'throughput',
     summary: spec.summary,

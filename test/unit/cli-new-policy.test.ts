@@ -17,8 +17,10 @@ import { runCliIn } from '../helpers/cli-cwd.ts';
 const root = mkdtempSync(path.join(REPO_ROOT, '.new-policy-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
+// tsc over the generated files and moesim's sources they import takes ~70 s alone on a loaded
+// 2-core machine, and runs beside vitest here: 120 s (runProcess's default) was too tight.
 function run(cmd: string, args: readonly string[], cwd: string): Promise<CliResult> {
-  return runProcess(cmd, args, cwd);
+  return runProcess(cmd, args, cwd, 300_000);
 }
 
 const node = (script: string, args: readonly string[], cwd: string) => run(process.execPath, [path.join(REPO_ROOT, 'node_modules', script), ...args], cwd);
