@@ -359,8 +359,6 @@ export const CalibrationFigureSchema = z.strictObject({
   /** The measured value and its unit. */
   value: positiveNumber,
   unit: z.enum(['ms', 'us']),
-  /** Relative tolerance the test allows (e.g. 0.5 = ±50 %), with the reason in `source`/`notes`. */
-  tolerance: positiveNumber,
   source: z.string().min(1),
   notes: z.string().optional(),
 });

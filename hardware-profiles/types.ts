@@ -189,7 +189,6 @@ export interface RuntimeProfile {
     readonly hardware: string;
     readonly value: number;
     readonly unit: 'ms' | 'us';
-    readonly tolerance: number;
     readonly source: string;
     readonly notes?: string;
   }[];

@@ -13,7 +13,7 @@ import { WorkloadSchema, type WorkloadConfig } from '../../workloads/config.ts';
 import { builtinPolicy, builtinPolicyNames } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
 import { DEFAULT_RUNTIME } from '../../hardware-profiles/load.ts';
-import { zodToUserError } from './load.ts';
+import { UNSAFE_KEYS, zodToUserError } from './load.ts';
 import { checkThresholds } from '../outputs/thresholds.ts';
 import {
   ExecutorSchema,
@@ -55,19 +55,26 @@ const CASE_LABEL = 'case';
 
 const clone = <T>(v: T): T => structuredClone(v) as T;
 
+/**
+ * Sets a swept value at a dotted path. Only own properties are followed, and an object the path
+ * needs is created without a prototype, so no key can reach `Object.prototype` (the keys
+ * `__proto__`, `constructor` and `prototype` are also rejected when the config is validated).
+ */
 function setPath(obj: Json, dotted: string, value: unknown, file: string | undefined): void {
   const parts = dotted.split('.');
+  const bad = parts.find((k) => UNSAFE_KEYS.has(k));
+  if (bad !== undefined) throw new UserError(`'${bad}' may not be a segment of a sweep path`, file, `sweep.${dotted}`);
   let cur: Json = obj;
   for (let i = 0; i < parts.length - 1; i++) {
     const k = parts[i]!;
-    const next = cur[k];
+    const next = Object.hasOwn(cur, k) ? cur[k] : undefined;
     if (next === undefined || next === null || typeof next !== 'object') {
       if (i === 0) throw new UserError('sweep path does not exist in the config', file, `sweep.${dotted}`);
-      cur[k] = {};
+      Object.defineProperty(cur, k, { value: Object.create(null), enumerable: true, writable: true, configurable: true });
     }
     cur = cur[k] as Json;
   }
-  cur[parts[parts.length - 1]!] = clone(value);
+  Object.defineProperty(cur, parts[parts.length - 1]!, { value: clone(value), enumerable: true, writable: true, configurable: true });
 }
 
 function cartesian(sweep: Readonly<Record<string, readonly unknown[]>>): Record<string, unknown>[] {

@@ -58,10 +58,32 @@ export function parseConfigText(text: string, file: string): unknown {
   }
 }
 
+/** Key names that reach an object's prototype when used as a path segment: never a config field. */
+export const UNSAFE_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype']);
+
+/**
+ * Throws a UserError naming the first key, anywhere in `value`, that is or contains (as a dotted
+ * path segment, e.g. a sweep key `workload.__proto__.maxBatchSize`) `__proto__`, `constructor`
+ * or `prototype`. Such a key could change every object of the process, not one field.
+ */
+export function rejectUnsafeKeys(value: unknown, file?: string, at: readonly PropertyKey[] = []): void {
+  if (value === null || typeof value !== 'object') return;
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => rejectUnsafeKeys(v, file, [...at, i]));
+    return;
+  }
+  for (const key of Object.keys(value)) {
+    const bad = key.split('.').find((seg) => UNSAFE_KEYS.has(seg));
+    if (bad !== undefined) throw new UserError(`'${bad}' may not be a key or a segment of a key path`, file, formatPath([...at, key]));
+    rejectUnsafeKeys((value as Record<string, unknown>)[key], file, [...at, key]);
+  }
+}
+
 export function validateConfig(raw: unknown, file?: string): ExperimentConfig {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new UserError('an experiment config must be a mapping', file, undefined, raw);
   }
+  rejectUnsafeKeys(raw, file);
   const r = ExperimentSchema.safeParse(raw);
   if (!r.success) throw zodToUserError(r.error, raw, file);
   return deepFreeze(r.data);

@@ -3,16 +3,17 @@
  * `report.html` in the results folder, for a person to read.
  *
  * It holds the experiment's name and description, its results table (the columns of the
- * printed table, not cut to a terminal's width), every SVG plot inline (the plots written beside
- * results.json, or re-rendered by Vega-Lite from the config's `output.plots`; an overview drawn by
- * the same renderer when the config asks for none), the analytic models and bounds the runs carry
+ * printed table, not cut to a terminal's width), the config's `output.plots` drawn inline by
+ * Vega-Lite from the results' numbers (an overview drawn by the same renderer when the config asks
+ * for none; other SVG files of the folder shown as images), the analytic models and bounds the runs carry
  * (MoE-Lens's `metrics.analytic`, a throughput policy's predicted pass time, MoE-CAP's fractions of
  * peak), the definitions of every metric shown, the config as YAML, and relative links to the
  * Perfetto timelines and the other files of the folder.
  *
  * Safety: every string from a config, a trace or a results file is HTML-escaped; the page carries
- * a Content-Security-Policy that allows no script at all; an SVG file that is not a plain drawing
- * is shown as an image (which cannot run scripts). The page reads nothing from the network.
+ * a Content-Security-Policy that allows no script, form or base URL; only SVG this process
+ * rendered is inlined, and every SVG file of the folder is shown as an `<img>` of a data URL
+ * (which runs no script and cannot navigate). The page reads nothing from the network.
  *
  * Bad input (no folder, no results.json, a malformed results file) is a one-line `UserError`
  * naming the path and field, found before anything is written; the report is written atomically,
@@ -27,7 +28,7 @@ import { zodToUserError } from '../config/load.ts';
 import { writeFileAtomic } from './atomic.ts';
 import { PlotSchema, renderPlot, type PlotRun, type PlotSpec } from './plot.ts';
 import { chooseColumns, columnById, fmt as fmtCell, metricAt, metricColumn, renderSeedSummary, varyingParams, type Column, type Family, type TableRow } from './table.ts';
-import { esc, fileLink, headerHtml, STYLE, svgMarkup } from './report/html.ts';
+import { esc, fileLink, foreignSvgImage, headerHtml, inlineRenderedSvg, STYLE } from './report/html.ts';
 import { COLUMN_METRICS, metricDef, type MetricDef } from './report/metric-defs.ts';
 
 export const REPORT_FILE = 'report.html';
@@ -250,11 +251,11 @@ function defOf(p: string, family: Family): MetricDef | undefined {
   return d ? { def: d.def, unit: 'ratio' } : undefined;
 }
 
-interface PlotOut {
-  readonly title: string;
-  readonly caption: string;
-  readonly svg: string;
-}
+/** A plot of the page: markup Vega rendered in this process, or a file of the folder shown as an image. */
+type PlotOut = { readonly title: string; readonly caption: string } & ({ readonly svg: string } | { readonly foreign: Buffer });
+
+/** SVG files larger than this are linked, not embedded (a page of hundreds of MB helps no one). */
+const MAX_FOREIGN_SVG_BYTES = 8 * 1024 * 1024;
 
 /**
  * The overview drawn when the config asks for no plot: key metrics by policy, or along the first
@@ -288,17 +289,21 @@ async function plots(c: Context): Promise<{ list: PlotOut[]; overview: 'grid' | 
   const specs = loaded.results.config.output?.plots ?? [];
   const list: PlotOut[] = [];
   const used = new Set<string>();
+  // The config's plots are drawn again from the results' numbers, never read back from the folder:
+  // only markup this process rendered is inlined.
   for (const spec of specs) {
     const file = `${spec.name}.svg`;
     used.add(file);
-    const onDisk = loaded.files.includes(file);
-    const svg = onDisk ? readFileSync(path.join(loaded.dir, file), 'utf8') : await renderPlot(spec, c.plotRuns);
-    list.push({ title: spec.title ?? spec.name, caption: `${spec.y} against ${spec.x}, by ${spec.series}${spec.facet ? `, one panel per ${spec.facet}` : ''} — ${onDisk ? file : `re-rendered from output.plots (${file} was not in the folder)`}`, svg });
+    const where = loaded.files.includes(file) ? `drawn from results.json (as ${file})` : `drawn from results.json (${file} was not in the folder)`;
+    list.push({ title: spec.title ?? spec.name, caption: `${spec.y} against ${spec.x}, by ${spec.series}${spec.facet ? `, one panel per ${spec.facet}` : ''} — ${where}`, svg: await renderPlot(spec, c.plotRuns) });
   }
-  // Other drawings in the folder (e.g. written by an experiment's own plotting script).
+  // Other drawings in the folder (e.g. written by an experiment's own plotting script): images only.
   for (const file of loaded.files) {
-    if (!file.endsWith('.svg') || used.has(file)) continue;
-    list.push({ title: file.slice(0, -4), caption: `${file} (in the results folder; not one of the config’s output.plots)`, svg: readFileSync(path.join(loaded.dir, file), 'utf8') });
+    if (!file.toLowerCase().endsWith('.svg') || used.has(file)) continue;
+    const full = path.join(loaded.dir, file);
+    const st = statSync(full, { throwIfNoEntry: false });
+    if (!st?.isFile() || st.size > MAX_FOREIGN_SVG_BYTES) continue;
+    list.push({ title: file.slice(0, -4), caption: `${file} (a file of the results folder, not one of the config’s output.plots; shown as an image)`, foreign: readFileSync(full) });
   }
   if (list.length > 0 || c.runs.length === 0) return { list, overview: undefined };
   const overview = overviewPlots(c);
@@ -313,9 +318,8 @@ async function plots(c: Context): Promise<{ list: PlotOut[]; overview: 'grid' | 
 function plotsSection(list: readonly PlotOut[], overview: 'grid' | 'wide' | undefined): string {
   if (list.length === 0) return '<p class="note">No plots: the config has no <code>output.plots</code> and the folder has no SVG.</p>';
   const figures = list.map((p, i) => {
-    const { html, inline } = svgMarkup(p.svg, `plot${i}`, p.title);
-    const note = inline ? '' : ' (shown as an image: the file is not a plain drawing)';
-    return `<figure>${html}<figcaption>${esc(p.caption)}${note}</figcaption></figure>`;
+    const html = 'svg' in p ? inlineRenderedSvg(p.svg, `plot${i}`) : foreignSvgImage(p.foreign, p.title);
+    return `<figure>${html}<figcaption>${esc(p.caption)}</figcaption></figure>`;
   });
   const lead = overview ? '<p class="note">The config asks for no plots (<code>output.plots</code>); these overview charts are drawn by the report with the same Vega-Lite renderer.</p>' : '';
   return `${lead}<div class="plots${overview === 'grid' ? ' grid' : ''}">${figures.join('\n')}</div>`;
@@ -450,7 +454,8 @@ export async function renderReport(loaded: LoadedResults): Promise<string> {
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'">
+<meta name="referrer" content="no-referrer">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="moesim report">
 <title>${esc(name)} — moesim report</title>

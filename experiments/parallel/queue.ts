@@ -6,8 +6,8 @@
  * processes join the queue and simulate runs, each on a pool of worker threads (`--jobs`, so the
  * BullMQ event loop stays free to renew its job locks while a run computes).
  *
- * A job carries the validated config, its folder and the run's index and key: the worker expands
- * the config itself, from its own checkout. The config's folder is sent relative to the
+ * A job carries the validated config, its hash, its folder and the run's index and key: the worker
+ * checks all of them (`job-check.ts`) before it expands the config itself, from its own checkout. The config's folder is sent relative to the
  * submitter's checkout when it is inside it (and resolved against the worker's), else as an
  * absolute path (which must then exist on the worker: a shared filesystem). A result comes back
  * as `encode`d JSON; a failure of the run comes back as a result too (not a failed job), so
@@ -26,19 +26,14 @@ import type { RunSpec } from '../config/expand.ts';
 import type { RunOutput } from '../runner.ts';
 import { taskFor, unwrap, type Backend, type MakePluginError, type TaskBase } from './pool.ts';
 import type { TaskResult } from './task.ts';
-import { decode, encode, type RunTask } from './wire.ts';
+import { decode, encode, toWireError, type RunTask } from './wire.ts';
+import { checkJob, configHash, type JobData } from './job-check.ts';
 import { YOUNG_GENERATION_MB } from '../heap.ts';
 
 export const QUEUE_NAME = 'moesim-runs';
 
 /** This checkout's root (a worker resolves a config's folder against its own). */
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-
-interface JobData {
-  readonly task: RunTask;
-  /** The submitter's checkout root. */
-  readonly root: string;
-}
 
 /** Parses `redis://[user:password@]host[:port][/db]` (or `rediss://`, TLS) into the Redis client's options. */
 export function connectionOf(url: string, field = '--queue'): RedisOptions & { host: string; port: number } {
@@ -157,7 +152,8 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
     run: async (spec: RunSpec): Promise<RunOutput> => {
       const id = jobId(spec.index);
       const result = new Promise<TaskResult>((resolve, reject) => pending.set(id, { index: spec.index, resolve, reject }));
-      await queue.add('run', { task: taskFor(base, spec), root: ROOT }, { jobId: id, removeOnComplete: true, removeOnFail: true, attempts: 1 });
+      const task = taskFor(base, spec);
+      await queue.add('run', { task, root: ROOT, configHash: configHash(task) }, { jobId: id, removeOnComplete: true, removeOnFail: true, attempts: 1 });
       if (!announced) {
         announced = true;
         const workers = await queue.getWorkersCount().catch(() => -1);
@@ -174,13 +170,6 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
       for (const c of clients) c.disconnect();
     },
   };
-}
-
-/** Where a worker finds a job's config folder: the same place in its own checkout. */
-export function localTask(data: JobData): RunTask {
-  const rel = path.relative(data.root, data.task.baseDir);
-  if (rel.startsWith('..') || path.isAbsolute(rel)) return data.task;
-  return { ...data.task, baseDir: path.resolve(ROOT, rel) };
 }
 
 export interface RunningWorker {
@@ -203,7 +192,14 @@ export async function startWorker(url: string, threads: number, log: (m: string)
   const worker = new Worker<JobData, string>(
     QUEUE_NAME,
     async (job) => {
-      const task = localTask(job.data);
+      // Checked before anything the job names is imported; a bad job is a failed run, on one line.
+      let task: RunTask;
+      try {
+        task = checkJob(job.data, ROOT);
+      } catch (err) {
+        log(`job ${job.id}: rejected: ${err instanceof UserError ? err.oneLine() : String(err)}`);
+        return encode({ ok: false, error: toWireError(err) } satisfies TaskResult);
+      }
       const t0 = Date.now();
       const result = await pool.run(task);
       log(`${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);

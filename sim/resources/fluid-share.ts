@@ -7,12 +7,13 @@
  * flow gets a share **in proportion to its demand**: rate = cap × capacity / Σ caps, the same
  * slowdown factor for all (DESIGN §4: the memory controller serves outstanding requests as they
  * come, so a flow's share follows the requests it issues). A max-min fair share would instead
- * leave a 25 GB/s DMA flow untouched beside a 150 GB/s CPU demand; MoE-Lens measured weight
+ * leave a 25 GB/s DMA flow untouched beside a 150 GB/s CPU demand, while MoE-Lens measured weight
  * transfers slowing from ~5 s to ~6 s per pass under heavy CPU attention (arXiv 2504.09345 §8,
- * "The Bandwidth Competition between CPU Attention and CPU-GPU Weight Transfer"), which the
- * proportional share reproduces (test/unit/resources-fluid.test.ts). Rates are recomputed
- * whenever a flow starts or finishes; flows whose rate changes get their completion event
- * rescheduled.
+ * "The Bandwidth Competition between CPU Attention and CPU-GPU Weight Transfer"). The share is
+ * tested on hand-computed cases (test/unit/resources-fluid.test.ts); how much it slows the
+ * transfers in MoE-Lens's setting is a judged result (experiments/moe-lens/FIDELITY.md). Rates
+ * are recomputed whenever a flow starts or finishes; flows whose rate changes get their
+ * completion event rescheduled.
  *
  * Progress is tracked in float bytes between events; completion times are rounded up to
  * integer ns once per (re)scheduling.

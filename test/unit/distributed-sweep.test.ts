@@ -4,15 +4,21 @@
  * `moesim experiment --queue` on a 12-run config (a plugin policy, output.relative,
  * seedSummary, a plot): results.json, runs.csv, the plot and the table are byte-identical to a
  * serial run, and every run was simulated exactly once across the workers. A plugin failing on
- * a worker is reported as in a serial run (exit 3, the same line).
+ * a worker is reported as in a serial run (exit 3, the same line). Hostile jobs pushed straight
+ * onto the queue (a `__proto__` sweep path, a plugin outside the config's folder, a wrong config
+ * hash) are refused before anything is imported, and the sweep after them is still identical.
  *
  * Skipped, with the reason, where `redis-server` is not installed (.ci/run installs it).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { configHash } from '../../experiments/parallel/job-check.ts';
 import { sweepConfig } from '../helpers/sweep-config.ts';
 import { writePlugin } from '../helpers/cli-cwd.ts';
 import { REPO_ROOT, runCliAsync, tempDir, type CliResult } from '../helpers/cli.ts';
@@ -45,6 +51,31 @@ const waitFor = (child: ChildProcess, re: RegExp, what: string): Promise<void> =
   });
 
 const exited = (child: ChildProcess): Promise<void> => (child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve())));
+
+const HOSTILE_JOBS = 3;
+
+/**
+ * Pushes jobs a worker must refuse: a `__proto__` sweep path, a plugin outside the config's
+ * folder (which would write `evil-ran` if imported), and a config that does not match its hash.
+ * Resolves once the workers have said so.
+ */
+async function pushHostileJobs(url: string, dir: string, logs: readonly string[]): Promise<void> {
+  const evil = path.join(tmpdir(), `moesim-evil-${process.pid}.ts`);
+  writeFileSync(evil, `import { writeFileSync } from 'node:fs'; writeFileSync(${JSON.stringify(path.join(dir, 'evil-ran'))}, 'x'); export default {};`);
+  const base = JSON.parse(readFileSync(path.join(dir, 'serial', 'results.json'), 'utf8')).config;
+  const task = (config: unknown) => ({ config, file: 'hostile.yaml', baseDir: dir, index: 0, key: JSON.stringify([0, 'x', {}, 1]), timeline: false });
+  const proto = JSON.parse(JSON.stringify({ ...base, sweep: {} }).replace('"sweep":{}', '"sweep":{"workload.__proto__.maxBatchSize":[8]}'));
+  const outside = { ...base, policies: [{ path: evil, params: {} }] };
+  const jobs = [task(proto), task(outside), task(base)].map((t, i) => ({ task: t, root: REPO_ROOT, configHash: i === 2 ? 'not-the-hash' : configHash(t as never) }));
+  const connection = new Redis(url, { maxRetriesPerRequest: null });
+  const queue = new Queue('moesim-runs', { connection });
+  for (const [i, data] of jobs.entries()) await queue.add('run', data, { jobId: `hostile-${i}`, removeOnComplete: true, removeOnFail: true });
+  const t0 = Date.now();
+  while (logs.join('').split(' rejected: ').length - 1 < HOSTILE_JOBS && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 200));
+  await queue.close();
+  connection.disconnect();
+  rmSync(evil, { force: true });
+}
 
 describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', () => {
   // Made in beforeAll: a skipped suite leaves nothing behind.
@@ -79,6 +110,7 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
       return waitFor(w, /joined redis:/, `moesim worker ${i}`);
     });
     [serial] = await Promise.all([runCliAsync(['experiment', small, '--out', path.join(dir, 'serial'), '--jobs', '1']), ...workers]);
+    await pushHostileJobs(url, dir, workerLogs);
     queued = await runCliAsync(['experiment', small, '--out', path.join(dir, 'queued'), '--queue', url]);
     [thrownSerial, thrownQueued] = await Promise.all([
       runCliAsync(['experiment', thrower, '--out', path.join(dir, 'thrown-serial'), '--jobs', '1']),
@@ -103,6 +135,15 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
     }
     expect(queued.stdout).toBe(serial.stdout);
     expect(queued.stderr).toMatch(/runs sent to redis:\/\/127\.0\.0\.1:\d+ \(queue moesim-runs\)/);
+  });
+
+  it('rejects hostile jobs before importing anything, and is not poisoned by them', () => {
+    const rejected = workerLogs.join('').split('\n').filter((l) => / rejected: /.test(l));
+    expect(rejected.length, workerLogs.join('')).toBe(HOSTILE_JOBS);
+    expect(rejected.join('\n')).toContain('__proto__');
+    expect(rejected.join('\n')).toContain('only from the config’s folder');
+    expect(rejected.join('\n')).toContain('does not match');
+    expect(existsSync(path.join(dir, 'evil-ran'))).toBe(false);
   });
 
   it('simulates every run exactly once, on the workers', () => {

@@ -1,7 +1,8 @@
 /**
  * MoEpic: LCP priorities and victims worked by hand, the configurator on a two-layer world, a
  * property that it never exceeds the budget, MoEpic over random small worlds (segment-level
- * invariants, determinism), and the hf-eager-moepic calibration figure.
+ * invariants, determinism), and the hf-eager-moepic calibration: its stated fit and every figure
+ * quoted from it recomputed (not a tolerance around the paper's 57 ms).
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -178,13 +179,63 @@ describe('moepic over random small worlds', () => {
   }, 120_000);
 });
 
-describe('hf-eager-moepic calibration', () => {
-  it("reproduces the paper's GPU-Rich Qwen1.5-MoE TPOT on one A6000 (57 ms ± 5 %)", async () => {
+describe('hf-eager-moepic calibration: the stated fit and the figures quoted from it', () => {
+  // The one calibration figure is the paper's GPU-Rich Qwen TPOT, 57 ms (settings card §2). The
+  // profile's sources state a grid of host speeds and the TPOT each gave, the fitted 6.9 µs and
+  // its TPOT, and hf-eager's TPOT on the same run; FIDELITY.md quotes the fitted TPOT and the
+  // uncalibrated Mixtral-HQQ one. Each must be what experiments/moepic/gpu-rich.yaml gives now.
+  it('grid, fit and hf-eager’s 44 µs are what gpu-rich.yaml gives; the line meets 57 ms at 6.9 µs', async () => {
     const { runExperiment } = await import('../../experiments/runner.ts');
-    const { loadConfigFile } = await import('../../experiments/config/load.ts');
-    const r = await runExperiment(loadConfigFile('experiments/moepic/gpu-rich.yaml'));
-    const run = r.runs.find((x) => JSON.stringify(x.params).includes('"hf-eager-moepic"') && JSON.stringify(x.params).includes('Qwen'))!;
-    const tpot = (run.metrics as { tpotMs: { mean: number } }).tpotMs.mean;
-    expect(Math.abs(tpot / 57 - 1)).toBeLessThan(0.05);
-  }, 60_000);
+    const { validateConfig } = await import('../../experiments/config/load.ts');
+    const YAML = (await import('yaml')).default;
+    const { mkdtempSync, readFileSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const path = await import('node:path');
+    const { REPO_ROOT } = await import('../helpers/cli.ts');
+    const at = (f: string) => path.join(REPO_ROOT, f);
+    type Profile = Record<string, unknown> & { sources: string[] };
+    const profile = JSON.parse(readFileSync(at('hardware-profiles/runtimes/hf-eager-moepic.json'), 'utf8')) as Profile;
+    const text = profile.sources.join(' ');
+    const grid = text.match(
+      /dispatch = sync = ([\d., ]+) µs gave ([\d., ]+) ms \(linear, ([\d.]+) ms per µs\); ([\d.]+) µs → ([\d.]+) ms/,
+    );
+    expect(grid, 'sources quote the fit grid').not.toBeNull();
+    const list = (x: string) => x.split(',').map((v) => v.trim());
+    const us = list(grid![1]!);
+    const quoted = list(grid![2]!);
+    const dir = mkdtempSync(path.join(tmpdir(), 'moesim-moepic-fit-'));
+    const variant = (u: string): string => {
+      const file = path.join(dir, `hf-eager-moepic-${u}.json`);
+      const id = `hf-eager-moepic-${u.replace('.', 'p')}`;
+      writeFileSync(file, JSON.stringify({ ...profile, id, dispatchUs: Number(u), syncUs: Number(u) }));
+      return file;
+    };
+    const raw = YAML.parse(readFileSync(at('experiments/moepic/gpu-rich.yaml'), 'utf8')) as Record<string, unknown>;
+    const runtimes = [...us.map(variant), 'hf-eager-moepic', 'hf-eager', 'hf-eager-moepic-hqq'];
+    const config = validateConfig({ ...raw, sweep: { runtime: runtimes } });
+    const r = await runExperiment({ config, file: at('experiments/moepic/gpu-rich.yaml'), baseDir: REPO_ROOT });
+    const tpot = (runtime: string, model = 'qwen1.5-moe-a2.7b') => {
+      const run = r.runs.find((x) => x.params['runtime'] === runtime && x.params['model'] === model)!;
+      return (run.metrics as { tpotMs: { mean: number } }).tpotMs.mean;
+    };
+    us.forEach((u, i) => expect(tpot(variant(u)).toFixed(1), `${u} µs`).toBe(quoted[i]));
+    const first = tpot(variant(us[0]!));
+    const last = tpot(variant(us[us.length - 1]!));
+    const slope = (last - first) / (Number(us[us.length - 1]) - Number(us[0]));
+    expect(slope.toFixed(2)).toBe(grid![3]);
+    // The fitted point: the profile's value, where the line reaches 57 ms (to 0.1 µs), and its TPOT.
+    expect(profile['dispatchUs']).toBe(Number(grid![4]));
+    expect(profile['syncUs']).toBe(Number(grid![4]));
+    expect((Number(us[0]) + (57 - first) / slope).toFixed(1)).toBe(grid![4]);
+    const fitted = tpot('hf-eager-moepic');
+    expect(fitted.toFixed(1)).toBe(grid![5]);
+    // hf-eager's 44 µs on the same run, and its ratio to the measurement.
+    const eager = text.match(/gives ([\d.]+) ms for this measurement \(([\d.]+)×\)/);
+    expect(eager?.[1]).toBe(tpot('hf-eager').toFixed(0));
+    expect(eager?.[2]).toBe((tpot('hf-eager') / 57).toFixed(1));
+    // FIDELITY.md: the fitted TPOT, and the uncalibrated GPU-Rich Mixtral-HQQ.
+    const fidelity = readFileSync(at('experiments/moepic/FIDELITY.md'), 'utf8');
+    expect(fidelity).toContain(`(ours ${fitted.toFixed(1)} ms;`);
+    expect(fidelity).toContain(`GPU-Rich Mixtral-HQQ ${tpot('hf-eager-moepic-hqq', 'mixtral-8x7b-hqq').toFixed(1)} ms`);
+  }, 180_000);
 });

@@ -156,7 +156,7 @@ describe('shipped profiles load', () => {
     expect(hw.cpu.cores).toBe(28);
     // 8 channels × 3200 MT/s × 8 B × 0.8 sustained.
     expect(hw.cpu.dramBytesPerSec).toBeCloseTo(163.84e9, -3);
-    expect(hw.pcie).toMatchObject({ generation: 4, h2dBytesPerSec: 19.5e9, latencyNs: 10_000 }); // MoE-Lens's measured 19.5 GB/s (pcie/gen4-x16-measured-19p5.json)
+    expect(hw.pcie).toMatchObject({ generation: 4, h2dBytesPerSec: 25e9, latencyNs: 10_000 }); // pcie/gen4-x16.json (variant -pcie19p5: 19.5 GB/s)
     expect(hw.hostDramBytes).toBe(256 * GIB);
     expect(loadHardware('moe-gen-c3')).toMatchObject({ hostDramBytes: 480 * GIB, gpu: { id: 'rtx-a6000' }, cpu: { id: 'epyc-7313p', cores: 16 } });
     expect(loadHardware('a40-xeon8380-750gb')).toMatchObject({ hostDramBytes: 750 * GIB, gpu: { id: 'a40' }, cpu: { id: 'xeon-8380' } });

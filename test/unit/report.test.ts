@@ -7,7 +7,8 @@
  * - escaping: no `<script` at all in the page (it has none of its own), the hostile strings
  *   appear escaped, and a Content-Security-Policy forbids scripts;
  * - plots: re-rendered from `output.plots` when the SVG file is gone, an overview when the config
- *   has none, and an SVG file with a script shown only as an image;
+ *   has none, the config's plots drawn from results.json (never the file read back), and every
+ *   other SVG file of the folder shown only as an image;
  * - MoE-Lens's `metrics.analytic` becomes the analytic-model table;
  * - bad input (no folder, no results.json, invalid JSON, a malformed field, an unknown schema
  *   version) is a one-line UserError naming the path and field, and leaves no report.html;
@@ -21,7 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { REPORT_FILE, writeReport } from '../../experiments/outputs/report.ts';
 import { COLUMN_METRICS, metricDef } from '../../experiments/outputs/report/metric-defs.ts';
-import { svgMarkup } from '../../experiments/outputs/report/html.ts';
+import { inlineRenderedSvg } from '../../experiments/outputs/report/html.ts';
 import { SERVING_COLUMNS, THROUGHPUT_COLUMNS } from '../../experiments/outputs/table.ts';
 import { pooled, runCliAsync, tempDir, type CliResult } from '../helpers/cli.ts';
 import { escaped, HOSTILE_DESCRIPTION, HOSTILE_LABEL, HOSTILE_NAME, runTinyExperiment, writeTinyConfig } from './report-fixture.ts';
@@ -71,7 +72,7 @@ describe('the report of a tiny experiment', () => {
     // The plot written by the run, inline (Vega's SVG, titled by the config, escaped by Vega).
     expect(html).toMatch(/<figure><svg [^>]*class="marks"/);
     expect(html).toContain('TPOT &lt;script&gt;alert(4)&lt;/script&gt;');
-    expect(html).toContain('— tpot.svg</figcaption>');
+    expect(html).toContain('— drawn from results.json (as tpot.svg)</figcaption>');
     // MoE-CAP bounds (every serving run has them).
     expect(html).toContain('MoE-CAP: use of the hardware’s peak');
     expect(html).toContain('S-MBU %');
@@ -92,7 +93,7 @@ describe('the report of a tiny experiment', () => {
     expect(html.toLowerCase()).not.toContain('<script');
     expect(html).not.toContain('<img id="injected"');
     expect(html).not.toContain(HOSTILE_NAME);
-    expect(html).toContain(`<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">`);
+    expect(html).toContain(`<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'">`);
   });
 
   it('is the same bytes when written again from the same folder', async () => {
@@ -118,7 +119,7 @@ describe('plots', () => {
     const folder = variant('no-svg', (f) => unlinkSync(path.join(f, 'tpot.svg')));
     const page = readFileSync(await writeReport(folder), 'utf8');
     expect(page).toMatch(/<figure><svg [^>]*class="marks"/);
-    expect(page).toContain('re-rendered from output.plots (tpot.svg was not in the folder)');
+    expect(page).toContain('drawn from results.json (tpot.svg was not in the folder)');
   });
 
   it('draws an overview with Vega-Lite when the config has no plots', async () => {
@@ -134,22 +135,31 @@ describe('plots', () => {
     expect(page).toContain('<td><code>throughputTokPerS</code></td>');
   });
 
-  it('shows an SVG file that is not a plain drawing only as an image', async () => {
+  it('shows every SVG file of the folder only as an image, never inline', async () => {
+    // A plain drawing, a scripted one, and the config's own plot file replaced by a hostile one.
+    const plain = '<svg xmlns="http://www.w3.org/2000/svg"><rect width="5" height="5"/></svg>';
     const evil = `<svg xmlns="http://www.w3.org/2000/svg"><script>alert(5)</script><rect onclick="alert(6)" width="5" height="5"/></svg>`;
-    const folder = variant('evil-svg', (f) => writeFileSync(path.join(f, 'evil.svg'), evil));
+    const breakout = '<svg></svg></figure><meta http-equiv="refresh" content="0;url=./notes.html"><svg>';
+    const folder = variant('evil-svg', (f) => {
+      writeFileSync(path.join(f, 'plain.svg'), plain);
+      writeFileSync(path.join(f, 'evil.svg'), evil);
+      writeFileSync(path.join(f, 'tpot.svg'), breakout);
+    });
     const page = readFileSync(await writeReport(folder), 'utf8');
     expect(page.toLowerCase()).not.toContain('<script');
     expect(page).not.toContain('onclick');
+    expect(page).not.toContain('refresh');
     expect(page).toContain(`<img alt="evil" src="data:image/svg+xml;base64,${Buffer.from(evil).toString('base64')}">`);
-    expect(page).toContain('evil.svg (in the results folder; not one of the config’s output.plots) (shown as an image');
+    expect(page).toContain(`<img alt="plain" src="data:image/svg+xml;base64,${Buffer.from(plain).toString('base64')}">`);
+    expect(page).toContain('evil.svg (a file of the results folder, not one of the config’s output.plots; shown as an image)');
+    // The config's plot is drawn from results.json: exactly one inline SVG, Vega's.
+    expect(page.match(/<svg /g)?.length).toBe(1);
+    expect(page).toMatch(/<figure><svg [^>]*class="marks"/);
   });
 
   it('gives each inline SVG its own ids (two plots never share a clip path)', () => {
     const svg = '<svg class="marks"><defs><clipPath id="clip1"><rect/></clipPath></defs><g clip-path="url(#clip1)"><use href="#clip1"/></g></svg>';
-    // <use> is not allowed inline: this one becomes an image; without it the ids are prefixed.
-    expect(svgMarkup(svg, 'plot3', 'x').inline).toBe(false);
-    const plain = svg.replace('<use href="#clip1"/>', '');
-    expect(svgMarkup(plain, 'plot3', 'x').html).toBe('<svg class="marks"><defs><clipPath id="plot3-clip1"><rect/></clipPath></defs><g clip-path="url(#plot3-clip1)"></g></svg>');
+    expect(inlineRenderedSvg(svg, 'plot3')).toBe('<svg class="marks"><defs><clipPath id="plot3-clip1"><rect/></clipPath></defs><g clip-path="url(#plot3-clip1)"><use href="#plot3-clip1"/></g></svg>');
   });
 });
 

@@ -9,7 +9,6 @@ import { Simulation } from '../../sim/kernel/simulation.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
 import { CpuPool } from '../../sim/resources/cpu-pool.ts';
 import { FluidShare } from '../../sim/resources/fluid-share.ts';
-import { loadModel } from '../../hardware-profiles/load.ts';
 import { makeRig, nsOf } from './resources-helpers.ts';
 
 /** A rig with only a host-DRAM share; returns a `done` log of `label@time`. */
@@ -216,44 +215,64 @@ describe('CpuPool durations', () => {
   });
 });
 
-describe('host-DRAM contention against MoE-Lens’s observation (arXiv 2504.09345 §8)', () => {
-  // MoE-Lens, "The Bandwidth Competition between CPU Attention and CPU-GPU Weight Transfer":
-  // with a 210 GB KV cache and generation length 256 (Mixtral-8x7B, A40 + Xeon 8380), CPU
-  // attention scanning the KV slows the per-pass weight transfer from ~5 s to ~6 s.
-  // Figures, all from their sources:
-  // - weights: Mixtral-8x7B's bytes (model profile), streamed once per pass;
-  // - H2D 19.5 GB/s, MoE-Lens's measured 1 GB pinned copies (§8); 100 MB packets (its data mover, §6);
-  // - host DRAM ~150 GB/s, MoE-Lens's measured aggregate bandwidth of one socket (§7);
-  // - CPU attention: the 40 cores of one Xeon 8380 (numactl to one socket, §7), each drawing at
-  //   most 15 GB/s (cpus/xeon-8380.json), over 210 GB of KV (the cache size of that run); its
-  //   hand-tuned kernel is memory-bound (throughput saturates past ~20 threads, §6.6): computeNs 0.
-  const weights = loadModel('mixtral-8x7b').derived.totalBytes;
-  const kvBytes = 210e9;
-  const opts = {
-    link: { bytesPerSec: 19.5e9, latencyNs: 0, packetBytes: 100 * 2 ** 20, dramBytesPerSec: 150e9 },
-    cpu: { cores: 40, perCoreBytesPerSec: 15e9 },
-  };
-  const passS = (withCpu: boolean): number => {
-    const { link, cpu, runAll } = makeRig(opts);
-    const t = link!.submit({ bytes: weights, priority: 0, label: 'weights', category: 'expert' });
-    if (withCpu) cpu!.submit({ cores: 40, computeNs: nsOf(0), bytes: kvBytes, label: 'attn', category: 'attention' });
-    runAll();
-    return t.doneNs! / 1e9;
-  };
+describe('DMA and CPU tasks in one DRAM share: rates, bytes and shares by hand', () => {
+  // Link 1 GB/s (1 B/ns), no latency, 1000 B packets; a 4-core CPU whose cores draw 0.5 GB/s
+  // each. Only the DRAM capacity changes between cases. Every packet is its own flow, so a rate
+  // change mid-packet shows in that packet's end time.
+  const rig = (dramBytesPerSec: number) =>
+    makeRig({
+      link: { bytesPerSec: 1e9, latencyNs: 0, packetBytes: 1000, dramBytesPerSec },
+      cpu: { cores: 4, perCoreBytesPerSec: 5e8 },
+    });
+  const cpuTask = (cores: number, bytes: number, label: string) =>
+    ({ cores, computeNs: nsOf(0), bytes, label, category: 'attention' }) as const;
 
-  it('the weight transfer takes ~5 s alone and ~6 s beside CPU attention', () => {
-    const alone = passS(false);
-    const shared = passS(true);
-    // Alone: 93.4 GB / 19.5 GB/s = 4.79 s.
-    expect(alone).toBeCloseTo(weights / 19.5e9, 3);
-    expect(alone).toBeGreaterThan(4.5);
-    expect(alone).toBeLessThan(5.5);
-    // Shared: demands 19.5 + 600 GB/s on 150 → factor 0.242: DMA at 4.72 GB/s, CPU at 145.3 GB/s
-    // until the 210 GB are read (1.445 s, 6.8 GB of weights moved); the remaining 86.6 GB at
-    // 19.5 GB/s take 4.44 s: 5.89 s. A max-min fair share would leave the 19.5 GB/s flow
-    // untouched (19.5 < 150 / 2): 4.79 s, no slowdown.
-    expect(shared).toBeGreaterThan(5.5);
-    expect(shared).toBeLessThan(6.5);
-    expect(shared).toBeCloseTo(1.445 + (weights - 1.445 * 4.72e9) / 19.5e9, 1);
+  it('demand equal to capacity is no contention: nobody slows down', () => {
+    // DRAM 2 B/ns; DMA 1 + a 2-core task 1 = 2: each at its cap.
+    const { link, cpu, sink, dram, runAll } = rig(2e9);
+    const t = link!.submit({ bytes: 4000, priority: 0, label: 'w', category: 'expert' });
+    cpu!.submit(cpuTask(2, 2000, 'attn'));
+    runAll();
+    expect(sink.packets.map((p) => p.endNs)).toEqual([1000, 2000, 3000, 4000]);
+    expect(t.doneNs).toBe(4000);
+    expect(sink.cpuTasks.map((r) => r.endNs)).toEqual([2000]);
+    expect(dram!.contendedTimeNs()).toBe(0);
+    expect(dram!.bytesServed()).toBeCloseTo(6000, 6);
+  });
+
+  it('one factor for the DMA and the CPU task across several packets, then the DMA alone', () => {
+    // DRAM 1.6 B/ns; demand 1 (DMA) + 1 (2 cores × 0.5) = 2: factor 0.8, both at 0.8 B/ns.
+    //  - packets 1 and 2: 1000 / 0.8 = 1250 ns each → 1250, 2500;
+    //  - the task's 2400 B / 0.8 = 3000 ns → 3000; packet 3 (from 2500) has then moved 400 B;
+    //  - its 600 B left alone at 1 B/ns → 3600; packet 4 → 4600 (alone: 4000).
+    const { link, cpu, sink, dram, runAll } = rig(1.6e9);
+    const t = link!.submit({ bytes: 4000, priority: 0, label: 'w', category: 'expert' });
+    cpu!.submit(cpuTask(2, 2400, 'attn'));
+    runAll();
+    expect(sink.packets.map((p) => p.endNs)).toEqual([1250, 2500, 3600, 4600]);
+    expect(t.doneNs).toBe(4600);
+    expect(sink.cpuTasks.map((r) => [r.startNs, r.endNs])).toEqual([[0, 3000]]);
+    expect(dram!.contendedTimeNs()).toBe(3000);
+    expect(dram!.bytesServed()).toBeCloseTo(6400, 6);
+  });
+
+  it('three flows scaled by one factor until one ends, then uncontended', () => {
+    // DRAM 2 B/ns; demands DMA 1, task a (1 core) 0.5, task b (2 cores) 1: 2.5, factor 0.8:
+    // DMA 0.8, a 0.4, b 0.8 B/ns. a's 400 B end at 1000; packet 1 has moved 800 B, b 800 B.
+    // Then demand 2 = capacity: packet 1's 200 B → 1200, packets 2–4 → 2200, 3200, 4200;
+    // b's 1000 B left at 1 B/ns → 2000. (Max-min would give a its 0.5 B/ns: done at 800.)
+    const { link, cpu, sink, dram, runAll } = rig(2e9);
+    const t = link!.submit({ bytes: 4000, priority: 0, label: 'w', category: 'expert' });
+    cpu!.submit(cpuTask(1, 400, 'a'));
+    cpu!.submit(cpuTask(2, 1800, 'b'));
+    runAll();
+    expect(sink.cpuTasks.map((r) => [r.label, r.cores, r.firstCore, r.endNs])).toEqual([
+      ['a', 1, 0, 1000],
+      ['b', 2, 1, 2000],
+    ]);
+    expect(sink.packets.map((p) => p.endNs)).toEqual([1200, 2200, 3200, 4200]);
+    expect(t.doneNs).toBe(4200);
+    expect(dram!.contendedTimeNs()).toBe(1000);
+    expect(dram!.bytesServed()).toBeCloseTo(6200, 6);
   });
 });

@@ -1,15 +1,20 @@
 /**
  * Runtime profiles (hardware-profiles/runtimes, DESIGN §5): each runtime term of the cost model
  * against its formula, the executor's expert loop (index order, idle iterations), encoder once
- * per request, and every calibration figure a runtime names (all-resident TPOT against the
- * paper's GPU-rich measurement), computed by running the simulator, not read from the profile.
+ * per request, and hf-eager's calibration: its host-speed factor is the stated fit to the
+ * all-resident TPOTs it names, and every figure quoted from that fit (profile notes, runtimes
+ * README, moe-infinity FIDELITY.md) is what the simulator gives now. Residuals are not asserted.
  */
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 import { listRuntimes, loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
 import type { RuntimeProfile } from '../../hardware-profiles/types.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
 import type { Operation } from '../../sim/cost/types.ts';
-import { validateConfig } from '../../experiments/config/load.ts';
+import { loadConfigFile, validateConfig } from '../../experiments/config/load.ts';
 import { runExperiment } from '../../experiments/runner.ts';
 import { RUNTIME_MODULES } from '../../hardware-profiles/schema.ts';
 import { buildWorkload, WorkloadSchema } from '../../workloads/config.ts';
@@ -17,6 +22,7 @@ import { RngStreams } from '../../sim/kernel/rng.ts';
 import { msToNs } from '../../sim/kernel/time.ts';
 import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
 import type { ServingPolicy } from '../../sim/serving/policy.ts';
+import { REPO_ROOT } from '../helpers/cli.ts';
 
 const mixtral = loadModel('mixtral-8x7b');
 const a5000 = loadHardware('a5000-pcie4-1tb');
@@ -190,21 +196,106 @@ describe('executor under a runtime', () => {
 
 // ------------------------------------------------------------------ calibration figures
 
-describe('calibration: each runtime reproduces the all-resident measurements it names', () => {
-  for (const id of listRuntimes()) {
-    const rt = loadRuntime(id);
+/**
+ * The fit each runtime states, and the figures it and FIDELITY.md quote, recomputed. A fitted
+ * residual (ours ÷ the paper) is a reported figure, not a pass condition: what is checked is
+ * that the stated fit is the optimum of its stated objective, and that every quoted figure is
+ * the one the code produces now.
+ */
+describe('calibration: hf-eager’s host-speed fit and the figures quoted from it', () => {
+  const GPU_RICH = path.join(REPO_ROOT, 'experiments/moe-infinity/gpu-rich.yaml');
+  const rt = loadRuntime('hf-eager');
+  const tpot = (r: Awaited<ReturnType<typeof runExperiment>>, runtime: string, model: string): number => {
+    const x = r.runs.find((q) => q.params['runtime'] === runtime && q.params['model'] === model);
+    if (!x) throw new Error(`no run for ${runtime} / ${model}`);
+    return (x.metrics as { tpotMs: { p50: number } }).tpotMs.p50;
+  };
+  let shipped: Awaited<ReturnType<typeof runExperiment>>;
+  let scaled: Awaited<ReturnType<typeof runExperiment>>;
+  const variant = (us: number): string => {
+    const file = path.join(tmp, `hf-eager-${us}.json`);
+    const shippedFile = path.join(REPO_ROOT, 'hardware-profiles/runtimes/hf-eager.json');
+    const j = JSON.parse(readFileSync(shippedFile, 'utf8')) as object;
+    writeFileSync(file, JSON.stringify({ ...j, id: `hf-eager-${us}`, dispatchUs: us, syncUs: us }));
+    return file;
+  };
+  const tmp = mkdtempSync(path.join(tmpdir(), 'moesim-calibration-'));
+
+  beforeAll(async () => {
+    shipped = await runExperiment(loadConfigFile(GPU_RICH));
+    // The same cases with dispatch = sync = 43 and 45 µs (the fitted 44 ± 1), calibrated models only.
+    const raw = YAML.parse(readFileSync(GPU_RICH, 'utf8')) as Record<string, unknown> & { cases: { model: string }[] };
+    const models = new Set(rt.calibration.map((c) => c.model));
+    const cases = raw.cases.filter((c) => models.has(c.model));
+    const config = validateConfig({ ...raw, cases, sweep: { runtime: [variant(43), variant(45)] } });
+    scaled = await runExperiment({ config, file: GPU_RICH, baseDir: REPO_ROOT });
+  }, 240_000);
+
+  it('every calibration figure is a run of gpu-rich.yaml', () => {
+    expect(rt.calibration.length).toBeGreaterThan(0);
     for (const c of rt.calibration) {
-      it(`${id}: ${c.model} on ${c.hardware}, ${c.figure} = ${c.value} ${c.unit} ± ${Math.round(c.tolerance * 100)} %`, async () => {
-        const profile: Record<string, string> = { 'switch-large-128': 'switch-large-128', 'nllb-moe-128': 'nllb-moe-128', 'mixtral-8x7b': 'mixtral-8x7b', 'snowflake-arctic': 'arctic-128', 'qwen1.5-moe-a2.7b': 'qwen1.5-moe' };
-        const r = await run({
-          ...oneRequest(c.model, profile[c.model] ?? c.model, id, { name: 'gpu-rich' }, 32),
-          hardware: c.hardware,
-          executor: { batching: 'static', maxBatchSize: 1, maxWaitMs: 0 },
-        });
-        const tpot = (r.runs[0]!.metrics as { tpotMs: { p50: number } }).tpotMs.p50;
-        const ours = c.unit === 'ms' ? tpot : tpot * 1000;
-        expect(Math.abs(ours / c.value - 1)).toBeLessThanOrEqual(c.tolerance);
-      });
+      expect(c.hardware).toBe('a5000-pcie4-1tb');
+      expect(c.unit).toBe('ms');
+      expect(tpot(shipped, 'hf-eager', c.model)).toBeGreaterThan(0);
     }
-  }
+  });
+
+  it('dispatchUs = syncUs is the log-least-squares optimum over the calibration figures, as its sources state', () => {
+    // TPOT is linear in the host-speed factor (every module dispatch-bound at these costs): the
+    // line through 43 and 45 µs passes through the shipped 44 µs within 0.1 %.
+    const lines = rt.calibration.map((c) => {
+      const t43 = tpot(scaled, variant(43), c.model);
+      const t45 = tpot(scaled, variant(45), c.model);
+      const slope = (t45 - t43) / 2;
+      expect(Math.abs((t43 + slope) / tpot(shipped, 'hf-eager', c.model) - 1)).toBeLessThan(1e-3);
+      return { at: (us: number) => t43 + slope * (us - 43), value: c.value };
+    });
+    const objective = (us: number) => lines.reduce((a, l) => a + Math.log(l.at(us) / l.value) ** 2, 0);
+    let best = 30;
+    for (let us = 30; us <= 60; us += 0.001) if (objective(us) < objective(best)) best = us;
+    expect(rt.dispatchNs).toBe(Math.round(best) * 1000);
+    expect(rt.syncNs).toBe(Math.round(best) * 1000);
+    // The factor the sources quote (× the 10 µs prior).
+    const quoted = rt.sources.join(' ').match(/the factor ([\d.]+) is FITTED/);
+    expect(quoted?.[1]).toBe((best / 10).toFixed(2));
+    // The runtimes README quotes the same factor and the residuals in the calibration's order.
+    const readmeFile = path.join(REPO_ROOT, 'hardware-profiles/runtimes/README.md');
+    const readme = readFileSync(readmeFile, 'utf8').replace(/\s+/g, ' ');
+    expect(readme).toContain(`one factor (${(best / 10).toFixed(2)}; profile: ${(rt.dispatchNs ?? 0) / 1000} µs)`);
+    const residuals = rt.calibration
+      .map((c) => `${(tpot(shipped, 'hf-eager', c.model) / c.value).toFixed(2)}×`)
+      .join(', ');
+    expect(readme).toContain(`residuals ${residuals})`);
+  });
+
+  it('each calibration note quotes the TPOT and ratio the code gives now', () => {
+    for (const c of rt.calibration) {
+      const m = (c.notes ?? '').match(/ours ([\d.]+) ms = ([\d.]+) × the paper/);
+      expect(m, `${c.model}: notes quote "ours … ms = … × the paper"`).not.toBeNull();
+      const ours = tpot(shipped, 'hf-eager', c.model);
+      expect(m![1], c.model).toBe(ours.toFixed(1));
+      expect(m![2], c.model).toBe((ours / c.value).toFixed(2));
+    }
+  });
+
+  it('experiments/moe-infinity/FIDELITY.md quotes the same all-resident TPOTs (hf-eager and fused)', () => {
+    const text = readFileSync(path.join(REPO_ROOT, 'experiments/moe-infinity/FIDELITY.md'), 'utf8');
+    const cases = shipped.runs.filter((x) => x.params['runtime'] === 'hf-eager');
+    for (const x of cases) {
+      const name = String(x.params['case']);
+      const model = String(x.params['model']);
+      // The table's rows: | model | paper | ours, hf-eager | ratio | ours, fused |
+      const isRow = (l: string) =>
+        l.startsWith(`| ${name} |`) && /\| (–|[\d.]+) \|\s*$/.test(l) && l.split('|').length === 7;
+      const row = text.split('\n').find(isRow);
+      expect(row, `FIDELITY row for ${name}`).toBeDefined();
+      const [, , paper, hf, ratio, fused] = row!.split('|').map((v) => v.trim());
+      const ours = tpot(shipped, 'hf-eager', model);
+      expect(hf, name).toBe(ours.toFixed(1));
+      expect(fused, name).toBe(tpot(shipped, 'fused', model).toFixed(1));
+      const cal = rt.calibration.find((c) => c.model === model);
+      expect(ratio, name).toBe(cal ? (ours / cal.value).toFixed(2) : '–');
+      if (cal) expect(paper, name).toContain(String(cal.value));
+    }
+  });
 });

@@ -1,6 +1,8 @@
 /**
  * HTML building blocks of the report: escaping (every string that comes from a config, a trace or
- * a results file goes through `esc`), and inlining SVG plots safely.
+ * a results file goes through `esc`), inlining the SVG plots this process rendered, and showing
+ * SVG files found in the folder only as images (never as markup: a regex over markup is not a
+ * sanitiser, and a foreign SVG inlined can run script or navigate the page).
  */
 
 const ESCAPES: Readonly<Record<string, string>> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
@@ -14,26 +16,28 @@ export const fileLink = (name: string, text: string = name): string => `<a href=
 /** Header text: escaped, `\n` a line break, and a break allowed after each dot of a metric path. */
 export const headerHtml = (text: string): string => text.split('\n').map((l) => esc(l).replace(/\./g, '.<wbr>')).join('<br>');
 
-/** Markup an inline SVG must not contain: anything that runs code, loads content, or defines entities. */
-const UNSAFE_SVG = /<\s*(script|foreignObject|iframe|embed|object|use|image|a|animate|set|handler|style)\b|\bon[a-z]+\s*=|javascript:|data:|<!ENTITY|@import/i;
-
 /**
- * An SVG plot ready to be placed in the page. Vega's SVG (escaped text, no scripts) is inlined,
- * its ids prefixed with `prefix` so that two plots in one page cannot share a clip path or
- * gradient. An SVG that does not look like a plain drawing (a file someone else put in the
- * results folder) is shown as an image instead: an SVG in an `<img>` never runs scripts.
+ * A plot this process has just rendered with Vega from the report's own spec and the results'
+ * numbers (never a file read from the folder), placed inline. Vega escapes every text and
+ * attribute it writes. Its ids are prefixed with `prefix` so that two plots in one page cannot
+ * share a clip path or gradient.
  */
-export function svgMarkup(svg: string, prefix: string, alt: string): { html: string; inline: boolean } {
-  const body = svg.replace(/^\s*<\?xml[^>]*\?>\s*/i, '').replace(/^\s*<!DOCTYPE[^>[]*>\s*/i, '');
-  if (!/^<svg[\s>]/i.test(body) || UNSAFE_SVG.test(body)) {
-    const b64 = Buffer.from(svg, 'utf8').toString('base64');
-    return { html: `<img alt="${esc(alt)}" src="data:image/svg+xml;base64,${b64}">`, inline: false };
-  }
-  const html = body
+export function inlineRenderedSvg(svg: string, prefix: string): string {
+  return svg
+    .replace(/^\s*<\?xml[^>]*\?>\s*/i, '')
     .replace(/\bid="([^"]*)"/g, (_m, id: string) => `id="${prefix}-${id}"`)
     .replace(/url\(#([^)]*)\)/g, (_m, id: string) => `url(#${prefix}-${id})`)
     .replace(/\bhref="#([^"]*)"/g, (_m, id: string) => `href="#${prefix}-${id}"`);
-  return { html, inline: true };
+}
+
+/**
+ * A file from the results folder (anyone may have put it there), shown as an image: an SVG
+ * loaded through `<img>` runs no script, loads nothing and cannot navigate the page. Its bytes
+ * are base64 in a data URL, so no character of it reaches the page's markup.
+ */
+export function foreignSvgImage(bytes: Buffer | string, alt: string): string {
+  const b64 = Buffer.from(bytes).toString('base64');
+  return `<img alt="${esc(alt)}" src="data:image/svg+xml;base64,${b64}">`;
 }
 
 /** The page's style sheet (no external resources: the report is one self-contained file). */
