@@ -17,6 +17,9 @@ if (unknown.length > 0) {
   console.error(`mutation: unknown folder '${unknown[0]}' (one of ${MUTATION_FOLDERS.map((f) => f.name).join(', ')})`);
   process.exit(2);
 }
+// Property and model-based tests draw a fresh seed per run unless told; a mutant must meet the
+// same worlds as the dry run, so use CI's seed (test/setup/fast-check-seed.ts) unless one is given.
+process.env.MOESIM_FC_SEED ??= '20261125';
 const chosen = names.length === 0 ? MUTATION_FOLDERS : MUTATION_FOLDERS.filter((f) => names.includes(f.name));
 
 interface FolderResult {
@@ -40,7 +43,10 @@ async function runFolder(folder: MutationFolder): Promise<FolderResult> {
     ignoreStatic: true,
     disableTypeChecks: '{sim,policies,workloads,experiments,test}/**/*.ts',
     concurrency: 2,
-    timeoutMS: 60_000,
+    // A mutant's timeout is timeoutFactor × its tests' dry-run time + timeoutMS. Mutated loop
+    // bounds spin forever; 15 s of slack absorbs a loaded machine without waiting a minute each.
+    timeoutFactor: 2,
+    timeoutMS: 15_000,
     dryRunTimeoutMinutes: 30,
     reporters: ['progress', 'json', 'html'],
     jsonReporter: { fileName: `reports/mutation/${slug}.json` },
