@@ -1,5 +1,5 @@
 /**
- * `npm run mutation [-- <folder>...] [--incremental]`: Stryker mutation testing over the simulator's
+ * `npm run mutation [-- <folder>...] [--incremental] [--concurrency=N]`: Stryker mutation testing over the simulator's
  * core and the cache/prefetch policies, one folder at a time against the tests that guard it
  * (test/mutation/folders.ts), then a table of the share of mutants killed per folder. Reports land
  * in reports/mutation/ (HTML and JSON per folder, summary.json). Not part of `npm test`: a full run
@@ -11,6 +11,12 @@ import { MUTATION_FOLDERS, type MutationFolder, mutationScore } from './folders.
 
 const args = process.argv.slice(2);
 const incremental = args.includes('--incremental');
+const concArg = args.find((a) => a.startsWith('--concurrency='));
+const concurrency = concArg === undefined ? 2 : Number(concArg.slice('--concurrency='.length));
+if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+  console.error(`mutation: --concurrency must be a positive integer, got '${concArg}'`);
+  process.exit(2);
+}
 const names = args.filter((a) => !a.startsWith('--'));
 const unknown = names.filter((n) => !MUTATION_FOLDERS.some((f) => f.name === n));
 if (unknown.length > 0) {
@@ -42,7 +48,7 @@ async function runFolder(folder: MutationFolder): Promise<FolderResult> {
     // Type-only code cannot change behaviour; the assembly folder is AssemblyScript, not TypeScript.
     ignoreStatic: true,
     disableTypeChecks: '{sim,policies,workloads,experiments,test}/**/*.ts',
-    concurrency: 2,
+    concurrency,
     // A mutant's timeout is timeoutFactor × its tests' dry-run time + timeoutMS. Mutated loop
     // bounds spin forever; 15 s of slack absorbs a loaded machine without waiting a minute each.
     timeoutFactor: 2,
@@ -53,7 +59,10 @@ async function runFolder(folder: MutationFolder): Promise<FolderResult> {
     htmlReporter: { fileName: `reports/mutation/${slug}.html` },
     incremental,
     incrementalFile: `reports/mutation/${slug}.incremental.json`,
-    tempDirName: '.stryker-tmp',
+    // One sandbox per folder, so two folders can be run by two processes at once.
+    // Other folders' sandboxes (a concurrent run) and reports are not part of the project.
+    ignorePatterns: ['/.stryker-tmp*', '/reports'],
+    tempDirName: `.stryker-tmp-${slug}`,
     cleanTempDir: 'always',
   });
   const results = await stryker.runMutationTest();
@@ -72,7 +81,9 @@ const rows: FolderResult[] = [];
 for (const folder of chosen) rows.push(await runFolder(folder));
 
 mkdirSync('reports/mutation', { recursive: true });
-writeFileSync('reports/mutation/summary.json', `${JSON.stringify(rows, null, 2)}\n`);
+// A subset gets its own summary, so runs of different folders side by side do not overwrite each other.
+const summary = names.length === 0 ? 'summary' : `summary-${chosen.map((f) => f.name.replace(/\//g, '-')).join('+')}`;
+writeFileSync(`reports/mutation/${summary}.json`, `${JSON.stringify(rows, null, 2)}\n`);
 const all: Record<string, number> = {};
 for (const r of rows) for (const [k, v] of Object.entries(r.counts)) all[k] = (all[k] ?? 0) + v;
 console.log('folder               killed  survived  no-cov  timeout  score   target');
