@@ -62,7 +62,10 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
   {
     name: 'policies/cache',
     mutate: ['policies/cache/**/*.ts'],
-    tests: ['test/unit/{lcp-rank,baselines,moepic}.test.ts', 'test/property/{victims,serving-lru-stack,baselines}.test.ts'],
+    tests: [
+      'test/unit/{lcp-rank,baselines,moepic}.test.ts',
+      'test/property/{victims,serving-lru-stack,baselines}.test.ts',
+    ],
   },
   {
     name: 'policies/prefetch',
