@@ -1,0 +1,97 @@
+/**
+ * `npm run mutation [-- <folder>...] [--incremental] [--concurrency=N]`: Stryker mutation testing over the simulator's
+ * core and the cache/prefetch policies, one folder at a time against the tests that guard it
+ * (test/mutation/folders.ts), then a table of the share of mutants killed per folder. Reports land
+ * in reports/mutation/ (HTML and JSON per folder, summary.json). Not part of `npm test`: a full run
+ * takes tens of minutes on two cores.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { Stryker } from '@stryker-mutator/core';
+import { MUTATION_FOLDERS, type MutationFolder, mutationScore } from './folders.ts';
+
+const args = process.argv.slice(2);
+const incremental = args.includes('--incremental');
+const concArg = args.find((a) => a.startsWith('--concurrency='));
+const concurrency = concArg === undefined ? 2 : Number(concArg.slice('--concurrency='.length));
+if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+  console.error(`mutation: --concurrency must be a positive integer, got '${concArg}'`);
+  process.exit(2);
+}
+const names = args.filter((a) => !a.startsWith('--'));
+const unknown = names.filter((n) => !MUTATION_FOLDERS.some((f) => f.name === n));
+if (unknown.length > 0) {
+  console.error(`mutation: unknown folder '${unknown[0]}' (one of ${MUTATION_FOLDERS.map((f) => f.name).join(', ')})`);
+  process.exit(2);
+}
+// Property and model-based tests draw a fresh seed per run unless told; a mutant must meet the
+// same worlds as the dry run, so use CI's seed (test/setup/fast-check-seed.ts) unless one is given.
+process.env.MOESIM_FC_SEED ??= '20261125';
+const chosen = names.length === 0 ? MUTATION_FOLDERS : MUTATION_FOLDERS.filter((f) => names.includes(f.name));
+
+interface FolderResult {
+  readonly folder: string;
+  readonly counts: Record<string, number>;
+  readonly score: number;
+  readonly target: number | null;
+  readonly survivors: string[];
+}
+
+async function runFolder(folder: MutationFolder): Promise<FolderResult> {
+  const slug = folder.name.replace(/\//g, '-');
+  process.env.MOESIM_MUTATION_TESTS = JSON.stringify(folder.tests);
+  const stryker = new Stryker({
+    testRunner: 'vitest',
+    plugins: ['@stryker-mutator/vitest-runner'],
+    vitest: { configFile: 'test/mutation/vitest.mutation.config.ts' },
+    coverageAnalysis: 'perTest',
+    mutate: [...folder.mutate],
+    // Type-only code cannot change behaviour; the assembly folder is AssemblyScript, not TypeScript.
+    ignoreStatic: true,
+    disableTypeChecks: '{sim,policies,workloads,experiments,test}/**/*.ts',
+    concurrency,
+    // A mutant's timeout is timeoutFactor × its tests' dry-run time + timeoutMS. Mutated loop
+    // bounds spin forever; 15 s of slack absorbs a loaded machine without waiting a minute each.
+    timeoutFactor: 2,
+    timeoutMS: 15_000,
+    dryRunTimeoutMinutes: 30,
+    reporters: ['progress', 'json', 'html'],
+    jsonReporter: { fileName: `reports/mutation/${slug}.json` },
+    htmlReporter: { fileName: `reports/mutation/${slug}.html` },
+    incremental,
+    incrementalFile: `reports/mutation/${slug}.incremental.json`,
+    // One sandbox per folder, so two folders can be run by two processes at once.
+    // Other folders' sandboxes (a concurrent run) and reports are not part of the project.
+    ignorePatterns: ['/.stryker-tmp*', '/reports'],
+    tempDirName: `.stryker-tmp-${slug}`,
+    cleanTempDir: 'always',
+  });
+  const results = await stryker.runMutationTest();
+  const counts: Record<string, number> = {};
+  const survivors: string[] = [];
+  for (const r of results) {
+    counts[r.status] = (counts[r.status] ?? 0) + 1;
+    if (r.status === 'Survived' || r.status === 'NoCoverage') {
+      survivors.push(`${r.fileName}:${r.location.start.line + 1} ${r.mutatorName} ${r.status}`);
+    }
+  }
+  return { folder: folder.name, counts, score: mutationScore(counts), target: folder.target ?? null, survivors };
+}
+
+const rows: FolderResult[] = [];
+for (const folder of chosen) rows.push(await runFolder(folder));
+
+mkdirSync('reports/mutation', { recursive: true });
+// A subset gets its own summary, so runs of different folders side by side do not overwrite each other.
+const summary = names.length === 0 ? 'summary' : `summary-${chosen.map((f) => f.name.replace(/\//g, '-')).join('+')}`;
+writeFileSync(`reports/mutation/${summary}.json`, `${JSON.stringify(rows, null, 2)}\n`);
+const all: Record<string, number> = {};
+for (const r of rows) for (const [k, v] of Object.entries(r.counts)) all[k] = (all[k] ?? 0) + v;
+console.log('folder               killed  survived  no-cov  timeout  score   target');
+for (const r of [...rows, { folder: 'all', counts: all, score: mutationScore(all), target: 0.75, survivors: [] }]) {
+  const c = r.counts;
+  console.log(
+    `${r.folder.padEnd(20)} ${String(c.Killed ?? 0).padStart(6)}  ${String(c.Survived ?? 0).padStart(8)}  ` +
+      `${String(c.NoCoverage ?? 0).padStart(6)}  ${String(c.Timeout ?? 0).padStart(7)}  ` +
+      `${(r.score * 100).toFixed(1).padStart(5)} %  ${r.target === null ? '' : `${(r.target * 100).toFixed(0)} %`}`,
+  );
+}
