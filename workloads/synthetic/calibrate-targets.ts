@@ -237,7 +237,7 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
   const range = tokensPerRequestRange(t);
   const coords = t.fit.map((k) => COORDS[k]);
   const start = knobsOf(t);
-  const valueOf = (knobs: Knobs, k: FittableKnob): number => {
+  const knobValue = (knobs: Knobs, k: FittableKnob): number => {
     if (k === 'zipfExponent') {
       const a = knobs.popularity.zipfExponent;
       return Array.isArray(a) ? a.reduce((x, y) => x + y, 0) / a.length : a;
@@ -249,7 +249,7 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
     return knobs[k];
   };
   const clampU = (i: number, u: number): number => Math.min(toU(coords[i]!, coords[i]!.hi), Math.max(toU(coords[i]!, coords[i]!.lo), u));
-  const u = coords.map((c, i) => clampU(i, toU(c, Math.min(c.hi, Math.max(c.lo, valueOf(start, c.knob))))));
+  const u = coords.map((c, i) => clampU(i, toU(c, Math.min(c.hi, Math.max(c.lo, knobValue(start, c.knob))))));
   const knobsAt = (x: readonly number[]): Knobs => knobsOf(t, Object.fromEntries(coords.map((c, i) => [c.knob, fromU(c, x[i]!)])));
   const budget = o.maxEvaluations ?? t.search.evaluations;
   let evaluations = 0;

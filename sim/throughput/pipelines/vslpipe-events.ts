@@ -244,11 +244,17 @@ export class EventPipe {
     };
 
     const cpuTask = (c: number, k: number, done: () => void): void => {
-      if (c <= 0) return done();
+      if (c <= 0) {
+        done();
+        return;
+      }
       this.cpu.submit({ cores, computeNs: c as Ns, bytes: contention ? k : 0, label: 'cpu attention', category: 'attention', onDone: done });
     };
     const gpuTask = (g: number, label: string, done: () => void): void => {
-      if (g <= 0) return done();
+      if (g <= 0) {
+        done();
+        return;
+      }
       this.gpu.submit({ stream: 0, durationNs: g as Ns, label, category: 'compute', onDone: done });
     };
     const endPhase = (): void => {
