@@ -6,6 +6,9 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { pathToFileURL } from 'node:url';
 
 register();
+// The loader and the plugin API are loaded before the clock starts: the budget times the plugin's own import.
+await import('../../policies/types.ts');
+parentPort.postMessage('ready');
 try {
   await import(pathToFileURL(workerData.file).href);
 } catch {

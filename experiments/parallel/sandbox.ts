@@ -143,8 +143,11 @@ export function probeImport(file: string, budgetMs: number): Promise<string | un
       void w.terminate();
       resolve(why);
     };
-    const timer = setTimeout(() => finish(`did not finish importing within ${budgetMs} ms (config pluginBudgetMs)`), budgetMs);
-    w.on('message', () => finish(undefined));
+    let timer: NodeJS.Timeout | undefined;
+    w.on('message', (m) => {
+      if (m !== 'ready') return finish(undefined);
+      timer = setTimeout(() => finish(`did not finish importing within ${budgetMs} ms (config pluginBudgetMs)`), budgetMs);
+    });
     w.on('error', () => finish(undefined));
     w.on('exit', (code) => finish(`called process.exit(${code}) at import; a plugin may not end the process`));
   });
