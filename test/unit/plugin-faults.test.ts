@@ -12,11 +12,13 @@ import { describe, expect, it } from 'vitest';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
 const BIN = path.join(REPO_ROOT, 'bin/moesim.mjs');
+/** zod as the repository resolves it (a plugin in a temporary folder has no node_modules). */
+const ZOD = import.meta.resolve('zod');
 const TYPES = path.join(REPO_ROOT, 'policies/types.ts');
 
 /** A plugin module: `top` runs at import, `create` in the factory, `hooks` are the policy's members. */
 export function pluginSource(o: { top?: string; create?: string; hooks: string }): string {
-  return `import { z } from 'zod';
+  return `import { z } from ${JSON.stringify(ZOD)};
 import { definePolicy } from ${JSON.stringify(TYPES)};
 ${o.top ?? ''}
 export default definePolicy({
@@ -55,6 +57,7 @@ export function runPlugin(src: string, budgetMs?: number, args: readonly string[
   const dir = mkdtempSync(path.join(tmpdir(), 'moesim-faults-'));
   const plugin = path.join(dir, 'hostile.ts');
   writeFileSync(plugin, src);
+  writeFileSync(path.join(dir, 'package.json'), '{ "type": "module" }\n');
   const cfg = path.join(dir, 'faults.yaml');
   writeFileSync(cfg, configYaml(plugin, budgetMs));
   const out = path.join(dir, 'out');
@@ -91,7 +94,8 @@ const CASES: readonly { name: string; hook: string; src: string; budgetMs?: numb
 describe('plugin faults are exit 3, one line naming plugin and hook, no --out left', () => {
   it.concurrent.each(CASES)('$name', async (c) => {
     const r = await runPlugin(c.src, c.budgetMs, c.jobs ? ['--jobs', c.jobs] : []);
-    const lines = r.stderr.trim().split('\n');
+    // The header line ("moesim: faults: … (1 run)") may come first; the error is one line.
+    const lines = r.stderr.trim().split('\n').filter((l) => !/\(\d+ runs?\)$/.test(l));
     expect(r.code, r.stderr).toBe(3);
     expect(lines.length, r.stderr).toBe(1);
     expect(lines[0]).toContain("policy 'hostile'");
