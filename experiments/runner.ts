@@ -51,7 +51,7 @@ import { buildServingWorld, buildThroughputWorld } from './world.ts';
 import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
 import { runInIndexOrder, threadBackend, type Backend, type OnStall, type TaskBase } from './parallel/pool.ts';
 import { readResumable } from './parallel/resume.ts';
-import { DEFAULT_PLUGIN_BUDGET_MS, probeImport, readOnly, runPluginCode } from './parallel/sandbox.ts';
+import { DEFAULT_PLUGIN_BUDGET_MS, PluginExit, probeImport, readOnly, runPluginCode } from './parallel/sandbox.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
@@ -634,6 +634,7 @@ function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
     plugin.guard.violation = undefined;
     return new PluginError(spec.policy.label, shown, err.hook, err.simTimeNs, detail, rule, err);
   }
+  if (err instanceof PluginExit) return new PluginError(spec.policy.label, shown, 'create', undefined, err.message, CONTRACT_RULES.sandbox, err);
   // Thrown outside a hook (the factory, or code the executor does not wrap): the plugin's if its
   // own file is on top of the stack.
   const stack = err instanceof Error ? (err.stack ?? '') : '';

@@ -98,7 +98,7 @@ const CASES: readonly { name: string; hook: string; src: string; budgetMs?: numb
   { name: 'an async hook', hook: 'onLayerDone', src: pluginSource({ hooks: 'async onLayerDone() { return { evict: [] }; },' }) },
   { name: 'a hook returning 42', hook: 'onLayerRouted', src: pluginSource({ hooks: 'onLayerRouted() { return 42; },' }) },
   { name: 'a hook returning a string', hook: 'onIterationStart', src: pluginSource({ hooks: 'onIterationStart() { return "x"; },' }) },
-  { name: 'a victim that is a string', hook: 'chooseVictim', src: pluginSource({ hooks: 'chooseVictim: () => "0",' }) },
+  { name: 'afterUse returning a string', hook: 'afterUse', src: pluginSource({ hooks: 'afterUse: () => "keep",' }) },
   {
     name: 'a write to a request spec',
     hook: 'onIterationStart',
