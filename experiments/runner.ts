@@ -12,11 +12,12 @@
  * `timeline` one Chrome-trace `timeline-<index>-<policy>.json` per run.
  * Only this module measures wall time.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, rmdirSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { availableParallelism } from 'node:os';
+import { isMainThread } from 'node:worker_threads';
 import cliProgress from 'cli-progress';
 import { PolicyError, UserError } from '../sim/kernel/errors.ts';
 import {
@@ -25,6 +26,7 @@ import {
   type ExpertKey,
   type ModelShapeView,
   type PolicyDecision,
+  type ServingHook,
   type ServingPolicy,
   type ServingView,
   type TopRequest,
@@ -48,8 +50,9 @@ import { thresholdOutputs } from './outputs/thresholds.ts';
 import type { ExperimentConfig } from './config/schema.ts';
 import { buildServingWorld, buildThroughputWorld } from './world.ts';
 import { loadHardware, loadModel } from '../hardware-profiles/load.ts';
-import { runInIndexOrder, threadBackend, type Backend, type TaskBase } from './parallel/pool.ts';
+import { runInIndexOrder, threadBackend, type Backend, type OnStall, type TaskBase } from './parallel/pool.ts';
 import { readResumable } from './parallel/resume.ts';
+import { DEFAULT_PLUGIN_BUDGET_MS, PluginExit, probeImport, readOnly, runPluginCode } from './parallel/sandbox.ts';
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
@@ -215,9 +218,12 @@ async function checkWorlds(specs: readonly RunSpec[], loaded: LoadedConfig, onWa
  * expanded, profile paths resolved against `baseDir`, plugins wrapped in the contract guard.
  */
 export async function prepareRuns(config: ExperimentConfig, baseDir: string, file: string): Promise<RunSpec[]> {
+  const budgetMs = config.pluginBudgetMs ?? DEFAULT_PLUGIN_BUDGET_MS;
+  // A module that loops or exits at import would hang or end this process: it is tried first on a thread.
+  if (isMainThread) await probePlugins(config, baseDir, budgetMs);
   const expanded = await expandRuns(config, baseDir, file);
   const plugins = await pluginFiles(config, baseDir);
-  return expanded.map((s) => prepareSpec(s, baseDir, plugins));
+  return expanded.map((s) => prepareSpec(s, baseDir, plugins, budgetMs));
 }
 
 /** What simulating one run gives: its record (as results.json holds it), wall time, and its timeline (with `timeline`). */
@@ -319,10 +325,22 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const jobs = o.jobs ?? 1;
   const base: TaskBase = { config, file, baseDir, timeline: o.timeline === true };
   const threads = o.queue === undefined && !o.sinks ? Math.min(jobs, todo.length, availableParallelism() * 4) : 1;
+  // A plugin's runs go to a thread even with --jobs 1: a hook stuck in a loop cannot be stopped
+  // on its own thread, but the watchdog here can terminate another one.
+  const sandboxed = o.queue === undefined && !o.sinks && todo.some((s) => pluginOfSpec.has(s));
+  const onStall: OnStall = (spec, hook, ms, budget) =>
+    new PluginError(spec.policy.label, shownPath(pluginOfSpec.get(spec)?.file ?? '?'), hook, undefined,
+      `still running after ${ms.toFixed(0)} ms, over the budget of ${budget} ms per call (config pluginBudgetMs); its thread was terminated`,
+      CONTRACT_RULES.sandbox, undefined);
   // Started before the worlds are checked: each thread loads the simulator while this one checks.
-  const pool = threads > 1 && !o.backend ? threadBackend(threads, base, PluginError.make) : undefined;
+  let createdOut = false;
+  const pool =
+    (threads > 1 || sandboxed) && !o.backend
+      ? threadBackend(threads, base, PluginError.make, sandboxed ? onStall : undefined)
+      : undefined;
   try {
     await checkWorlds(specs, loaded, onWarning);
+    createdOut = outDir !== undefined && !existsSync(outDir);
     if (outDir) makeOutDir(outDir);
   } catch (err) {
     await pool?.close();
@@ -384,6 +402,11 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       progress.runDone();
       await write(false);
     });
+  } catch (err) {
+    // A run failed before any was written: the folder this call made is removed (nothing partial left).
+    await writes.catch(() => {});
+    if (createdOut && outDir && readdirSync(outDir).length === 0) rmdirSync(outDir);
+    throw err;
   } finally {
     progress.stop();
     await backend.close();
@@ -494,6 +517,9 @@ export const CONTRACT_RULES = {
   demandVictim: 'chooseVictim must free a slot for an on-demand fetch (it may decline only for a prefetch)',
   budget: 'one decision may prefetch at most as many experts as the buffer has slots',
   plan: 'a throughput plan must fit the machine (valid configuration; VRAM and host DRAM within capacity)',
+  result: 'a hook returns what its type says, synchronously (a decision object or undefined; never a Promise)',
+  readOnly: 'views are read-only (a policy keeps its own state in its own objects)',
+  sandbox: 'plugin code may not end the process, and each call must finish within pluginBudgetMs',
 } as const;
 
 /** Contract checks the executor itself makes, by the message of its PolicyError. */
@@ -502,6 +528,8 @@ const EXECUTOR_RULES: readonly [RegExp, string][] = [
   [/^declined to evict for an on-demand fetch/, CONTRACT_RULES.demandVictim],
   [/which is not an evictable candidate/, CONTRACT_RULES.victim],
   [/^invalid plan/, CONTRACT_RULES.plan],
+  [/of a read-only view/, CONTRACT_RULES.readOnly],
+  [/^called process\.exit|over the budget of/, CONTRACT_RULES.sandbox],
 ];
 
 export interface GuardState {
@@ -516,6 +544,23 @@ interface PluginInfo {
 
 /** Prepared runs that use a plugin, with its file and guard. */
 const pluginOfSpec = new WeakMap<RunSpec, PluginInfo>();
+
+/** Imports each plugin module of the config on a throwaway thread first (sandbox.ts `probeImport`). */
+async function probePlugins(config: ExperimentConfig, baseDir: string, budgetMs: number): Promise<void> {
+  for (const e of config.policies) {
+    if ('name' in e || typeof e.path !== 'string') continue;
+    const abs = path.resolve(baseDir, e.path);
+    if (!existsSync(abs)) continue;
+    const why = await probeImport(abs, budgetMs);
+    if (why !== undefined) throw new PluginError(e.label ?? e.path, shownPath(abs), 'import', undefined, why, CONTRACT_RULES.sandbox, undefined);
+  }
+}
+
+/** A plugin's file as messages show it: relative to the current directory when inside it, else absolute. */
+function shownPath(file: string): string {
+  const rel = path.relative(process.cwd(), file);
+  return rel && !rel.startsWith('..') && !path.isAbsolute(rel) ? rel : file;
+}
 
 /** Plugin definitions of the config's `policies[].path` entries → absolute module path. */
 async function pluginFiles(config: ExperimentConfig, baseDir: string): Promise<Map<unknown, string>> {
@@ -539,7 +584,7 @@ const resolveProfileRef = (ref: string, baseDir: string): string => (/\.(json|ya
  * hook contract. `params` keep the values as written, so results do not depend on the
  * working directory.
  */
-function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, string>): RunSpec {
+function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, string>, budgetMs: number): RunSpec {
   const model = resolveProfileRef(spec.model, baseDir);
   const hardware = resolveProfileRef(spec.hardware, baseDir);
   const file = plugins.get(spec.policy.definition);
@@ -547,7 +592,17 @@ function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, strin
   const guard: GuardState = { violation: undefined };
   const def = spec.policy.definition;
   const definition: PolicyDefinition<unknown> =
-    def.family === 'serving' ? { ...def, create: (params, ctx) => guardPolicy(checkServingHooks(def.create(params, ctx), def.name, file), guard) } : def;
+    def.family === 'serving'
+      ? {
+          ...def,
+          create: (params, ctx) =>
+            guardPolicy(
+              checkServingHooks(runPluginCode('create', budgetMs, () => def.create(params, ctx)), def.name, file),
+              guard,
+              budgetMs,
+            ),
+        }
+      : def;
   const prepared: RunSpec = { ...spec, model, hardware, policy: { ...spec.policy, definition } };
   pluginOfSpec.set(prepared, { file, guard });
   return prepared;
@@ -591,14 +646,14 @@ function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
   }
   const plugin = pluginOfSpec.get(spec);
   if (!plugin) return err;
-  const rel = path.relative(process.cwd(), plugin.file);
-  const shown = rel && !rel.startsWith('..') && !path.isAbsolute(rel) ? rel : plugin.file;
+  const shown = shownPath(plugin.file);
   if (err instanceof PolicyError) {
     const detail = err.message.replace(/^\[t=\d+ns [^\]]*\] /, '');
     const rule = plugin.guard.violation ?? EXECUTOR_RULES.find(([re]) => re.test(detail))?.[1];
     plugin.guard.violation = undefined;
     return new PluginError(spec.policy.label, shown, err.hook, err.simTimeNs, detail, rule, err);
   }
+  if (err instanceof PluginExit) return new PluginError(spec.policy.label, shown, 'create', undefined, err.message, CONTRACT_RULES.sandbox, err);
   // Thrown outside a hook (the factory, or code the executor does not wrap): the plugin's if its
   // own file is on top of the stack.
   const stack = err instanceof Error ? (err.stack ?? '') : '';
@@ -616,7 +671,7 @@ function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
  * rule throws (inside the hook, so the executor reports the hook and the time) and is
  * remembered in `state` for the report.
  */
-export function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy {
+export function guardPolicy(p: ServingPolicy, state: GuardState, budgetMs = DEFAULT_PLUGIN_BUDGET_MS): ServingPolicy {
   const violate = (rule: string, detail: string): never => {
     state.violation = rule;
     throw new Error(detail);
@@ -666,19 +721,70 @@ export function guardPolicy(p: ServingPolicy, state: GuardState): ServingPolicy 
     for (const t of tops) checkKey(shape, (t as { key?: unknown } | null)?.key, 'gave an initial top of');
     return tops;
   };
+  const checkResult = (hook: ServingHook, r: unknown): void => {
+    if (isThenable(r)) violate(CONTRACT_RULES.result, `returned a Promise (an async hook?); ${expected(hook)}`);
+    const kind = SERVING_HOOKS[hook];
+    const ok =
+      kind === 'decision' ? r === undefined || isDecision(r)
+      : kind === 'victim' ? r === undefined || typeof r === 'number'
+      : kind === 'keep' ? r === undefined || typeof r === 'boolean' || (isPlainObject(r) && typeof r.keepTop === 'number' && isArrayOrAbsent(r.dropTops))
+      : hook === 'initialTops' ? Array.isArray(r)
+      : true;
+    if (!ok) violate(CONTRACT_RULES.result, `returned ${describe(r)}; ${expected(hook)}`);
+  };
   return interceptPolicy(p, (hook, call): AnyHook => {
+    const check = checkerOf(hook);
+    // Plugin code sees the executor's objects read-only, under the sandbox (exit, budget, heartbeat).
+    return (...args) => {
+      const r = runPluginCode(hook, budgetMs, () => call(...args.map(readOnly)));
+      checkResult(hook, r);
+      return check ? check(args, r) : r;
+    };
+  });
+
+  function checkerOf(hook: ServingHook): ((args: unknown[], r: unknown) => unknown) | undefined {
     switch (SERVING_HOOKS[hook]) {
       case 'decision':
-        return (view, ...rest) => checkDecision(view as ServingView, call(view, ...rest) as PolicyDecision | void);
+        return ([view], r) => checkDecision(view as ServingView, r as PolicyDecision | void);
       case 'victim':
-        return (view, query) => checkVictim(view as ServingView, query as EvictionQuery, call(view, query) as ExpertKey | undefined);
+        return ([view, query], r) => checkVictim(view as ServingView, query as EvictionQuery, r as ExpertKey | undefined);
       case 'keep':
-        return (view, key) => checkKeep(view as ServingView, call(view, key) as ReturnType<typeof checkKeep>);
+        return ([view], r) => checkKeep(view as ServingView, r as ReturnType<typeof checkKeep>);
       case 'setup':
-        if (hook !== 'initialTops') return call;
-        return (shape) => checkTops(shape as ModelShapeView, call(shape) as readonly TopRequest[]);
+        if (hook !== 'initialTops') return undefined;
+        return ([shape], r) => checkTops(shape as ModelShapeView, r as readonly TopRequest[]);
       case 'notice':
-        return call;
+        return undefined;
     }
-  });
+  }
+}
+
+/** What a hook of this kind must return (for the message of a broken `result` rule). */
+function expected(hook: ServingHook): string {
+  switch (SERVING_HOOKS[hook]) {
+    case 'decision':
+      return `${hook} must return a decision object ({ prefetch?, cancel?, evict?, dropTops?, loadTops?, topPriority? }) or undefined`;
+    case 'victim':
+      return `${hook} must return an expert key (a number) or undefined`;
+    case 'keep':
+      return `${hook} must return a boolean, { keepTop, dropTops? } or undefined`;
+    default:
+      return hook === 'initialTops' ? `${hook} must return an array of { key, fraction }` : `${hook} must return synchronously`;
+  }
+}
+
+const isThenable = (r: unknown): boolean => typeof r === 'object' && r !== null && typeof (r as { then?: unknown }).then === 'function';
+const isPlainObject = (r: unknown): r is Record<string, unknown> => typeof r === 'object' && r !== null && !Array.isArray(r);
+const isArrayOrAbsent = (v: unknown): boolean => v === undefined || Array.isArray(v);
+const DECISION_LISTS = ['prefetch', 'cancel', 'evict', 'dropTops', 'loadTops'] as const;
+const isDecision = (r: unknown): boolean =>
+  isPlainObject(r) && DECISION_LISTS.every((f) => isArrayOrAbsent(r[f])) && (r.topPriority === undefined || typeof r.topPriority === 'number');
+
+/** A hook's result as a message shows it (short). */
+function describe(r: unknown): string {
+  if (r === null) return 'null';
+  if (Array.isArray(r)) return 'an array';
+  if (typeof r === 'object') return 'an object that is not a decision';
+  if (typeof r === 'string') return `a string ${JSON.stringify(r.slice(0, 40))}`;
+  return `${typeof r} ${String(r)}`;
 }

@@ -111,6 +111,11 @@ export const ExperimentSchema = z
      */
     runtime: z.string().min(1).optional(),
     seeds: z.array(z.number().int().nonnegative()).min(1).default([1]),
+    /**
+     * Wall-time budget (ms) of one call of a plugin's code (a hook, its factory) and of its import;
+     * over it the run fails naming the hook. Absent: 10 000 (experiments/parallel/sandbox.ts).
+     */
+    pluginBudgetMs: z.number().positive().max(3_600_000).optional(),
     workload: WorkloadSchema,
     executor: ExecutorSchema.default(ServingExecutorSchema.parse({})),
     policies: z.array(PolicyEntrySchema).min(1),

@@ -15,6 +15,7 @@ import type { RunOutput } from '../runner.ts';
 import type { TaskResult } from './task.ts';
 import { fromWireError, runKey, type RunTask, type WireError } from './wire.ts';
 import { YOUNG_GENERATION_MB } from '../heap.ts';
+import { DEFAULT_PLUGIN_BUDGET_MS, newHeartbeat, readHeartbeat } from './sandbox.ts';
 
 export interface Backend {
   /** How many runs may be under way at once. */
@@ -35,8 +36,16 @@ export function unwrap(r: TaskResult, makePluginError: MakePluginError, where: s
   throw fromWireError(r.error as WireError, makePluginError, where);
 }
 
-/** A pool of `threads` worker threads (piscina), each loading TypeScript through tsx. */
-export function threadBackend(threads: number, base: TaskBase, makePluginError: MakePluginError): Backend {
+/** The error of a run whose plugin code ran over its budget (`hook`, for `ms`): the thread was terminated. */
+export type OnStall = (spec: RunSpec, hook: string, ms: number, budgetMs: number) => Error;
+
+/**
+ * A pool of `threads` worker threads (piscina), each loading TypeScript through tsx. With
+ * `onStall`, a watchdog reads each run's heartbeat (sandbox.ts): plugin code running longer than
+ * the budget (a loop cannot be interrupted on its own thread) has its thread terminated and the
+ * run fails with `onStall`'s error.
+ */
+export function threadBackend(threads: number, base: TaskBase, makePluginError: MakePluginError, onStall?: OnStall): Backend {
   const pool = new Piscina<RunTask, TaskResult>({
     filename: new URL('./worker-entry.mjs', import.meta.url).href,
     minThreads: threads,
@@ -47,11 +56,32 @@ export function threadBackend(threads: number, base: TaskBase, makePluginError: 
     resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
     idleTimeout: 60_000,
   });
-  return {
-    concurrency: threads,
-    run: async (spec) => unwrap(await pool.run(taskFor(base, spec)), makePluginError, `worker thread, run ${spec.index}`),
-    close: () => pool.destroy(),
+  const budgetMs = base.config.pluginBudgetMs ?? DEFAULT_PLUGIN_BUDGET_MS;
+  const run = async (spec: RunSpec): Promise<RunOutput> => {
+    const where = `worker thread, run ${spec.index}`;
+    if (!onStall) return unwrap(await pool.run(taskFor(base, spec)), makePluginError, where);
+    const heartbeat = newHeartbeat();
+    const abort = new AbortController();
+    let stalled: Error | undefined;
+    const timer = setInterval(
+      () => {
+        const beat = readHeartbeat(heartbeat);
+        if (beat && beat.ms > budgetMs && !stalled) {
+          stalled = onStall(spec, beat.hook, beat.ms, budgetMs);
+          abort.abort();
+        }
+      },
+      Math.min(1000, Math.max(10, budgetMs / 4)),
+    );
+    try {
+      return unwrap(await pool.run({ ...taskFor(base, spec), heartbeat }, { signal: abort.signal }), makePluginError, where);
+    } catch (err) {
+      throw stalled ?? err;
+    } finally {
+      clearInterval(timer);
+    }
   };
+  return { concurrency: threads, run, close: () => pool.destroy() };
 }
 
 /** Runs `run` over `items` in order, at most `concurrency` at a time (see the module comment). */

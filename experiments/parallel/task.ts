@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { RunSpec } from '../config/expand.ts';
 import { prepareRuns, runOne, type RunOutput } from '../runner.ts';
+import { setHeartbeat } from './sandbox.ts';
 import { runKey, toWireError, type RunTask, type WireError } from './wire.ts';
 
 export type TaskResult = { readonly ok: true; readonly output: RunOutput } | { readonly ok: false; readonly error: WireError };
@@ -31,6 +32,7 @@ function specsOf(task: RunTask): Promise<RunSpec[]> {
 }
 
 export async function runTask(task: RunTask): Promise<TaskResult> {
+  setHeartbeat(task.heartbeat);
   try {
     const specs = await specsOf(task);
     const spec = specs[task.index];
@@ -43,5 +45,7 @@ export async function runTask(task: RunTask): Promise<TaskResult> {
     return { ok: true, output };
   } catch (err) {
     return { ok: false, error: toWireError(err) };
+  } finally {
+    setHeartbeat(undefined);
   }
 }

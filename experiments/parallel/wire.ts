@@ -20,6 +20,8 @@ export interface RunTask {
   /** `runKey` of the run as the submitter expanded it; the worker checks its own expansion agrees. */
   readonly key: string;
   readonly timeline: boolean;
+  /** Thread pools only: where the worker says which plugin hook runs since when (sandbox.ts). */
+  readonly heartbeat?: SharedArrayBuffer;
 }
 
 /** A failure, by kind: the user's input, a plugin's fault, or anything else (a bug). */
