@@ -77,6 +77,24 @@ function setPath(obj: Json, dotted: string, value: unknown, file: string | undef
   Object.defineProperty(cur, parts[parts.length - 1]!, { value: clone(value), enumerable: true, writable: true, configurable: true });
 }
 
+/**
+ * Bounds on sizes a config can ask for, so a typo (`requests: 1e12`, a sweep of 10^12 points)
+ * is one line, not an out-of-memory crash or a hang. Chosen well above any experiment in
+ * this repository (the largest: 10^4 requests, a few hundred points).
+ */
+export const MAX_REQUESTS = 10_000_000;
+export const MAX_SWEEP_POINTS = 100_000;
+
+function checkSizes(config: ExperimentConfig, file: string | undefined): void {
+  let points = Math.max(1, (config.cases ?? []).length);
+  for (const [key, values] of Object.entries(config.sweep)) {
+    points *= values.length;
+    if (points > MAX_SWEEP_POINTS) {
+      throw new UserError(`too many sweep points (cases × the sweep's product reaches ${points}; at most ${MAX_SWEEP_POINTS})`, file, `sweep.${key}`, values.length);
+    }
+  }
+}
+
 function cartesian(sweep: Readonly<Record<string, readonly unknown[]>>): Record<string, unknown>[] {
   let combos: Record<string, unknown>[] = [{}];
   for (const [key, values] of Object.entries(sweep)) {
@@ -212,6 +230,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     }
   });
   if (config.output.thresholds) checkThresholds(config.output.thresholds, plotFields, cases.map((c) => String(c[CASE_LABEL] ?? '')), file);
+  checkSizes(config, file);
   const runs: RunSpec[] = [];
   // Across all sweep points: a policy the swept parameters do not apply to runs once per distinct
   // remaining combination, not once per point.
@@ -228,6 +247,9 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const where = comboLabel ? ` (sweep point ${comboLabel})` : '';
     const w = WorkloadSchema.safeParse(base.workload);
     if (!w.success) throw withWhere(zodToUserError(w.error, base.workload, file, ['workload']), where);
+    if (w.data.requests > MAX_REQUESTS) {
+      throw new UserError(`at most ${MAX_REQUESTS} requests${where}`, file, 'workload.requests', w.data.requests);
+    }
     const x = ExecutorSchema.safeParse(base.executor);
     if (!x.success) throw withWhere(zodToUserError(x.error, base.executor, file, ['executor']), where);
     const servingX: ServingExecutorConfig = x.data.kind === 'serving' ? x.data : ServingExecutorSchema.parse({});
