@@ -12,7 +12,8 @@
  * Imports in the generated files are relative paths to this checkout's sources, so they compile
  * and run as generated. Nothing is overwritten: an existing file is an error (exit 2).
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { checkOutDir, makeOutDir } from '../../outputs/out-dir.ts';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
@@ -365,8 +366,10 @@ export const newCommand: CommandModule<object, NewArgs> = {
     const { files, paths } = scaffold(args.name, args.family, root);
     const existing = Object.keys(files).filter((f) => existsSync(f));
     if (existing.length > 0) throw new UserError(`would overwrite ${existing.map((f) => path.relative(process.cwd(), f) || f).join(', ')}`, undefined, 'name', args.name);
+    // Checked and created one level at a time: a recursive mkdir never returns under /proc.
+    checkOutDir(root);
     for (const [file, text] of Object.entries(files)) {
-      mkdirSync(path.dirname(file), { recursive: true });
+      makeOutDir(path.dirname(file));
       writeFileSync(file, text, { flag: 'wx' });
     }
     const show = (f: string) => path.relative(process.cwd(), f) || f;
