@@ -5,6 +5,7 @@
  * name or plugin by path) with their parameters parsed. Everything that can be wrong with the
  * input is reported here, before any output exists.
  */
+import { statSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
@@ -92,6 +93,33 @@ function checkSizes(config: ExperimentConfig, file: string | undefined): void {
     if (points > MAX_SWEEP_POINTS) {
       throw new UserError(`too many sweep points (cases × the sweep's product reaches ${points}; at most ${MAX_SWEEP_POINTS})`, file, `sweep.${key}`, values.length);
     }
+  }
+}
+
+/**
+ * Arrival times are integer ns below 2^53 (~104 days): n requests at `rate`/s span about
+ * n / rate s; a margin of 20× covers the tail of Gamma gaps (cv up to a few).
+ */
+const ARRIVAL_MARGIN = 20;
+
+/** Values the schema accepts but the simulation cannot: a near-zero rate, a trace path that is a folder. */
+function checkWorkloadValues(w: WorkloadConfig, baseDir: string, file: string | undefined, where: string): void {
+  const a = w.arrival as { kind: string; ratePerS?: number };
+  const minRate = (w.requests * 1e9 * ARRIVAL_MARGIN) / Number.MAX_SAFE_INTEGER;
+  if (a.ratePerS !== undefined && !(a.ratePerS >= minRate)) {
+    const atLeast = Number(minRate.toPrecision(2));
+    throw new UserError(`too small: ${w.requests} arrivals must fit in 2^53 ns (at least ${atLeast}/s)${where}`, file, 'workload.arrival.ratePerS', a.ratePerS);
+  }
+  const r = w.routing as { kind: string; path?: string };
+  if (r.kind === 'trace' && r.path !== undefined) {
+    const abs = path.resolve(baseDir, r.path);
+    let isDir = false;
+    try {
+      isDir = statSync(abs).isDirectory();
+    } catch {
+      // A missing file is reported where the trace is read.
+    }
+    if (isDir) throw new UserError(`is a folder, not a trace file${where}`, file, 'workload.routing.path', r.path);
   }
 }
 
@@ -250,6 +278,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     if (w.data.requests > MAX_REQUESTS) {
       throw new UserError(`at most ${MAX_REQUESTS} requests${where}`, file, 'workload.requests', w.data.requests);
     }
+    checkWorkloadValues(w.data, baseDir, file, where);
     const x = ExecutorSchema.safeParse(base.executor);
     if (!x.success) throw withWhere(zodToUserError(x.error, base.executor, file, ['executor']), where);
     const servingX: ServingExecutorConfig = x.data.kind === 'serving' ? x.data : ServingExecutorSchema.parse({});
