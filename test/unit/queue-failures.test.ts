@@ -183,11 +183,12 @@ export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int3
     }
     await queue.close();
     connection.disconnect();
+    // The second worker is up before the kill, so the figure is the recovery, not its start-up.
+    const w2 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
+    await waitOutput(w2.proc, /joined redis:/, w2.log);
     w1.proc.kill('SIGKILL');
     const tKill = Date.now();
     rmSync(hold);
-    const w2 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
-    w2.proc.stderr!.on('data', (d: Buffer) => (w2.log.text += d.toString()));
     const r = await Promise.race([sub.done, new Promise<never>((_r, rej) => setTimeout(() => rej(new Error(`not finished: ${sub.log.text} | ${w2.log.text}`)), 90_000))]);
     const recovered = Date.now() - tKill;
     expect(r.status, r.stderr).toBe(0);
