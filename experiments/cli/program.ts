@@ -10,6 +10,7 @@
  */
 import yargs from 'yargs';
 import { UserError } from '../../sim/kernel/errors.ts';
+import { printable } from '../outputs/out-dir.ts';
 import type { PluginError } from '../runner.ts';
 import { experimentCommand, listCommand, validateCommand } from './commands/core.ts';
 import { hardwareCommand } from './commands/hardware.ts';
@@ -26,12 +27,12 @@ const stackOf = (err: unknown): string => (err instanceof Error ? (err.stack ?? 
 
 export function reportError(err: unknown, debug = false): number {
   if (err instanceof UserError) {
-    process.stderr.write(`moesim: ${err.oneLine()}\n`);
+    process.stderr.write(`moesim: ${printable(err.oneLine())}\n`);
     if (debug) process.stderr.write(`${stackOf(err)}\n`);
     return 2;
   }
   if (isPluginError(err)) {
-    process.stderr.write(`moesim: ${err.oneLine()}\n`);
+    process.stderr.write(`moesim: ${printable(err.oneLine())}\n`);
     if (debug) process.stderr.write(`${stackOf(err.original)}\n`);
     return 3;
   }

@@ -5,6 +5,7 @@
  * name or plugin by path) with their parameters parsed. Everything that can be wrong with the
  * input is reported here, before any output exists.
  */
+import { statSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { UserError } from '../../sim/kernel/errors.ts';
@@ -75,6 +76,51 @@ function setPath(obj: Json, dotted: string, value: unknown, file: string | undef
     cur = cur[k] as Json;
   }
   Object.defineProperty(cur, parts[parts.length - 1]!, { value: clone(value), enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * Bounds on sizes a config can ask for, so a typo (`requests: 1e12`, a sweep of 10^12 points)
+ * is one line, not an out-of-memory crash or a hang. Chosen well above any experiment in
+ * this repository (the largest: 10^4 requests, a few hundred points).
+ */
+export const MAX_REQUESTS = 10_000_000;
+export const MAX_SWEEP_POINTS = 100_000;
+
+function checkSizes(config: ExperimentConfig, file: string | undefined): void {
+  let points = Math.max(1, (config.cases ?? []).length);
+  for (const [key, values] of Object.entries(config.sweep)) {
+    points *= values.length;
+    if (points > MAX_SWEEP_POINTS) {
+      throw new UserError(`too many sweep points (cases × the sweep's product reaches ${points}; at most ${MAX_SWEEP_POINTS})`, file, `sweep.${key}`, values.length);
+    }
+  }
+}
+
+/**
+ * Arrival times are integer ns below 2^53 (~104 days): n requests at `rate`/s span about
+ * n / rate s; a margin of 20× covers the tail of Gamma gaps (cv up to a few).
+ */
+const ARRIVAL_MARGIN = 20;
+
+/** Values the schema accepts but the simulation cannot: a near-zero rate, a trace path that is a folder. */
+function checkWorkloadValues(w: WorkloadConfig, baseDir: string, file: string | undefined, where: string): void {
+  const a = w.arrival as { kind: string; ratePerS?: number };
+  const minRate = (w.requests * 1e9 * ARRIVAL_MARGIN) / Number.MAX_SAFE_INTEGER;
+  if (a.ratePerS !== undefined && !(a.ratePerS >= minRate)) {
+    const atLeast = Number(minRate.toPrecision(2));
+    throw new UserError(`too small: ${w.requests} arrivals must fit in 2^53 ns (at least ${atLeast}/s)${where}`, file, 'workload.arrival.ratePerS', a.ratePerS);
+  }
+  const r = w.routing as { kind: string; path?: string };
+  if (r.kind === 'trace' && r.path !== undefined) {
+    const abs = path.resolve(baseDir, r.path);
+    let isDir = false;
+    try {
+      isDir = statSync(abs).isDirectory();
+    } catch {
+      // A missing file is reported where the trace is read.
+    }
+    if (isDir) throw new UserError(`is a folder, not a trace file${where}`, file, 'workload.routing.path', r.path);
+  }
 }
 
 function cartesian(sweep: Readonly<Record<string, readonly unknown[]>>): Record<string, unknown>[] {
@@ -180,6 +226,7 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     }
   });
   if (config.output.thresholds) checkThresholds(config.output.thresholds, plotFields, cases.map((c) => String(c[CASE_LABEL] ?? '')), file);
+  checkSizes(config, file);
   const runs: RunSpec[] = [];
   // Across all sweep points: a policy the swept parameters do not apply to runs once per distinct
   // remaining combination, not once per point.
@@ -196,6 +243,10 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const where = comboLabel ? ` (sweep point ${comboLabel})` : '';
     const w = WorkloadSchema.safeParse(base.workload);
     if (!w.success) throw withWhere(zodToUserError(w.error, base.workload, file, ['workload']), where);
+    if (w.data.requests > MAX_REQUESTS) {
+      throw new UserError(`at most ${MAX_REQUESTS} requests${where}`, file, 'workload.requests', w.data.requests);
+    }
+    checkWorkloadValues(w.data, baseDir, file, where);
     const x = ExecutorSchema.safeParse(base.executor);
     if (!x.success) throw withWhere(zodToUserError(x.error, base.executor, file, ['executor']), where);
     const servingX: ServingExecutorConfig = x.data.kind === 'serving' ? x.data : ServingExecutorSchema.parse({});

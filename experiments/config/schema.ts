@@ -9,6 +9,7 @@
  * hardware: a5000-pcie4-1tb        # testbed id (moesim list hardware) or a .json path
  * seeds: [1]
  * workload: { requests: 32, arrival: { kind: poisson, ratePerS: 2 }, promptTokens: {...}, outputTokens: {...} }
+ *                                 # requests: at most 10^7 (expand.ts MAX_REQUESTS)
  * executor: { batching: continuous, maxBatchSize: 8, bufferSlots: auto }
  * policies:
  *   - name: on-demand
@@ -124,7 +125,7 @@ export const ExperimentSchema = z
      * for parameters that vary together; runs are cases × the sweep's product × policies × seeds.
      */
     cases: z.array(z.record(z.string(), z.union([ScalarSchema, z.record(z.string(), z.unknown())]))).default([]),
-    /** Config path → values; runs are the cartesian product (× policies × seeds). */
+    /** Config path → values; runs are the cartesian product (× policies × seeds); at most 10^5 points. */
     sweep: z.record(z.string(), z.array(z.union([ScalarSchema, z.record(z.string(), z.unknown())])).min(1)).default({}),
     /** Options for outputs. */
     output: z

@@ -55,6 +55,7 @@ export function checkOutDir(outDir: string): void {
   const fail = (message: string): never => {
     throw new UserError(message, undefined, '--out', outDir);
   };
+  if (outDir.trim() === '') fail('must name a folder (it is empty)');
   const { dir, isDir } = nearestExisting(abs);
   if (!isDir) fail(dir === abs ? `is a file, not a folder: ${dir}` : `cannot create the output folder: ${dir} is a file, not a folder`);
   const probe = path.join(dir, `.moesim-write-check-${process.pid}`);
@@ -80,6 +81,20 @@ export function checkOutDir(outDir: string): void {
   } catch (err) {
     fail(`cannot create the output folder: no folder can be made in ${dir} (${why(err)})`);
   }
+}
+
+/**
+ * A config's `name` as one folder name under `results/`: characters other than letters, digits,
+ * `.`, `_` and `-` become `_`, and leading dots are dropped, so `../../x` cannot leave `results/`.
+ */
+export function folderName(name: string): string {
+  const safe = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '');
+  return safe.length > 0 ? safe.slice(0, 200) : 'experiment';
+}
+
+/** `text` with control characters (ESC, newline, ...) escaped, safe to print on a terminal. */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => JSON.stringify(c).slice(1, -1).replace(/^\\u00/, '\\x'));
 }
 
 /** Creates `outDir` and its missing parents, one level at a time. */

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../../experiments/cli/program.ts';
-import { runCliAsync, tempDir } from '../helpers/cli.ts';
+import { REPO_ROOT, runCliAsync, tempDir } from '../helpers/cli.ts';
 
 const dir = tempDir('bad-table');
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -125,10 +125,35 @@ function cases(): Case[] {
   out.push({ name: 'trace stats of a folder', files: { 'tr/x': '' }, args: ['trace', 'stats', '$D/tr'], mentions: ['tr'] });
   out.push({ name: 'trace stats of a missing file', args: ['trace', 'stats', '$D/none.jsonl'], mentions: ['none.jsonl'] });
   out.push({ name: 'trace stats of garbage', files: { 't.jsonl': 'not json\n' }, args: ['trace', 'stats', '$D/t.jsonl'], mentions: ['t.jsonl'] });
+  // Sizes and values the schema accepts but a run cannot: bounded, or checked before the run.
+  const wl = (s: string) => ({ workload: GOOD.workload!.replace('requests: 2', s) });
+  out.push(cfgCase('workload.requests = 1e12', wl('requests: 1e12'), ['workload.requests', '1000000000000']));
+  out.push(cfgCase('workload.requests = 10000001', wl('requests: 10000001'), ['workload.requests', '10000001']));
+  out.push(cfgCase('ratePerS = 1e-300', { workload: GOOD.workload!.replace('ratePerS: 2', 'ratePerS: 1e-300') }, ['workload.arrival.ratePerS', '1e-300']));
+  out.push(cfgCase('sweep ratePerS: [1e-300]', { sweep: '{ workload.arrival.ratePerS: [1e-300] }' }, ['workload.arrival.ratePerS', '1e-300']));
+  out.push(cfgCase('sweep requests: [1e12]', { sweep: '{ workload.requests: [1e12] }' }, ['workload.requests', '1000000000000']));
+  const ten = `[${Array.from({ length: 10 }, (_, i) => i + 1).join(', ')}]`;
+  const huge = ['workload.requests', 'executor.maxBatchSize', 'executor.packetMiB', 'executor.bufferSlots', 'executor.maxWaitMs', 'executor.maxBatchTokens']
+    .map((k) => `${k}: ${ten}`).join(', ');
+  out.push(cfgCase('sweep of 10^6 points', { sweep: `{ ${huge} }` }, ['too many sweep points', '100000']));
+  out.push({ name: 'routing trace path is a folder', files: { 'c.yaml': yaml(wl('requests: 2, routing: { kind: trace, path: ./tr }')), 'tr/x': '' }, args: ['experiment', '$D/c.yaml', '--out', '$OUT'], mentions: ['workload.routing.path', './tr'] });
+  // trace generate: flags checked before anything is written.
+  const profile = path.join(REPO_ROOT, 'workloads/profiles/arctic-128.json');
+  const gen = (...flags: string[]): string[] => ['trace', 'generate', '--profile', profile, '--requests', '3', ...flags];
+  for (const [name, args, mentions] of [
+    ['--gzip-level 99', gen('--gzip-level', '99', '--out', '$D/t.jsonl.gz'), ['--gzip-level', '99']],
+    ['--rate -1', gen('--rate', '-1', '--out', '$D/t.jsonl.gz'), ['--rate', '-1']],
+    ['--requests 1e12', gen('--out', '$D/t.jsonl.gz', '--requests', '1e12'), ['--requests']],
+    ['--out a folder', gen('--out', '$D/sub'), ['--out', 'sub']],
+    ['--out /proc/x', gen('--out', '/proc/x'), ['--out', '/proc']],
+    ['--out empty', gen('--out', ''), ['--out', '""']],
+  ] as const) out.push({ name: `trace generate ${name}`, files: { 'sub/x': '' }, args, mentions });
+  out.push({ name: 'new policy --dir /proc', args: ['new', 'policy', 'x', '--dir', '/proc'], mentions: ['/proc'] });
   // CLI flags.
   const exp = (...flags: string[]): string[] => ['experiment', '$D/c.yaml', '--out', '$OUT', ...flags];
   for (const [name, args, mentions] of [
     ['unknown flag', exp('--bogus'), ['bogus']],
+    ['--out empty', ['experiment', '$D/c.yaml', '--out', ''], ['--out', '""']],
     ['--jobs 0', exp('--jobs', '0'), ['--jobs', '0']],
     ['--jobs -2', exp('--jobs', '-2'), ['--jobs', '-2']],
     ['--jobs abc', exp('--jobs', 'abc'), ['--jobs', 'abc']],

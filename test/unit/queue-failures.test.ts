@@ -54,9 +54,9 @@ async function startRedis(children: ChildProcess[]): Promise<{ url: string; proc
 }
 
 /** A moesim process (experiment or worker), its output collected. */
-function moesim(args: string[], children: ChildProcess[]): { proc: ChildProcess; log: { text: string }; done: Promise<{ status: number | null; stderr: string; ms: number }> } {
+function moesim(args: string[], children: ChildProcess[], env: Record<string, string> = {}): { proc: ChildProcess; log: { text: string }; done: Promise<{ status: number | null; stderr: string; ms: number }> } {
   const t0 = Date.now();
-  const proc = spawn(process.execPath, [BIN, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+  const proc = spawn(process.execPath, [BIN, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1', ...env } });
   children.push(proc);
   const log = { text: '' };
   let stderr = '';
@@ -162,12 +162,14 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     mkdirSync(plugins, { recursive: true });
     const hold = path.join(dir, 'hold');
     writeFileSync(hold, '');
-    // Sleeps (not spins) in create while the hold file exists.
+    // Sleeps (not spins) in create while the hold file exists, only in the first worker's process
+    // (marked by an environment variable, which its worker threads inherit; `process.argv` is not
+    // the parent's inside a worker thread, and the submitter's own checks must not be held).
     writePlugin(plugins, 'held', `import { existsSync } from 'node:fs';
-export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.argv.includes("worker") && existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`);
+export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.env.MOESIM_TEST_HOLD === "1" && existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`);
     const config = path.join(dir, 'stalled.yaml');
     writeFileSync(config, CONFIG('stalled', 'plugins/held.ts').replace('seeds: [1, 2]', 'seeds: [1]'));
-    const w1 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
+    const w1 = moesim(['worker', '--queue', url, '--jobs', '1'], children, { MOESIM_TEST_HOLD: '1' });
     await waitOutput(w1.proc, /joined redis:/, w1.log);
     const sub = moesim(['experiment', config, '--out', path.join(dir, 'stalled-out'), '--queue', url], children);
     sub.proc.stderr!.on('data', (d: Buffer) => (sub.log.text += d.toString()));
@@ -181,11 +183,12 @@ export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int3
     }
     await queue.close();
     connection.disconnect();
+    // The second worker is up before the kill, so the figure is the recovery, not its start-up.
+    const w2 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
+    await waitOutput(w2.proc, /joined redis:/, w2.log);
     w1.proc.kill('SIGKILL');
     const tKill = Date.now();
     rmSync(hold);
-    const w2 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
-    w2.proc.stderr!.on('data', (d: Buffer) => (w2.log.text += d.toString()));
     const r = await Promise.race([sub.done, new Promise<never>((_r, rej) => setTimeout(() => rej(new Error(`not finished: ${sub.log.text} | ${w2.log.text}`)), 90_000))]);
     const recovered = Date.now() - tKill;
     expect(r.status, r.stderr).toBe(0);

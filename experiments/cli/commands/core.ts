@@ -5,7 +5,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
 import { loadConfigFile } from '../../config/load.ts';
-import { checkOutDir } from '../../outputs/out-dir.ts';
+import { checkOutDir, folderName, printable } from '../../outputs/out-dir.ts';
 import { UserError } from '../../../sim/kernel/errors.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -60,13 +60,13 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       await probe(args.queue);
     }
     const loaded = loadConfigFile(file);
-    const outDir = args.out ?? path.join('results', loaded.config.name);
+    const outDir = args.out ?? path.join('results', folderName(loaded.config.name));
     // Before anything is simulated: a folder that cannot be written fails now, not after the first run.
     checkOutDir(outDir);
     // The simulator is loaded only now, so that the checks above answer at once.
     const { runExperiment } = await import('../../runner.ts');
     // The banner waits for preflight: bad input must print exactly one line (the error).
-    const banner = (runs: number) => process.stderr.write(`moesim: ${loaded.config.name}: ${path.relative(process.cwd(), file) || file} (${runs} run${runs === 1 ? '' : 's'})\n`);
+    const banner = (runs: number) => process.stderr.write(`moesim: ${printable(loaded.config.name)}: ${printable(path.relative(process.cwd(), file) || file)} (${runs} run${runs === 1 ? '' : 's'})\n`);
     const columns = args.columns?.split(',').map((c) => c.trim()).filter((c) => c.length > 0);
     const started = performance.now();
     const result = await runExperiment(loaded, {

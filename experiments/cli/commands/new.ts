@@ -12,7 +12,8 @@
  * Imports in the generated files are relative paths to this checkout's sources, so they compile
  * and run as generated. Nothing is overwritten: an existing file is an error (exit 2).
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { checkOutDir, makeOutDir } from '../../outputs/out-dir.ts';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
@@ -377,7 +378,7 @@ function writeAll(files: Record<string, string>, name: string): void {
   const existing = Object.keys(files).filter((f) => existsSync(f));
   if (existing.length > 0) throw new UserError(`would overwrite ${existing.map((f) => path.relative(process.cwd(), f) || f).join(', ')}`, undefined, 'name', name);
   for (const [file, text] of Object.entries(files)) {
-    mkdirSync(path.dirname(file), { recursive: true });
+    makeOutDir(path.dirname(file));
     writeFileSync(file, text, { flag: 'wx' });
   }
 }
@@ -412,6 +413,8 @@ export const newCommand: CommandModule<object, NewArgs> = {
     if (args.moesim !== undefined) throw new UserError('--moesim only applies with --project', undefined, 'moesim', args.moesim);
     const root = path.resolve(args.dir);
     const { files, paths } = scaffold(args.name, args.family, root);
+    // Checked and created one level at a time: a recursive mkdir never returns under /proc.
+    checkOutDir(root);
     writeAll(files, args.name);
     const show = (f: string) => path.relative(process.cwd(), f) || f;
     process.stdout.write(

@@ -14,6 +14,8 @@
 import type { Argv, CommandModule } from 'yargs';
 import { statSync } from 'node:fs';
 import { UserError } from '../../../sim/kernel/errors.ts';
+import { MAX_REQUESTS } from '../../config/expand.ts';
+import { checkOutDir } from '../../outputs/out-dir.ts';
 import { calibrateTrace } from '../../../workloads/synthetic/calibrate.ts';
 import { coreStats, type ExtendedTraceStats } from '../../../workloads/stats/trace-stats.ts';
 import { formatAggregateTable, formatJson, formatStatsTable } from '../../../workloads/stats/format.ts';
@@ -250,6 +252,37 @@ interface GenerateArgs {
   gzipLevel?: number;
 }
 
+/** The numeric flags and the output file of `trace generate`, checked before anything is written. */
+function checkGenerateArgs(a: GenerateArgs): void {
+  const bad = (flag: string, v: unknown, must: string): never => {
+    throw new UserError(`must be ${must}`, undefined, flag, v);
+  };
+  if (a.requests !== undefined && a.requests > MAX_REQUESTS) bad('--requests', a.requests, `at most ${MAX_REQUESTS}`);
+  if (a.gzipLevel !== undefined && !(Number.isInteger(a.gzipLevel) && a.gzipLevel >= 1 && a.gzipLevel <= 9)) bad('--gzip-level', a.gzipLevel, 'an integer 1–9');
+  if (a.rate !== undefined && !(Number.isFinite(a.rate) && a.rate >= 1e-6 && a.rate <= 1e9)) bad('--rate', a.rate, 'requests per second in 1e-6…1e9');
+  if (a.cv !== undefined && !(Number.isFinite(a.cv) && a.cv > 0 && a.cv <= 1000)) bad('--cv', a.cv, 'a positive number ≤ 1000');
+  if (a.seed !== undefined && !(Number.isSafeInteger(a.seed) && a.seed >= 0)) bad('--seed', a.seed, 'a non-negative integer');
+  for (const [flag, v] of [['--prompt-tokens', a.promptTokens], ['--output-tokens', a.outputTokens]] as const) {
+    if (v !== undefined && !(Number.isInteger(v) && v >= 1 && v <= 10_000_000)) bad(flag, v, 'a positive integer');
+  }
+  if (a.out.trim() === '') bad('--out', a.out, 'a file path (it is empty)');
+  let isDir = false;
+  try {
+    isDir = statSync(a.out).isDirectory();
+  } catch {
+    // Does not exist yet: its folder is checked below.
+  }
+  if (isDir) bad('--out', a.out, 'a file, not a folder');
+  try {
+    if (!statSync(dirname(resolve(a.out))).isDirectory()) bad('--out', a.out, 'a path in an existing folder');
+  } catch (err) {
+    if (err instanceof UserError) throw err;
+    bad('--out', a.out, 'a path in an existing folder');
+  }
+  // A folder where no file can be made (read-only, /proc): a one-line error now, nothing left.
+  checkOutDir(dirname(resolve(a.out)));
+}
+
 const generateCommand: CommandModule<object, GenerateArgs> = {
   command: 'generate',
   describe: 'write a synthetic trace from a profile',
@@ -274,6 +307,7 @@ const generateCommand: CommandModule<object, GenerateArgs> = {
     if (a.predictions !== undefined && !(a.predictions >= 0 && a.predictions <= 1)) {
       throw new UserError('--predictions must be an accuracy in 0…1', undefined, '--predictions', a.predictions);
     }
+    checkGenerateArgs(a);
     const tasks = parseTasks(a.tasks);
     const r = await generateTrace({
       profile: a.profile,
