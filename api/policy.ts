@@ -33,7 +33,15 @@ export type { Rng } from '../sim/kernel/rng.ts';
 export { defineThroughputPolicy, type ThroughputPolicySpec } from '../policies/throughput/define.ts';
 export type { PlanContext, ThroughputPolicy } from '../sim/throughput/policy.ts';
 export { defaultPassConfig } from '../sim/throughput/types.ts';
-export type { Phase, PassConfig, PassShape, PhasePlan, PlanResult, RunPlan, WorkloadSummary } from '../sim/throughput/types.ts';
+export type {
+  Phase,
+  PassConfig,
+  PassShape,
+  PhasePlan,
+  PlanResult,
+  RunPlan,
+  WorkloadSummary,
+} from '../sim/throughput/types.ts';
 export { hostInfeasibility, vramNeeded } from '../sim/throughput/memory-model.ts';
 export { largestSatisfying, prefillShape, worstDecodeShape } from '../sim/throughput/search.ts';
 export { NO_CHUNKING_TOKENS, phasePlan, workloadCap } from '../policies/throughput/common.ts';

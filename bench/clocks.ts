@@ -14,7 +14,11 @@ import { interceptPolicy } from '../sim/serving/policy-driver.ts';
  * call and reports its ms and arguments to `onTime`; returns the function that puts the
  * original back.
  */
-export function timeMethod<T extends object, K extends keyof T>(target: T, key: K, onTime: (ms: number, args: unknown[]) => void): () => void {
+export function timeMethod<T extends object, K extends keyof T>(
+  target: T,
+  key: K,
+  onTime: (ms: number, args: unknown[]) => void,
+): () => void {
   const slot = target as Record<K, unknown>;
   const hadOwn = Object.prototype.hasOwnProperty.call(target, key);
   const orig = slot[key] as (...a: unknown[]) => unknown;
@@ -56,7 +60,13 @@ export function timedPolicy(p: ServingPolicy, onTime: (hook: PolicyHook, ms: num
 /** `spec` with its policy's hooks timed (`timedPolicy`) in every world built from it. */
 export function withTimedPolicy(spec: RunSpec, onTime: (hook: PolicyHook, ms: number) => void): RunSpec {
   const def = spec.policy.definition as PolicyDefinition<unknown>;
-  return { ...spec, policy: { ...spec.policy, definition: { ...def, create: (params, ctx) => timedPolicy(def.create(params, ctx), onTime) } } };
+  return {
+    ...spec,
+    policy: {
+      ...spec.policy,
+      definition: { ...def, create: (params, ctx) => timedPolicy(def.create(params, ctx), onTime) },
+    },
+  };
 }
 
 /**
@@ -67,7 +77,10 @@ export function withTimedPolicy(spec: RunSpec, onTime: (hook: PolicyHook, ms: nu
 export function timerCost(): { insideMs: number; totalMs: number } {
   const calls = 200_000;
   let inside = 0;
-  const probe = timedPolicy({ name: 'probe', onIterationEnd: () => undefined } as ServingPolicy, (_hook, ms) => (inside += ms));
+  const probe = timedPolicy(
+    { name: 'probe', onIterationEnd: () => undefined } as ServingPolicy,
+    (_hook, ms) => (inside += ms),
+  );
   let best = { insideMs: Infinity, totalMs: Infinity };
   for (let round = 0; round < 5; round++) {
     inside = 0;

@@ -23,7 +23,12 @@ export type Better = 'higher' | 'lower';
 export function betterWay(figure: string): Better | undefined {
   if (/(PerS|PerWallS|PerCpuS)$/.test(figure) || figure === 'medianRatio' || figure === 'ratio') return 'higher';
   if (/(ShareOfWall|RssBytes|WallS|CpuS|BuildS)$/.test(figure)) return 'lower';
-  if (/^(wallS|cpuS|runS|setupMs)$/.test(figure) || /^(ns|us|ms)Per[A-Z]/.test(figure) || /^(cpu|wall)Ratio_/.test(figure)) return 'lower';
+  if (
+    /^(wallS|cpuS|runS|setupMs)$/.test(figure) ||
+    /^(ns|us|ms)Per[A-Z]/.test(figure) ||
+    /^(cpu|wall)Ratio_/.test(figure)
+  )
+    return 'lower';
   return undefined;
 }
 
@@ -64,7 +69,11 @@ function valuesOf(rounds: readonly (readonly BenchRecord[])[], name: string, fig
  * in the order they first appear (base first, then records new at head), context figures left
  * out; `figures` (a pattern on figure names) keeps only the matching ones.
  */
-export function compareRounds(base: readonly (readonly BenchRecord[])[], head: readonly (readonly BenchRecord[])[], figures?: RegExp): ComparedFigure[] {
+export function compareRounds(
+  base: readonly (readonly BenchRecord[])[],
+  head: readonly (readonly BenchRecord[])[],
+  figures?: RegExp,
+): ComparedFigure[] {
   const keys: [string, string][] = [];
   const seen = new Set<string>();
   for (const rounds of [base, head]) {
@@ -100,7 +109,17 @@ export function compareRounds(base: readonly (readonly BenchRecord[])[], head: r
       const beats = (x: number, y: number) => (hi ? x > y : x < y);
       verdict = beats(headWorst, baseBest) ? 'better' : beats(baseWorst, headBest) ? 'worse' : 'overlap';
     }
-    out.push({ name, figure, base: b, head: h, baseMedian, headMedian, ratio: headMedian / baseMedian, better, verdict });
+    out.push({
+      name,
+      figure,
+      base: b,
+      head: h,
+      baseMedian,
+      headMedian,
+      ratio: headMedian / baseMedian,
+      better,
+      verdict,
+    });
   }
   return out;
 }

@@ -36,7 +36,10 @@ export async function lensBenchmarks(): Promise<BenchRecord[]> {
   for (const [mode, g] of cases) {
     const spec1 = specs.find((s) => s.params.case === `mt-bench-70GB-g${g}` && s.policy.label === 'moe-lens');
     if (!spec1) throw new Error(`throughput.yaml has no mt-bench-70GB-g${g} run of moe-lens`);
-    const spec0 = mode === 'events' ? { ...spec1, policy: { ...spec1.policy, params: { ...(spec1.policy.params as object), pipeline: 'events' } } } : spec1;
+    const spec0 =
+      mode === 'events'
+        ? { ...spec1, policy: { ...spec1.policy, params: { ...(spec1.policy.params as object), pipeline: 'events' } } }
+        : spec1;
     // A profile path in a config is relative to the config's folder (as the runner resolves it).
     const hardware = spec0.hardware.endsWith('.json') ? path.resolve(loaded.baseDir, spec0.hardware) : spec0.hardware;
     const spec = { ...spec0, hardware, workload: { ...spec0.workload, requests: SEQUENCES } };

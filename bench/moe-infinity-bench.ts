@@ -43,7 +43,9 @@ type BenchRecord = Record<string, number | string>;
  */
 function syntheticEams(L: number, E: number, k: number, count: number, tokens: () => number, rng: Rng): Float64Array[] {
   const clusters = 16;
-  const hot = Array.from({ length: clusters }, () => Array.from({ length: L }, () => Array.from({ length: 6 }, () => rng.int(E))));
+  const hot = Array.from({ length: clusters }, () =>
+    Array.from({ length: L }, () => Array.from({ length: 6 }, () => rng.int(E))),
+  );
   const out: Float64Array[] = [];
   for (let n = 0; n < count; n++) {
     const m = new Float64Array(L * E);
@@ -99,7 +101,13 @@ async function buildWorld(
 }
 
 /** ns per `IncrementalMatcher.addRow` over 10 000 entries, for decode rows (k cells) and prefill rows. */
-function microMatch(coll: EamCollection, L: number, E: number, k: number, rng: Rng): { decodeNs: number; prefillNs: number } {
+function microMatch(
+  coll: EamCollection,
+  L: number,
+  E: number,
+  k: number,
+  rng: Rng,
+): { decodeNs: number; prefillNs: number } {
   const m = new IncrementalMatcher({ layers: L, experts: E }, 8);
   const row = new Int32Array(E);
   const time = (fill: () => void, iterations: number): number => {
@@ -148,7 +156,8 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
     const w = await buildWorld(model, 'a5000-pcie4-1tb', workload, { maxBatchSize: 4 }, { eamcCapacity: capacity }, 1);
     const fill = (phase: Phase, tokens: () => number) => {
       // Insert in chunks so the synthetic matrices do not all live at once.
-      for (let done = 0; done < capacity; done += 500) w.policy.preload(phase, syntheticEams(L, E, k, 500, tokens, rng));
+      for (let done = 0; done < capacity; done += 500)
+        w.policy.preload(phase, syntheticEams(L, E, k, 500, tokens, rng));
     };
     fill('prefill', () => 32 + rng.int(224));
     fill('decode', () => 16 + rng.int(48));
@@ -166,7 +175,11 @@ export async function arcticMatching(name: string, capacity: number): Promise<Be
   let insertMs = 0;
   let insertCalls = 0;
   const restore: (() => void)[] = [];
-  const wrap = <T extends object, K extends keyof T>(target: T, key: K, onTime: (ms: number, args: unknown[]) => void): void => {
+  const wrap = <T extends object, K extends keyof T>(
+    target: T,
+    key: K,
+    onTime: (ms: number, args: unknown[]) => void,
+  ): void => {
     restore.push(timeMethod(target, key, onTime));
   };
   // Row updates split by the row's non-zero cells: ≤ 8 (decode tokens of a batch) or more (prefill).
@@ -282,7 +295,11 @@ async function e2eMixtral(): Promise<BenchRecord> {
 }
 
 export async function moeInfinityBenchmarks(): Promise<Array<Record<string, number | string>>> {
-  return [await arcticMatching('eamc-match-arctic-10k', 10_000), await arcticMatching('eamc-match-arctic-1k', 1000), await e2eMixtral()];
+  return [
+    await arcticMatching('eamc-match-arctic-10k', 10_000),
+    await arcticMatching('eamc-match-arctic-1k', 1000),
+    await e2eMixtral(),
+  ];
 }
 
 // Run directly: `npx tsx bench/moe-infinity-bench.ts`.

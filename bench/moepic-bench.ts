@@ -25,7 +25,10 @@ import { timeMethod, withTimedPolicy } from './clocks.ts';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const ABLATION = path.resolve(here, '../experiments/moepic/ablation.yaml');
 
-async function runOnce(spec: RunSpec, baseDir: string): Promise<{ wallS: number; cpuS: number; simulatedS: number; events: number }> {
+async function runOnce(
+  spec: RunSpec,
+  baseDir: string,
+): Promise<{ wallS: number; cpuS: number; simulatedS: number; events: number }> {
   const ex = await buildServingWorld(spec, { baseDir });
   const c0 = process.cpuUsage();
   const t0 = performance.now();
@@ -81,7 +84,10 @@ export async function moepicBenchmarks(): Promise<BenchRecord[]> {
   const specs = await expandRuns(loaded.config, loaded.baseDir, loaded.file);
   const moepic = specs.find((s) => s.policy.label === 'MoEpic')!;
   const noCca = specs.find((s) => s.policy.label === 'w/o CCA')!;
-  return [...(await measure(moepic, loaded.baseDir, 'moepic-mixtral-decode')), ...(await measure(noCca, loaded.baseDir, 'moepic-mixtral-decode-no-cca'))];
+  return [
+    ...(await measure(moepic, loaded.baseDir, 'moepic-mixtral-decode')),
+    ...(await measure(noCca, loaded.baseDir, 'moepic-mixtral-decode-no-cca')),
+  ];
 }
 
 export const suite = { name: 'moepic', run: moepicBenchmarks };

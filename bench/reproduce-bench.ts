@@ -26,7 +26,17 @@ const FIGURES = /reproduced .* in ([\d.]+) s wall, ([\d.]+) s CPU/;
 function reproduceOnce(paper: string): { wallS: number; cpuS: number } {
   const out = mkdtempSync(path.join(tmpdir(), 'moesim-bench-reproduce-'));
   try {
-    const args = ['--import', 'tsx', '--max-semi-space-size=64', MAIN, 'reproduce', paper, '--out', out, '--no-progress'];
+    const args = [
+      '--import',
+      'tsx',
+      '--max-semi-space-size=64',
+      MAIN,
+      'reproduce',
+      paper,
+      '--out',
+      out,
+      '--no-progress',
+    ];
     const r = spawnSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
     const m = FIGURES.exec(r.stderr ?? '');
     if (r.status !== 0 || !m) {

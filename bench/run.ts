@@ -62,10 +62,14 @@ function parseCommandLine() {
 }
 const args = parseCommandLine();
 const only = args.positionals;
-const vsOnly = (['rounds', 'figures', 'table'] as const).find((k) => args.values[k] !== undefined && args.values.vs === undefined);
+const vsOnly = (['rounds', 'figures', 'table'] as const).find(
+  (k) => args.values[k] !== undefined && args.values.vs === undefined,
+);
 if (vsOnly) usage(`--${vsOnly} goes with --vs <rev>`);
 const suites: BenchSuite[] = [];
-for (const file of readdirSync(here).filter((f) => f.endsWith('-bench.ts')).sort()) {
+for (const file of readdirSync(here)
+  .filter((f) => f.endsWith('-bench.ts'))
+  .sort()) {
   const mod = (await import(pathToFileURL(path.join(here, file)).href)) as { suite?: BenchSuite };
   if (mod.suite) suites.push(mod.suite);
 }
@@ -86,7 +90,15 @@ if (args.values.vs !== undefined) {
     }
   }
   try {
-    await runVs({ rev: args.values.vs, suites: only, rounds: Number(rounds), figures: pattern, table, repoDir: path.resolve(here, '..'), out: args.values.out ?? 'bench-vs.json' });
+    await runVs({
+      rev: args.values.vs,
+      suites: only,
+      rounds: Number(rounds),
+      figures: pattern,
+      table,
+      repoDir: path.resolve(here, '..'),
+      out: args.values.out ?? 'bench-vs.json',
+    });
   } catch (err) {
     if (err instanceof VsUsageError) usage(err.message);
     if (err instanceof VsInterrupted) process.exit(err.exitCode);
@@ -105,17 +117,31 @@ if (args.values.profile) {
     if (only.length > 0 && !only.includes(s.name)) continue;
     const name = `${s.name}.cpuprofile`;
     process.stderr.write(`bench: profiling ${s.name}...\n`);
-    const r = spawnSync(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}`, '--import', 'tsx', fileURLToPath(import.meta.url), s.name], {
-      stdio: ['ignore', 'inherit', 'inherit'],
-      cwd: path.resolve(here, '..'),
-    });
+    const r = spawnSync(
+      process.execPath,
+      [
+        '--cpu-prof',
+        `--cpu-prof-dir=${dir}`,
+        `--cpu-prof-name=${name}`,
+        '--import',
+        'tsx',
+        fileURLToPath(import.meta.url),
+        s.name,
+      ],
+      {
+        stdio: ['ignore', 'inherit', 'inherit'],
+        cwd: path.resolve(here, '..'),
+      },
+    );
     if (r.status !== 0) {
       process.stderr.write(`bench: ${s.name} failed under the profiler (exit ${r.status})\n`);
       process.exit(1);
     }
     written.push(path.join(dir, name));
   }
-  process.stdout.write(`CPU profiles (open in Chrome DevTools → Performance, or speedscope):\n${written.map((w) => `  ${w}`).join('\n')}\n`);
+  process.stdout.write(
+    `CPU profiles (open in Chrome DevTools → Performance, or speedscope):\n${written.map((w) => `  ${w}`).join('\n')}\n`,
+  );
   process.exit(0);
 }
 

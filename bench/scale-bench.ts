@@ -118,7 +118,11 @@ export async function scaleBenchmarks(): Promise<BenchRecord[]> {
   for (let rep = 0, rounds = Math.max(...POINTS.map(reps)); rep < rounds; rep++) {
     for (const n of POINTS) {
       if (rep >= reps(n)) continue;
-      const r = spawnSync(process.execPath, [`--max-old-space-size=${HEAP_CAP_MB}`, SEMI_SPACE_FLAG, '--import', 'tsx', here, '--point', String(n)], { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') });
+      const r = spawnSync(
+        process.execPath,
+        [`--max-old-space-size=${HEAP_CAP_MB}`, SEMI_SPACE_FLAG, '--import', 'tsx', here, '--point', String(n)],
+        { encoding: 'utf8', maxBuffer: 1 << 20, cwd: path.resolve(path.dirname(here), '..') },
+      );
       if (r.status !== 0) throw new Error(`scale point ${n} failed (exit ${r.status}): ${r.stderr}`);
       const rec = JSON.parse(r.stdout.trim().split('\n').pop()!) as BenchRecord;
       peak.set(n, Math.max(peak.get(n) ?? 0, rec.peakRssBytes as number));
@@ -141,7 +145,16 @@ export async function scaleBenchmarks(): Promise<BenchRecord[]> {
     { policy: 'wall s', seed: 1, params: { requests: r.requests }, metrics: { seconds: r.wallS } },
   ]);
   const svg = await renderPlot(
-    { name: 'bench-scale', title: 'Mixtral-8x7B Poisson serving: run time vs requests (log-log)', x: 'requests', y: 'metrics.seconds', series: 'policy', kind: 'line', logX: true, logY: true },
+    {
+      name: 'bench-scale',
+      title: 'Mixtral-8x7B Poisson serving: run time vs requests (log-log)',
+      x: 'requests',
+      y: 'metrics.seconds',
+      series: 'policy',
+      kind: 'line',
+      logX: true,
+      logY: true,
+    },
     runs,
   );
   const file = path.resolve('bench-scale.svg');

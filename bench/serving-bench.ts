@@ -102,7 +102,13 @@ function engineBenchmarks(): BenchRecord[] {
       bare = Math.max(bare, b);
     }
     ratios.sort((a, b) => a - b);
-    out.push({ name: `engine-depth-${depth}`, depth, engineEventsPerS: engine, bareHeapEventsPerS: bare, medianRatio: ratios[2]! });
+    out.push({
+      name: `engine-depth-${depth}`,
+      depth,
+      engineEventsPerS: engine,
+      bareHeapEventsPerS: bare,
+      medianRatio: ratios[2]!,
+    });
   }
   return out;
 }
@@ -118,7 +124,11 @@ const MIN_TIMED_S = 1.5;
  * timed (`withTimedPolicy`); the clock's own cost per call (`timerCost`) is taken out of the
  * hook time and of the run's wall time.
  */
-export async function policyHookShare(spec: RunSpec, baseDir: string, cost: { insideMs: number; totalMs: number }): Promise<{ share: number; calls: number; outcome: ServingOutcome }> {
+export async function policyHookShare(
+  spec: RunSpec,
+  baseDir: string,
+  cost: { insideMs: number; totalMs: number },
+): Promise<{ share: number; calls: number; outcome: ServingOutcome }> {
   let hookMs = 0;
   let calls = 0;
   const ex = await buildServingWorld(
@@ -134,7 +144,10 @@ export async function policyHookShare(spec: RunSpec, baseDir: string, cost: { in
   return { share: Math.max(0, hookMs - calls * cost.insideMs) / wallMs, calls, outcome };
 }
 
-async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number; iterations: number }> {
+async function timeRun(
+  spec: RunSpec,
+  baseDir: string,
+): Promise<{ events: number; wallS: number; cpuS: number; simulatedS: number; meanDepth: number; iterations: number }> {
   // Depth-measuring pass (observer costs time, so it is not the timed pass).
   const probe = await buildServingWorld(spec, { baseDir, sink: experimentSink() });
   let samples = 0;
@@ -162,7 +175,14 @@ async function timeRun(spec: RunSpec, baseDir: string): Promise<{ events: number
     const cpu = process.cpuUsage(c0);
     cpuS = Math.min(cpuS, (cpu.user + cpu.system) / 1e6);
   }
-  return { events: o!.events, wallS, cpuS, simulatedS: o!.endNs / 1e9, meanDepth: samples ? depthSum / samples : 1, iterations: o!.counters.iterations };
+  return {
+    events: o!.events,
+    wallS,
+    cpuS,
+    simulatedS: o!.endNs / 1e9,
+    meanDepth: samples ? depthSum / samples : 1,
+    iterations: o!.counters.iterations,
+  };
 }
 
 export async function servingBenchmarks(): Promise<BenchRecord[]> {
@@ -186,7 +206,8 @@ export async function servingBenchmarks(): Promise<BenchRecord[]> {
       const bare = bareHeapRate(depth, Math.max(200_000, r.events));
       // Best of three instrumented runs (the least disturbed by other load).
       let hookShare = Infinity;
-      for (let i = 0; i < 3; i++) hookShare = Math.min(hookShare, (await policyHookShare(spec, loaded.baseDir, timer)).share);
+      for (let i = 0; i < 3; i++)
+        hookShare = Math.min(hookShare, (await policyHookShare(spec, loaded.baseDir, timer)).share);
       const layerSteps = r.iterations * loadModel(spec.model).moeLayers;
       const nsPerLayerStep = (r.wallS * 1e9) / layerSteps;
       out.push({

@@ -59,9 +59,13 @@ function git(repoDir: string, args: string[]): { ok: boolean; out: string; err: 
 
 /** The full commit id of `rev` in `repoDir` (a usage error if it is not a commit there). */
 export function resolveCommit(repoDir: string, rev: string): string {
-  if (!git(repoDir, ['rev-parse', '--is-inside-work-tree']).ok) throw new VsUsageError(`--vs: ${repoDir} is not a git checkout (the base revision is checked out from its history)`);
+  if (!git(repoDir, ['rev-parse', '--is-inside-work-tree']).ok)
+    throw new VsUsageError(
+      `--vs: ${repoDir} is not a git checkout (the base revision is checked out from its history)`,
+    );
   const r = git(repoDir, ['rev-parse', '--verify', '--quiet', `${rev}^{commit}`]);
-  if (!r.ok || !/^[0-9a-f]{40}$/.test(r.out)) throw new VsUsageError(`--vs: '${rev}' is not a commit of this repository`);
+  if (!r.ok || !/^[0-9a-f]{40}$/.test(r.out))
+    throw new VsUsageError(`--vs: '${rev}' is not a commit of this repository`);
   return r.out;
 }
 
@@ -112,7 +116,8 @@ export function vsTable(rows: readonly ComparedFigure[], style: TableStyle): str
 }
 
 export async function runVs(o: VsOptions): Promise<void> {
-  if (!(Number.isInteger(o.rounds) && o.rounds >= 1)) throw new VsUsageError(`--rounds: expected a whole number ≥ 1, got ${o.rounds}`);
+  if (!(Number.isInteger(o.rounds) && o.rounds >= 1))
+    throw new VsUsageError(`--rounds: expected a whole number ≥ 1, got ${o.rounds}`);
   const sha = resolveCommit(o.repoDir, o.rev);
   const headSha = git(o.repoDir, ['rev-parse', 'HEAD']).out;
   const dirty = git(o.repoDir, ['status', '--porcelain', '--untracked-files=no']).out !== '';
@@ -126,7 +131,9 @@ export async function runVs(o: VsOptions): Promise<void> {
     try {
       removeWorktree(o.repoDir, tmp, tree);
     } catch (err) {
-      process.stderr.write(`bench --vs: could not remove ${tmp} (${(err as Error).message}); \`git worktree prune\` after deleting it\n`);
+      process.stderr.write(
+        `bench --vs: could not remove ${tmp} (${(err as Error).message}); \`git worktree prune\` after deleting it\n`,
+      );
     }
   };
   // A signal stops the running child's process group; the loop below sees `stopped` once the
@@ -160,18 +167,25 @@ export async function runVs(o: VsOptions): Promise<void> {
     say(`checking out ${sha.slice(0, 12)} into ${tree}`);
     const add = git(o.repoDir, ['worktree', 'add', '--detach', '--quiet', tree, sha]);
     if (!add.ok) throw new Error(`git worktree add failed: ${add.err.split('\n')[0]}`);
-    const lock = (dir: string) => (existsSync(path.join(dir, 'package-lock.json')) ? readFileSync(path.join(dir, 'package-lock.json'), 'utf8') : null);
+    const lock = (dir: string) =>
+      existsSync(path.join(dir, 'package-lock.json'))
+        ? readFileSync(path.join(dir, 'package-lock.json'), 'utf8')
+        : null;
     const headLock = lock(o.repoDir);
     if (headLock !== null && headLock === lock(tree) && existsSync(path.join(o.repoDir, 'node_modules'))) {
       symlinkSync(path.join(o.repoDir, 'node_modules'), path.join(tree, 'node_modules'), 'dir');
-      const pkg = JSON.parse(readFileSync(path.join(tree, 'package.json'), 'utf8')) as { scripts?: Record<string, string> };
+      const pkg = JSON.parse(readFileSync(path.join(tree, 'package.json'), 'utf8')) as {
+        scripts?: Record<string, string>;
+      };
       if (pkg.scripts?.prepare) {
         say('building the base revision (npm run prepare)');
-        if ((await step('npm', ['run', '-s', 'prepare'], tree)) !== 0) throw new Error('npm run prepare failed in the base revision');
+        if ((await step('npm', ['run', '-s', 'prepare'], tree)) !== 0)
+          throw new Error('npm run prepare failed in the base revision');
       }
     } else {
       say('the base revision locks other dependencies: npm ci there');
-      if ((await step('npm', ['ci', '--no-fund', '--no-audit'], tree)) !== 0) throw new Error('npm ci failed in the base revision');
+      if ((await step('npm', ['ci', '--no-fund', '--no-audit'], tree)) !== 0)
+        throw new Error('npm ci failed in the base revision');
     }
     const sides = [
       { label: `base ${sha.slice(0, 8)}`, dir: tree, rounds: [] as BenchRecord[][] },
@@ -184,7 +198,11 @@ export async function runVs(o: VsOptions): Promise<void> {
         // --out); head's records go to the temporary folder, not over this checkout's bench.json.
         const head = side.dir === o.repoDir;
         const records = head ? path.join(tmp, `head-${r}.json`) : path.join(tree, 'bench.json');
-        const code = await step('npm', ['run', '-s', 'bench', '--', ...(head ? ['--out', records] : []), ...o.suites], side.dir);
+        const code = await step(
+          'npm',
+          ['run', '-s', 'bench', '--', ...(head ? ['--out', records] : []), ...o.suites],
+          side.dir,
+        );
         if (code !== 0) throw new Error(`npm run bench failed at ${side.label} (exit ${code})`);
         side.rounds.push(readRecords(records));
       }
@@ -194,7 +212,13 @@ export async function runVs(o: VsOptions): Promise<void> {
     process.stdout.write(`${heading}\n${vsTable(rows, o.table)}\n`);
     await writeFileAtomic(
       o.out,
-      toJson({ base: { rev: o.rev, commit: sha }, head: { commit: headSha, uncommittedChanges: dirty }, rounds: o.rounds, suites: o.suites, figures: rows }),
+      toJson({
+        base: { rev: o.rev, commit: sha },
+        head: { commit: headSha, uncommittedChanges: dirty },
+        rounds: o.rounds,
+        suites: o.suites,
+        figures: rows,
+      }),
     );
     say(`wrote ${o.out}`);
   } finally {

@@ -43,22 +43,40 @@ export async function workloadBenchmarks(): Promise<BenchRecord[]> {
     const requests = 64;
     const tokens = 256;
     const out = new Int32Array(k);
-    const routers = Array.from({ length: requests }, (_, i) => routing.forRequest({ id: i, arrivalNs: 0 as never, promptTokens: 1, outputTokens: tokens }));
+    const routers = Array.from({ length: requests }, (_, i) =>
+      routing.forRequest({ id: i, arrivalNs: 0 as never, promptTokens: 1, outputTokens: tokens }),
+    );
     const t0 = performance.now();
     for (let t = 0; t < tokens; t++) for (const r of routers) for (let l = 0; l < L; l++) r.route(l, t, t + 1, out);
     const s = (performance.now() - t0) / 1000;
     const calls = requests * tokens * L;
-    records.push({ name: 'workloads/synthetic-route', model: shape.id, routeCallsPerS: Math.round(calls / s), nsPerCall: Math.round((s * 1e9) / calls) });
+    records.push({
+      name: 'workloads/synthetic-route',
+      model: shape.id,
+      routeCallsPerS: Math.round(calls / s),
+      nsPerCall: Math.round((s * 1e9) / calls),
+    });
   }
 
   // 2. Synthetic trace generation (whole requests, all layers), including per-request setup.
   {
-    const shapes: RequestShape[] = Array.from({ length: 200 }, (_, i) => ({ id: `r${i}`, promptTokens: 256, prefillRecorded: true, tokens: 512, outputTokens: 257 }));
+    const shapes: RequestShape[] = Array.from({ length: 200 }, (_, i) => ({
+      id: `r${i}`,
+      promptTokens: 256,
+      prefillRecorded: true,
+      tokens: 512,
+      outputTokens: 257,
+    }));
     const t0 = performance.now();
     let tokens = 0;
     for (const r of generateRequests(routing, shapes)) tokens += r.tokens;
     const s = (performance.now() - t0) / 1000;
-    records.push({ name: 'workloads/synthetic-generate', model: shape.id, tokensPerS: Math.round(tokens / s), tokenLayersPerS: Math.round((tokens * L) / s) });
+    records.push({
+      name: 'workloads/synthetic-generate',
+      model: shape.id,
+      tokensPerS: Math.round(tokens / s),
+      tokenLayersPerS: Math.round((tokens * L) / s),
+    });
   }
 
   // 3. Aggregate routing: per-expert counts of a 4096-token batch.
@@ -71,16 +89,35 @@ export async function workloadBenchmarks(): Promise<BenchRecord[]> {
     const t1 = performance.now();
     for (let i = 0; i < n; i++) agg.counts(i % L, 4096, out);
     const s = (performance.now() - t1) / 1000;
-    records.push({ name: 'workloads/aggregate-counts', model: shape.id, callsPerS: Math.round(n / s), tokensPerCall: 4096, setupMs: Math.round(setupS * 1000) });
+    records.push({
+      name: 'workloads/aggregate-counts',
+      model: shape.id,
+      callsPerS: Math.round(n / s),
+      tokensPerCall: 4096,
+      setupMs: Math.round(setupS * 1000),
+    });
   }
 
   // 4. Write a ≥ 1 GB (uncompressed) trace, then 5. stream it back in a child process.
   const dir = mkdtempSync(path.join(tmpdir(), 'moesim-bench-'));
   const file = path.join(dir, 'big.jsonl.gz');
   try {
-    const poolShapes: RequestShape[] = Array.from({ length: 48 }, (_, i) => ({ id: `r${i}`, promptTokens: 384, prefillRecorded: true, tokens: 512, outputTokens: 129 }));
-    const pool = [...generateRequests(routing, poolShapes)].map((r) => serialiseRequest(r, L, k).replace(/^\{"id":"[^"]*"/, ''));
-    const header = JSON.stringify({ format: TRACE_FORMAT, version: TRACE_VERSION, model: { id: shape.id, moeLayers: L, experts: shape.experts, topK: k }, source: 'moesim bench' });
+    const poolShapes: RequestShape[] = Array.from({ length: 48 }, (_, i) => ({
+      id: `r${i}`,
+      promptTokens: 384,
+      prefillRecorded: true,
+      tokens: 512,
+      outputTokens: 129,
+    }));
+    const pool = [...generateRequests(routing, poolShapes)].map((r) =>
+      serialiseRequest(r, L, k).replace(/^\{"id":"[^"]*"/, ''),
+    );
+    const header = JSON.stringify({
+      format: TRACE_FORMAT,
+      version: TRACE_VERSION,
+      model: { id: shape.id, moeLayers: L, experts: shape.experts, topK: k },
+      source: 'moesim bench',
+    });
     const t0 = performance.now();
     const fileStream = createWriteStream(file);
     const gz = createGzip({ level: 1, chunkSize: 1 << 20 });
@@ -130,7 +167,9 @@ export async function workloadBenchmarks(): Promise<BenchRecord[]> {
 
 async function runChild(file: string): Promise<{ tokens: number; seconds: number; peakRssBytes: number }> {
   const self = fileURLToPath(import.meta.url);
-  const child = spawn(process.execPath, ['--import', 'tsx', self, CHILD_FLAG, file], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', self, CHILD_FLAG, file], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let text = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => (text += d));
   const [code] = (await once(child, 'close')) as [number];

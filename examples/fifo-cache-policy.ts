@@ -38,7 +38,9 @@ export default definePolicy({
     name: 'fifo-example',
     onLayerRouted(view, routing) {
       if (!p.prefetchSameExpert || routing.layer + 1 >= view.moeLayers) return;
-      return { prefetch: routing.activated.map((e, i) => ({ key: view.keyOf(routing.layer + 1, e), priority: 1 + i })) };
+      return {
+        prefetch: routing.activated.map((e, i) => ({ key: view.keyOf(routing.layer + 1, e), priority: 1 + i })),
+      };
     },
     // Entries are listed in insertion order, so the first candidate entered first.
     chooseVictim: (_view, q) => q.candidates[0],

@@ -42,7 +42,18 @@ import { checkServingHooks, importPluginModule } from './config/plugin-loader.ts
 import type { LoadedConfig } from './config/load.ts';
 import { writeFileAtomic, toJson } from './outputs/atomic.ts';
 import { runsToCsv } from './outputs/csv.ts';
-import { chooseColumns, columnById, metricAt, metricColumn, renderSeedSummary, renderTable, type Column, type ColumnChoice, type TableRow, type TableStyle } from './outputs/table.ts';
+import {
+  chooseColumns,
+  columnById,
+  metricAt,
+  metricColumn,
+  renderSeedSummary,
+  renderTable,
+  type Column,
+  type ColumnChoice,
+  type TableRow,
+  type TableStyle,
+} from './outputs/table.ts';
 import { TimelineSink } from './outputs/timeline.ts';
 import { makeOutDir } from './outputs/out-dir.ts';
 import { renderPlot } from './outputs/plot.ts';
@@ -163,12 +174,23 @@ class SweepProgress implements TraceSink {
     // ETA from the average pace since the start (runs finish in bursts when they run in parallel).
     const elapsedS = (performance.now() - this.t0) / 1000;
     const etaS = value > 0 ? (elapsedS * (this.total - value)) / value : undefined;
-    const eta = etaS === undefined ? '…' : etaS >= 3600 ? `${Math.floor(etaS / 3600)}h${Math.round((etaS % 3600) / 60)}m` : etaS >= 60 ? `${Math.floor(etaS / 60)}m${Math.round(etaS % 60)}s` : `${Math.round(etaS)}s`;
+    const eta =
+      etaS === undefined
+        ? '…'
+        : etaS >= 3600
+          ? `${Math.floor(etaS / 3600)}h${Math.round((etaS % 3600) / 60)}m`
+          : etaS >= 60
+            ? `${Math.floor(etaS / 60)}m${Math.round(etaS % 60)}s`
+            : `${Math.round(etaS)}s`;
     const payload = { runs: this.done, resumed: this.resumed > 0 ? ` (+${this.resumed} resumed)` : '', left: eta };
     if (!this.bar) {
       if (performance.now() - this.t0 < 1500) return;
       this.bar = new cliProgress.SingleBar(
-        { stream: process.stderr, format: 'sweep [{bar}] {percentage}% | {runs}/{total} runs{resumed} | eta {left}', hideCursor: true },
+        {
+          stream: process.stderr,
+          format: 'sweep [{bar}] {percentage}% | {runs}/{total} runs{resumed} | eta {left}',
+          hideCursor: true,
+        },
         cliProgress.Presets.shades_classic,
       );
       this.bar.start(this.total, value, payload);
@@ -198,7 +220,11 @@ export async function preflight(loaded: LoadedConfig, o: { onWarning?: (m: strin
 }
 
 /** Builds the world of every run without running it (the second half of `preflight`). */
-async function checkWorlds(specs: readonly RunSpec[], loaded: LoadedConfig, onWarning: (m: string) => void): Promise<void> {
+async function checkWorlds(
+  specs: readonly RunSpec[],
+  loaded: LoadedConfig,
+  onWarning: (m: string) => void,
+): Promise<void> {
   const { baseDir, file } = loaded;
   for (const spec of specs) {
     // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
@@ -241,7 +267,13 @@ export interface RunOutput {
  */
 export async function runOne(
   spec: RunSpec,
-  o: { readonly baseDir: string; readonly file: string; readonly timeline?: boolean; readonly sinks?: readonly TraceSink[]; readonly onWarning?: (m: string) => void },
+  o: {
+    readonly baseDir: string;
+    readonly file: string;
+    readonly timeline?: boolean;
+    readonly sinks?: readonly TraceSink[];
+    readonly onWarning?: (m: string) => void;
+  },
 ): Promise<RunOutput> {
   const { baseDir, file } = o;
   const onWarning = o.onWarning ?? (() => {});
@@ -252,7 +284,9 @@ export async function runOne(
   let endNs: number;
   let wallS: number;
   if (spec.throughput) {
-    const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
+    const executor = await buildThroughputWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch(
+      (err: unknown) => Promise.reject(asReported(err, spec, file)),
+    );
     const t0 = performance.now();
     const outcome = guarded(spec, file, () => executor.run());
     wallS = (performance.now() - t0) / 1000;
@@ -260,12 +294,17 @@ export async function runOne(
     events = outcome.events;
     endNs = outcome.endNs;
   } else {
-    const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) => Promise.reject(asReported(err, spec, file)));
+    const executor = await buildServingWorld(spec, { baseDir, onWarning, sink: fanout(sinks) }).catch((err: unknown) =>
+      Promise.reject(asReported(err, spec, file)),
+    );
     const t0 = performance.now();
     const outcome = guarded(spec, file, () => executor.run());
     wallS = (performance.now() - t0) / 1000;
     const cap = { model: loadModel(spec.model), hardware: loadHardware(spec.hardware) };
-    metrics = servingMetrics(outcome, spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest, cap } : { cap });
+    metrics = servingMetrics(
+      outcome,
+      spec.workload.shift ? { shiftAtRequest: spec.workload.shift.atRequest, cap } : { cap },
+    );
     events = outcome.events;
     endNs = outcome.endNs;
   }
@@ -281,12 +320,19 @@ export async function runOne(
     }),
   ) as RunRecord;
   const eventsPerS = wallS > 0 ? events / wallS : 0;
-  const timing: TimingRecord = { index: spec.index, policy: spec.policy.label, wallS, eventsPerS, simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0 };
+  const timing: TimingRecord = {
+    index: spec.index,
+    policy: spec.policy.label,
+    wallS,
+    eventsPerS,
+    simulatedSPerWallS: wallS > 0 ? simulatedS / wallS : 0,
+  };
   return { record, timing, ...(timeline ? { timeline: timeline.toJson() } : {}) };
 }
 
 /** The file a run's timeline is written to. */
-export const timelineFile = (index: number, policy: string): string => `timeline-${index}-${policy.replace(/[^\w.-]+/g, '_')}.json`;
+export const timelineFile = (index: number, policy: string): string =>
+  `timeline-${index}-${policy.replace(/[^\w.-]+/g, '_')}.json`;
 
 export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {}): Promise<ExperimentResult> {
   const { config, baseDir, file } = loaded;
@@ -319,7 +365,10 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     const kept = prev.runs.filter((r) => !o.timeline || existsSync(path.join(outDir, timelineFile(r.index, r.policy))));
     for (const r of kept) byIndex.set(r.index, r);
     for (const t of prev.timing) if (byIndex.has(t.index)) timingByIndex.set(t.index, t);
-    if (kept.length > 0) notes.push(`resuming: ${kept.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - kept.length} to simulate`);
+    if (kept.length > 0)
+      notes.push(
+        `resuming: ${kept.length} of ${specs.length} runs already in ${path.join(outDir, 'results.json')}, ${specs.length - kept.length} to simulate`,
+      );
   }
   const todo = specs.filter((s) => !byIndex.has(s.index));
   const jobs = o.jobs ?? 1;
@@ -329,9 +378,15 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   // on its own thread, but the watchdog here can terminate another one.
   const sandboxed = o.queue === undefined && !o.sinks && todo.some((s) => pluginOfSpec.has(s));
   const onStall: OnStall = (spec, hook, ms, budget) =>
-    new PluginError(spec.policy.label, shownPath(pluginOfSpec.get(spec)?.file ?? '?'), hook, undefined,
+    new PluginError(
+      spec.policy.label,
+      shownPath(pluginOfSpec.get(spec)?.file ?? '?'),
+      hook,
+      undefined,
       `still running after ${ms.toFixed(0)} ms, over the budget of ${budget} ms per call (config pluginBudgetMs); its thread was terminated`,
-      CONTRACT_RULES.sandbox, undefined);
+      CONTRACT_RULES.sandbox,
+      undefined,
+    );
   // Started before the worlds are checked: each thread loads the simulator while this one checks.
   let createdOut = false;
   const pool =
@@ -350,7 +405,8 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   for (const n of notes) log(n);
   const progress = new SweepProgress(todo.length, byIndex.size, (o.progress ?? true) && process.stderr.isTTY === true);
   /** Every run done so far, in run-index order (the order of results.json whatever order runs finish in). */
-  const sorted = <T extends { index: number }>(m: Map<number, T>): T[] => [...m.values()].sort((a, b) => a.index - b.index);
+  const sorted = <T extends { index: number }>(m: Map<number, T>): T[] =>
+    [...m.values()].sort((a, b) => a.index - b.index);
   /** Writes one output file; a failure is the user's folder, not a bug. */
   const put = async (name: string, text: string): Promise<void> => {
     const target = path.join(outDir!, name);
@@ -368,7 +424,10 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     // results.json last: what it holds is what a resume keeps, and the others are already written for it.
     await put('timing.json', toJson({ name: config.name, runs: sorted(timingByIndex) }));
     await put('runs.csv', runsToCsv(runs));
-    await put('results.json', toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }));
+    await put(
+      'results.json',
+      toJson({ schemaVersion: RESULTS_SCHEMA_VERSION, name: config.name, complete, config, runs }),
+    );
   };
   // Writes are queued: one at a time (they share temporary file names), each with every run done by then.
   let writes: Promise<void> = Promise.resolve();
@@ -387,7 +446,13 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       concurrency: 1,
       run: (spec) => {
         progress.startRun(spec.workload.requests);
-        return runOne(spec, { baseDir, file, timeline: o.timeline === true, onWarning, sinks: [progress, ...(o.sinks?.(spec) ?? [])] });
+        return runOne(spec, {
+          baseDir,
+          file,
+          timeline: o.timeline === true,
+          onWarning,
+          sinks: [progress, ...(o.sinks?.(spec) ?? [])],
+        });
       },
       close: async () => {},
     };
@@ -416,7 +481,15 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   const timing = sorted(timingByIndex);
   const rows: TableRow[] = runs.map((r) => {
     const t = timingByIndex.get(r.index);
-    return { policy: r.policy, params: r.params, seed: r.seed, metrics: r.metrics, wallS: t?.wallS ?? 0, eventsPerS: t?.eventsPerS ?? 0, simulatedS: r.sim.simulatedS };
+    return {
+      policy: r.policy,
+      params: r.params,
+      seed: r.seed,
+      metrics: r.metrics,
+      wallS: t?.wallS ?? 0,
+      eventsPerS: t?.eventsPerS ?? 0,
+      simulatedS: r.sim.simulatedS,
+    };
   });
   const relCols = addRelative(config, runs);
   await writeNow(true);
@@ -424,16 +497,27 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
     for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
   }
   const extra: Column[] = config.output.columns.map((c) => columnById(family, c) ?? metricColumn(c));
-  const rel: Column[] = relCols.map((m) => ({ id: `rel:${m}`, header: `${m}/${config.output.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] }));
+  const rel: Column[] = relCols.map((m) => ({
+    id: `rel:${m}`,
+    header: `${m}/${config.output.relative!.baseline}`,
+    get: (r: TableRow) => r.relative?.[m],
+  }));
   const tableRows = rows.map((r, i) => ({ ...r, relative: runs[i]!.relative }));
   const { columns, fit } = chooseColumns(family, o.columns ?? {}, [...extra, ...rel]);
-  let table = renderTable(tableRows, columns, o.tableStyle, fit ? { maxWidth: o.maxWidth ?? 120, hideEmpty: true } : {});
+  let table = renderTable(
+    tableRows,
+    columns,
+    o.tableStyle,
+    fit ? { maxWidth: o.maxWidth ?? 120, hideEmpty: true } : {},
+  );
   // A --columns metric path that no run has is most likely a typo: say so (the files are written).
   for (const id of o.columns?.columns ?? []) {
     const c = columns.find((x) => x.id === id);
-    if (c && tableRows.every((r) => c.get(r) === undefined)) log(`warning: --columns: no run has a metric '${id}' (the table shows '-')`);
+    if (c && tableRows.every((r) => c.get(r) === undefined))
+      log(`warning: --columns: no run has a metric '${id}' (the table shows '-')`);
   }
-  if (config.output.seedSummary.length > 0) table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
+  if (config.output.seedSummary.length > 0)
+    table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
   table += await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
   return { runs, timing, table, outDir };
 }
@@ -458,7 +542,8 @@ function addRelative(config: ExperimentConfig, runs: RunRecord[]): string[] {
     for (const m of rel.metrics) {
       const v = metricAt(r.metrics, m);
       const bv = metricAt(b.metrics, m);
-      if (typeof v === 'number' && typeof bv === 'number') out[m] = bv !== 0 ? Number((v / bv).toPrecision(6)) : v === 0 ? 1 : Infinity;
+      if (typeof v === 'number' && typeof bv === 'number')
+        out[m] = bv !== 0 ? Number((v / bv).toPrecision(6)) : v === 0 ? 1 : Infinity;
     }
     r.relative = out;
   }
@@ -495,7 +580,15 @@ export class PluginError extends Error {
   }
 
   /** The constructor as a function (a worker's failure is rebuilt with it). */
-  static make(policy: string, file: string, hook: string, simTimeNs: number | undefined, detail: string, rule: string | undefined, original: unknown): PluginError {
+  static make(
+    policy: string,
+    file: string,
+    hook: string,
+    simTimeNs: number | undefined,
+    detail: string,
+    rule: string | undefined,
+    original: unknown,
+  ): PluginError {
     return new PluginError(policy, file, hook, simTimeNs, detail, rule, original);
   }
 
@@ -552,7 +645,16 @@ async function probePlugins(config: ExperimentConfig, baseDir: string, budgetMs:
     const abs = path.resolve(baseDir, e.path);
     if (!existsSync(abs)) continue;
     const why = await probeImport(abs, budgetMs);
-    if (why !== undefined) throw new PluginError(e.label ?? e.path, shownPath(abs), 'import', undefined, why, CONTRACT_RULES.sandbox, undefined);
+    if (why !== undefined)
+      throw new PluginError(
+        e.label ?? e.path,
+        shownPath(abs),
+        'import',
+        undefined,
+        why,
+        CONTRACT_RULES.sandbox,
+        undefined,
+      );
   }
 }
 
@@ -576,7 +678,8 @@ async function pluginFiles(config: ExperimentConfig, baseDir: string): Promise<M
 }
 
 /** A model or hardware reference: an id, or a `.json` (or `.yaml` testbed) file relative to `baseDir`. */
-const resolveProfileRef = (ref: string, baseDir: string): string => (/\.(json|ya?ml)$/.test(ref) ? path.resolve(baseDir, ref) : ref);
+const resolveProfileRef = (ref: string, baseDir: string): string =>
+  /\.(json|ya?ml)$/.test(ref) ? path.resolve(baseDir, ref) : ref;
 
 /**
  * The run as it is built: profile files resolved against the config's folder (the one rule for
@@ -597,7 +700,11 @@ function prepareSpec(spec: RunSpec, baseDir: string, plugins: Map<unknown, strin
           ...def,
           create: (params, ctx) =>
             guardPolicy(
-              checkServingHooks(runPluginCode('create', budgetMs, () => def.create(params, ctx)), def.name, file),
+              checkServingHooks(
+                runPluginCode('create', budgetMs, () => def.create(params, ctx)),
+                def.name,
+                file,
+              ),
               guard,
               budgetMs,
             ),
@@ -630,7 +737,8 @@ export function formatBytes(n: number): string {
 }
 
 /** Rewrites every raw byte count ("25769803776 B") of a message in human units. */
-export const humanizeSizes = (message: string): string => message.replace(/\b(\d{4,}) B\b/g, (_m, n: string) => formatBytes(Number(n)));
+export const humanizeSizes = (message: string): string =>
+  message.replace(/\b(\d{4,}) B\b/g, (_m, n: string) => formatBytes(Number(n)));
 
 /**
  * What to report for an error of a run's preflight or run: user errors name the config file
@@ -653,13 +761,22 @@ function asReported(err: unknown, spec: RunSpec, configFile: string): unknown {
     plugin.guard.violation = undefined;
     return new PluginError(spec.policy.label, shown, err.hook, err.simTimeNs, detail, rule, err);
   }
-  if (err instanceof PluginExit) return new PluginError(spec.policy.label, shown, 'create', undefined, err.message, CONTRACT_RULES.sandbox, err);
+  if (err instanceof PluginExit)
+    return new PluginError(spec.policy.label, shown, 'create', undefined, err.message, CONTRACT_RULES.sandbox, err);
   // Thrown outside a hook (the factory, or code the executor does not wrap): the plugin's if its
   // own file is on top of the stack.
   const stack = err instanceof Error ? (err.stack ?? '') : '';
   const firstFrame = stack.split('\n').find((l) => /^\s+at /.test(l)) ?? '';
   if (firstFrame.includes(plugin.file) || firstFrame.includes(pathToFileURL(plugin.file).href)) {
-    return new PluginError(spec.policy.label, shown, 'create', undefined, err instanceof Error ? err.message : String(err), undefined, err);
+    return new PluginError(
+      spec.policy.label,
+      shown,
+      'create',
+      undefined,
+      err instanceof Error ? err.message : String(err),
+      undefined,
+      err,
+    );
   }
   return err;
 }
@@ -698,12 +815,21 @@ export function guardPolicy(p: ServingPolicy, state: GuardState, budgetMs = DEFA
     for (const k of d.dropTops ?? []) checkKey(view, k, 'asked to drop the top of');
     for (const t of d.loadTops ?? []) checkKey(view, (t as { key?: unknown } | null)?.key, 'asked to load a top of');
     const distinct = new Set(prefetch.map((r) => r.key)).size;
-    if (distinct > view.slots) violate(CONTRACT_RULES.budget, `asked to prefetch ${distinct} experts into a buffer of ${view.slots} slots`);
+    if (distinct > view.slots)
+      violate(CONTRACT_RULES.budget, `asked to prefetch ${distinct} experts into a buffer of ${view.slots} slots`);
     return d;
   };
-  const checkVictim = (view: ServingView, query: EvictionQuery, victim: ExpertKey | undefined): ExpertKey | undefined => {
+  const checkVictim = (
+    view: ServingView,
+    query: EvictionQuery,
+    victim: ExpertKey | undefined,
+  ): ExpertKey | undefined => {
     if (victim === undefined) {
-      if (query.reason === 'demand') violate(CONTRACT_RULES.demandVictim, `returned undefined when expert key ${query.forKey} had to be fetched on demand`);
+      if (query.reason === 'demand')
+        violate(
+          CONTRACT_RULES.demandVictim,
+          `returned undefined when expert key ${query.forKey} had to be fetched on demand`,
+        );
       return victim;
     }
     if (!query.candidates.includes(victim)) {
@@ -714,7 +840,8 @@ export function guardPolicy(p: ServingPolicy, state: GuardState, budgetMs = DEFA
     return victim;
   };
   const checkKeep = (view: ServingView, r: ReturnType<NonNullable<ServingPolicy['afterUse']>>): typeof r => {
-    if (typeof r === 'object' && r !== null) for (const k of r.dropTops ?? []) checkKey(view, k, 'asked to drop the top of');
+    if (typeof r === 'object' && r !== null)
+      for (const k of r.dropTops ?? []) checkKey(view, k, 'asked to drop the top of');
     return r;
   };
   const checkTops = (shape: ModelShapeView, tops: readonly TopRequest[]): readonly TopRequest[] => {
@@ -725,11 +852,17 @@ export function guardPolicy(p: ServingPolicy, state: GuardState, budgetMs = DEFA
     if (isThenable(r)) violate(CONTRACT_RULES.result, `returned a Promise (an async hook?); ${expected(hook)}`);
     const kind = SERVING_HOOKS[hook];
     const ok =
-      kind === 'decision' ? r === undefined || isDecision(r)
-      : kind === 'victim' ? r === undefined || typeof r === 'number'
-      : kind === 'keep' ? r === undefined || typeof r === 'boolean' || (isPlainObject(r) && typeof r.keepTop === 'number' && isArrayOrAbsent(r.dropTops))
-      : hook === 'initialTops' ? Array.isArray(r)
-      : true;
+      kind === 'decision'
+        ? r === undefined || isDecision(r)
+        : kind === 'victim'
+          ? r === undefined || typeof r === 'number'
+          : kind === 'keep'
+            ? r === undefined ||
+              typeof r === 'boolean' ||
+              (isPlainObject(r) && typeof r.keepTop === 'number' && isArrayOrAbsent(r.dropTops))
+            : hook === 'initialTops'
+              ? Array.isArray(r)
+              : true;
     if (!ok) violate(CONTRACT_RULES.result, `returned ${describe(r)}; ${expected(hook)}`);
   };
   return interceptPolicy(p, (hook, call): AnyHook => {
@@ -747,7 +880,8 @@ export function guardPolicy(p: ServingPolicy, state: GuardState, budgetMs = DEFA
       case 'decision':
         return ([view], r) => checkDecision(view as ServingView, r as PolicyDecision | void);
       case 'victim':
-        return ([view, query], r) => checkVictim(view as ServingView, query as EvictionQuery, r as ExpertKey | undefined);
+        return ([view, query], r) =>
+          checkVictim(view as ServingView, query as EvictionQuery, r as ExpertKey | undefined);
       case 'keep':
         return ([view], r) => checkKeep(view as ServingView, r as ReturnType<typeof checkKeep>);
       case 'setup':
@@ -769,16 +903,22 @@ function expected(hook: ServingHook): string {
     case 'keep':
       return `${hook} must return a boolean, { keepTop, dropTops? } or undefined`;
     default:
-      return hook === 'initialTops' ? `${hook} must return an array of { key, fraction }` : `${hook} must return synchronously`;
+      return hook === 'initialTops'
+        ? `${hook} must return an array of { key, fraction }`
+        : `${hook} must return synchronously`;
   }
 }
 
-const isThenable = (r: unknown): boolean => typeof r === 'object' && r !== null && typeof (r as { then?: unknown }).then === 'function';
-const isPlainObject = (r: unknown): r is Record<string, unknown> => typeof r === 'object' && r !== null && !Array.isArray(r);
+const isThenable = (r: unknown): boolean =>
+  typeof r === 'object' && r !== null && typeof (r as { then?: unknown }).then === 'function';
+const isPlainObject = (r: unknown): r is Record<string, unknown> =>
+  typeof r === 'object' && r !== null && !Array.isArray(r);
 const isArrayOrAbsent = (v: unknown): boolean => v === undefined || Array.isArray(v);
 const DECISION_LISTS = ['prefetch', 'cancel', 'evict', 'dropTops', 'loadTops'] as const;
 const isDecision = (r: unknown): boolean =>
-  isPlainObject(r) && DECISION_LISTS.every((f) => isArrayOrAbsent(r[f])) && (r.topPriority === undefined || typeof r.topPriority === 'number');
+  isPlainObject(r) &&
+  DECISION_LISTS.every((f) => isArrayOrAbsent(r[f])) &&
+  (r.topPriority === undefined || typeof r.topPriority === 'number');
 
 /** A hook's result as a message shows it (short). */
 function describe(r: unknown): string {

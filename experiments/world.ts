@@ -42,11 +42,16 @@ export async function buildServingWorld(spec: RunSpec, o: WorldOptions): Promise
       recordedNeeds.set(spec, oracle);
     }
   }
-  return assemble(spec, o, (ctx, model) => ({
-    policy: def.create(spec.policy.params, oracle ? { ...ctx, oracle } : ctx),
-    bufferSlots: def.bufferSlots?.(spec.policy.params, model),
-    preloadAllExperts: def.servingOverrides?.preloadAllExperts ?? false,
-  }), o.sink);
+  return assemble(
+    spec,
+    o,
+    (ctx, model) => ({
+      policy: def.create(spec.policy.params, oracle ? { ...ctx, oracle } : ctx),
+      bufferSlots: def.bufferSlots?.(spec.policy.params, model),
+      preloadAllExperts: def.servingOverrides?.preloadAllExperts ?? false,
+    }),
+    o.sink,
+  );
 }
 
 /**
@@ -56,11 +61,20 @@ export async function buildServingWorld(spec: RunSpec, o: WorldOptions): Promise
 async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace> {
   const def = spec.policy.definition;
   let trace: NeedTrace | undefined;
-  const executor = await assemble(spec, o, (ctx, model) => {
-    const recorder = recordNeeds(onDemand.create(onDemand.params.parse({}), ctx));
-    trace = recorder.trace;
-    return { policy: recorder.policy, bufferSlots: def.bufferSlots?.(spec.policy.params, model), preloadAllExperts: false };
-  }, undefined);
+  const executor = await assemble(
+    spec,
+    o,
+    (ctx, model) => {
+      const recorder = recordNeeds(onDemand.create(onDemand.params.parse({}), ctx));
+      trace = recorder.trace;
+      return {
+        policy: recorder.policy,
+        bufferSlots: def.bufferSlots?.(spec.policy.params, model),
+        preloadAllExperts: false,
+      };
+    },
+    undefined,
+  );
   executor.run();
   return trace!;
 }
@@ -114,9 +128,17 @@ async function assemble(
 export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Promise<ThroughputExecutor> {
   const x = spec.throughput;
   const def = spec.policy.definition;
-  if (!x || !def.createThroughput) throw new Error(`run ${spec.index} (${spec.policy.label}) does not select the throughput executor and a throughput policy`);
+  if (!x || !def.createThroughput)
+    throw new Error(
+      `run ${spec.index} (${spec.policy.label}) does not select the throughput executor and a throughput policy`,
+    );
   const { model, hardware, cost, streams, workload } = await commonParts(spec, o);
-  const policy = def.createThroughput(spec.policy.params, { rng: streams.stream(`policy:${spec.policy.label}`), model, hardware, workload });
+  const policy = def.createThroughput(spec.policy.params, {
+    rng: streams.stream(`policy:${spec.policy.label}`),
+    model,
+    hardware,
+    workload,
+  });
   const config: ThroughputConfig = {
     phase: x.phase,
     ...(x.batchSeqs !== undefined ? { batchSeqs: x.batchSeqs } : {}),
@@ -128,5 +150,14 @@ export async function buildThroughputWorld(spec: RunSpec, o: WorldOptions): Prom
     packetBytes: Math.round(x.packetMiB * 1024 * 1024),
     memoise: x.memoise,
   };
-  return new ThroughputExecutor({ model, hardware, cost, workload, policy, config, fallbackRng: streams.stream('aggregate-fallback'), ...(o.sink ? { sink: o.sink } : {}) });
+  return new ThroughputExecutor({
+    model,
+    hardware,
+    cost,
+    workload,
+    policy,
+    config,
+    fallbackRng: streams.stream('aggregate-fallback'),
+    ...(o.sink ? { sink: o.sink } : {}),
+  });
 }

@@ -101,7 +101,10 @@ export function attentionParams(m: ModelDeriveInput, d: ModelArchitectureDetails
     const rope = need(a.ropeHeadDim, 'ropeHeadDim');
     const v = need(a.vHeadDim, 'vHeadDim');
     const nope = a.headDim - rope;
-    const q = a.qLoraRank !== undefined ? h * a.qLoraRank + a.qLoraRank + a.qLoraRank * a.heads * a.headDim : h * a.heads * a.headDim;
+    const q =
+      a.qLoraRank !== undefined
+        ? h * a.qLoraRank + a.qLoraRank + a.qLoraRank * a.heads * a.headDim
+        : h * a.heads * a.headDim;
     const kvA = h * (kvLora + rope) + kvLora;
     const kvB = kvLora * a.heads * (nope + v);
     const o = a.heads * v * h;
@@ -133,7 +136,14 @@ export function linearAttentionLayerCount(layers: number, la: LinearAttention): 
 export function gatedDeltaNetParams(h: number, la: LinearAttention): number {
   const qk = la.keyHeads * la.keyHeadDim;
   const v = la.valueHeads * la.valueHeadDim;
-  return h * (2 * qk + 2 * v) + h * 2 * la.valueHeads + (2 * qk + v) * la.convKernel + 2 * la.valueHeads + la.valueHeadDim + v * h;
+  return (
+    h * (2 * qk + 2 * v) +
+    h * 2 * la.valueHeads +
+    (2 * qk + v) * la.convKernel +
+    2 * la.valueHeads +
+    la.valueHeadDim +
+    v * h
+  );
 }
 
 /** Recurrent state of one sequence in one DeltaNet layer: Hv·dk·dv state elements plus the conv window (kernel−1 columns, bf16). */
@@ -154,7 +164,8 @@ export function gatedDeltaNetStateFlops(la: LinearAttention): number {
 
 /** KV-cache elements per token per layer: 2·n_kv·d (K+V), or kv_lora + rope for MLA. */
 export function kvElementsPerTokenPerLayer(attention: ModelProfile['attention']): number {
-  if (attention.type === 'MLA') return need(attention.kvLoraRank, 'kvLoraRank') + need(attention.ropeHeadDim, 'ropeHeadDim');
+  if (attention.type === 'MLA')
+    return need(attention.kvLoraRank, 'kvLoraRank') + need(attention.ropeHeadDim, 'ropeHeadDim');
   return attention.kvHeads * (attention.headDim + (attention.vHeadDim ?? attention.headDim));
 }
 
@@ -205,7 +216,10 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
   const sharedExpertBytesPerLayer =
     bytes(sharedFfnParams, dtypes.expertBytesPerParam) + bytes(sharedGateParams, dtypes.attentionBytesPerParam);
   const routerBytesPerLayer = bytes(routerParams, dtypes.attentionBytesPerParam);
-  const attentionBytesPerLayer = bytes(attnParamsPerLayer + layerNormParamsPerLayer + routerParams, dtypes.attentionBytesPerParam);
+  const attentionBytesPerLayer = bytes(
+    attnParamsPerLayer + layerNormParamsPerLayer + routerParams,
+    dtypes.attentionBytesPerParam,
+  );
   const denseFfnBytesPerLayer = bytes(denseFfnParams, dtypes.expertBytesPerParam);
   const embeddingBytes = bytes(input.vocabSize * h, dtypes.embeddingBytesPerParam);
   const lmHeadBiasBytes = bytes(d.lmHeadBias ? input.vocabSize : 0, dtypes.embeddingBytesPerParam);

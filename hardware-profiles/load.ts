@@ -33,7 +33,15 @@ import {
   type RuntimeFile,
   type TestbedFile,
 } from './schema.ts';
-import type { CpuProfile, DriveProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile, RuntimeProfile } from './types.ts';
+import type {
+  CpuProfile,
+  DriveProfile,
+  GpuProfile,
+  HardwareProfile,
+  ModelProfile,
+  PcieProfile,
+  RuntimeProfile,
+} from './types.ts';
 
 /** The folder holding `models/`, `gpus/`, `cpus/`, `pcie/`, `testbeds/`. */
 export const PROFILES_DIR: string = fileURLToPath(new URL('.', import.meta.url));
@@ -48,7 +56,13 @@ export interface LoadedModelProfile extends ModelProfile {
 
 type Kind = 'model' | 'gpu' | 'cpu' | 'pcie' | 'drive' | 'hardware' | 'runtime';
 const FOLDER: Record<Kind, string> = {
-  model: 'models', gpu: 'gpus', cpu: 'cpus', pcie: 'pcie', drive: 'drives', hardware: 'testbeds', runtime: 'runtimes',
+  model: 'models',
+  gpu: 'gpus',
+  cpu: 'cpus',
+  pcie: 'pcie',
+  drive: 'drives',
+  hardware: 'testbeds',
+  runtime: 'runtimes',
 };
 
 /** A path (not an id): a `.json` file, or a `.yaml`/`.yml` testbed a user wrote (`moesim hardware new`). */
@@ -105,11 +119,22 @@ export function clearProfileCache(): void {
  * otherwise `<folder>/<id>.json`, which must exist.
  * @throws UserError for an unknown id, listing the known ones.
  */
-function locate(kind: Kind, idOrPath: string, baseDir: string, file?: string, field: string = kind): { path: string; byId: boolean } {
+function locate(
+  kind: Kind,
+  idOrPath: string,
+  baseDir: string,
+  file?: string,
+  field: string = kind,
+): { path: string; byId: boolean } {
   if (isProfilePath(idOrPath)) return { path: resolve(baseDir, idOrPath), byId: false };
   const known = listIds(kind);
   if (!known.includes(idOrPath)) {
-    throw new UserError(`unknown ${kind === 'hardware' ? 'hardware profile' : kind} (known: ${known.join(', ')})`, file, field, idOrPath);
+    throw new UserError(
+      `unknown ${kind === 'hardware' ? 'hardware profile' : kind} (known: ${known.join(', ')})`,
+      file,
+      field,
+      idOrPath,
+    );
   }
   return { path: resolve(PROFILES_DIR, FOLDER[kind], `${idOrPath}.json`), byId: true };
 }
@@ -139,7 +164,12 @@ function readValidated<S extends z.ZodType>(schema: S, file: string, byId: boole
     const at = first ? [...first.path, ...(first.code === 'unrecognized_keys' ? first.keys.slice(0, 1) : [])] : [];
     const fieldPath = at.map(String).join('.');
     const more = issues.length > 1 ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? 's' : ''})` : '';
-    throw new UserError(`${first?.message ?? 'invalid profile'}${more}`, file, fieldPath || undefined, valueAt(raw, at));
+    throw new UserError(
+      `${first?.message ?? 'invalid profile'}${more}`,
+      file,
+      fieldPath || undefined,
+      valueAt(raw, at),
+    );
   }
   const data = parsed.data as { id?: unknown };
   if (byId && data.id !== basename(file, '.json')) {
@@ -257,7 +287,10 @@ export function resolveGpu(f: GpuFile): GpuProfile {
   const measured =
     f.measured &&
     Object.fromEntries(
-      Object.entries(f.measured).map(([k, t]) => [k, t.pointsTokensUs.map(([tokens, us]) => [tokens, us * 1e3] as const)]),
+      Object.entries(f.measured).map(([k, t]) => [
+        k,
+        t.pointsTokensUs.map(([tokens, us]) => [tokens, us * 1e3] as const),
+      ]),
     );
   return {
     id: f.id,
@@ -345,7 +378,8 @@ export const loadGpu = (idOrPath: string): GpuProfile => loadComponent<GpuProfil
 /** Loads a CPU profile by id or `.json` path. @throws UserError */
 export const loadCpu = (idOrPath: string): CpuProfile => loadComponent<CpuProfile>('cpu', idOrPath, process.cwd());
 /** Loads an NVMe drive profile by id or `.json` path. @throws UserError */
-export const loadDrive = (idOrPath: string): DriveProfile => loadComponent<DriveProfile>('drive', idOrPath, process.cwd());
+export const loadDrive = (idOrPath: string): DriveProfile =>
+  loadComponent<DriveProfile>('drive', idOrPath, process.cwd());
 /** Loads a PCIe link profile by id or `.json` path. @throws UserError */
 export const loadPcie = (idOrPath: string): PcieProfile => loadComponent<PcieProfile>('pcie', idOrPath, process.cwd());
 
@@ -361,7 +395,10 @@ export function resolveTestbed(f: TestbedFile, path: string): HardwareProfile & 
     id: f.id,
     name: f.name,
     gpu: loadComponent<GpuProfile>('gpu', f.gpu, dir, path),
-    cpu: f.dram === undefined ? cpu : withDram(cpu, f.dram, readValidated(CpuFileSchema, locate('cpu', f.cpu, dir, path).path, false)),
+    cpu:
+      f.dram === undefined
+        ? cpu
+        : withDram(cpu, f.dram, readValidated(CpuFileSchema, locate('cpu', f.cpu, dir, path).path, false)),
     pcie: loadComponent<PcieProfile>('pcie', f.pcie, dir, path),
     hostDramBytes: Math.round(f.hostDramGiB * GIB),
     pinnedHostMemory: f.pinnedHostMemory,
@@ -375,7 +412,12 @@ export function resolveTestbed(f: TestbedFile, path: string): HardwareProfile & 
 /** The CPU with a testbed's own DIMMs: channels × MT/s × 8 B, at the given or the CPU's sustained fraction. */
 function withDram(cpu: CpuProfile, dram: NonNullable<TestbedFile['dram']>, file: CpuFile): CpuProfile {
   const peak = dram.channels * dram.megaTransfersPerSec * 1e6 * 8;
-  return { ...cpu, memoryChannels: dram.channels, dramPeakBytesPerSec: peak, dramBytesPerSec: peak * (dram.efficiency ?? file.dramEfficiency) };
+  return {
+    ...cpu,
+    memoryChannels: dram.channels,
+    dramPeakBytesPerSec: peak,
+    dramBytesPerSec: peak * (dram.efficiency ?? file.dramEfficiency),
+  };
 }
 
 /**
@@ -402,7 +444,9 @@ export function resolveRuntime(f: RuntimeFile): RuntimeProfile {
     name: f.name,
     dispatchNs: f.dispatchUs === null ? null : f.dispatchUs * 1e3,
     syncNs: f.syncUs * 1e3,
-    modules: Object.fromEntries(Object.entries(f.modules).map(([k, w]) => [k, { ops: w.ops, syncs: w.syncs }])) as RuntimeProfile['modules'],
+    modules: Object.fromEntries(
+      Object.entries(f.modules).map(([k, w]) => [k, { ops: w.ops, syncs: w.syncs }]),
+    ) as RuntimeProfile['modules'],
     expertLoop: f.expertLoop,
     expertOrder: f.expertOrder,
     attention: f.attention,

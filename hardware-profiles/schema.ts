@@ -29,9 +29,7 @@ const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
 const positiveNumber = z.number().positive();
 const fraction = z.number().gt(0).lte(1);
-const profileId = z
-  .string()
-  .regex(/^[a-z0-9][a-z0-9._-]*$/, 'ids are lower-case letters, digits, ".", "_" and "-"');
+const profileId = z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'ids are lower-case letters, digits, ".", "_" and "-"');
 const sources = z.array(z.string().min(1)).min(1, 'say where the numbers come from');
 const notes = z.string().optional();
 
@@ -72,17 +70,33 @@ export const AttentionFileSchema = z
         if (a[f] === undefined) ctx.addIssue({ code: 'custom', path: [f], message: `MLA needs ${f}` });
       }
       if (a.ropeHeadDim !== undefined && a.ropeHeadDim >= a.headDim) {
-        ctx.addIssue({ code: 'custom', path: ['ropeHeadDim'], message: 'ropeHeadDim must be < headDim (headDim includes it)', input: a.ropeHeadDim });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['ropeHeadDim'],
+          message: 'ropeHeadDim must be < headDim (headDim includes it)',
+          input: a.ropeHeadDim,
+        });
       }
     } else {
       for (const f of ['kvLoraRank', 'qLoraRank', 'ropeHeadDim'] as const) {
-        if (a[f] !== undefined) ctx.addIssue({ code: 'custom', path: [f], message: `${f} is only for MLA`, input: a[f] });
+        if (a[f] !== undefined)
+          ctx.addIssue({ code: 'custom', path: [f], message: `${f} is only for MLA`, input: a[f] });
       }
       if (a.heads % a.kvHeads !== 0) {
-        ctx.addIssue({ code: 'custom', path: ['kvHeads'], message: 'heads must be a multiple of kvHeads', input: a.kvHeads });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['kvHeads'],
+          message: 'heads must be a multiple of kvHeads',
+          input: a.kvHeads,
+        });
       }
       if (a.type === 'MHA' && a.kvHeads !== a.heads) {
-        ctx.addIssue({ code: 'custom', path: ['kvHeads'], message: 'MHA has kvHeads = heads (use GQA otherwise)', input: a.kvHeads });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['kvHeads'],
+          message: 'MHA has kvHeads = heads (use GQA otherwise)',
+          input: a.kvHeads,
+        });
       }
     }
   });
@@ -183,10 +197,19 @@ export const ModelFileSchema = z
     if (m.arch === 'encoder-decoder') {
       if (m.encoderLayers === undefined) issue(['encoderLayers'], 'encoder-decoder models need encoderLayers');
       if (m.decoderLayers === undefined) issue(['decoderLayers'], 'encoder-decoder models need decoderLayers');
-      if (m.encoderLayers !== undefined && m.decoderLayers !== undefined && m.encoderLayers + m.decoderLayers !== m.layers) {
-        issue(['layers'], `layers must equal encoderLayers + decoderLayers (${m.encoderLayers + m.decoderLayers})`, m.layers);
+      if (
+        m.encoderLayers !== undefined &&
+        m.decoderLayers !== undefined &&
+        m.encoderLayers + m.decoderLayers !== m.layers
+      ) {
+        issue(
+          ['layers'],
+          `layers must equal encoderLayers + decoderLayers (${m.encoderLayers + m.decoderLayers})`,
+          m.layers,
+        );
       }
-      if (m.moeLayerIndices === undefined) issue(['moeLayerIndices'], 'encoder-decoder models list their MoE layers explicitly');
+      if (m.moeLayerIndices === undefined)
+        issue(['moeLayerIndices'], 'encoder-decoder models list their MoE layers explicitly');
     } else {
       if (m.encoderLayers !== undefined) issue(['encoderLayers'], 'only for encoder-decoder models', m.encoderLayers);
       if (m.decoderLayers !== undefined) issue(['decoderLayers'], 'only for encoder-decoder models', m.decoderLayers);
@@ -206,10 +229,15 @@ export const ModelFileSchema = z
       const expected = m.layers - (m.firstDenseLayers ?? 0);
       if (m.moeLayers !== expected) issue(['moeLayers'], `layers − firstDenseLayers = ${expected}`, m.moeLayers);
     }
-    if ((m.sharedExperts > 0) !== (m.sharedIntermediateSize > 0)) {
-      issue(['sharedIntermediateSize'], 'sharedExperts and sharedIntermediateSize must be both zero or both positive', m.sharedIntermediateSize);
+    if (m.sharedExperts > 0 !== m.sharedIntermediateSize > 0) {
+      issue(
+        ['sharedIntermediateSize'],
+        'sharedExperts and sharedIntermediateSize must be both zero or both positive',
+        m.sharedIntermediateSize,
+      );
     }
-    if (m.sharedExpertGate && m.sharedExperts === 0) issue(['sharedExpertGate'], 'a shared-expert gate needs shared experts', true);
+    if (m.sharedExpertGate && m.sharedExperts === 0)
+      issue(['sharedExpertGate'], 'a shared-expert gate needs shared experts', true);
     if (m.moeLayers < m.layers && m.denseIntermediateSize === 0) {
       issue(['denseIntermediateSize'], 'the model has non-MoE layers: give their dense FFN width', 0);
     }
@@ -229,7 +257,12 @@ export const MeasuredTableFileSchema = z.strictObject({
       pts.forEach((p, i) => {
         const prev = pts[i - 1];
         if (prev !== undefined && p[0] <= prev[0]) {
-          ctx.addIssue({ code: 'custom', path: [i, 0], message: 'token counts must be strictly increasing', input: p[0] });
+          ctx.addIssue({
+            code: 'custom',
+            path: [i, 0],
+            message: 'token counts must be strictly increasing',
+            input: p[0],
+          });
         }
       });
     }),
@@ -402,7 +435,17 @@ const ModuleWorkSchema = z.strictObject({
 });
 
 /** The GPU modules a runtime prices (`sim/cost/types.ts` op kinds, plus cross-attention and idle loop iterations). */
-export const RUNTIME_MODULES = ['attention', 'crossAttention', 'attentionProj', 'router', 'expert', 'idleExpert', 'sharedExperts', 'denseFfn', 'lmHead'] as const;
+export const RUNTIME_MODULES = [
+  'attention',
+  'crossAttention',
+  'attentionProj',
+  'router',
+  'expert',
+  'idleExpert',
+  'sharedExperts',
+  'denseFfn',
+  'lmHead',
+] as const;
 export type RuntimeModule = (typeof RUNTIME_MODULES)[number];
 
 /** One calibration figure: a measurement of this runtime with everything resident, and what the profile gives. */
@@ -429,7 +472,12 @@ export const RuntimeFileSchema = z.strictObject({
   /** Cost of one device→host synchronisation round trip (µs). */
   syncUs: z.number().nonnegative(),
   /** Host work per module call (ops, syncs). */
-  modules: z.strictObject(Object.fromEntries(RUNTIME_MODULES.map((m) => [m, ModuleWorkSchema])) as Record<RuntimeModule, typeof ModuleWorkSchema>),
+  modules: z.strictObject(
+    Object.fromEntries(RUNTIME_MODULES.map((m) => [m, ModuleWorkSchema])) as Record<
+      RuntimeModule,
+      typeof ModuleWorkSchema
+    >,
+  ),
   /** `all`: an MoE layer loops over every expert, paying `idleExpert` for each one no token chose (HF Switch / NLLB / Mixtral); `active`: only chosen experts. */
   expertLoop: z.enum(['active', 'all']),
   /** `index`: experts of a layer run in index order (a Python loop: a missing expert blocks the ones after it); `ready-first`: resident experts first (a scheduler). */

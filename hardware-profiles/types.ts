@@ -212,12 +212,29 @@ export interface RuntimeProfile {
   /** Host cost of one dispatched op; `null` = the GPU's kernel launch cost. */
   readonly dispatchNs: number | null;
   readonly syncNs: number;
-  readonly modules: Readonly<Record<'attention' | 'crossAttention' | 'attentionProj' | 'router' | 'expert' | 'idleExpert' | 'sharedExperts' | 'denseFfn' | 'lmHead', ModuleWork>>;
+  readonly modules: Readonly<
+    Record<
+      | 'attention'
+      | 'crossAttention'
+      | 'attentionProj'
+      | 'router'
+      | 'expert'
+      | 'idleExpert'
+      | 'sharedExperts'
+      | 'denseFfn'
+      | 'lmHead',
+      ModuleWork
+    >
+  >;
   readonly expertLoop: 'active' | 'all';
   readonly expertOrder: 'index' | 'ready-first';
   readonly attention: 'eager' | 'fused';
   readonly gemmEfficiency?: { readonly maxFraction: number; readonly halfSaturationTokens: number };
-  readonly cpuAttention: { readonly kernel: string; readonly fmaPeakFraction: number | null; readonly threads: number | null };
+  readonly cpuAttention: {
+    readonly kernel: string;
+    readonly fmaPeakFraction: number | null;
+    readonly threads: number | null;
+  };
   /** Host-resident expert computation (schema.ts `hostExperts`; µs → ns). */
   readonly hostExperts?: {
     readonly kernels: string | null;

@@ -170,7 +170,9 @@ export class RequestTable implements RequestSource {
     const promptTokens = this.prompt[i]!;
     const outputTokens = this.output[i]!;
     // The shape `buildWorkload` always gave a spec: `task` only when there is one.
-    return t === 0 ? { id: i, arrivalNs, promptTokens, outputTokens } : { id: i, arrivalNs, promptTokens, outputTokens, task: this.taskNames[t - 1]! };
+    return t === 0
+      ? { id: i, arrivalNs, promptTokens, outputTokens }
+      : { id: i, arrivalNs, promptTokens, outputTokens, task: this.taskNames[t - 1]! };
   }
   arrivalNs(i: number): Ns {
     return this.arrival[i]! as Ns;

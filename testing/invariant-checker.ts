@@ -99,7 +99,12 @@ export class InvariantChecker implements TraceSink {
 
   /** Counters, for tests that want to be sure the checker saw something. */
   get seen(): { memoryRecords: number; computes: number; h2dPacketBytes: number; transfers: number } {
-    return { memoryRecords: this.memoryRecords, computes: this.computes, h2dPacketBytes: this.h2dPacketBytes, transfers: this.transfers.size };
+    return {
+      memoryRecords: this.memoryRecords,
+      computes: this.computes,
+      h2dPacketBytes: this.h2dPacketBytes,
+      transfers: this.transfers.size,
+    };
   }
 
   private fail(msg: string): void {
@@ -116,8 +121,10 @@ export class InvariantChecker implements TraceSink {
     this.memoryRecords++;
     const at = `t=${r.timeNs} ${r.pool}/${r.category}`;
     if (r.usedBytes > r.capacityBytes) this.fail(`${at}: used ${r.usedBytes} B > capacity ${r.capacityBytes} B`);
-    if (r.usedBytes < 0 || r.categoryUsedBytes < 0) this.fail(`${at}: negative use (${r.usedBytes} B used, ${r.categoryUsedBytes} B in category)`);
-    if (r.categoryUsedBytes > r.usedBytes) this.fail(`${at}: category ${r.categoryUsedBytes} B > pool used ${r.usedBytes} B`);
+    if (r.usedBytes < 0 || r.categoryUsedBytes < 0)
+      this.fail(`${at}: negative use (${r.usedBytes} B used, ${r.categoryUsedBytes} B in category)`);
+    if (r.categoryUsedBytes > r.usedBytes)
+      this.fail(`${at}: category ${r.categoryUsedBytes} B > pool used ${r.usedBytes} B`);
     let cats = this.poolCategories.get(r.pool);
     if (!cats) this.poolCategories.set(r.pool, (cats = new Map()));
     cats.set(r.category, r.categoryUsedBytes);
@@ -130,10 +137,12 @@ export class InvariantChecker implements TraceSink {
 
   onExpertResidency(key: number, resident: boolean, timeNs: number): void {
     if (resident) {
-      if (this.resident.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} became resident twice without a release`);
+      if (this.resident.has(key))
+        this.fail(`t=${timeNs}: ${this.keyName(key)} became resident twice without a release`);
       const pending = this.arrivedTransfers.get(key) ?? 0;
       if (pending > 0) this.arrivedTransfers.set(key, pending - 1);
-      else if (!this.o.allowPreload) this.fail(`t=${timeNs}: ${this.keyName(key)} became resident without a completed transfer`);
+      else if (!this.o.allowPreload)
+        this.fail(`t=${timeNs}: ${this.keyName(key)} became resident without a completed transfer`);
       this.resident.add(key);
     } else {
       if (!this.resident.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} released but it was not resident`);
@@ -168,7 +177,8 @@ export class InvariantChecker implements TraceSink {
     const id = `${r.link}#${r.transferId}`;
     let b = this.transfers.get(id);
     if (!b) this.transfers.set(id, (b = { packetBytes: 0, reported: false, lastPacketEndNs: -1 }));
-    if (b.reported) this.fail(`t=${r.endNs}: packet of ${r.bytes} B for ${r.label} (${id}) after the transfer was reported`);
+    if (b.reported)
+      this.fail(`t=${r.endNs}: packet of ${r.bytes} B for ${r.label} (${id}) after the transfer was reported`);
     if (r.bytes <= 0) this.fail(`t=${r.endNs}: packet of ${r.bytes} B for ${r.label}`);
     if (r.startNs > r.endNs) this.fail(`packet of ${r.label} ends (${r.endNs}) before it starts (${r.startNs})`);
     if (r.startNs < b.lastPacketEndNs) this.fail(`t=${r.startNs}: packets of ${r.label} overlap`);
@@ -184,12 +194,18 @@ export class InvariantChecker implements TraceSink {
     if (b.reported) this.fail(`t=${r.endNs}: transfer ${r.label} (${id}) reported twice`);
     b.reported = true;
     if (r.outcome === 'done') {
-      if (b.packetBytes !== r.bytes) this.fail(`t=${r.endNs}: transfer ${r.label} done with ${b.packetBytes} B of packets for ${r.bytes} B`);
-      if (r.sentBytes !== r.bytes) this.fail(`t=${r.endNs}: transfer ${r.label} done but sentBytes ${r.sentBytes} ≠ ${r.bytes}`);
+      if (b.packetBytes !== r.bytes)
+        this.fail(`t=${r.endNs}: transfer ${r.label} done with ${b.packetBytes} B of packets for ${r.bytes} B`);
+      if (r.sentBytes !== r.bytes)
+        this.fail(`t=${r.endNs}: transfer ${r.label} done but sentBytes ${r.sentBytes} ≠ ${r.bytes}`);
       if (r.link === 'h2d') this.h2dDoneBytes += r.bytes;
     } else {
-      if (b.packetBytes !== r.sentBytes) this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${b.packetBytes} B of packets but reports ${r.sentBytes} B`);
-      if (r.sentBytes > r.bytes) this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${r.sentBytes} B of ${r.bytes} B`);
+      if (b.packetBytes !== r.sentBytes)
+        this.fail(
+          `t=${r.endNs}: cancelled transfer ${r.label} sent ${b.packetBytes} B of packets but reports ${r.sentBytes} B`,
+        );
+      if (r.sentBytes > r.bytes)
+        this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${r.sentBytes} B of ${r.bytes} B`);
       if (r.link === 'h2d') this.h2dCancelledSentBytes += r.sentBytes;
     }
     if (r.link === 'h2d' && r.category === 'expert-zero-copy') {
@@ -209,7 +225,9 @@ export class InvariantChecker implements TraceSink {
       }
       const key = Number(m[1]) * this.experts + Number(m[2]);
       if (this.o.bytesPerExpert !== undefined && r.bytes !== this.o.bytesPerExpert) {
-        this.fail(`t=${r.endNs}: transfer of ${this.keyName(key)} is ${r.bytes} B, an expert is ${this.o.bytesPerExpert} B`);
+        this.fail(
+          `t=${r.endNs}: transfer of ${this.keyName(key)} is ${r.bytes} B, an expert is ${this.o.bytesPerExpert} B`,
+        );
       }
       if (r.outcome === 'done') this.arrivedTransfers.set(key, (this.arrivedTransfers.get(key) ?? 0) + 1);
     }
@@ -223,7 +241,8 @@ export class InvariantChecker implements TraceSink {
     b[phase].push(timeNs);
     const at = `request ${id} ${phase} at t=${timeNs}`;
     if (phase !== 'arrive' && b.arrive.length === 0) this.fail(`${at} before it arrived`);
-    if ((phase === 'firstToken' || phase === 'token' || phase === 'finish') && b.admit.length === 0) this.fail(`${at} before it was admitted`);
+    if ((phase === 'firstToken' || phase === 'token' || phase === 'finish') && b.admit.length === 0)
+      this.fail(`${at} before it was admitted`);
     if (phase === 'token' && b.firstToken.length === 0) this.fail(`${at}: a token before the first token`);
     if (phase === 'finish' && b.firstToken.length === 0) this.fail(`${at}: finished without a first token`);
     if (b.finish.length > 0 && phase !== 'finish') this.fail(`${at} after it finished`);
@@ -234,7 +253,8 @@ export class InvariantChecker implements TraceSink {
   onKernel(r: KernelRecord): void {
     if (r.endNs < r.startNs) this.fail(`kernel ${r.label} ends (${r.endNs}) before it starts (${r.startNs})`);
     const prev = this.streamEndNs.get(r.stream) ?? 0;
-    if (r.startNs < prev) this.fail(`t=${r.startNs}: kernel ${r.label} starts before the previous kernel of ${r.stream} ended (${prev})`);
+    if (r.startNs < prev)
+      this.fail(`t=${r.startNs}: kernel ${r.label} starts before the previous kernel of ${r.stream} ended (${prev})`);
     this.streamEndNs.set(r.stream, r.endNs);
   }
 
@@ -250,23 +270,34 @@ export class InvariantChecker implements TraceSink {
 
     // (a) the pools' own figures agree with what they reported.
     for (const pool of [outcome.resources.vram, outcome.resources.host]) {
-      if (pool.usedBytes > pool.capacityBytes) this.fail(`end: ${pool.name} used ${pool.usedBytes} B > capacity ${pool.capacityBytes} B`);
-      if (pool.peakBytes > pool.capacityBytes) this.fail(`end: ${pool.name} peak ${pool.peakBytes} B > capacity ${pool.capacityBytes} B`);
+      if (pool.usedBytes > pool.capacityBytes)
+        this.fail(`end: ${pool.name} used ${pool.usedBytes} B > capacity ${pool.capacityBytes} B`);
+      if (pool.peakBytes > pool.capacityBytes)
+        this.fail(`end: ${pool.name} peak ${pool.peakBytes} B > capacity ${pool.capacityBytes} B`);
     }
 
     // (c) h2d bytes.
     const h2d = outcome.resources.h2d;
     const fromTransfers = this.h2dDoneBytes + this.h2dCancelledSentBytes;
     if (this.h2dPacketBytes !== fromTransfers) {
-      this.fail(`end: h2d packets carried ${this.h2dPacketBytes} B but done transfers (${this.h2dDoneBytes} B) + cancelled sent (${this.h2dCancelledSentBytes} B) = ${fromTransfers} B`);
+      this.fail(
+        `end: h2d packets carried ${this.h2dPacketBytes} B but done transfers (${this.h2dDoneBytes} B) + cancelled sent (${this.h2dCancelledSentBytes} B) = ${fromTransfers} B`,
+      );
     }
-    if (h2d.bytesMoved !== this.h2dPacketBytes) this.fail(`end: h2d.bytesMoved ${h2d.bytesMoved} B ≠ Σ packets ${this.h2dPacketBytes} B`);
+    if (h2d.bytesMoved !== this.h2dPacketBytes)
+      this.fail(`end: h2d.bytesMoved ${h2d.bytesMoved} B ≠ Σ packets ${this.h2dPacketBytes} B`);
     if (h2d.bytesMoved !== h2d.completedBytes + h2d.cancelledSentBytes) {
-      this.fail(`end: h2d.bytesMoved ${h2d.bytesMoved} B ≠ completed ${h2d.completedBytes} B + cancelled sent ${h2d.cancelledSentBytes} B`);
+      this.fail(
+        `end: h2d.bytesMoved ${h2d.bytesMoved} B ≠ completed ${h2d.completedBytes} B + cancelled sent ${h2d.cancelledSentBytes} B`,
+      );
     }
-    if (h2d.completedBytes !== this.h2dDoneBytes) this.fail(`end: h2d.completedBytes ${h2d.completedBytes} B ≠ Σ done transfers ${this.h2dDoneBytes} B`);
-    for (const [id, b] of this.transfers) if (!b.reported) this.fail(`end: transfer ${id} carried ${b.packetBytes} B but was never reported done or cancelled`);
-    for (const [key, n] of this.arrivedTransfers) if (n > 0) this.fail(`end: ${n} completed transfer(s) of ${this.keyName(key)} never made it resident`);
+    if (h2d.completedBytes !== this.h2dDoneBytes)
+      this.fail(`end: h2d.completedBytes ${h2d.completedBytes} B ≠ Σ done transfers ${this.h2dDoneBytes} B`);
+    for (const [id, b] of this.transfers)
+      if (!b.reported)
+        this.fail(`end: transfer ${id} carried ${b.packetBytes} B but was never reported done or cancelled`);
+    for (const [key, n] of this.arrivedTransfers)
+      if (n > 0) this.fail(`end: ${n} completed transfer(s) of ${this.keyName(key)} never made it resident`);
 
     // (d) requests.
     const ids = new Set<number>();
@@ -283,7 +314,8 @@ export class InvariantChecker implements TraceSink {
       }
       const emitted = b.firstToken.length + b.token.length;
       if (emitted !== r.outputTokens) this.fail(`${at}: ${emitted} tokens emitted for ${r.outputTokens} output tokens`);
-      if (r.emittedTokens !== r.outputTokens) this.fail(`${at}: outcome says ${r.emittedTokens} tokens emitted for ${r.outputTokens}`);
+      if (r.emittedTokens !== r.outputTokens)
+        this.fail(`${at}: outcome says ${r.emittedTokens} tokens emitted for ${r.outputTokens}`);
       const [arrive, admit, first, finish] = [b.arrive[0], b.admit[0], b.firstToken[0], b.finish[0]];
       if (arrive === undefined || admit === undefined || first === undefined || finish === undefined) continue;
       if (!(arrive <= admit && admit <= first && first <= finish)) {
@@ -291,13 +323,17 @@ export class InvariantChecker implements TraceSink {
       }
       const lastToken = b.token.length > 0 ? b.token[b.token.length - 1]! : first;
       if (lastToken !== finish) this.fail(`${at}: finished at ${finish} but its last token came at ${lastToken}`);
-      for (let i = 1; i < b.token.length; i++) if (b.token[i]! < b.token[i - 1]!) this.fail(`${at}: tokens out of order`);
+      for (let i = 1; i < b.token.length; i++)
+        if (b.token[i]! < b.token[i - 1]!) this.fail(`${at}: tokens out of order`);
       if (arrive !== r.arrivalNs || admit !== r.admitNs || first !== r.firstTokenNs || finish !== r.finishNs) {
-        this.fail(`${at}: outcome times (${r.arrivalNs}, ${r.admitNs}, ${r.firstTokenNs}, ${r.finishNs}) ≠ recorded (${arrive}, ${admit}, ${first}, ${finish})`);
+        this.fail(
+          `${at}: outcome times (${r.arrivalNs}, ${r.admitNs}, ${r.firstTokenNs}, ${r.finishNs}) ≠ recorded (${arrive}, ${admit}, ${first}, ${finish})`,
+        );
       }
       if (finish > outcome.endNs) this.fail(`${at}: finished at ${finish} after the end of the run (${outcome.endNs})`);
     }
-    for (const id of this.requests.keys()) if (!ids.has(id)) this.fail(`records of request ${id}, which is not in the outcome`);
+    for (const id of this.requests.keys())
+      if (!ids.has(id)) this.fail(`records of request ${id}, which is not in the outcome`);
     return this.violations();
   }
 }

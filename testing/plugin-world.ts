@@ -49,7 +49,12 @@ export const TINY_SERVING_WORLD: PluginWorld = {
   model: 'olmoe',
   hardware: 'rtx4090',
   seed: 1,
-  workload: { requests: 4, arrival: { kind: 'poisson', ratePerS: 20 }, promptTokens: { kind: 'fixed', tokens: 8 }, outputTokens: { kind: 'fixed', tokens: 4 } },
+  workload: {
+    requests: 4,
+    arrival: { kind: 'poisson', ratePerS: 20 },
+    promptTokens: { kind: 'fixed', tokens: 8 },
+    outputTokens: { kind: 'fixed', tokens: 4 },
+  },
   executor: { batching: 'continuous', maxBatchSize: 2, bufferSlots: 'auto' },
 };
 
@@ -58,7 +63,12 @@ export const TINY_THROUGHPUT_WORLD: PluginWorld = {
   model: 'deepseek-v2-lite',
   hardware: 'moe-gen-c1',
   seed: 1,
-  workload: { requests: 16, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 64 }, outputTokens: { kind: 'fixed', tokens: 8 } },
+  workload: {
+    requests: 16,
+    arrival: { kind: 'offline' },
+    promptTokens: { kind: 'fixed', tokens: 64 },
+    outputTokens: { kind: 'fixed', tokens: 8 },
+  },
   executor: { kind: 'throughput', phase: 'decode' },
 };
 
@@ -67,29 +77,40 @@ const SMALL_MODELS = ['olmoe', 'qwen1.5-moe-a2.7b', 'deepseek-v2-lite', 'mixtral
 const lengthArb = (max: number) =>
   fc.oneof(
     fc.integer({ min: 1, max }).map((tokens) => ({ kind: 'fixed', tokens })),
-    fc.tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max })).map(([a, b]) => ({ kind: 'uniform', min: Math.min(a, b), max: Math.max(a, b) })),
+    fc
+      .tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max }))
+      .map(([a, b]) => ({ kind: 'uniform', min: Math.min(a, b), max: Math.max(a, b) })),
   );
 
 /** Random small serving worlds: real small models × every shipped testbed × a few short requests × executor settings. */
-export const servingWorldArb: fc.Arbitrary<PluginWorld> = fc.record({
-  model: fc.constantFrom(...SMALL_MODELS),
-  hardware: fc.constantFrom(...listHardware()),
-  seed: fc.integer({ min: 0, max: 10_000 }),
-  workload: fc.record({
-    requests: fc.integer({ min: 1, max: 4 }),
-    arrival: fc.oneof(fc.constant({ kind: 'offline' }), fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson', ratePerS }))),
-    promptTokens: lengthArb(32),
-    outputTokens: lengthArb(5),
-    routing: fc.constantFrom({ kind: 'uniform' }, { kind: 'synthetic', profile: 'olmoe' }),
-  }),
-  executor: fc.record({
-    batching: fc.constantFrom('static', 'continuous'),
-    maxBatchSize: fc.integer({ min: 1, max: 4 }),
-    maxWaitMs: fc.constantFrom(0, 20),
-    bufferSlots: fc.oneof(fc.constant('auto'), fc.integer({ min: 1, max: 96 })),
-    packetMiB: fc.constantFrom(4, 16, 64),
-  }),
-}).map((w) => (w.workload.routing.kind === 'synthetic' && w.model !== 'olmoe' ? { ...w, workload: { ...w.workload, routing: { kind: 'uniform' } } } : w));
+export const servingWorldArb: fc.Arbitrary<PluginWorld> = fc
+  .record({
+    model: fc.constantFrom(...SMALL_MODELS),
+    hardware: fc.constantFrom(...listHardware()),
+    seed: fc.integer({ min: 0, max: 10_000 }),
+    workload: fc.record({
+      requests: fc.integer({ min: 1, max: 4 }),
+      arrival: fc.oneof(
+        fc.constant({ kind: 'offline' }),
+        fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson', ratePerS })),
+      ),
+      promptTokens: lengthArb(32),
+      outputTokens: lengthArb(5),
+      routing: fc.constantFrom({ kind: 'uniform' }, { kind: 'synthetic', profile: 'olmoe' }),
+    }),
+    executor: fc.record({
+      batching: fc.constantFrom('static', 'continuous'),
+      maxBatchSize: fc.integer({ min: 1, max: 4 }),
+      maxWaitMs: fc.constantFrom(0, 20),
+      bufferSlots: fc.oneof(fc.constant('auto'), fc.integer({ min: 1, max: 96 })),
+      packetMiB: fc.constantFrom(4, 16, 64),
+    }),
+  })
+  .map((w) =>
+    w.workload.routing.kind === 'synthetic' && w.model !== 'olmoe'
+      ? { ...w, workload: { ...w.workload, routing: { kind: 'uniform' } } }
+      : w,
+  );
 
 /** Random small throughput worlds: small models × machines × short offline batches × phase. */
 export const throughputWorldArb: fc.Arbitrary<PluginWorld> = fc.record({
@@ -110,8 +131,12 @@ class MemoryChecker implements TraceSink {
   readonly violations: string[] = [];
   onMemory(r: MemoryRecord): void {
     if (this.violations.length >= 20) return;
-    if (r.usedBytes > r.capacityBytes) this.violations.push(`${r.pool} over capacity at t=${r.timeNs} ns: ${r.usedBytes} > ${r.capacityBytes}`);
-    if (r.categoryUsedBytes < 0 || r.categoryUsedBytes > r.usedBytes) this.violations.push(`${r.pool}.${r.category} = ${r.categoryUsedBytes} outside [0, ${r.usedBytes}] at t=${r.timeNs} ns`);
+    if (r.usedBytes > r.capacityBytes)
+      this.violations.push(`${r.pool} over capacity at t=${r.timeNs} ns: ${r.usedBytes} > ${r.capacityBytes}`);
+    if (r.categoryUsedBytes < 0 || r.categoryUsedBytes > r.usedBytes)
+      this.violations.push(
+        `${r.pool}.${r.category} = ${r.categoryUsedBytes} outside [0, ${r.usedBytes}] at t=${r.timeNs} ns`,
+      );
   }
 }
 
@@ -121,7 +146,11 @@ class MemoryChecker implements TraceSink {
  * before running (a `UserError`: the buffer or the model does not fit) comes back as `refused`;
  * anything else thrown (a plugin failure, a bug) is rethrown.
  */
-export async function runPluginWorld(pluginFile: string, params: Record<string, unknown>, world: PluginWorld): Promise<PluginRun> {
+export async function runPluginWorld(
+  pluginFile: string,
+  params: Record<string, unknown>,
+  world: PluginWorld,
+): Promise<PluginRun> {
   const baseDir = path.dirname(pluginFile);
   const config = validateConfig({
     name: 'plugin-world',
@@ -146,7 +175,8 @@ export async function runPluginWorld(pluginFile: string, params: Record<string, 
     const outcome = (await buildThroughputWorld(spec, { baseDir, sink: memory })).run();
     const metrics = throughputMetrics(outcome);
     const violations = [...memory.violations];
-    if (!outcome.feasible && !(outcome.infeasibleReason ?? '').trim()) violations.push('an infeasible plan must say why');
+    if (!outcome.feasible && !(outcome.infeasibleReason ?? '').trim())
+      violations.push('an infeasible plan must say why');
     return { violations, metrics };
   }
   const model = loadModel(spec.model);

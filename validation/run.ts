@@ -51,7 +51,8 @@ function metricOf(r: RunRecord | undefined, f: Figure): number | null {
 export async function runCase(c: Case): Promise<CaseResult> {
   const missing = c.mechanisms.filter((m) => !isBuilt(m));
   const all = [...c.calibrate.map((f) => ['calibrate', f] as const), ...c.judged.map((f) => ['judged', f] as const)];
-  const unsimulated = (): FigureResult[] => all.map(([role, figure]) => ({ role, figure, simulated: null, error: null }));
+  const unsimulated = (): FigureResult[] =>
+    all.map(([role, figure]) => ({ role, figure, simulated: null, error: null }));
   if (missing.length > 0) {
     return { case: c, runnable: false, missing, figures: unsimulated() };
   }

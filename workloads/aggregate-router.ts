@@ -151,7 +151,14 @@ export function roundToTotal(x: Float64Array, n: number, total: number, cap: num
 export const binomial = (n: number, p: number, rng: Rng): number => rng.binomial(n, p);
 
 /** Inclusion probabilities of a per-token sampler, estimated from `samples` tokens per layer. */
-export function estimateInclusion(L: number, E: number, k: number, sampler: TokenSampler, rng: Rng, samples = 65536): Float64Array {
+export function estimateInclusion(
+  L: number,
+  E: number,
+  k: number,
+  sampler: TokenSampler,
+  rng: Rng,
+  samples = 65536,
+): Float64Array {
   const q = new Float64Array(L * E);
   const tok = new Int32Array(k);
   for (let l = 0; l < L; l++) {

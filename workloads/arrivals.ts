@@ -37,7 +37,12 @@ export type ArrivalConfig = z.infer<typeof ArrivalSchema>;
  * Arrival times in seconds (non-decreasing) of `n` requests. `log` is required for `replay`.
  * Uses only the `rng` it is given (the run's `arrivals` stream).
  */
-export function arrivalTimesS(cfg: ArrivalConfig, n: number, rng: Rng, log?: readonly RequestLogEntry[]): { timesS: number[]; cycles: number } {
+export function arrivalTimesS(
+  cfg: ArrivalConfig,
+  n: number,
+  rng: Rng,
+  log?: readonly RequestLogEntry[],
+): { timesS: number[]; cycles: number } {
   const timesS: number[] = [];
   switch (cfg.kind) {
     case 'offline':

@@ -28,7 +28,14 @@ import { z } from 'zod';
 import type { RngStreams } from '../sim/kernel/rng.ts';
 import { UserError } from '../sim/kernel/errors.ts';
 import { secondsToNs } from '../sim/kernel/time.ts';
-import { RequestTable, type AggregateRouter, type ExpertPredictor, type RequestSpec, type RoutingSource, type Workload } from '../sim/workload.ts';
+import {
+  RequestTable,
+  type AggregateRouter,
+  type ExpertPredictor,
+  type RequestSpec,
+  type RoutingSource,
+  type Workload,
+} from '../sim/workload.ts';
 import { ArrivalSchema, arrivalTimesS } from './arrivals.ts';
 import { LengthSchema, lengthSampler, type LengthConfig, type LengthSampler } from './lengths.ts';
 import { readRequestLog, type RequestLogEntry } from './request-log.ts';
@@ -78,9 +85,11 @@ export const RoutingSchema = z.discriminatedUnion('kind', [
 export type RoutingConfig = z.infer<typeof RoutingSchema>;
 
 /** Task label → relative weight. */
-export const TaskMixSchema = z.record(z.string().min(1), z.number().positive()).refine((m) => Object.keys(m).length > 0, {
-  message: 'name at least one task',
-});
+export const TaskMixSchema = z
+  .record(z.string().min(1), z.number().positive())
+  .refine((m) => Object.keys(m).length > 0, {
+    message: 'name at least one task',
+  });
 
 export const WorkloadSchema = z
   .object({
@@ -111,17 +120,31 @@ export interface RoutingShape {
  * @throws UserError for bad or inconsistent input (missing file, trace or profile of another
  *   model shape, lengths that cannot be determined, ...), naming the file and field
  */
-export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, streams: RngStreams, baseDir: string = process.cwd()): Promise<Workload> {
+export async function buildWorkload(
+  cfg: WorkloadConfig,
+  shape: RoutingShape,
+  streams: RngStreams,
+  baseDir: string = process.cwd(),
+): Promise<Workload> {
   const n = cfg.requests;
   const notes: string[] = [];
-  const expect = { ...(shape.modelId ? { modelId: shape.modelId } : {}), moeLayers: shape.moeLayers, experts: shape.experts, topK: shape.topK };
+  const expect = {
+    ...(shape.modelId ? { modelId: shape.modelId } : {}),
+    moeLayers: shape.moeLayers,
+    experts: shape.experts,
+    topK: shape.topK,
+  };
 
   // Inputs.
   let store: TraceStore | undefined;
   let profile: Profile | undefined;
   let profileFile = '';
   if (cfg.routing.kind === 'trace') {
-    store = await TraceStore.load(resolve(baseDir, cfg.routing.path), { expect, maxRequests: n, predictions: cfg.prediction.kind === 'trace' });
+    store = await TraceStore.load(resolve(baseDir, cfg.routing.path), {
+      expect,
+      maxRequests: n,
+      predictions: cfg.prediction.kind === 'trace',
+    });
   } else if (cfg.routing.kind === 'synthetic') {
     const loaded = await loadProfile(cfg.routing.profile, baseDir);
     profile = loaded.profile;
@@ -171,7 +194,10 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
     else outputTokens = log![id % log!.length]!.outputTokens!;
     table.push(secondsToNs(timesS[id]!), Math.max(1, promptTokens), Math.max(1, outputTokens), task);
   }
-  if (unknownPrompts > 0) notes.push(`${unknownPrompts} decode-only trace requests without a recorded prompt get a 1-token prompt (set promptTokens to override)`);
+  if (unknownPrompts > 0)
+    notes.push(
+      `${unknownPrompts} decode-only trace requests without a recorded prompt get a 1-token prompt (set promptTokens to override)`,
+    );
 
   // Routing.
   let routing: RoutingSource;
@@ -197,7 +223,9 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
       routingText =
         `synthetic routing "${profile!.name}"` +
         (profile!.model.id !== shape.modelId && shape.modelId ? ` (profile of ${profile!.model.id})` : '') +
-        (overridden.length ? ` with ${overridden.map((k) => `${k}=${JSON.stringify((cfg.routing as Record<string, unknown>)[k])}`).join(', ')}` : '');
+        (overridden.length
+          ? ` with ${overridden.map((k) => `${k}=${JSON.stringify((cfg.routing as Record<string, unknown>)[k])}`).join(', ')}`
+          : '');
       break;
     }
     case 'trace': {
@@ -215,11 +243,22 @@ export async function buildWorkload(cfg: WorkloadConfig, shape: RoutingShape, st
   const predRng = streams.stream('prediction');
   const p = cfg.prediction;
   if (p.kind === 'profile' || p.kind === 'oracle') {
-    const acc = p.kind === 'oracle' ? accuracyByLayer(1, shape.moeLayers) : accuracyByLayer(p.accuracy, shape.moeLayers);
-    predictor = new ProfilePredictor(routing, table, acc, predRng, p.kind === 'oracle' ? 'oracle prediction' : undefined);
+    const acc =
+      p.kind === 'oracle' ? accuracyByLayer(1, shape.moeLayers) : accuracyByLayer(p.accuracy, shape.moeLayers);
+    predictor = new ProfilePredictor(
+      routing,
+      table,
+      acc,
+      predRng,
+      p.kind === 'oracle' ? 'oracle prediction' : undefined,
+    );
   } else if (p.kind === 'trace') {
     if (!(routing instanceof TraceRouting)) {
-      throw new UserError('prediction kind "trace" needs routing kind "trace" (predictions come from the trace)', undefined, 'workload.prediction.kind');
+      throw new UserError(
+        'prediction kind "trace" needs routing kind "trace" (predictions come from the trace)',
+        undefined,
+        'workload.prediction.kind',
+      );
     }
     if (!store!.requests.some((r) => r.predictions)) {
       throw new UserError('the trace carries no predictions (no "predictions" field)', store!.path, 'predictions');
@@ -297,7 +336,8 @@ function lengthSource(
   if (fromTrace) return { text: 'from the trace' };
   const key = which === 'prompt' ? 'promptTokens' : 'outputTokens';
   if (log && log.every((r) => r[key] !== undefined)) return { text: 'from the request log' };
-  if (profile?.lengths) return { sampler: lengthSampler(profile.lengths[which], which), text: `from profile "${profile.name}"` };
+  if (profile?.lengths)
+    return { sampler: lengthSampler(profile.lengths[which], which), text: `from profile "${profile.name}"` };
   throw new UserError(
     `set workload.${key}: it is not given, and no trace, request log with ${which} lengths, or profile with lengths provides it`,
     undefined,

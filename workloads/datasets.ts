@@ -92,14 +92,16 @@ export const DATASETS = {
     title: 'FLAN (instruction-tuning task mixture)',
     prompt: { meanTokens: 120, cv: 1.0, min: 10, max: 1024 },
     output: { meanTokens: 30, cv: 1.0, min: 1, max: 256 },
-    source: 'Wei et al. / Longpre et al., FLAN collection (2021/2023): short templated inputs and answers; lengths estimated',
+    source:
+      'Wei et al. / Longpre et al., FLAN collection (2021/2023): short templated inputs and answers; lengths estimated',
     estimated: true,
   },
   'big-bench': {
     title: 'BIG-bench (diverse reasoning tasks)',
     prompt: { meanTokens: 180, cv: 1.0, min: 10, max: 2048 },
     output: { meanTokens: 20, cv: 1.2, min: 1, max: 256 },
-    source: 'Srivastava et al., "Beyond the Imitation Game" (2022): mostly short prompts and answers; lengths estimated',
+    source:
+      'Srivastava et al., "Beyond the Imitation Game" (2022): mostly short prompts and answers; lengths estimated',
     estimated: true,
   },
 } as const satisfies Record<string, DatasetSpec>;

@@ -81,7 +81,9 @@ export class Ranker {
     for (let l = 0; l < L; l++) {
       const p = routing.popularity?.(l) ?? new Float64Array(E).fill(1 / E);
       this.alias.build(l, p, 0, scratch);
-      this.popOrder.push(Int32Array.from(Array.from({ length: E }, (_, e) => e).sort((a, b) => p[b]! - p[a]! || a - b)));
+      this.popOrder.push(
+        Int32Array.from(Array.from({ length: E }, (_, e) => e).sort((a, b) => p[b]! - p[a]! || a - b)),
+      );
     }
   }
 
@@ -135,7 +137,8 @@ export class ProfilePredictor implements ExpertPredictor {
     rng: Rng,
     describe?: string,
   ) {
-    if (accuracy.length !== routing.moeLayers) throw new RangeError(`accuracy has ${accuracy.length} layers, model has ${routing.moeLayers}`);
+    if (accuracy.length !== routing.moeLayers)
+      throw new RangeError(`accuracy has ${accuracy.length} layers, model has ${routing.moeLayers}`);
     this.accuracyByLayer = accuracy;
     this.ranker = new Ranker(routing);
     this.score = new Float64Array(routing.experts);

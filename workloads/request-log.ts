@@ -41,7 +41,8 @@ export async function readRequestLog(path: string): Promise<RequestLogEntry[]> {
       } catch (e) {
         throw new UserError(`malformed JSON (${(e as Error).message})`, path, `line ${no}`);
       }
-      if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) throw new UserError('expected a JSON object', path, `line ${no}`);
+      if (typeof obj !== 'object' || obj === null || Array.isArray(obj))
+        throw new UserError('expected a JSON object', path, `line ${no}`);
       const rec: Record<string, unknown> = {};
       for (const [k, v] of Object.entries(obj)) rec[k.toLowerCase()] = v;
       rows.push(parseRow(rec, path, no));
@@ -51,7 +52,12 @@ export async function readRequestLog(path: string): Promise<RequestLogEntry[]> {
     if (!columns) {
       columns = cells.map((c) => c.trim().toLowerCase());
       if (!columns.some((c) => TIME_KEYS.includes(c))) {
-        throw new UserError(`CSV header has no time column (one of TIMESTAMP, time, arrivalS)`, path, `line ${no}`, line);
+        throw new UserError(
+          `CSV header has no time column (one of TIMESTAMP, time, arrivalS)`,
+          path,
+          `line ${no}`,
+          line,
+        );
       }
       continue;
     }
@@ -67,19 +73,33 @@ export async function readRequestLog(path: string): Promise<RequestLogEntry[]> {
     ...(r.o !== undefined ? { outputTokens: r.o } : {}),
     ...(r.task !== undefined ? { task: r.task } : {}),
   }));
-  return out.map((r, i) => ({ r, i })).sort((a, b) => a.r.arrivalS - b.r.arrivalS || a.i - b.i).map((x) => x.r);
+  return out
+    .map((r, i) => ({ r, i }))
+    .sort((a, b) => a.r.arrivalS - b.r.arrivalS || a.i - b.i)
+    .map((x) => x.r);
 }
 
-function parseRow(rec: Record<string, unknown>, path: string, no: number): { t: number; p?: number; o?: number; task?: string } {
+function parseRow(
+  rec: Record<string, unknown>,
+  path: string,
+  no: number,
+): { t: number; p?: number; o?: number; task?: string } {
   const timeKey = TIME_KEYS.find((k) => rec[k] !== undefined && rec[k] !== '');
   if (!timeKey) throw new UserError('missing arrival time', path, `line ${no}: timestamp`);
   const t = parseTime(rec[timeKey]);
-  if (t === undefined) throw new UserError('unreadable arrival time (seconds or YYYY-MM-DD hh:mm:ss[.f])', path, `line ${no}: ${timeKey}`, rec[timeKey]);
+  if (t === undefined)
+    throw new UserError(
+      'unreadable arrival time (seconds or YYYY-MM-DD hh:mm:ss[.f])',
+      path,
+      `line ${no}: ${timeKey}`,
+      rec[timeKey],
+    );
   const int = (keys: string[], what: string): number | undefined => {
     const key = keys.find((k) => rec[k] !== undefined && rec[k] !== '');
     if (!key) return undefined;
     const v = Number(rec[key]);
-    if (!Number.isInteger(v) || v < 0) throw new UserError(`${what} must be a non-negative integer`, path, `line ${no}: ${key}`, rec[key]);
+    if (!Number.isInteger(v) || v < 0)
+      throw new UserError(`${what} must be a non-negative integer`, path, `line ${no}: ${key}`, rec[key]);
     return v;
   };
   const p = int(PROMPT_KEYS, 'prompt tokens');

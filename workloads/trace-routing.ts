@@ -20,7 +20,13 @@ import { AliasTables, aliasScratch } from './random/alias.ts';
 import { HashRng, seedFrom } from './random/hash-rng.ts';
 import { InclusionAggregateRouter } from './aggregate-router.ts';
 import { TraceReader, type ExpectedShape } from './trace/reader.ts';
-import { MISSING, recordedPromptTokens, type PackedPredictions, type TraceHeader, type TraceRequest } from './trace/format.ts';
+import {
+  MISSING,
+  recordedPromptTokens,
+  type PackedPredictions,
+  type TraceHeader,
+  type TraceRequest,
+} from './trace/format.ts';
 
 export interface StoredRequest {
   readonly id: string;
@@ -76,8 +82,15 @@ export class TraceStore {
    * Streams `path` into memory, checking it against `expect`; stops after `maxRequests`.
    * @throws UserError on any bad input (see reader.ts) or an empty trace
    */
-  static async load(path: string, opts: { expect?: ExpectedShape; maxRequests?: number; predictions?: boolean } = {}): Promise<TraceStore> {
-    const reader = await TraceReader.open(path, { ...(opts.expect ? { expect: opts.expect } : {}), scores: false, predictions: opts.predictions ?? true });
+  static async load(
+    path: string,
+    opts: { expect?: ExpectedShape; maxRequests?: number; predictions?: boolean } = {},
+  ): Promise<TraceStore> {
+    const reader = await TraceReader.open(path, {
+      ...(opts.expect ? { expect: opts.expect } : {}),
+      scores: false,
+      predictions: opts.predictions ?? true,
+    });
     const { moeLayers: L, experts: E } = reader.header.model;
     const missing = E <= 255 ? 255 : 65535;
     const requests: StoredRequest[] = [];
@@ -103,7 +116,8 @@ function compact(r: TraceRequest, L: number, E: number, missing: number): Stored
     const e = r.experts[i]!;
     experts[i] = e === MISSING ? missing : e;
   }
-  for (let t = 0; t < r.tokens; t++) for (let l = 0; l < L; l++) if (r.experts[(t * L + l) * k] !== MISSING) presentPerLayer[l]!++;
+  for (let t = 0; t < r.tokens; t++)
+    for (let l = 0; l < L; l++) if (r.experts[(t * L + l) * k] !== MISSING) presentPerLayer[l]!++;
   return {
     id: r.id,
     promptTokens: r.promptTokens,
@@ -166,7 +180,9 @@ export class TraceRouting implements RoutingSource {
     const P = request.promptTokens;
     const fill = (layer: number, fromToken: number, toToken: number, out: Int32Array): void => {
       if (!(layer >= 0 && layer < L) || out.length < (toToken - fromToken) * k) {
-        throw new RangeError(`route(layer ${layer}, tokens ${fromToken}…${toToken}) with out of length ${out.length}: bad arguments`);
+        throw new RangeError(
+          `route(layer ${layer}, tokens ${fromToken}…${toToken}) with out of length ${out.length}: bad arguments`,
+        );
       }
       let o = 0;
       for (let t = fromToken; t < toToken; t++, o += k) {
@@ -211,7 +227,9 @@ export class TraceRouting implements RoutingSource {
   aggregate(rng: Rng): InclusionAggregateRouter {
     const { moeLayers: L, experts: E, topK: k, store } = this;
     const q = new Float64Array(L * E);
-    for (let l = 0; l < L; l++) for (let e = 0; e < E; e++) q[l * E + e] = store.present[l]! > 0 ? store.counts[l * E + e]! / store.present[l]! : k / E;
+    for (let l = 0; l < L; l++)
+      for (let e = 0; e < E; e++)
+        q[l * E + e] = store.present[l]! > 0 ? store.counts[l * E + e]! / store.present[l]! : k / E;
     const reqAlias = new AliasTables(L, store.requests.length);
     const scratch = aliasScratch(store.requests.length);
     const w = new Float64Array(store.requests.length);

@@ -19,14 +19,23 @@ import { arrivalTimesS } from './arrivals.ts';
 import { accuracyByLayer, ProfilePredictor } from './prediction.ts';
 import { seedFrom } from './random/hash-rng.ts';
 import type { LengthConfig } from './lengths.ts';
-import { aggregateStats, aggregateStatsOfRequests, readAggregateFile, type AggregateStats } from './trace/aggregate-file.ts';
+import {
+  aggregateStats,
+  aggregateStatsOfRequests,
+  readAggregateFile,
+  type AggregateStats,
+} from './trace/aggregate-file.ts';
 
 /** Streams a trace and returns its statistics. */
 export async function traceStats(
   path: string,
   opts: { cValues?: readonly number[]; expect?: ExpectedShape } = {},
 ): Promise<{ info: TraceInfo; stats: ExtendedTraceStats; warnings: string[] }> {
-  const reader = await TraceReader.open(path, { scores: false, predictions: false, ...(opts.expect ? { expect: opts.expect } : {}) });
+  const reader = await TraceReader.open(path, {
+    scores: false,
+    predictions: false,
+    ...(opts.expect ? { expect: opts.expect } : {}),
+  });
   const acc = new TraceStatsAccumulator(reader.header.model, opts.cValues ? { cValues: opts.cValues } : {});
   for await (const r of reader) acc.add(r);
   return { info: reader.info, stats: acc.result(), warnings: reader.warnings };
@@ -61,7 +70,9 @@ export interface GenerateOptions {
 }
 
 /** Writes a synthetic trace; returns what it wrote. Nothing is left behind on failure. */
-export async function generateTrace(o: GenerateOptions): Promise<{ requests: number; tokens: number; profile: Profile }> {
+export async function generateTrace(
+  o: GenerateOptions,
+): Promise<{ requests: number; tokens: number; profile: Profile }> {
   const { profile, path: profileFile } = await loadProfile(o.profile, o.baseDir);
   const shape = profile.model;
   const seed = o.seed ?? 1;
@@ -76,11 +87,18 @@ export async function generateTrace(o: GenerateOptions): Promise<{ requests: num
     if (!o.requests) throw new UserError('give --requests N or --like <trace>', undefined, 'arguments');
     const lengths = resolveLengths(profile, o, profileFile);
     count = o.requests;
-    shapes = sampleShapes(o.requests, lengths, o.tasks ?? profile.tasks, { lengths: streams.stream('lengths'), tasks: streams.stream('tasks') });
+    shapes = sampleShapes(o.requests, lengths, o.tasks ?? profile.tasks, {
+      lengths: streams.stream('lengths'),
+      tasks: streams.stream('tasks'),
+    });
   }
   let times: number[] | undefined;
   if (o.ratePerS !== undefined) {
-    times = arrivalTimesS({ kind: 'gamma', ratePerS: o.ratePerS, cv: o.cv ?? 1 }, count, streams.stream('arrivals')).timesS;
+    times = arrivalTimesS(
+      { kind: 'gamma', ratePerS: o.ratePerS, cv: o.cv ?? 1 },
+      count,
+      streams.stream('arrivals'),
+    ).timesS;
   }
   const model = new SyntheticModel(shape, profile.knobs);
   const routing = new SyntheticRouting(model, `synthetic:${seedFrom(streams.stream('routing'))}`);
@@ -95,7 +113,10 @@ export async function generateTrace(o: GenerateOptions): Promise<{ requests: num
     },
     o.gzipLevel !== undefined ? { gzipLevel: o.gzipLevel } : {},
   );
-  const predictor = o.predictionAccuracy !== undefined ? predictionWriter(routing, accuracyByLayer(o.predictionAccuracy, shape.moeLayers), streams) : undefined;
+  const predictor =
+    o.predictionAccuracy !== undefined
+      ? predictionWriter(routing, accuracyByLayer(o.predictionAccuracy, shape.moeLayers), streams)
+      : undefined;
   let tokens = 0;
   let i = 0;
   try {
@@ -118,17 +139,33 @@ export async function generateTrace(o: GenerateOptions): Promise<{ requests: num
   return { requests: i, tokens, profile };
 }
 
-function resolveLengths(profile: Profile, o: GenerateOptions, file: string): { prompt: LengthConfig; output: LengthConfig } {
-  const prompt: LengthConfig | undefined = o.promptTokens ? { kind: 'fixed', tokens: o.promptTokens } : profile.lengths?.prompt;
-  const output: LengthConfig | undefined = o.outputTokens ? { kind: 'fixed', tokens: o.outputTokens } : profile.lengths?.output;
+function resolveLengths(
+  profile: Profile,
+  o: GenerateOptions,
+  file: string,
+): { prompt: LengthConfig; output: LengthConfig } {
+  const prompt: LengthConfig | undefined = o.promptTokens
+    ? { kind: 'fixed', tokens: o.promptTokens }
+    : profile.lengths?.prompt;
+  const output: LengthConfig | undefined = o.outputTokens
+    ? { kind: 'fixed', tokens: o.outputTokens }
+    : profile.lengths?.output;
   if (!prompt || !output) {
-    throw new UserError('the profile has no length distributions: give --prompt-tokens and --output-tokens', file, 'lengths');
+    throw new UserError(
+      'the profile has no length distributions: give --prompt-tokens and --output-tokens',
+      file,
+      'lengths',
+    );
   }
   return { prompt, output };
 }
 
 /** Ranked predictions (2k long) for every (token, layer) of a generated request. */
-function predictionWriter(routing: SyntheticRouting, acc: number[], streams: RngStreams): (r: TraceRequest, index: number) => { offsets: Int32Array; ids: Int32Array } {
+function predictionWriter(
+  routing: SyntheticRouting,
+  acc: number[],
+  streams: RngStreams,
+): (r: TraceRequest, index: number) => { offsets: Int32Array; ids: Int32Array } {
   const { moeLayers: L, topK: k } = routing;
   let current: TraceRequest | undefined;
   const view: RequestRouter = {
@@ -189,13 +226,20 @@ export async function twinStats(
   }
   const twin = new TraceStatsAccumulator(shape, c);
   const streams = new RngStreams(opts.seed ?? 1);
-  const routing = new SyntheticRouting(new SyntheticModel(shape, profile.knobs), `synthetic:${seedFrom(streams.stream('routing'))}`);
+  const routing = new SyntheticRouting(
+    new SyntheticModel(shape, profile.knobs),
+    `synthetic:${seedFrom(streams.stream('routing'))}`,
+  );
   for (const r of generateRequests(routing, shapes)) twin.add(r);
   return { real: real.result(), twin: twin.result(), profile };
 }
 
 /** Converts any readable trace (e.g. the shared real traces) into the moesim format. */
-export async function importTrace(input: string, out: string, opts: { modelId?: string; gzipLevel?: number } = {}): Promise<{ requests: number; tokens: number }> {
+export async function importTrace(
+  input: string,
+  out: string,
+  opts: { modelId?: string; gzipLevel?: number } = {},
+): Promise<{ requests: number; tokens: number }> {
   const reader = await TraceReader.open(input);
   const h = reader.header;
   const modelId = opts.modelId ?? h.model.id;
@@ -242,7 +286,11 @@ export async function aggregateTwin(
   const real = aggregateStats(m);
   if (!profileRef) return { model, real };
   const { profile } = await loadProfile(profileRef, opts.baseDir);
-  if (profile.model.experts !== m.experts || profile.model.topK !== m.topk || profile.model.moeLayers !== m.num_layers) {
+  if (
+    profile.model.experts !== m.experts ||
+    profile.model.topK !== m.topk ||
+    profile.model.moeLayers !== m.num_layers
+  ) {
     throw new UserError(
       `profile "${profile.name}" (${profile.model.moeLayers} layers, ${profile.model.experts} experts, top-${profile.model.topK}) does not match ${model} (${m.num_layers}, ${m.experts}, top-${m.topk})`,
       path,
@@ -253,10 +301,21 @@ export async function aggregateTwin(
   const per = opts.requestsPerCorpus ?? 16;
   const shapes: RequestShape[] = [];
   for (const corpus of Object.keys(m.expert_counts)) {
-    for (let i = 0; i < per; i++) shapes.push({ id: `${corpus}-${i}`, promptTokens: chunk, prefillRecorded: true, tokens: chunk, outputTokens: 1, task: corpus });
+    for (let i = 0; i < per; i++)
+      shapes.push({
+        id: `${corpus}-${i}`,
+        promptTokens: chunk,
+        prefillRecorded: true,
+        tokens: chunk,
+        outputTokens: 1,
+        task: corpus,
+      });
   }
   const streams = new RngStreams(opts.seed ?? 1);
-  const routing = new SyntheticRouting(new SyntheticModel(profile.model, { ...profile.knobs, startTokens: 0 }), `synthetic:${seedFrom(streams.stream('routing'))}`);
+  const routing = new SyntheticRouting(
+    new SyntheticModel(profile.model, { ...profile.knobs, startTokens: 0 }),
+    `synthetic:${seedFrom(streams.stream('routing'))}`,
+  );
   const twin = aggregateStatsOfRequests(generateRequests(routing, shapes), m.num_layers, m.experts, m.topk, m.layers);
   return { model, real, twin, profile };
 }

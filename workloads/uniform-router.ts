@@ -32,7 +32,8 @@ export class UniformRouting implements RoutingSource {
     const h = new HashRng(this.seed);
     const id = request.id;
     const fill = (layer: number, fromToken: number, toToken: number, out: Int32Array): void => {
-      if (out.length < (toToken - fromToken) * topK) throw new RangeError(`out has ${out.length} entries, needs ${(toToken - fromToken) * topK}`);
+      if (out.length < (toToken - fromToken) * topK)
+        throw new RangeError(`out has ${out.length} entries, needs ${(toToken - fromToken) * topK}`);
       let o = 0;
       for (let t = fromToken; t < toToken; t++) {
         h.reset(id, t, layer);

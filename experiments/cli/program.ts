@@ -21,7 +21,8 @@ import { traceCommand } from './commands/trace.ts';
 import { workerCommand } from './commands/worker.ts';
 
 /** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
-const isPluginError = (err: unknown): err is PluginError => err instanceof Error && err.name === 'PluginError' && typeof (err as Partial<PluginError>).oneLine === 'function';
+const isPluginError = (err: unknown): err is PluginError =>
+  err instanceof Error && err.name === 'PluginError' && typeof (err as Partial<PluginError>).oneLine === 'function';
 
 const stackOf = (err: unknown): string => (err instanceof Error ? (err.stack ?? err.message) : String(err));
 
@@ -73,4 +74,3 @@ export async function main(argv: string[]): Promise<number> {
     return reportError(err, argv.includes('--debug'));
   }
 }
-

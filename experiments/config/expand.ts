@@ -71,11 +71,21 @@ function setPath(obj: Json, dotted: string, value: unknown, file: string | undef
     const next = Object.hasOwn(cur, k) ? cur[k] : undefined;
     if (next === undefined || next === null || typeof next !== 'object') {
       if (i === 0) throw new UserError('sweep path does not exist in the config', file, `sweep.${dotted}`);
-      Object.defineProperty(cur, k, { value: Object.create(null), enumerable: true, writable: true, configurable: true });
+      Object.defineProperty(cur, k, {
+        value: Object.create(null),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
     }
     cur = cur[k] as Json;
   }
-  Object.defineProperty(cur, parts[parts.length - 1]!, { value: clone(value), enumerable: true, writable: true, configurable: true });
+  Object.defineProperty(cur, parts[parts.length - 1]!, {
+    value: clone(value),
+    enumerable: true,
+    writable: true,
+    configurable: true,
+  });
 }
 
 /**
@@ -91,7 +101,12 @@ function checkSizes(config: ExperimentConfig, file: string | undefined): void {
   for (const [key, values] of Object.entries(config.sweep)) {
     points *= values.length;
     if (points > MAX_SWEEP_POINTS) {
-      throw new UserError(`too many sweep points (cases × the sweep's product reaches ${points}; at most ${MAX_SWEEP_POINTS})`, file, `sweep.${key}`, values.length);
+      throw new UserError(
+        `too many sweep points (cases × the sweep's product reaches ${points}; at most ${MAX_SWEEP_POINTS})`,
+        file,
+        `sweep.${key}`,
+        values.length,
+      );
     }
   }
 }
@@ -108,7 +123,12 @@ function checkWorkloadValues(w: WorkloadConfig, baseDir: string, file: string | 
   const minRate = (w.requests * 1e9 * ARRIVAL_MARGIN) / Number.MAX_SAFE_INTEGER;
   if (a.ratePerS !== undefined && !(a.ratePerS >= minRate)) {
     const atLeast = Number(minRate.toPrecision(2));
-    throw new UserError(`too small: ${w.requests} arrivals must fit in 2^53 ns (at least ${atLeast}/s)${where}`, file, 'workload.arrival.ratePerS', a.ratePerS);
+    throw new UserError(
+      `too small: ${w.requests} arrivals must fit in 2^53 ns (at least ${atLeast}/s)${where}`,
+      file,
+      'workload.arrival.ratePerS',
+      a.ratePerS,
+    );
   }
   const r = w.routing as { kind: string; path?: string };
   if (r.kind === 'trace' && r.path !== undefined) {
@@ -144,7 +164,12 @@ interface PolicyTemplate {
   readonly plugin: boolean;
 }
 
-async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string, file: string | undefined, executorKind: 'serving' | 'throughput' = 'serving'): Promise<PolicyTemplate[]> {
+async function resolveTemplates(
+  entries: readonly PolicyEntry[],
+  baseDir: string,
+  file: string | undefined,
+  executorKind: 'serving' | 'throughput' = 'serving',
+): Promise<PolicyTemplate[]> {
   const out: PolicyTemplate[] = [];
   const labels = new Set<string>();
   for (let i = 0; i < entries.length; i++) {
@@ -153,7 +178,13 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
     let rawParams: Json;
     if ('name' in e) {
       const d = builtinPolicy(e.name);
-      if (!d) throw new UserError(`unknown policy (known: ${builtinPolicyNames().join(', ')})`, file, `policies[${i}].name`, e.name);
+      if (!d)
+        throw new UserError(
+          `unknown policy (known: ${builtinPolicyNames().join(', ')})`,
+          file,
+          `policies[${i}].name`,
+          e.name,
+        );
       definition = d;
       const { name: _n, label: _l, runtime: _r, ...rest } = e;
       rawParams = rest;
@@ -169,14 +200,28 @@ async function resolveTemplates(entries: readonly PolicyEntry[], baseDir: string
       throw new UserError(why, file, `policies[${i}]`, definition.name);
     }
     if (definition.family === 'throughput' && typeof definition.createThroughput !== 'function') {
-      throw new UserError('a throughput-family policy must define createThroughput', file, `policies[${i}]`, definition.name);
+      throw new UserError(
+        'a throughput-family policy must define createThroughput',
+        file,
+        `policies[${i}]`,
+        definition.name,
+      );
     }
     const label = e.label ?? definition.name;
-    if (labels.has(label)) throw new UserError('two policies report the same name; give one a `label`', file, `policies[${i}].label`, label);
+    if (labels.has(label))
+      throw new UserError('two policies report the same name; give one a `label`', file, `policies[${i}].label`, label);
     labels.add(label);
     const runtime = 'name' in e ? e['runtime'] : e.runtime;
-    if (runtime !== undefined && typeof runtime !== 'string') throw new UserError('runtime must be a runtime id or a .json path', file, `policies[${i}].runtime`, runtime);
-    out.push({ label, definition, rawParams, index: i, plugin: !('name' in e), ...(runtime !== undefined ? { runtime } : {}) });
+    if (runtime !== undefined && typeof runtime !== 'string')
+      throw new UserError('runtime must be a runtime id or a .json path', file, `policies[${i}].runtime`, runtime);
+    out.push({
+      label,
+      definition,
+      rawParams,
+      index: i,
+      plugin: !('name' in e),
+      ...(runtime !== undefined ? { runtime } : {}),
+    });
   }
   return out;
 }
@@ -195,7 +240,11 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
   const checkKey = (key: string, field: string) => {
     const head = key.split('.')[0]!;
     if (!known.has(head) || key === 'seeds' || key === 'executor.kind') {
-      throw new UserError(`cannot sweep '${key}' (sweepable: model, hardware, runtime, workload.*, executor.*, policy.<param>; use seeds for seeds)`, file, field);
+      throw new UserError(
+        `cannot sweep '${key}' (sweepable: model, hardware, runtime, workload.*, executor.*, policy.<param>; use seeds for seeds)`,
+        file,
+        field,
+      );
     }
     if (head === 'policy' && !templates.some((t) => acceptsParam(t.definition, key.slice('policy.'.length)))) {
       throw new UserError('no policy of this experiment has this parameter', file, field);
@@ -205,7 +254,8 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
   cases.forEach((c, i) => {
     for (const key of Object.keys(c)) {
       if (key === CASE_LABEL) {
-        if (typeof c[key] !== 'string') throw new UserError('a case label must be a string', file, `cases[${i}].${key}`, c[key]);
+        if (typeof c[key] !== 'string')
+          throw new UserError('a case label must be a string', file, `cases[${i}].${key}`, c[key]);
         continue;
       }
       checkKey(key, `cases[${i}].${key}`);
@@ -214,32 +264,65 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
   });
   const rel = config.output.relative;
   if (rel && !templates.some((t) => t.label === rel.baseline)) {
-    throw new UserError(`baseline is not one of this experiment's policies (${templates.map((t) => t.label).join(', ')})`, file, 'output.relative.baseline', rel.baseline);
+    throw new UserError(
+      `baseline is not one of this experiment's policies (${templates.map((t) => t.label).join(', ')})`,
+      file,
+      'output.relative.baseline',
+      rel.baseline,
+    );
   }
-  const plotFields = new Set(['policy', 'seed', 'model', 'hardware', ...Object.keys(config.sweep), ...cases.flatMap((c) => Object.keys(c))]);
+  const plotFields = new Set([
+    'policy',
+    'seed',
+    'model',
+    'hardware',
+    ...Object.keys(config.sweep),
+    ...cases.flatMap((c) => Object.keys(c)),
+  ]);
   config.output.plots.forEach((p, i) => {
     for (const axis of ['x', 'y', 'series', 'facet'] as const) {
       const f = p[axis];
       if (f === undefined || plotFields.has(f) || f.startsWith('metrics.')) continue;
       if (f.startsWith('rel:') && rel?.metrics.includes(f.slice(4))) continue;
-      throw new UserError('plot field must be policy, seed, model, hardware, a swept path, metrics.<path> or rel:<relative metric>', file, `output.plots[${i}].${axis}`, f);
+      throw new UserError(
+        'plot field must be policy, seed, model, hardware, a swept path, metrics.<path> or rel:<relative metric>',
+        file,
+        `output.plots[${i}].${axis}`,
+        f,
+      );
     }
   });
-  if (config.output.thresholds) checkThresholds(config.output.thresholds, plotFields, cases.map((c) => String(c[CASE_LABEL] ?? '')), file);
+  if (config.output.thresholds)
+    checkThresholds(
+      config.output.thresholds,
+      plotFields,
+      cases.map((c) => String(c[CASE_LABEL] ?? '')),
+      file,
+    );
   checkSizes(config, file);
   const runs: RunSpec[] = [];
   // Across all sweep points: a policy the swept parameters do not apply to runs once per distinct
   // remaining combination, not once per point.
   const done = new Set<string>();
-  const points = (cases.length > 0 ? cases : [{}]).flatMap((c) => cartesian(config.sweep as Record<string, readonly unknown[]>).map((s) => ({ ...c, ...s })));
+  const points = (cases.length > 0 ? cases : [{}]).flatMap((c) =>
+    cartesian(config.sweep as Record<string, readonly unknown[]>).map((s) => ({ ...c, ...s })),
+  );
   for (const combo of points) {
-    const base: Json = clone({ model: config.model, hardware: config.hardware, runtime: config.runtime, workload: config.workload, executor: config.executor }) as Json;
+    const base: Json = clone({
+      model: config.model,
+      hardware: config.hardware,
+      runtime: config.runtime,
+      workload: config.workload,
+      executor: config.executor,
+    }) as Json;
     const policyOverrides: Json = {};
     for (const [key, value] of Object.entries(combo)) {
       if (key.startsWith('policy.')) policyOverrides[key.slice(7)] = value;
       else if (key !== CASE_LABEL) setPath(base, key, value, file);
     }
-    const comboLabel = Object.entries(combo).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ');
+    const comboLabel = Object.entries(combo)
+      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+      .join(', ');
     const where = comboLabel ? ` (sweep point ${comboLabel})` : '';
     const w = WorkloadSchema.safeParse(base.workload);
     if (!w.success) throw withWhere(zodToUserError(w.error, base.workload, file, ['workload']), where);
@@ -252,8 +335,10 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
     const servingX: ServingExecutorConfig = x.data.kind === 'serving' ? x.data : ServingExecutorSchema.parse({});
     const throughputX: ThroughputExecutorConfig | undefined = x.data.kind === 'throughput' ? x.data : undefined;
     if (typeof base.model !== 'string') throw new UserError('model must be a string', file, 'sweep.model', base.model);
-    if (typeof base.hardware !== 'string') throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
-    if (base.runtime !== undefined && typeof base.runtime !== 'string') throw new UserError('runtime must be a string', file, 'sweep.runtime', base.runtime);
+    if (typeof base.hardware !== 'string')
+      throw new UserError('hardware must be a string', file, 'sweep.hardware', base.hardware);
+    if (base.runtime !== undefined && typeof base.runtime !== 'string')
+      throw new UserError('runtime must be a string', file, 'sweep.runtime', base.runtime);
 
     for (const t of templates) {
       const raw: Json = { ...t.rawParams };
@@ -269,7 +354,8 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       const runtime = t.runtime ?? (base.runtime as string | undefined);
       // Named only when chosen, so results of configs that name no runtime are unchanged.
       if (runtime !== undefined) params['runtime'] = runtime;
-      for (const [k, v] of Object.entries(combo)) if (!k.startsWith('policy.') && k !== 'model' && k !== 'hardware' && k !== 'runtime') params[k] = v;
+      for (const [k, v] of Object.entries(combo))
+        if (!k.startsWith('policy.') && k !== 'model' && k !== 'hardware' && k !== 'runtime') params[k] = v;
       Object.assign(params, applied);
       const dedupe = `${t.label}|${JSON.stringify(params)}`;
       if (done.has(dedupe)) continue;
@@ -278,7 +364,9 @@ export async function expandRuns(config: ExperimentConfig, baseDir: string, file
       if (!p.success) {
         const e = zodToUserError(p.error, raw, file, [`policies[${t.index}]`]);
         // A plugin's schema rejecting its params: name the plugin, so its author knows whose schema spoke.
-        const named = t.plugin ? new UserError(`plugin '${t.definition.name}' params: ${e.message}`, e.file, e.field, e.value) : e;
+        const named = t.plugin
+          ? new UserError(`plugin '${t.definition.name}' params: ${e.message}`, e.file, e.field, e.value)
+          : e;
         throw withWhere(named, where);
       }
       for (const seed of config.seeds) {

@@ -29,7 +29,12 @@ function valueAt(root: unknown, p: readonly PropertyKey[]): unknown {
 }
 
 /** The first zod issue as a UserError (file, field path, value). */
-export function zodToUserError(err: z.ZodError, input: unknown, file?: string, prefix: readonly PropertyKey[] = []): UserError {
+export function zodToUserError(
+  err: z.ZodError,
+  input: unknown,
+  file?: string,
+  prefix: readonly PropertyKey[] = [],
+): UserError {
   const issue = err.issues[0]!;
   let p: PropertyKey[] = [...issue.path];
   let message = issue.message;
@@ -43,7 +48,12 @@ export function zodToUserError(err: z.ZodError, input: unknown, file?: string, p
     message = 'does not match any allowed form';
   }
   const value = valueAt(input, p);
-  return new UserError(message, file, formatPath([...prefix, ...p]) || undefined, value === undefined ? '(missing)' : value);
+  return new UserError(
+    message,
+    file,
+    formatPath([...prefix, ...p]) || undefined,
+    value === undefined ? '(missing)' : value,
+  );
 }
 
 /** Parses YAML or JSON text (by extension; YAML is a superset, so anything else is read as YAML). */
@@ -74,7 +84,8 @@ export function rejectUnsafeKeys(value: unknown, file?: string, at: readonly Pro
   }
   for (const key of Object.keys(value)) {
     const bad = key.split('.').find((seg) => UNSAFE_KEYS.has(seg));
-    if (bad !== undefined) throw new UserError(`'${bad}' may not be a key or a segment of a key path`, file, formatPath([...at, key]));
+    if (bad !== undefined)
+      throw new UserError(`'${bad}' may not be a key or a segment of a key path`, file, formatPath([...at, key]));
     rejectUnsafeKeys((value as Record<string, unknown>)[key], file, [...at, key]);
   }
 }

@@ -77,19 +77,39 @@ export function importPluginModule(abs: string): Promise<Record<string, unknown>
 const isFn = (v: unknown): boolean => typeof v === 'function';
 
 /** Throws the first problem of a plugin's default export as a one-line UserError. */
-export function checkPluginDefinition(def: unknown, entryPath: string, file: string | undefined, field: string): PolicyDefinition<unknown> {
-  const shape = 'a PolicyDefinition { apiVersion, name, family, summary, params (zod), create } (definePolicy from moesim/policy)';
-  if (!def || typeof def !== 'object') throw new UserError(`policy module must default-export ${shape}`, file, field, entryPath);
+export function checkPluginDefinition(
+  def: unknown,
+  entryPath: string,
+  file: string | undefined,
+  field: string,
+): PolicyDefinition<unknown> {
+  const shape =
+    'a PolicyDefinition { apiVersion, name, family, summary, params (zod), create } (definePolicy from moesim/policy)';
+  if (!def || typeof def !== 'object')
+    throw new UserError(`policy module must default-export ${shape}`, file, field, entryPath);
   const o = def as Record<string, unknown>;
-  if (typeof o.name !== 'string' || o.name === '') throw new UserError(`plugin ${entryPath}: 'name' must be a non-empty string`, file, field, o.name);
+  if (typeof o.name !== 'string' || o.name === '')
+    throw new UserError(`plugin ${entryPath}: 'name' must be a non-empty string`, file, field, o.name);
   const who = `plugin '${o.name}' (${entryPath})`;
   const version = o.apiVersion ?? POLICY_API_VERSION;
   if (version !== POLICY_API_VERSION) {
-    throw new UserError(`${who}: 'apiVersion' ${String(version)} is not supported by this moesim, which expects apiVersion ${POLICY_API_VERSION}: rebuild the plugin against this moesim`, file, `${field}.apiVersion`, version);
+    throw new UserError(
+      `${who}: 'apiVersion' ${String(version)} is not supported by this moesim, which expects apiVersion ${POLICY_API_VERSION}: rebuild the plugin against this moesim`,
+      file,
+      `${field}.apiVersion`,
+      version,
+    );
   }
-  if (o.family !== 'serving' && o.family !== 'throughput') throw new UserError(`${who}: 'family' must be 'serving' or 'throughput'`, file, `${field}.family`, o.family);
+  if (o.family !== 'serving' && o.family !== 'throughput')
+    throw new UserError(`${who}: 'family' must be 'serving' or 'throughput'`, file, `${field}.family`, o.family);
   const params = o.params as Record<string, unknown> | undefined;
-  if (!params || !isFn(params.safeParse) || !isFn(params.parse)) throw new UserError(`${who}: 'params' must be a zod schema (z.object({...}))`, file, `${field}.params`, typeof params);
+  if (!params || !isFn(params.safeParse) || !isFn(params.parse))
+    throw new UserError(
+      `${who}: 'params' must be a zod schema (z.object({...}))`,
+      file,
+      `${field}.params`,
+      typeof params,
+    );
   for (const k of ['create', 'createThroughput', 'bufferSlots'] as const) {
     if (k === 'create' ? !isFn(o[k]) : o[k] !== undefined && !isFn(o[k])) {
       throw new UserError(`${who}: '${k}' must be a function`, file, `${field}.${k}`, typeof o[k]);
@@ -103,14 +123,27 @@ export function checkPluginDefinition(def: unknown, entryPath: string, file: str
  * `file:line:column: ERROR: message` line (its first line is only "Transform failed with 1 error:").
  */
 function loadFailure(err: unknown): string {
-  const first = (err as { errors?: { text?: string; location?: { file?: string; line?: number; column?: number } | null }[] }).errors?.[0];
-  if (first?.text) return first.location ? `${first.location.file}:${first.location.line}:${first.location.column}: ${first.text}` : first.text;
-  const lines = (err instanceof Error ? err.message : String(err)).split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  const first = (
+    err as { errors?: { text?: string; location?: { file?: string; line?: number; column?: number } | null }[] }
+  ).errors?.[0];
+  if (first?.text)
+    return first.location
+      ? `${first.location.file}:${first.location.line}:${first.location.column}: ${first.text}`
+      : first.text;
+  const lines = (err instanceof Error ? err.message : String(err))
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.length > 0);
   return lines.find((l) => /:\d+:\d+: ERROR: /.test(l)) ?? lines[0] ?? 'unknown error';
 }
 
 /** Imports and checks the plugin at `entryPath` (relative to `baseDir`). */
-export async function loadPlugin(entryPath: string, baseDir: string, file: string | undefined, field: string): Promise<PolicyDefinition<unknown>> {
+export async function loadPlugin(
+  entryPath: string,
+  baseDir: string,
+  file: string | undefined,
+  field: string,
+): Promise<PolicyDefinition<unknown>> {
   const abs = path.resolve(baseDir, entryPath);
   if (!existsSync(abs)) throw new UserError('policy module not found', file, field, entryPath);
   let mod: Record<string, unknown>;
@@ -125,11 +158,14 @@ export async function loadPlugin(entryPath: string, baseDir: string, file: strin
 
 /** Checks a created serving policy's hooks: present hooks must be functions. */
 export function checkServingHooks(p: ServingPolicy, plugin: string, file: string): ServingPolicy {
-  if (!p || typeof p !== 'object') throw new UserError(`plugin '${plugin}': create() must return a serving policy object`, file, 'create', typeof p);
+  if (!p || typeof p !== 'object')
+    throw new UserError(`plugin '${plugin}': create() must return a serving policy object`, file, 'create', typeof p);
   const o = p as unknown as Record<string, unknown>;
   for (const h of SERVING_HOOKS) {
-    if (o[h] !== undefined && !isFn(o[h])) throw new UserError(`plugin '${plugin}': hook '${h}' must be a function`, file, h, typeof o[h]);
+    if (o[h] !== undefined && !isFn(o[h]))
+      throw new UserError(`plugin '${plugin}': hook '${h}' must be a function`, file, h, typeof o[h]);
   }
-  if (o.queueJump !== undefined && typeof o.queueJump !== 'boolean') throw new UserError(`plugin '${plugin}': 'queueJump' must be a boolean`, file, 'queueJump', o.queueJump);
+  if (o.queueJump !== undefined && typeof o.queueJump !== 'boolean')
+    throw new UserError(`plugin '${plugin}': 'queueJump' must be a boolean`, file, 'queueJump', o.queueJump);
   return p;
 }

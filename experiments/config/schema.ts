@@ -39,9 +39,7 @@ export const PolicyEntrySchema = z.union([
       params: z.record(z.string(), z.unknown()).default({}),
     })
     .strict(),
-  z
-    .object({ name: z.string().min(1), label: z.string().min(1).optional() })
-    .catchall(z.unknown()),
+  z.object({ name: z.string().min(1), label: z.string().min(1).optional() }).catchall(z.unknown()),
 ]);
 export type PolicyEntry = z.infer<typeof PolicyEntrySchema>;
 

@@ -26,34 +26,67 @@ if (!dir) {
 }
 const results = JSON.parse(readFileSync(path.join(dir, 'results.json'), 'utf8')) as { name: string; runs: Run[] };
 const here = path.dirname(fileURLToPath(import.meta.url));
-const accuracy = JSON.parse(readFileSync(path.join(here, 'accuracy.json'), 'utf8')) as { metric: string; cases: Record<string, { value: number }> };
+const accuracy = JSON.parse(readFileSync(path.join(here, 'accuracy.json'), 'utf8')) as {
+  metric: string;
+  cases: Record<string, { value: number }>;
+};
 
-const f = (x: unknown, d = 3): string => (typeof x === 'number' ? (Math.abs(x) >= 1000 ? x.toFixed(0) : x.toPrecision(d)) : '—');
+const f = (x: unknown, d = 3): string =>
+  typeof x === 'number' ? (Math.abs(x) >= 1000 ? x.toFixed(0) : x.toPrecision(d)) : '—';
 const pct = (x: unknown): string => (typeof x === 'number' ? `${(100 * x).toFixed(2)} %` : '—');
 const label = (r: Run): string => {
-  const p = Object.entries(r.params).filter(([k]) => !['case', 'model', 'hardware', 'workload.routing.profile'].includes(k)).map(([k, v]) => `${k.split('.').pop()}=${String(v)}`);
+  const p = Object.entries(r.params)
+    .filter(([k]) => !['case', 'model', 'hardware', 'workload.routing.profile'].includes(k))
+    .map(([k, v]) => `${k.split('.').pop()}=${String(v)}`);
   return [String(r.params.case ?? r.policy), ...p].join(', ');
 };
 const table = (head: string[], rows: string[][]): string =>
-  [`| ${head.join(' | ')} |`, `| ${head.map(() => '---').join(' | ')} |`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  [
+    `| ${head.join(' | ')} |`,
+    `| ${head.map(() => '---').join(' | ')} |`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 
 console.log(`## ${results.name}: dense vs sparse utilisation\n`);
 console.log(
   table(
     ['run', 'S-MBU', 'dense MBU', 'MBU / S-MBU', 'S-MFU', 'dense MFU', 'MFU / S-MFU', 'activated params'],
-    results.runs.filter((r) => r.metrics.cap).map((r) => {
-      const c = r.metrics.cap;
-      return [label(r), pct(c.sMbu), pct(c.mbu), f(c.mbuOverSMbu), pct(c.sMfu), pct(c.mfu), f(c.mfuOverSMfu), pct(c.activatedParamFrac)];
-    }),
+    results.runs
+      .filter((r) => r.metrics.cap)
+      .map((r) => {
+        const c = r.metrics.cap;
+        return [
+          label(r),
+          pct(c.sMbu),
+          pct(c.mbu),
+          f(c.mbuOverSMbu),
+          pct(c.sMfu),
+          pct(c.mfu),
+          f(c.mfuOverSMfu),
+          pct(c.activatedParamFrac),
+        ];
+      }),
   ),
 );
 
-const withAcc = results.runs.filter((r) => typeof r.params.case === 'string' && accuracy.cases[r.params.case as string]);
+const withAcc = results.runs.filter(
+  (r) => typeof r.params.case === 'string' && accuracy.cases[r.params.case as string],
+);
 if (withAcc.length > 0) {
   console.log(`\n## ${results.name}: cost, accuracy, performance\n`);
   console.log(
     table(
-      ['case', `accuracy (${accuracy.metric})`, 'decode s/token (TPOT p50)', 'tokens/s', 'purchase USD', 'power W (TDP)', 'USD / M tokens', 'S-MBU', 'S-MFU'],
+      [
+        'case',
+        `accuracy (${accuracy.metric})`,
+        'decode s/token (TPOT p50)',
+        'tokens/s',
+        'purchase USD',
+        'power W (TDP)',
+        'USD / M tokens',
+        'S-MBU',
+        'S-MFU',
+      ],
       withAcc.map((r) => {
         const m = r.metrics;
         return [
@@ -87,7 +120,8 @@ if (withAcc.length > 0) {
     const vs = withAcc.map((r) => Number(get(r)));
     const max = Math.max(...vs.filter(Number.isFinite));
     withAcc.forEach((r, i) => {
-      if (Number.isFinite(vs[i]!)) values.push({ axis, case: String(r.params.case), value: vs[i]!, scaled: max > 0 ? vs[i]! / max : 0 });
+      if (Number.isFinite(vs[i]!))
+        values.push({ axis, case: String(r.params.case), value: vs[i]!, scaled: max > 0 ? vs[i]! / max : 0 });
     });
   }
   const spec = {

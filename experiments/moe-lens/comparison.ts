@@ -81,7 +81,8 @@ export const comparison: PaperComparison = {
     return [
       {
         id: 'speedup',
-        title: 'Fig. 11 / 12: generation throughput, MoE-Lens ÷ MoE-Lightning (arithmetic, geometric mean; max over rows)',
+        title:
+          'Fig. 11 / 12: generation throughput, MoE-Lens ÷ MoE-Lightning (arithmetic, geometric mean; max over rows)',
         note: 'The paper pools Fig. 11 (MTBench) over its three models; RAG and AIME (Fig. 12) are Mixtral-8x7B.',
         keyHeads: ['model', 'rows', 'statistic'],
         digits: 2,

@@ -31,15 +31,31 @@ for (const latencyNs of [base.pcie.latencyNs, 0]) {
   const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
   for (const contention of [false, true]) {
     const cf = runLens({ model, hardware: hw, cost, requests, settings: { ...settings, contention } });
-    const ev = runLens({ model, hardware: hw, cost, requests, settings: { ...settings, contention, pipeline: 'events' } });
+    const ev = runLens({
+      model,
+      hardware: hw,
+      cost,
+      requests,
+      settings: { ...settings, contention, pipeline: 'events' },
+    });
     const d = ev.endNs - cf.endNs;
-    console.log(`link latency ${latencyNs} ns, DRAM sharing ${contention ? 'on ' : 'off'}: ${cf.iterations} iterations, closed ${(cf.endNs / 1e9).toFixed(6)} s, events ${(ev.endNs / 1e9).toFixed(6)} s, difference ${((d / cf.endNs) * 100).toFixed(4)} % = ${(d / cf.iterations / 1e3).toFixed(1)} µs per iteration`);
+    console.log(
+      `link latency ${latencyNs} ns, DRAM sharing ${contention ? 'on ' : 'off'}: ${cf.iterations} iterations, closed ${(cf.endNs / 1e9).toFixed(6)} s, events ${(ev.endNs / 1e9).toFixed(6)} s, difference ${((d / cf.endNs) * 100).toFixed(4)} % = ${(d / cf.iterations / 1e3).toFixed(1)} µs per iteration`,
+    );
   }
 }
 const cost = createCostModel(model, base, { runtime: loadRuntime('moe-lightning') });
 const cf = runLens({ model, hardware: base, cost, requests, settings: { ...settings, contention: true } });
 for (const packetBytes of [16 * 1024 * 1024, 100e6, 4e9]) {
-  const ev = runLens({ model, hardware: base, cost, requests, settings: { ...settings, contention: true, pipeline: 'events', packetBytes } });
+  const ev = runLens({
+    model,
+    hardware: base,
+    cost,
+    requests,
+    settings: { ...settings, contention: true, pipeline: 'events', packetBytes },
+  });
   const e = ev.eventStats!;
-  console.log(`packet ${packetBytes} B: makespan ${(ev.endNs / 1e9).toFixed(4)} s (${((ev.endNs / cf.endNs - 1) * 100).toFixed(3)} % vs closed form), activation wait mean ${(e.activationQueueNs / e.activationTransfers / 1e6).toFixed(3)} ms, max ${(e.activationMaxQueueNs / 1e6).toFixed(3)} ms, kernel events ${e.events}`);
+  console.log(
+    `packet ${packetBytes} B: makespan ${(ev.endNs / 1e9).toFixed(4)} s (${((ev.endNs / cf.endNs - 1) * 100).toFixed(3)} % vs closed form), activation wait mean ${(e.activationQueueNs / e.activationTransfers / 1e6).toFixed(3)} ms, max ${(e.activationMaxQueueNs / 1e6).toFixed(3)} ms, kernel events ${e.events}`,
+  );
 }

@@ -19,7 +19,8 @@ export interface CsvRun {
 export function runsToCsv(runs: readonly CsvRun[]): string {
   const rows = runs.map((r) => {
     const o: Record<string, unknown> = { policy: r.policy };
-    for (const [k, v] of Object.entries(r.params)) o[`param:${k}`] = typeof v === 'object' && v !== null ? JSON.stringify(v) : v;
+    for (const [k, v] of Object.entries(r.params))
+      o[`param:${k}`] = typeof v === 'object' && v !== null ? JSON.stringify(v) : v;
     o.seed = r.seed;
     flatten('', r.metrics, o);
     return o;

@@ -38,7 +38,8 @@ function nearestExisting(abs: string): { dir: string; isDir: boolean } {
       return { dir: p, isDir: statSync(p).isDirectory() };
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw new UserError(`cannot use this output folder: ${p}: ${why(err)}`, undefined, '--out', abs);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR')
+        throw new UserError(`cannot use this output folder: ${p}: ${why(err)}`, undefined, '--out', abs);
       const up = path.dirname(p);
       if (up === p) return { dir: p, isDir: false };
       p = up;
@@ -57,7 +58,12 @@ export function checkOutDir(outDir: string): void {
   };
   if (outDir.trim() === '') fail('must name a folder (it is empty)');
   const { dir, isDir } = nearestExisting(abs);
-  if (!isDir) fail(dir === abs ? `is a file, not a folder: ${dir}` : `cannot create the output folder: ${dir} is a file, not a folder`);
+  if (!isDir)
+    fail(
+      dir === abs
+        ? `is a file, not a folder: ${dir}`
+        : `cannot create the output folder: ${dir} is a file, not a folder`,
+    );
   const probe = path.join(dir, `.moesim-write-check-${process.pid}`);
   if (dir === abs) {
     // The folder exists: can we create a file in it?
@@ -94,7 +100,12 @@ export function folderName(name: string): string {
 
 /** `text` with control characters (ESC, newline, ...) escaped, safe to print on a terminal. */
 export function printable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => JSON.stringify(c).slice(1, -1).replace(/^\\u00/, '\\x'));
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is this function's job.
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) =>
+    JSON.stringify(c)
+      .slice(1, -1)
+      .replace(/^\\u00/, '\\x'),
+  );
 }
 
 /** Creates `outDir` and its missing parents, one level at a time. */

@@ -54,8 +54,20 @@ export async function renderPlot(spec: PlotSpec, runs: readonly PlotRun[]): Prom
   const xNumeric = values.every((v) => typeof v.x === 'number');
   const order = [...new Set(values.map((v) => v.series))];
   const encoding: Record<string, unknown> = {
-    x: { field: 'x', type: xNumeric && spec.kind === 'line' ? 'quantitative' : 'ordinal', title: spec.x, sort: null, ...(spec.logX ? { scale: { type: 'log' } } : {}) },
-    y: { field: 'y', type: 'quantitative', aggregate: 'mean', title: spec.y, ...(spec.logY ? { scale: { type: 'log' } } : {}) },
+    x: {
+      field: 'x',
+      type: xNumeric && spec.kind === 'line' ? 'quantitative' : 'ordinal',
+      title: spec.x,
+      sort: null,
+      ...(spec.logX ? { scale: { type: 'log' } } : {}),
+    },
+    y: {
+      field: 'y',
+      type: 'quantitative',
+      aggregate: 'mean',
+      title: spec.y,
+      ...(spec.logY ? { scale: { type: 'log' } } : {}),
+    },
     color: { field: 'series', type: 'nominal', title: spec.series, sort: order },
   };
   // Bars of several series side by side; one full-width bar per x when the series is x itself.
@@ -66,9 +78,19 @@ export async function renderPlot(spec: PlotSpec, runs: readonly PlotRun[]): Prom
     encoding,
   };
   const top = spec.facet
-    ? { data: { values }, facet: { field: 'facet', type: 'nominal', title: spec.facet }, columns: 3, spec: { width: 260, height: 180, ...unit }, resolve: { scale: { y: 'independent' } } }
+    ? {
+        data: { values },
+        facet: { field: 'facet', type: 'nominal', title: spec.facet },
+        columns: 3,
+        spec: { width: 260, height: 180, ...unit },
+        resolve: { scale: { y: 'independent' } },
+      }
     : { data: { values }, width: 480, height: 300, ...unit };
-  const full = { $schema: 'https://vega.github.io/schema/vega-lite/v5.json', title: spec.title ?? spec.name, ...top } as unknown as vl.TopLevelSpec;
+  const full = {
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+    title: spec.title ?? spec.name,
+    ...top,
+  } as unknown as vl.TopLevelSpec;
   // Imported here, not at the top: vega takes about a second to load, and the schema above is
   // imported by every command (a CLI that only reports an error must answer at once).
   const [vega, vegaLite] = await Promise.all([import('vega'), import('vega-lite')]);

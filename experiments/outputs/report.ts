@@ -27,7 +27,18 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import { zodToUserError } from '../config/load.ts';
 import { writeFileAtomic } from './atomic.ts';
 import { PlotSchema, renderPlot, type PlotRun, type PlotSpec } from './plot.ts';
-import { chooseColumns, columnById, fmt as fmtCell, metricAt, metricColumn, renderSeedSummary, varyingParams, type Column, type Family, type TableRow } from './table.ts';
+import {
+  chooseColumns,
+  columnById,
+  fmt as fmtCell,
+  metricAt,
+  metricColumn,
+  renderSeedSummary,
+  varyingParams,
+  type Column,
+  type Family,
+  type TableRow,
+} from './table.ts';
 import { esc, fileLink, foreignSvgImage, headerHtml, inlineRenderedSvg, STYLE } from './report/html.ts';
 import { COLUMN_METRICS, metricDef, type MetricDef } from './report/metric-defs.ts';
 
@@ -117,11 +128,19 @@ export function loadResultsDir(dir: string): LoadedResults {
   }
   if (!isDir) throw new UserError('not a folder (give the folder of an experiment’s results.json)', dir);
   const resultsFile = path.join(dir, 'results.json');
-  if (!existsSync(resultsFile)) throw new UserError('no results.json in this folder (run `moesim experiment <config> --out <folder>` first)', dir);
+  if (!existsSync(resultsFile))
+    throw new UserError('no results.json in this folder (run `moesim experiment <config> --out <folder>` first)', dir);
   const raw = readJson(resultsFile);
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new UserError('not a results file: expected a JSON object', resultsFile);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    throw new UserError('not a results file: expected a JSON object', resultsFile);
   const version = (raw as Record<string, unknown>).schemaVersion;
-  if (version !== undefined && version !== 1) throw new UserError('this results file has a schema version this moesim does not read (it reads 1)', resultsFile, 'schemaVersion', version);
+  if (version !== undefined && version !== 1)
+    throw new UserError(
+      'this results file has a schema version this moesim does not read (it reads 1)',
+      resultsFile,
+      'schemaVersion',
+      version,
+    );
   const parsed = ResultsSchema.safeParse(raw);
   if (!parsed.success) throw zodToUserError(parsed.error, raw, resultsFile);
   const timing = new Map<number, { wallS: number; eventsPerS: number }>();
@@ -142,7 +161,8 @@ export function loadResultsDir(dir: string): LoadedResults {
 
 const fmt = (v: unknown, digits?: number): string => fmtCell(v, digits, '–');
 
-const td = (v: unknown, digits?: number): string => (typeof v === 'number' ? `<td class="num">${esc(fmt(v, digits))}</td>` : `<td>${esc(fmt(v, digits))}</td>`);
+const td = (v: unknown, digits?: number): string =>
+  typeof v === 'number' ? `<td class="num">${esc(fmt(v, digits))}</td>` : `<td>${esc(fmt(v, digits))}</td>`;
 
 // ---------------------------------------------------------------------------------------
 // The page
@@ -171,7 +191,13 @@ function resultsTable(c: Context): string {
   const cfg = c.loaded.results.config;
   const out = cfg.output;
   const extra: Column[] = (out?.columns ?? []).map((id) => columnById(c.family, id) ?? metricColumn(id));
-  const rel: Column[] = out?.relative ? out.relative.metrics.map((m) => ({ id: `rel:${m}`, header: `${m}\n/ ${out.relative!.baseline}`, get: (r: TableRow) => r.relative?.[m] })) : [];
+  const rel: Column[] = out?.relative
+    ? out.relative.metrics.map((m) => ({
+        id: `rel:${m}`,
+        header: `${m}\n/ ${out.relative!.baseline}`,
+        get: (r: TableRow) => r.relative?.[m],
+      }))
+    : [];
   const rows: TableRow[] = c.runs.map((r) => {
     const t = c.loaded.timing.get(r.index);
     return {
@@ -182,7 +208,9 @@ function resultsTable(c: Context): string {
       wallS: t?.wallS ?? Number.NaN,
       eventsPerS: t?.eventsPerS ?? Number.NaN,
       simulatedS: r.sim.simulatedS,
-      ...(r.relative ? { relative: Object.fromEntries(Object.entries(r.relative).map(([k, v]) => [k, v ?? Infinity])) } : {}),
+      ...(r.relative
+        ? { relative: Object.fromEntries(Object.entries(r.relative).map(([k, v]) => [k, v ?? Infinity])) }
+        : {}),
     };
   });
   let { columns } = chooseColumns(c.family, {}, [...extra, ...rel]);
@@ -199,7 +227,9 @@ function resultsTable(c: Context): string {
     const path = columnPath(c, col);
     if (!path) return '';
     const d = defOf(path.path, c.family);
-    return d ? `${path.path}: ${d.def}${d.unit ? ` (${d.unit})` : ''}${path.shown ? `; ${path.shown}` : ''}` : path.path;
+    return d
+      ? `${path.path}: ${d.def}${d.unit ? ` (${d.unit})` : ''}${path.shown ? `; ${path.shown}` : ''}`
+      : path.path;
   };
   for (const col of columns) {
     const p = columnPath(c, col);
@@ -214,7 +244,9 @@ function resultsTable(c: Context): string {
   const body = rows.map((r, i) => {
     const cells = [
       `<td class="policy">${esc(r.policy + marks[i])}</td>`,
-      ...c.varying.map((k) => (typeof r.params[k] === 'number' ? td(r.params[k]) : `<td class="param">${esc(fmt(r.params[k]))}</td>`)),
+      ...c.varying.map((k) =>
+        typeof r.params[k] === 'number' ? td(r.params[k]) : `<td class="param">${esc(fmt(r.params[k]))}</td>`,
+      ),
       ...(c.multiSeed ? [td(r.seed)] : []),
       ...columns.map((col) => {
         const v = col.get(r);
@@ -239,7 +271,10 @@ function columnPath(c: Context, col: Column): { path: string; shown?: string } |
   if (cat) return cat;
   if (col.id.startsWith('rel:')) {
     const rel = c.loaded.results.config.output?.relative;
-    return { path: col.id, shown: `this run’s ${col.id.slice(4)} / the value of ${rel?.baseline ?? 'the baseline'} at the same sweep point and seed (output.relative)` };
+    return {
+      path: col.id,
+      shown: `this run’s ${col.id.slice(4)} / the value of ${rel?.baseline ?? 'the baseline'} at the same sweep point and seed (output.relative)`,
+    };
   }
   return { path: col.id };
 }
@@ -252,7 +287,10 @@ function defOf(p: string, family: Family): MetricDef | undefined {
 }
 
 /** A plot of the page: markup Vega rendered in this process, or a file of the folder shown as an image. */
-type PlotOut = { readonly title: string; readonly caption: string } & ({ readonly svg: string } | { readonly foreign: Buffer });
+type PlotOut = { readonly title: string; readonly caption: string } & (
+  | { readonly svg: string }
+  | { readonly foreign: Buffer }
+);
 
 /** SVG files larger than this are linked, not embedded (a page of hundreds of MB helps no one). */
 const MAX_FOREIGN_SVG_BYTES = 8 * 1024 * 1024;
@@ -278,7 +316,14 @@ function overviewPlots(c: Context): { specs: PlotSpec[]; averaged: string[] } {
     .map((y) => {
       const metric = y.slice('metrics.'.length);
       const d = metricDef(metric, c.family);
-      return PlotSchema.parse({ name: `overview-${metric}`, title: `${metric}${d?.unit ? ` (${d.unit})` : ''}`, x, y, kind, ...(facet ? { facet } : {}) });
+      return PlotSchema.parse({
+        name: `overview-${metric}`,
+        title: `${metric}${d?.unit ? ` (${d.unit})` : ''}`,
+        x,
+        y,
+        kind,
+        ...(facet ? { facet } : {}),
+      });
     });
   return { specs, averaged };
 }
@@ -294,8 +339,14 @@ async function plots(c: Context): Promise<{ list: PlotOut[]; overview: 'grid' | 
   for (const spec of specs) {
     const file = `${spec.name}.svg`;
     used.add(file);
-    const where = loaded.files.includes(file) ? `drawn from results.json (as ${file})` : `drawn from results.json (${file} was not in the folder)`;
-    list.push({ title: spec.title ?? spec.name, caption: `${spec.y} against ${spec.x}, by ${spec.series}${spec.facet ? `, one panel per ${spec.facet}` : ''} — ${where}`, svg: await renderPlot(spec, c.plotRuns) });
+    const where = loaded.files.includes(file)
+      ? `drawn from results.json (as ${file})`
+      : `drawn from results.json (${file} was not in the folder)`;
+    list.push({
+      title: spec.title ?? spec.name,
+      caption: `${spec.y} against ${spec.x}, by ${spec.series}${spec.facet ? `, one panel per ${spec.facet}` : ''} — ${where}`,
+      svg: await renderPlot(spec, c.plotRuns),
+    });
   }
   // Other drawings in the folder (e.g. written by an experiment's own plotting script): images only.
   for (const file of loaded.files) {
@@ -303,25 +354,36 @@ async function plots(c: Context): Promise<{ list: PlotOut[]; overview: 'grid' | 
     const full = path.join(loaded.dir, file);
     const st = statSync(full, { throwIfNoEntry: false });
     if (!st?.isFile() || st.size > MAX_FOREIGN_SVG_BYTES) continue;
-    list.push({ title: file.slice(0, -4), caption: `${file} (a file of the results folder, not one of the config’s output.plots; shown as an image)`, foreign: readFileSync(full) });
+    list.push({
+      title: file.slice(0, -4),
+      caption: `${file} (a file of the results folder, not one of the config’s output.plots; shown as an image)`,
+      foreign: readFileSync(full),
+    });
   }
   if (list.length > 0 || c.runs.length === 0) return { list, overview: undefined };
   const overview = overviewPlots(c);
   const mean = overview.averaged.length ? `; the mean over ${overview.averaged.join(', ')}` : '';
   for (const spec of overview.specs) {
-    list.push({ title: spec.title!, caption: `${spec.y} by ${spec.x}${spec.facet ? `, one panel per ${spec.facet}` : ''}${mean}: an overview drawn by the report (the config has no output.plots)`, svg: await renderPlot(spec, c.plotRuns) });
+    list.push({
+      title: spec.title!,
+      caption: `${spec.y} by ${spec.x}${spec.facet ? `, one panel per ${spec.facet}` : ''}${mean}: an overview drawn by the report (the config has no output.plots)`,
+      svg: await renderPlot(spec, c.plotRuns),
+    });
     c.shown.set(spec.y.slice('metrics.'.length), undefined);
   }
   return { list, overview: overview.specs.some((s) => s.facet) ? 'wide' : 'grid' };
 }
 
 function plotsSection(list: readonly PlotOut[], overview: 'grid' | 'wide' | undefined): string {
-  if (list.length === 0) return '<p class="note">No plots: the config has no <code>output.plots</code> and the folder has no SVG.</p>';
+  if (list.length === 0)
+    return '<p class="note">No plots: the config has no <code>output.plots</code> and the folder has no SVG.</p>';
   const figures = list.map((p, i) => {
     const html = 'svg' in p ? inlineRenderedSvg(p.svg, `plot${i}`) : foreignSvgImage(p.foreign, p.title);
     return `<figure>${html}<figcaption>${esc(p.caption)}</figcaption></figure>`;
   });
-  const lead = overview ? '<p class="note">The config asks for no plots (<code>output.plots</code>); these overview charts are drawn by the report with the same Vega-Lite renderer.</p>' : '';
+  const lead = overview
+    ? '<p class="note">The config asks for no plots (<code>output.plots</code>); these overview charts are drawn by the report with the same Vega-Lite renderer.</p>'
+    : '';
   return `${lead}<div class="plots${overview === 'grid' ? ' grid' : ''}">${figures.join('\n')}</div>`;
 }
 
@@ -333,11 +395,23 @@ interface PerRunColumn {
   readonly percent?: boolean;
 }
 
-function perRunTable(c: Context, rows: readonly { run: ReportRun; cells: readonly unknown[] }[], headers: readonly PerRunColumn[]): string {
-  const head = ['<th>run</th>', ...headers.map((h) => `<th${h.path ? ` title="${esc(h.path)}"` : ''}>${headerHtml(h.label)}</th>`)].join('');
+function perRunTable(
+  c: Context,
+  rows: readonly { run: ReportRun; cells: readonly unknown[] }[],
+  headers: readonly PerRunColumn[],
+): string {
+  const head = [
+    '<th>run</th>',
+    ...headers.map((h) => `<th${h.path ? ` title="${esc(h.path)}"` : ''}>${headerHtml(h.label)}</th>`),
+  ].join('');
   for (const h of headers) if (h.path) c.shown.set(h.path, h.percent ? 'shown × 100, in %' : undefined);
   const cell = (h: PerRunColumn, v: unknown): string => (h.percent && typeof v === 'number' ? td(v * 100, 2) : td(v));
-  const body = rows.map(({ run, cells }) => `<tr><td class="policy">${esc(runLabel(c, run))}</td>${cells.map((v, i) => cell(headers[i]!, v)).join('')}</tr>`).join('\n');
+  const body = rows
+    .map(
+      ({ run, cells }) =>
+        `<tr><td class="policy">${esc(runLabel(c, run))}</td>${cells.map((v, i) => cell(headers[i]!, v)).join('')}</tr>`,
+    )
+    .join('\n');
   return `<div class="scroll"><table><thead><tr>${head}</tr></thead><tbody>\n${body}\n</tbody></table></div>`;
 }
 
@@ -349,9 +423,25 @@ function boundsSection(c: Context): string {
   if (lens.length > 0) {
     const a = (r: ReportRun, k: string): unknown => (r.metrics.analytic as Record<string, unknown>)[k];
     parts.push('<h3>Analytic model (MoE-Lens, Eqs. 2–14)</h3>');
-    parts.push('<p class="note">The policy computes its analytic model beside every run. <code>t</code> (Eq. 14) is the model’s generation throughput; <code>tMaxGenTokPerS</code> the Stage-1 upper bound (memory- or GPU-bound, Eq. 4) as generation throughput.</p>');
-    const keys = ['simulatedTokPerS', 't', 'simulatedOverT', 'tMaxGenTokPerS', 'simulatedOverTMaxGen', 'tMemTokPerS', 'stage2Regime'];
-    parts.push(perRunTable(c, lens.map((run) => ({ run, cells: keys.map((k) => a(run, k)) })), keys.map((k) => ({ label: k, path: `analytic.${k}` }))));
+    parts.push(
+      '<p class="note">The policy computes its analytic model beside every run. <code>t</code> (Eq. 14) is the model’s generation throughput; <code>tMaxGenTokPerS</code> the Stage-1 upper bound (memory- or GPU-bound, Eq. 4) as generation throughput.</p>',
+    );
+    const keys = [
+      'simulatedTokPerS',
+      't',
+      'simulatedOverT',
+      'tMaxGenTokPerS',
+      'simulatedOverTMaxGen',
+      'tMemTokPerS',
+      'stage2Regime',
+    ];
+    parts.push(
+      perRunTable(
+        c,
+        lens.map((run) => ({ run, cells: keys.map((k) => a(run, k)) })),
+        keys.map((k) => ({ label: k, path: `analytic.${k}` })),
+      ),
+    );
     const all = lens.map((run) => {
       const entries = Object.entries(run.metrics.analytic as Record<string, unknown>);
       for (const [k] of entries) c.shown.set(`analytic.${k}`, undefined);
@@ -361,10 +451,16 @@ function boundsSection(c: Context): string {
     parts.push(all.join('\n'));
   }
   // Throughput policies that search a configuration: the predicted pass time against the simulated one.
-  const search = c.runs.filter((r) => num(metricAt(r.metrics, 'search.predictedPassS')) !== undefined && num(metricAt(r.metrics, 'search.simulatedPassS')) !== undefined);
+  const search = c.runs.filter(
+    (r) =>
+      num(metricAt(r.metrics, 'search.predictedPassS')) !== undefined &&
+      num(metricAt(r.metrics, 'search.simulatedPassS')) !== undefined,
+  );
   if (search.length > 0) {
     parts.push('<h3>Predicted against simulated pass time</h3>');
-    parts.push('<p class="note">The policy’s search predicts a pass’s time as the critical path of its task graph under expected routing, without contention; the simulated pass of the same shape has sampled routing and shares links and host DRAM, so it is usually as long or longer.</p>');
+    parts.push(
+      '<p class="note">The policy’s search predicts a pass’s time as the critical path of its task graph under expected routing, without contention; the simulated pass of the same shape has sampled routing and shares links and host DRAM, so it is usually as long or longer.</p>',
+    );
     parts.push(
       perRunTable(
         c,
@@ -373,21 +469,52 @@ function boundsSection(c: Context): string {
           const s = metricAt(run.metrics, 'search.simulatedPassS') as number;
           return { run, cells: [p, s, p > 0 ? s / p : undefined] };
         }),
-        [{ label: 'predicted pass s', path: 'search.predictedPassS' }, { label: 'simulated pass s', path: 'search.simulatedPassS' }, { label: 'simulated / predicted' }],
+        [
+          { label: 'predicted pass s', path: 'search.predictedPassS' },
+          { label: 'simulated pass s', path: 'search.simulatedPassS' },
+          { label: 'simulated / predicted' },
+        ],
       ),
     );
   }
   // MoE-CAP: fractions of the hardware's peak (at most 1) and cost.
   const cap = c.runs.filter((r) => r.metrics.cap !== null && typeof r.metrics.cap === 'object');
   if (cap.length > 0) {
-    const keys = ['cap.sMbu', 'cap.sMfu', 'cap.mbu', 'cap.mfu', 'cap.sMbuCpu', 'cap.sMfuCpu', 'cap.mbuOverSMbu', 'cost.usdPerMTok'].filter((k) => cap.some((r) => num(metricAt(r.metrics, k)) !== undefined));
+    const keys = [
+      'cap.sMbu',
+      'cap.sMfu',
+      'cap.mbu',
+      'cap.mfu',
+      'cap.sMbuCpu',
+      'cap.sMfuCpu',
+      'cap.mbuOverSMbu',
+      'cost.usdPerMTok',
+    ].filter((k) => cap.some((r) => num(metricAt(r.metrics, k)) !== undefined));
     parts.push('<h3>MoE-CAP: use of the hardware’s peak, and cost</h3>');
-    parts.push('<p class="note">S-MBU and S-MFU count what the runs activated, as fractions of the datasheet peak: at most 100 %, a bound the simulator enforces. The dense MBU/MFU count every expert in every pass, bytes and FLOPs a sparse model does not spend, so they over-rate it and can exceed 100 %. Simplifications are listed in <code>sim/metrics/cap.ts</code>.</p>');
-    const label: Readonly<Record<string, string>> = { 'cap.sMbu': 'S-MBU %', 'cap.sMfu': 'S-MFU %', 'cap.mbu': 'dense MBU %', 'cap.mfu': 'dense MFU %', 'cap.sMbuCpu': 'CPU S-MBU %', 'cap.sMfuCpu': 'CPU S-MFU %', 'cap.mbuOverSMbu': 'MBU / S-MBU', 'cost.usdPerMTok': 'US$ per M tokens' };
+    parts.push(
+      '<p class="note">S-MBU and S-MFU count what the runs activated, as fractions of the datasheet peak: at most 100 %, a bound the simulator enforces. The dense MBU/MFU count every expert in every pass, bytes and FLOPs a sparse model does not spend, so they over-rate it and can exceed 100 %. Simplifications are listed in <code>sim/metrics/cap.ts</code>.</p>',
+    );
+    const label: Readonly<Record<string, string>> = {
+      'cap.sMbu': 'S-MBU %',
+      'cap.sMfu': 'S-MFU %',
+      'cap.mbu': 'dense MBU %',
+      'cap.mfu': 'dense MFU %',
+      'cap.sMbuCpu': 'CPU S-MBU %',
+      'cap.sMfuCpu': 'CPU S-MFU %',
+      'cap.mbuOverSMbu': 'MBU / S-MBU',
+      'cost.usdPerMTok': 'US$ per M tokens',
+    };
     const cols = keys.map((k) => ({ label: label[k] ?? k, path: k, percent: label[k]?.endsWith('%') ?? false }));
-    parts.push(perRunTable(c, cap.map((run) => ({ run, cells: keys.map((k) => metricAt(run.metrics, k)) })), cols));
+    parts.push(
+      perRunTable(
+        c,
+        cap.map((run) => ({ run, cells: keys.map((k) => metricAt(run.metrics, k)) })),
+        cols,
+      ),
+    );
   }
-  if (parts.length === 0) return '<p class="note">No run of this experiment carries an analytic model or bound (MoE-Lens’s <code>metrics.analytic</code>, a searched configuration’s predicted pass time, or MoE-CAP’s <code>metrics.cap</code>).</p>';
+  if (parts.length === 0)
+    return '<p class="note">No run of this experiment carries an analytic model or bound (MoE-Lens’s <code>metrics.analytic</code>, a searched configuration’s predicted pass time, or MoE-CAP’s <code>metrics.cap</code>).</p>';
   return parts.join('\n');
 }
 
@@ -401,8 +528,14 @@ function definitionsSection(c: Context): string {
 }
 
 function timelinesSection(c: Context): string {
-  const timelines = c.loaded.files.filter((f) => /^timeline-.*\.json$/.test(f)).sort((a, b) => Number(/^timeline-(\d+)/.exec(a)?.[1] ?? 0) - Number(/^timeline-(\d+)/.exec(b)?.[1] ?? 0) || a.localeCompare(b));
-  if (timelines.length === 0) return '<p class="note">No timelines in this folder. Run the experiment with <code>--timeline</code> to write one Perfetto (Chrome-trace) timeline per run.</p>';
+  const timelines = c.loaded.files
+    .filter((f) => /^timeline-.*\.json$/.test(f))
+    .sort(
+      (a, b) =>
+        Number(/^timeline-(\d+)/.exec(a)?.[1] ?? 0) - Number(/^timeline-(\d+)/.exec(b)?.[1] ?? 0) || a.localeCompare(b),
+    );
+  if (timelines.length === 0)
+    return '<p class="note">No timelines in this folder. Run the experiment with <code>--timeline</code> to write one Perfetto (Chrome-trace) timeline per run.</p>';
   const items = timelines.map((f) => {
     const index = Number(/^timeline-(\d+)/.exec(f)?.[1]);
     const run = c.runs.find((r) => r.index === index);
@@ -415,9 +548,23 @@ function timelinesSection(c: Context): string {
 export async function renderReport(loaded: LoadedResults): Promise<string> {
   const { results } = loaded;
   const runs = results.runs;
-  const family: Family = results.config.executor?.kind === 'throughput' || runs.some((r) => 'feasible' in r.metrics) ? 'throughput' : 'serving';
-  const plotRuns = runs.map((r) => ({ ...r, relative: Object.fromEntries(Object.entries(r.relative ?? {}).filter((e): e is [string, number] => e[1] !== null)) }));
-  const c: Context = { loaded, runs, family, varying: varyingParams(runs), multiSeed: new Set(runs.map((r) => r.seed)).size > 1, shown: new Map(), plotRuns };
+  const family: Family =
+    results.config.executor?.kind === 'throughput' || runs.some((r) => 'feasible' in r.metrics)
+      ? 'throughput'
+      : 'serving';
+  const plotRuns = runs.map((r) => ({
+    ...r,
+    relative: Object.fromEntries(Object.entries(r.relative ?? {}).filter((e): e is [string, number] => e[1] !== null)),
+  }));
+  const c: Context = {
+    loaded,
+    runs,
+    family,
+    varying: varyingParams(runs),
+    multiSeed: new Set(runs.map((r) => r.seed)).size > 1,
+    shown: new Map(),
+    plotRuns,
+  };
   const name = results.name;
   const description = results.config.description;
   const distinct = (k: string) => [...new Set(runs.map((r) => fmt(r.params[k])).filter((v) => v !== '–'))];
@@ -448,7 +595,11 @@ export async function renderReport(loaded: LoadedResults): Promise<string> {
     ['bounds', 'Analytic models and bounds', bounds],
     ['timelines', 'Timelines', timelines],
     ['definitions', 'Metric definitions', defs],
-    ['config', 'Config', `<pre><code>${esc(configYaml)}</code></pre><p class="note">The resolved config as stored in ${fileLink('results.json')} (defaults filled in).</p>`],
+    [
+      'config',
+      'Config',
+      `<pre><code>${esc(configYaml)}</code></pre><p class="note">The resolved config as stored in ${fileLink('results.json')} (defaults filled in).</p>`,
+    ],
   ];
   return `<!DOCTYPE html>
 <html lang="en">

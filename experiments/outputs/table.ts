@@ -59,7 +59,8 @@ function compact(v: number): string {
 export function fmt(v: unknown, digits?: number, missing = '-'): string {
   if (typeof v === 'number') {
     if (!Number.isFinite(v)) return String(v);
-    if (digits !== undefined) return Math.abs(v) >= 1e6 ? v.toExponential(2) : Number.isInteger(v) ? String(v) : v.toFixed(digits);
+    if (digits !== undefined)
+      return Math.abs(v) >= 1e6 ? v.toExponential(2) : Number.isInteger(v) ? String(v) : v.toFixed(digits);
     return compact(v);
   }
   if (v === undefined || v === null) return missing;
@@ -123,26 +124,58 @@ export const SERVING_COLUMNS: readonly Column[] = [
   { id: 'blocked', header: 'GPU\nblocked%', get: (r) => pct(r.metrics.gpuBlockedFrac), digits: 1, keep: 2 },
   { id: 'busy', header: 'GPU\nbusy %', get: (r) => pct(r.metrics.gpuBusyFrac), digits: 1 },
   { id: 'pcie', header: 'PCIe\nGB/s', get: m('pcieGBps'), keep: 3 },
-  { id: 'pcie-gb', header: 'PCIe\nGB', get: (r) => num((r.metrics.h2dBytes as number) + (r.metrics.d2hBytes as number), GB) },
+  {
+    id: 'pcie-gb',
+    header: 'PCIe\nGB',
+    get: (r) => num((r.metrics.h2dBytes as number) + (r.metrics.d2hBytes as number), GB),
+  },
   { id: 'h2d-util', header: 'H2D\nutil %', get: (r) => pct(r.metrics.h2dUtil), digits: 1 },
   { id: 'slots', header: 'buffer\nslots', get: m('bufferSlots') },
-  { id: 'vram', header: 'VRAM\npeak GB', get: (r) => num(metricAt(r.metrics, 'peakBytes.vram.total'), GB), digits: 2, keep: 5 },
+  {
+    id: 'vram',
+    header: 'VRAM\npeak GB',
+    get: (r) => num(metricAt(r.metrics, 'peakBytes.vram.total'), GB),
+    digits: 2,
+    keep: 5,
+  },
   { id: 'host', header: 'host\npeak GB', get: (r) => num(metricAt(r.metrics, 'peakBytes.host.total'), GB), digits: 1 },
   { id: 'sim', header: 'sim s', get: (r) => r.simulatedS, keep: 4 },
   { id: 'wall', header: 'wall s', get: (r) => r.wallS, digits: 2 },
   { id: 'events/s', header: 'events/s', get: (r) => Math.round(r.eventsPerS) },
   ...capColumns((r, path) => metricAt(r.metrics, path)),
 ];
-export const SERVING_DEFAULT: readonly string[] = ['ttft.p50', 'ttft.p99', 'tpot.p50', 'tok/s', 'hit', 'blocked', 'pcie', 'vram', 'sim'];
+export const SERVING_DEFAULT: readonly string[] = [
+  'ttft.p50',
+  'ttft.p99',
+  'tpot.p50',
+  'tok/s',
+  'hit',
+  'blocked',
+  'pcie',
+  'vram',
+  'sim',
+];
 
 /** A throughput metric, or nothing for an infeasible run. */
-const ok = (r: TableRow, path: string): unknown => (r.metrics.feasible === false ? undefined : metricAt(r.metrics, path));
-const passes = (r: TableRow, phase: 'prefill' | 'decode'): boolean => typeof ok(r, `passes.${phase}`) === 'number' && (ok(r, `passes.${phase}`) as number) > 0;
+const ok = (r: TableRow, path: string): unknown =>
+  r.metrics.feasible === false ? undefined : metricAt(r.metrics, path);
+const passes = (r: TableRow, phase: 'prefill' | 'decode'): boolean =>
+  typeof ok(r, `passes.${phase}`) === 'number' && (ok(r, `passes.${phase}`) as number) > 0;
 
 /** Every named column of the throughput family (`sim/metrics/throughput-metrics.ts`); `search.*` is the main phase's chosen configuration. */
 export const THROUGHPUT_COLUMNS: readonly Column[] = [
-  { id: 'prefill-tok/s', header: 'prefill\ntok/s', get: (r) => (passes(r, 'prefill') ? ok(r, 'prefillTokPerS') : undefined), keep: 1 },
-  { id: 'decode-tok/s', header: 'decode\ntok/s', get: (r) => (passes(r, 'decode') ? ok(r, 'decodeTokPerS') : undefined), keep: 1 },
+  {
+    id: 'prefill-tok/s',
+    header: 'prefill\ntok/s',
+    get: (r) => (passes(r, 'prefill') ? ok(r, 'prefillTokPerS') : undefined),
+    keep: 1,
+  },
+  {
+    id: 'decode-tok/s',
+    header: 'decode\ntok/s',
+    get: (r) => (passes(r, 'decode') ? ok(r, 'decodeTokPerS') : undefined),
+    keep: 1,
+  },
   { id: 'tok/s', header: 'tok/s', get: (r) => ok(r, 'throughputTokPerS') },
   { id: 'batch', header: 'batch', get: (r) => ok(r, 'search.B'), keep: 2 },
   { id: 'b_a', header: 'b_a', get: (r) => ok(r, 'search.ba') },
@@ -161,7 +194,17 @@ export const THROUGHPUT_COLUMNS: readonly Column[] = [
   { id: 'wall', header: 'wall s', get: (r) => r.wallS, digits: 2 },
   ...capColumns(ok),
 ];
-export const THROUGHPUT_DEFAULT: readonly string[] = ['prefill-tok/s', 'decode-tok/s', 'batch', 'omega', 'gpu', 'pcie', 'vram', 'host', 'sim'];
+export const THROUGHPUT_DEFAULT: readonly string[] = [
+  'prefill-tok/s',
+  'decode-tok/s',
+  'batch',
+  'omega',
+  'gpu',
+  'pcie',
+  'vram',
+  'host',
+  'sim',
+];
 
 export type Family = 'serving' | 'throughput';
 const CATALOG: Record<Family, { readonly all: readonly Column[]; readonly defaults: readonly string[] }> = {
@@ -176,7 +219,11 @@ export interface ColumnChoice {
 }
 
 /** A column for a metric path (`--columns ttftQueueMs.p99`, `output.columns`). */
-export const metricColumn = (path: string, header = path): Column => ({ id: path, header, get: (r) => metricAt(r.metrics, path) });
+export const metricColumn = (path: string, header = path): Column => ({
+  id: path,
+  header,
+  get: (r) => metricAt(r.metrics, path),
+});
 
 const METRIC_PATH = /^[A-Za-z_][\w]*(\.[\w]+)*$/;
 
@@ -196,7 +243,11 @@ export function columnById(family: Family, id: string): Column | undefined {
  * relative columns) follow the chosen ones.
  * @throws Error with a message for the CLI (the caller makes it a UserError)
  */
-export function chooseColumns(family: Family, choice: ColumnChoice, extra: readonly Column[] = []): { columns: Column[]; fit: boolean } {
+export function chooseColumns(
+  family: Family,
+  choice: ColumnChoice,
+  extra: readonly Column[] = [],
+): { columns: Column[]; fit: boolean } {
   const cat = CATALOG[family];
   const byId = new Map(cat.all.map((c) => [c.id, c]));
   if (choice.wide) return { columns: [...cat.all, ...extra.filter((e) => !byId.has(e.id))], fit: false };
@@ -204,12 +255,17 @@ export function chooseColumns(family: Family, choice: ColumnChoice, extra: reado
     const cols = choice.columns.map((id) => {
       const c = columnById(family, id);
       if (c) return c;
-      throw new Error(`unknown column '${id}' (columns of the ${family} family: ${cat.all.map((x) => x.id).join(', ')}; or a metric path such as ttftQueueMs.p99)`);
+      throw new Error(
+        `unknown column '${id}' (columns of the ${family} family: ${cat.all.map((x) => x.id).join(', ')}; or a metric path such as ttftQueueMs.p99)`,
+      );
     });
     return { columns: [...cols, ...extra.filter((e) => !cols.some((c) => c.id === e.id))], fit: false };
   }
   // The config's own columns go before the least important default ones when space runs out.
-  return { columns: [...cat.defaults.map((id) => byId.get(id)!), ...extra.map((e) => ({ ...e, keep: e.keep ?? 3 }))], fit: true };
+  return {
+    columns: [...cat.defaults.map((id) => byId.get(id)!), ...extra.map((e) => ({ ...e, keep: e.keep ?? 3 }))],
+    fit: true,
+  };
 }
 
 /** Every catalogue id of a family (for `--columns` help and errors). */
@@ -235,7 +291,12 @@ const widthOf = (text: string): number => Math.max(0, ...text.split('\n').map((l
  * Renders rows: policy, the swept parameters that vary, seed (when several), then the columns.
  * Infeasible runs get a footnote mark and their reason under the table.
  */
-export function renderTable(rows: readonly TableRow[], columns: readonly Column[], style: TableStyle = 'box', o: RenderOptions = {}): string {
+export function renderTable(
+  rows: readonly TableRow[],
+  columns: readonly Column[],
+  style: TableStyle = 'box',
+  o: RenderOptions = {},
+): string {
   const varying = varyingParams(rows);
   const multiSeed = new Set(rows.map((r) => r.seed)).size > 1;
 
@@ -278,7 +339,13 @@ export function renderTable(rows: readonly TableRow[], columns: readonly Column[
   }
   const notes: string[] = [];
   reasons.forEach((why, i) => notes.push(...wrap(`[${i + 1}] ${why}`, o.maxWidth ?? 120)));
-  if (left.length > 0) notes.push(...wrap(`(left out to fit ${o.maxWidth} columns: ${left.join(', ')}; --wide shows every column, --columns picks them)`, o.maxWidth ?? 120));
+  if (left.length > 0)
+    notes.push(
+      ...wrap(
+        `(left out to fit ${o.maxWidth} columns: ${left.join(', ')}; --wide shows every column, --columns picks them)`,
+        o.maxWidth ?? 120,
+      ),
+    );
   return notes.length > 0 ? `${table}\n${notes.join('\n')}` : table;
 }
 
@@ -300,7 +367,11 @@ function wrap(text: string, width: number): string[] {
  * One row per (policy, sweep point): min / mean / max over seeds of each metric path
  * (`output.seedSummary`; e.g. requests to recover after a workload shift).
  */
-export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly string[], style: TableStyle = 'box'): string {
+export function renderSeedSummary(
+  rows: readonly TableRow[],
+  metrics: readonly string[],
+  style: TableStyle = 'box',
+): string {
   const groups = new Map<string, TableRow[]>();
   for (const r of rows) {
     const key = JSON.stringify([r.policy, r.params]);
@@ -311,7 +382,12 @@ export function renderSeedSummary(rows: readonly TableRow[], metrics: readonly s
   const paramKeys: string[] = [];
   for (const r of rows) for (const k of Object.keys(r.params)) if (!paramKeys.includes(k)) paramKeys.push(k);
   const varying = paramKeys.filter((k) => new Set(rows.map((r) => JSON.stringify(r.params[k]))).size > 1);
-  const head = ['policy', ...paramHeaders(varying), 'seeds', ...metrics.flatMap((m) => [`${m} min`, `${m} mean`, `${m} max`])];
+  const head = [
+    'policy',
+    ...paramHeaders(varying),
+    'seeds',
+    ...metrics.flatMap((m) => [`${m} min`, `${m} mean`, `${m} max`]),
+  ];
   const body: string[][] = [];
   for (const g of groups.values()) {
     const first = g[0]!;
@@ -331,7 +407,8 @@ export type TableStyle = 'box' | 'markdown';
 /** Header and rows (cells already text) as a table of `style`. */
 export function layout(head: readonly string[], body: readonly (readonly string[])[], style: TableStyle): string {
   if (style === 'markdown') {
-    const row = (cells: readonly string[]) => `| ${cells.map((c) => c.replace(/\n/g, ' ').replace(/\|/g, '\\|')).join(' | ')} |`;
+    const row = (cells: readonly string[]) =>
+      `| ${cells.map((c) => c.replace(/\n/g, ' ').replace(/\|/g, '\\|')).join(' | ')} |`;
     return [row(head), `|${head.map(() => '---|').join('')}`, ...body.map(row)].join('\n');
   }
   const table = new Table({ head: [...head], style: { head: [], border: [], compact: true } });

@@ -83,14 +83,27 @@ const CASE = 'case';
 const metricPath = (p: string): string => (p.startsWith('metrics.') ? p.slice('metrics.'.length) : p);
 
 /** Config-time checks: x must be a run parameter, per-case targets must name the cases. */
-export function checkThresholds(spec: ThresholdsSpec, runFields: ReadonlySet<string>, caseLabels: readonly string[], file?: string): void {
-  if (!runFields.has(spec.x)) throw new UserError('thresholds.x must be a swept path or a case key', file, 'output.thresholds.x', spec.x);
+export function checkThresholds(
+  spec: ThresholdsSpec,
+  runFields: ReadonlySet<string>,
+  caseLabels: readonly string[],
+  file?: string,
+): void {
+  if (!runFields.has(spec.x))
+    throw new UserError('thresholds.x must be a swept path or a case key', file, 'output.thresholds.x', spec.x);
   if (!Array.isArray(spec.targets)) {
     for (const label of Object.keys(spec.targets)) {
-      if (!caseLabels.includes(label)) throw new UserError(`thresholds.targets names no case (cases: ${caseLabels.join(', ') || 'none'})`, file, `output.thresholds.targets.${label}`, label);
+      if (!caseLabels.includes(label))
+        throw new UserError(
+          `thresholds.targets names no case (cases: ${caseLabels.join(', ') || 'none'})`,
+          file,
+          `output.thresholds.targets.${label}`,
+          label,
+        );
     }
     for (const label of caseLabels) {
-      if (!(label in spec.targets)) throw new UserError('a case has no thresholds.targets entry', file, 'output.thresholds.targets', label);
+      if (!(label in spec.targets))
+        throw new UserError('a case has no thresholds.targets entry', file, 'output.thresholds.targets', label);
     }
   }
 }
@@ -113,7 +126,8 @@ export function findThresholds(spec: ThresholdsSpec, runs: readonly ThresholdRun
     point: string;
     points: Map<string, Point>;
   }
-  const caseOf = (r: ThresholdRun): string | undefined => (typeof r.params[CASE] === 'string' ? (r.params[CASE] as string) : undefined);
+  const caseOf = (r: ThresholdRun): string | undefined =>
+    typeof r.params[CASE] === 'string' ? (r.params[CASE] as string) : undefined;
   const restOf = (r: ThresholdRun): [string, unknown][] =>
     Object.entries(r.params)
       .filter(([k]) => k !== spec.x && k !== CASE)
@@ -147,7 +161,11 @@ export function findThresholds(spec: ThresholdsSpec, runs: readonly ThresholdRun
       .join(', ');
     const key = JSON.stringify([caseLabel ?? null, r.policy, rest]);
     let g = groups.get(key);
-    if (!g) groups.set(key, (g = { ...(caseLabel !== undefined ? { case: caseLabel } : {}), policy: r.policy, point, points: new Map() }));
+    if (!g)
+      groups.set(
+        key,
+        (g = { ...(caseLabel !== undefined ? { case: caseLabel } : {}), policy: r.policy, point, points: new Map() }),
+      );
     const pk = JSON.stringify(xv);
     let p = g.points.get(pk);
     if (!p) g.points.set(pk, (p = { x: xv, metric: [], report: [] }));
@@ -160,13 +178,21 @@ export function findThresholds(spec: ThresholdsSpec, runs: readonly ThresholdRun
   const out: ThresholdRow[] = [];
   for (const g of groups.values()) {
     const pts = [...g.points.values()].filter((p) => p.metric.length > 0);
-    pts.sort((a, b) => (typeof a.x === 'number' && typeof b.x === 'number' ? a.x - b.x : String(a.x).localeCompare(String(b.x))));
+    pts.sort((a, b) =>
+      typeof a.x === 'number' && typeof b.x === 'number' ? a.x - b.x : String(a.x).localeCompare(String(b.x)),
+    );
     const targets = Array.isArray(spec.targets) ? spec.targets : (spec.targets[g.case ?? ''] ?? []);
     const means = pts.map((p) => mean(p.metric));
     const best = means.length === 0 ? NaN : spec.direction === 'below' ? Math.min(...means) : Math.max(...means);
     for (const target of targets) {
       const i = means.findIndex((m) => meets(m, target));
-      const base = { ...(g.case !== undefined ? { case: g.case } : {}), policy: g.policy, point: g.point, target, best };
+      const base = {
+        ...(g.case !== undefined ? { case: g.case } : {}),
+        policy: g.policy,
+        point: g.point,
+        target,
+        best,
+      };
       if (i < 0) {
         out.push({ ...base, reached: false });
         continue;
@@ -179,10 +205,15 @@ export function findThresholds(spec: ThresholdsSpec, runs: readonly ThresholdRun
   return out;
 }
 
-const fmt = (v: number): string => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2));
+const fmt = (v: number): string =>
+  Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
 
 /** One table per case: a row per policy (and other parameters), a column per target. */
-export function renderThresholds(spec: ThresholdsSpec, rows: readonly ThresholdRow[], style: TableStyle = 'box'): string {
+export function renderThresholds(
+  spec: ThresholdsSpec,
+  rows: readonly ThresholdRow[],
+  style: TableStyle = 'box',
+): string {
   const rel = spec.direction === 'below' ? '≤' : '≥';
   const what = spec.report !== undefined ? `${metricPath(spec.report)}${spec.unit ? ` (${spec.unit})` : ''}` : spec.x;
   const cases = [...new Set(rows.map((r) => r.case))];
@@ -191,7 +222,11 @@ export function renderThresholds(spec: ThresholdsSpec, rows: readonly ThresholdR
     const mine = rows.filter((r) => r.case === c);
     const targets = [...new Set(mine.map((r) => r.target))];
     const withPoint = mine.some((r) => r.point !== '');
-    const head = ['policy', ...(withPoint ? ['point'] : []), ...targets.map((t) => `${metricPath(spec.metric)}\n${rel} ${t}`)];
+    const head = [
+      'policy',
+      ...(withPoint ? ['point'] : []),
+      ...targets.map((t) => `${metricPath(spec.metric)}\n${rel} ${t}`),
+    ];
     const body: string[][] = [];
     const keys = [...new Set(mine.map((r) => JSON.stringify([r.policy, r.point])))];
     for (const k of keys) {
@@ -200,7 +235,9 @@ export function renderThresholds(spec: ThresholdsSpec, rows: readonly ThresholdR
         const r = mine.find((x) => x.policy === policy && x.point === point && x.target === t);
         if (!r) return '-';
         if (!r.reached) return `not reached (best ${fmt(r.best)})`;
-        return spec.report !== undefined ? `${fmt(r.report!)} (${spec.x.replace(/^policy\./, '')} ${r.x})` : String(r.x);
+        return spec.report !== undefined
+          ? `${fmt(r.report!)} (${spec.x.replace(/^policy\./, '')} ${r.x})`
+          : String(r.x);
       });
       body.push([policy, ...(withPoint ? [point] : []), ...cells]);
     }
@@ -218,7 +255,12 @@ export async function renderThresholdsPlot(spec: ThresholdsSpec, rows: readonly 
   const xKey = `${metricPath(spec.metric)} target`;
   const points: PlotRun[] = rows
     .filter((r) => r.reached)
-    .map((r) => ({ policy: r.point ? `${r.policy} (${r.point})` : r.policy, seed: 0, params: { [xKey]: r.target, case: r.case ?? '' }, metrics: { [yKey]: r.report ?? (typeof r.x === 'number' ? r.x : NaN) } }));
+    .map((r) => ({
+      policy: r.point ? `${r.policy} (${r.point})` : r.policy,
+      seed: 0,
+      params: { [xKey]: r.target, case: r.case ?? '' },
+      metrics: { [yKey]: r.report ?? (typeof r.x === 'number' ? r.x : NaN) },
+    }));
   const hasCases = rows.some((r) => r.case !== undefined);
   return renderPlot(
     {

@@ -47,38 +47,99 @@ export class TimelineSink implements TraceSink {
   }
 
   onKernel: NonNullable<TraceSink['onKernel']> = (r) => {
-    this.push({ name: r.label, cat: r.category, ph: 'X', pid: PID.gpu, tid: this.tid(PID.gpu, r.stream), ts: us(r.startNs), dur: us(r.endNs - r.startNs) });
+    this.push({
+      name: r.label,
+      cat: r.category,
+      ph: 'X',
+      pid: PID.gpu,
+      tid: this.tid(PID.gpu, r.stream),
+      ts: us(r.startNs),
+      dur: us(r.endNs - r.startNs),
+    });
   };
 
   onBlocked: NonNullable<TraceSink['onBlocked']> = (r) => {
-    this.push({ name: `blocked: ${r.reason}`, cat: 'blocked', ph: 'X', pid: PID.gpu, tid: this.tid(PID.gpu, `${r.stream} blocked`), ts: us(r.startNs), dur: us(r.endNs - r.startNs) });
+    this.push({
+      name: `blocked: ${r.reason}`,
+      cat: 'blocked',
+      ph: 'X',
+      pid: PID.gpu,
+      tid: this.tid(PID.gpu, `${r.stream} blocked`),
+      ts: us(r.startNs),
+      dur: us(r.endNs - r.startNs),
+    });
   };
 
   onPacket: NonNullable<TraceSink['onPacket']> = (r) => {
-    this.push({ name: r.label, cat: r.category, ph: 'X', pid: PID.pcie, tid: this.tid(PID.pcie, r.link), ts: us(r.startNs), dur: us(r.endNs - r.startNs), args: { bytes: r.bytes, transfer: r.transferId } });
+    this.push({
+      name: r.label,
+      cat: r.category,
+      ph: 'X',
+      pid: PID.pcie,
+      tid: this.tid(PID.pcie, r.link),
+      ts: us(r.startNs),
+      dur: us(r.endNs - r.startNs),
+      args: { bytes: r.bytes, transfer: r.transferId },
+    });
   };
 
   onTransfer: NonNullable<TraceSink['onTransfer']> = (r) => {
     // Packets are recorded as they land; the transfer summary goes on a per-link "transfers" track as an instant.
-    this.push({ name: `${r.label} ${r.outcome}`, cat: r.category, ph: 'i', s: 't', pid: PID.pcie, tid: this.tid(PID.pcie, `${r.link} transfers`), ts: us(r.endNs), args: { bytes: r.bytes, sentBytes: r.sentBytes, priority: r.priority, submitUs: us(r.submitNs) } });
+    this.push({
+      name: `${r.label} ${r.outcome}`,
+      cat: r.category,
+      ph: 'i',
+      s: 't',
+      pid: PID.pcie,
+      tid: this.tid(PID.pcie, `${r.link} transfers`),
+      ts: us(r.endNs),
+      args: { bytes: r.bytes, sentBytes: r.sentBytes, priority: r.priority, submitUs: us(r.submitNs) },
+    });
   };
 
   onCpuTask: NonNullable<TraceSink['onCpuTask']> = (r) => {
-    this.push({ name: r.label, cat: r.category, ph: 'X', pid: PID.cpu, tid: this.tid(PID.cpu, `core ${r.firstCore}${r.cores > 1 ? `+${r.cores - 1}` : ''}`), ts: us(r.startNs), dur: us(r.endNs - r.startNs) });
+    this.push({
+      name: r.label,
+      cat: r.category,
+      ph: 'X',
+      pid: PID.cpu,
+      tid: this.tid(PID.cpu, `core ${r.firstCore}${r.cores > 1 ? `+${r.cores - 1}` : ''}`),
+      ts: us(r.startNs),
+      dur: us(r.endNs - r.startNs),
+    });
   };
 
   onMemory: NonNullable<TraceSink['onMemory']> = (r) => {
-    this.push({ name: `${r.pool} ${r.category}`, ph: 'C', pid: PID.memory, ts: us(r.timeNs), args: { bytes: r.categoryUsedBytes } });
+    this.push({
+      name: `${r.pool} ${r.category}`,
+      ph: 'C',
+      pid: PID.memory,
+      ts: us(r.timeNs),
+      args: { bytes: r.categoryUsedBytes },
+    });
     this.push({ name: `${r.pool} used`, ph: 'C', pid: PID.memory, ts: us(r.timeNs), args: { bytes: r.usedBytes } });
   };
 
   onRequest: NonNullable<TraceSink['onRequest']> = (id, phase, t) => {
     if (phase === 'token') return;
-    this.push({ name: `r${id} ${phase}`, ph: 'i', s: 't', pid: PID.requests, tid: this.tid(PID.requests, 'requests'), ts: us(t) });
+    this.push({
+      name: `r${id} ${phase}`,
+      ph: 'i',
+      s: 't',
+      pid: PID.requests,
+      tid: this.tid(PID.requests, 'requests'),
+      ts: us(t),
+    });
   };
 
   toJson(): string {
-    const meta: ChromeEvent[] = Object.entries(PID).map(([name, pid]) => ({ name: 'process_name', ph: 'M', pid, ts: 0, args: { name } }));
+    const meta: ChromeEvent[] = Object.entries(PID).map(([name, pid]) => ({
+      name: 'process_name',
+      ph: 'M',
+      pid,
+      ts: 0,
+      args: { name },
+    }));
     return JSON.stringify({ displayTimeUnit: 'ms', traceEvents: [...meta, ...this.events] });
   }
 }

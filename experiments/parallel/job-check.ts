@@ -28,7 +28,10 @@ export interface JobData {
 }
 
 /** The hash a job carries of its config and file (sha256 of their JSON). */
-export const configHash = (task: Pick<RunTask, 'config' | 'file'>): string => createHash('sha256').update(JSON.stringify([task.config, task.file])).digest('hex');
+export const configHash = (task: Pick<RunTask, 'config' | 'file'>): string =>
+  createHash('sha256')
+    .update(JSON.stringify([task.config, task.file]))
+    .digest('hex');
 
 const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
 
@@ -47,7 +50,8 @@ const real = (p: string): string => {
 };
 
 function checkShape(data: unknown): asserts data is JobData {
-  const bad = (field: string, value?: unknown) => new UserError('malformed job from the queue', undefined, `job.${field}`, value ?? '(missing)');
+  const bad = (field: string, value?: unknown) =>
+    new UserError('malformed job from the queue', undefined, `job.${field}`, value ?? '(missing)');
   if (!isRecord(data)) throw bad('', data);
   const t = data.task;
   if (!isRecord(t)) throw bad('task', t);
@@ -68,16 +72,19 @@ export function checkJob(data: unknown, root: string): RunTask {
   rejectUnsafeKeys(data, undefined, ['job']);
   checkShape(data);
   const { task } = data;
-  if (configHash(task) !== data.configHash) throw new UserError('the job’s config does not match its hash', task.file, 'job.configHash', data.configHash);
+  if (configHash(task) !== data.configHash)
+    throw new UserError('the job’s config does not match its hash', task.file, 'job.configHash', data.configHash);
   const config = validateConfig(task.config, task.file);
-  if (JSON.stringify(config) !== JSON.stringify(task.config)) throw new UserError('the job’s config is not one this moesim validated (another version of moesim?)', task.file);
+  if (JSON.stringify(config) !== JSON.stringify(task.config))
+    throw new UserError('the job’s config is not one this moesim validated (another version of moesim?)', task.file);
   let key: unknown;
   try {
     key = JSON.parse(task.key);
   } catch {
     key = undefined;
   }
-  if (!Array.isArray(key) || key.length !== 4 || key[0] !== task.index || typeof key[1] !== 'string') throw new UserError('malformed run key', task.file, 'job.task.key', task.key);
+  if (!Array.isArray(key) || key.length !== 4 || key[0] !== task.index || typeof key[1] !== 'string')
+    throw new UserError('malformed run key', task.file, 'job.task.key', task.key);
   // The config's folder, on this machine: the same place in this checkout, else as sent (a shared filesystem).
   const rel = path.relative(data.root, task.baseDir);
   const baseDir = rel.startsWith('..') || path.isAbsolute(rel) ? task.baseDir : path.resolve(root, rel);
@@ -85,7 +92,13 @@ export function checkJob(data: unknown, root: string): RunTask {
   config.policies.forEach((p, i) => {
     if (!('path' in p) || typeof p.path !== 'string') return;
     const target = real(path.resolve(baseDir, p.path));
-    if (!allowed.some((d) => inside(d, target))) throw new UserError('a worker loads plugins only from the config’s folder or its own checkout', task.file, `policies[${i}].path`, p.path);
+    if (!allowed.some((d) => inside(d, target)))
+      throw new UserError(
+        'a worker loads plugins only from the config’s folder or its own checkout',
+        task.file,
+        `policies[${i}].path`,
+        p.path,
+      );
   });
   return { ...task, config, baseDir };
 }

@@ -29,7 +29,11 @@ export type TaskBase = Omit<RunTask, 'index' | 'key'>;
 
 export type MakePluginError = Parameters<typeof fromWireError>[1];
 
-export const taskFor = (base: TaskBase, spec: RunSpec): RunTask => ({ ...base, index: spec.index, key: runKey(spec, spec.policy.label) });
+export const taskFor = (base: TaskBase, spec: RunSpec): RunTask => ({
+  ...base,
+  index: spec.index,
+  key: runKey(spec, spec.policy.label),
+});
 
 export function unwrap(r: TaskResult, makePluginError: MakePluginError, where: string): RunOutput {
   if (r.ok) return r.output;
@@ -45,7 +49,12 @@ export type OnStall = (spec: RunSpec, hook: string, ms: number, budgetMs: number
  * the budget (a loop cannot be interrupted on its own thread) has its thread terminated and the
  * run fails with `onStall`'s error.
  */
-export function threadBackend(threads: number, base: TaskBase, makePluginError: MakePluginError, onStall?: OnStall): Backend {
+export function threadBackend(
+  threads: number,
+  base: TaskBase,
+  makePluginError: MakePluginError,
+  onStall?: OnStall,
+): Backend {
   const pool = new Piscina<RunTask, TaskResult>({
     filename: new URL('./worker-entry.mjs', import.meta.url).href,
     minThreads: threads,
@@ -74,7 +83,11 @@ export function threadBackend(threads: number, base: TaskBase, makePluginError: 
       Math.min(1000, Math.max(10, budgetMs / 4)),
     );
     try {
-      return unwrap(await pool.run({ ...taskFor(base, spec), heartbeat }, { signal: abort.signal }), makePluginError, where);
+      return unwrap(
+        await pool.run({ ...taskFor(base, spec), heartbeat }, { signal: abort.signal }),
+        makePluginError,
+        where,
+      );
     } catch (err) {
       throw stalled ?? err;
     } finally {
@@ -85,7 +98,11 @@ export function threadBackend(threads: number, base: TaskBase, makePluginError: 
 }
 
 /** Runs `run` over `items` in order, at most `concurrency` at a time (see the module comment). */
-export async function runInIndexOrder<T>(items: readonly T[], concurrency: number, run: (item: T) => Promise<void>): Promise<void> {
+export async function runInIndexOrder<T>(
+  items: readonly T[],
+  concurrency: number,
+  run: (item: T) => Promise<void>,
+): Promise<void> {
   let next = 0;
   const failed: { at: number; err: unknown }[] = [];
   const lane = async (): Promise<void> => {

@@ -43,9 +43,11 @@ export function connectionOf(url: string, field = '--queue'): RedisOptions & { h
   } catch {
     throw new UserError('not a URL: expected redis://host:port', undefined, field, url);
   }
-  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') throw new UserError('expected a redis:// (or rediss://) URL', undefined, field, url);
+  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:')
+    throw new UserError('expected a redis:// (or rediss://) URL', undefined, field, url);
   const db = u.pathname.replace(/^\//, '');
-  if (db !== '' && !/^\d+$/.test(db)) throw new UserError('the database after the port must be a number (redis://host:port/0)', undefined, field, url);
+  if (db !== '' && !/^\d+$/.test(db))
+    throw new UserError('the database after the port must be a number (redis://host:port/0)', undefined, field, url);
   return {
     host: u.hostname || 'localhost',
     port: u.port ? Number(u.port) : 6379,
@@ -77,7 +79,13 @@ export function probe(url: string, field = '--queue'): Promise<void> {
       socket.destroy();
       reject(new UserError(`cannot reach Redis at ${host}:${port} (${why})`, undefined, field, url));
     };
-    socket.setTimeout(PROBE_TIMEOUT_MS, () => fail(reply ? 'not a Redis server: its answer to PING was not Redis’s' : `no Redis answer to PING in ${PROBE_TIMEOUT_MS / 1000} s: is it a Redis server?`));
+    socket.setTimeout(PROBE_TIMEOUT_MS, () =>
+      fail(
+        reply
+          ? 'not a Redis server: its answer to PING was not Redis’s'
+          : `no Redis answer to PING in ${PROBE_TIMEOUT_MS / 1000} s: is it a Redis server?`,
+      ),
+    );
     socket.once('error', (err: NodeJS.ErrnoException) => fail(err.code ?? err.message));
     socket.once('connect', () => socket.write('PING\r\n'));
     socket.on('data', (d: Buffer) => {
@@ -129,7 +137,12 @@ const quietErrors = (log: (m: string) => void, what: string) => {
 };
 
 /** The submitter's side: runs go to the queue, results come back from its events. */
-export async function queueBackend(url: string, base: TaskBase, makePluginError: MakePluginError, log: (m: string) => void): Promise<Backend> {
+export async function queueBackend(
+  url: string,
+  base: TaskBase,
+  makePluginError: MakePluginError,
+  log: (m: string) => void,
+): Promise<Backend> {
   await probe(url);
   const clients = [client(url, log, `queue ${url}`), client(url, log, `queue events ${url}`)];
   const queue = new Queue<JobData>(QUEUE_NAME, { connection: clients[0]! });
@@ -188,13 +201,21 @@ export async function queueBackend(url: string, base: TaskBase, makePluginError:
     concurrency: Number.MAX_SAFE_INTEGER,
     run: async (spec: RunSpec): Promise<RunOutput> => {
       const id = jobId(spec.index);
-      const result = new Promise<TaskResult>((resolve, reject) => pending.set(id, { index: spec.index, resolve, reject }));
+      const result = new Promise<TaskResult>((resolve, reject) =>
+        pending.set(id, { index: spec.index, resolve, reject }),
+      );
       const task = taskFor(base, spec);
-      await queue.add('run', { task, root: ROOT, configHash: configHash(task) }, { jobId: id, removeOnComplete: true, removeOnFail: true, attempts: 1 });
+      await queue.add(
+        'run',
+        { task, root: ROOT, configHash: configHash(task) },
+        { jobId: id, removeOnComplete: true, removeOnFail: true, attempts: 1 },
+      );
       if (!announced) {
         announced = true;
         const workers = await queue.getWorkersCount().catch(() => -1);
-        log(`runs sent to ${url} (queue ${QUEUE_NAME}); ${workers === 0 ? 'no worker is connected yet: start `moesim worker --queue ' + url + '`' : workers > 0 ? `${workers} worker connection(s)` : 'waiting for workers'}`);
+        log(
+          `runs sent to ${url} (queue ${QUEUE_NAME}); ${workers === 0 ? 'no worker is connected yet: start `moesim worker --queue ' + url + '`' : workers > 0 ? `${workers} worker connection(s)` : 'waiting for workers'}`,
+        );
       }
       return unwrap(await result, makePluginError, `moesim worker, run ${spec.index}`);
     },
@@ -223,7 +244,10 @@ const CLOSE_STEP_MS = 3_000;
 const within = <T>(p: Promise<T>, ms: number): Promise<T> =>
   new Promise<T>((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms);
-    p.then((v) => (clearTimeout(t), resolve(v)), (e: unknown) => (clearTimeout(t), reject(e)));
+    p.then(
+      (v) => (clearTimeout(t), resolve(v)),
+      (e: unknown) => (clearTimeout(t), reject(e)),
+    );
   });
 
 /**
@@ -231,7 +255,14 @@ const within = <T>(p: Promise<T>, ms: number): Promise<T> =>
  * answered for `LIVENESS.lostAfterMs`, or when queued runs are gone from Redis without a result
  * (Redis restarted empty, or the queue was flushed) on two checks in a row. Returns its stop.
  */
-function watchQueue(queue: Queue<JobData>, redis: Redis, pending: ReadonlyMap<string, unknown>, url: string, file: string, fail: (err: UserError) => void): () => void {
+function watchQueue(
+  queue: Queue<JobData>,
+  redis: Redis,
+  pending: ReadonlyMap<string, unknown>,
+  url: string,
+  file: string,
+  fail: (err: UserError) => void,
+): () => void {
   const resume = `the runs finished so far are kept in the output folder; resume with \`moesim experiment ${file} --out <the same folder> --queue ${url}\` once Redis and a worker are up`;
   let lastAnswer = Date.now();
   let missing = new Set<string>();
@@ -251,10 +282,14 @@ function watchQueue(queue: Queue<JobData>, redis: Redis, pending: ReadonlyMap<st
       await within(redis.ping(), LIVENESS.everyMs);
       lastAnswer = Date.now();
       const now = new Set<string>();
-      for (const id of [...pending.keys()].slice(0, JOBS_CHECKED)) if ((await within(queue.getJobState(id), LIVENESS.everyMs)) === 'unknown') now.add(id);
+      for (const id of [...pending.keys()].slice(0, JOBS_CHECKED))
+        if ((await within(queue.getJobState(id), LIVENESS.everyMs)) === 'unknown') now.add(id);
       const gone = [...now].filter((id) => missing.has(id) && pending.has(id));
       missing = now;
-      if (gone.length > 0) lose(`${gone.length} queued run(s) are gone from Redis without a result: Redis restarted empty or the queue was flushed`);
+      if (gone.length > 0)
+        lose(
+          `${gone.length} queued run(s) are gone from Redis without a result: Redis restarted empty or the queue was flushed`,
+        );
     } catch {
       if (Date.now() - lastAnswer > LIVENESS.lostAfterMs) lose(`no answer for ${LIVENESS.lostAfterMs / 1000} s`);
     } finally {
@@ -303,7 +338,9 @@ export async function startWorker(url: string, threads: number, log: (m: string)
       }
       const t0 = Date.now();
       const result = await pool.run(task);
-      log(`${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      log(
+        `${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+      );
       return encode(result);
     },
     { connection: redis, concurrency: threads, lockDuration: STALLED_CHECK_MS, stalledInterval: STALLED_CHECK_MS },

@@ -32,7 +32,13 @@ const EMPTY: Resumed = { runs: [], timing: [] };
  * their timing; none when there is nothing to resume. `note` says why an existing file is not
  * resumed.
  */
-export function readResumable(outDir: string, config: ExperimentConfig, specs: readonly RunSpec[], schemaVersion: number, note: (m: string) => void): Resumed {
+export function readResumable(
+  outDir: string,
+  config: ExperimentConfig,
+  specs: readonly RunSpec[],
+  schemaVersion: number,
+  note: (m: string) => void,
+): Resumed {
   const file = path.join(outDir, 'results.json');
   let text: string;
   try {

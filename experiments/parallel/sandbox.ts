@@ -67,7 +67,8 @@ export function runPluginCode<T>(name: string, budgetMs: number, f: () => T): T 
   try {
     const r = f();
     const ms = performance.now() - t0;
-    if (ms > budgetMs) throw new Error(`took ${ms.toFixed(0)} ms, over the budget of ${budgetMs} ms per call (config pluginBudgetMs)`);
+    if (ms > budgetMs)
+      throw new Error(`took ${ms.toFixed(0)} ms, over the budget of ${budgetMs} ms per call (config pluginBudgetMs)`);
     return r;
   } finally {
     if (--depth === 0) {
@@ -83,7 +84,9 @@ const readOnlyCallback = (a: unknown): unknown =>
 
 /** The message of a write to a read-only view. */
 const denied = (what: string, prop: PropertyKey): never => {
-  throw new TypeError(`tried to ${what} '${String(prop)}' of a read-only view (views and their objects are the executor's)`);
+  throw new TypeError(
+    `tried to ${what} '${String(prop)}' of a read-only view (views and their objects are the executor's)`,
+  );
 };
 
 const proxies = new WeakMap<object, object>();
@@ -105,7 +108,8 @@ export function readOnly<T>(v: T): T {
         // Array methods are generic: run on the proxy, so callbacks see read-only elements. Other
         // methods (private fields, typed arrays, Map) run on the object; callbacks get read-only arguments.
         const self = Array.isArray(t) ? p : t;
-        return (...args: unknown[]) => readOnly((x as (...a: unknown[]) => unknown).apply(self, args.map(readOnlyCallback)));
+        return (...args: unknown[]) =>
+          readOnly((x as (...a: unknown[]) => unknown).apply(self, args.map(readOnlyCallback)));
       }
       return readOnly(x);
     },
@@ -134,7 +138,11 @@ export function readOnly<T>(v: T): T {
  */
 export function probeImport(file: string, budgetMs: number): Promise<string | undefined> {
   return new Promise((resolve) => {
-    const w = new Worker(new URL('./probe-entry.mjs', import.meta.url), { workerData: { file }, stdout: true, stderr: true });
+    const w = new Worker(new URL('./probe-entry.mjs', import.meta.url), {
+      workerData: { file },
+      stdout: true,
+      stderr: true,
+    });
     let done = false;
     const finish = (why: string | undefined): void => {
       if (done) return;
@@ -146,7 +154,10 @@ export function probeImport(file: string, budgetMs: number): Promise<string | un
     let timer: NodeJS.Timeout | undefined;
     w.on('message', (m) => {
       if (m !== 'ready') return finish(undefined);
-      timer = setTimeout(() => finish(`did not finish importing within ${budgetMs} ms (config pluginBudgetMs)`), budgetMs);
+      timer = setTimeout(
+        () => finish(`did not finish importing within ${budgetMs} ms (config pluginBudgetMs)`),
+        budgetMs,
+      );
     });
     w.on('error', () => finish(undefined));
     w.on('exit', (code) => finish(`called process.exit(${code}) at import; a plugin may not end the process`));

@@ -14,12 +14,16 @@ import { prepareRuns, runOne, type RunOutput } from '../runner.ts';
 import { setHeartbeat } from './sandbox.ts';
 import { runKey, toWireError, type RunTask, type WireError } from './wire.ts';
 
-export type TaskResult = { readonly ok: true; readonly output: RunOutput } | { readonly ok: false; readonly error: WireError };
+export type TaskResult =
+  | { readonly ok: true; readonly output: RunOutput }
+  | { readonly ok: false; readonly error: WireError };
 
 const cache = new Map<string, Promise<RunSpec[]>>();
 
 function specsOf(task: RunTask): Promise<RunSpec[]> {
-  const id = createHash('sha256').update(JSON.stringify([task.config, task.baseDir, task.file])).digest('hex');
+  const id = createHash('sha256')
+    .update(JSON.stringify([task.config, task.baseDir, task.file]))
+    .digest('hex');
   let p = cache.get(id);
   if (!p) {
     p = prepareRuns(task.config, task.baseDir, task.file);
@@ -39,7 +43,10 @@ export async function runTask(task: RunTask): Promise<TaskResult> {
     const key = spec ? runKey(spec, spec.policy.label) : undefined;
     if (key !== task.key) {
       // The worker's setup, not a bug: another checkout, or files the config names that differ.
-      throw new UserError(`a worker expanded run ${task.index} as ${key ?? 'nothing'}, not ${task.key}: workers need the same moesim checkout and the same files the config names`, task.file);
+      throw new UserError(
+        `a worker expanded run ${task.index} as ${key ?? 'nothing'}, not ${task.key}: workers need the same moesim checkout and the same files the config names`,
+        task.file,
+      );
     }
     const output = await runOne(spec!, { baseDir: task.baseDir, file: task.file, timeline: task.timeline });
     return { ok: true, output };

@@ -26,7 +26,13 @@ export interface RunTask {
 
 /** A failure, by kind: the user's input, a plugin's fault, or anything else (a bug). */
 export type WireError =
-  | { readonly kind: 'user'; readonly message: string; readonly file?: string; readonly field?: string; readonly value?: unknown }
+  | {
+      readonly kind: 'user';
+      readonly message: string;
+      readonly file?: string;
+      readonly field?: string;
+      readonly value?: unknown;
+    }
   | {
       readonly kind: 'plugin';
       readonly policy: string;
@@ -40,15 +46,31 @@ export type WireError =
   | { readonly kind: 'internal'; readonly name: string; readonly message: string; readonly stack: string };
 
 /** The stable identity of a run: index, policy label, swept params and seed. */
-export const runKey = (r: { readonly index: number; readonly params: unknown; readonly seed: number }, policy: string): string =>
-  JSON.stringify([r.index, policy, r.params, r.seed]);
+export const runKey = (
+  r: { readonly index: number; readonly params: unknown; readonly seed: number },
+  policy: string,
+): string => JSON.stringify([r.index, policy, r.params, r.seed]);
 
 export function toWireError(err: unknown): WireError {
   if (err instanceof UserError) {
-    return { kind: 'user', message: err.message, ...(err.file !== undefined ? { file: err.file } : {}), ...(err.field !== undefined ? { field: err.field } : {}), ...(err.value !== undefined ? { value: err.value } : {}) };
+    return {
+      kind: 'user',
+      message: err.message,
+      ...(err.file !== undefined ? { file: err.file } : {}),
+      ...(err.field !== undefined ? { field: err.field } : {}),
+      ...(err.value !== undefined ? { value: err.value } : {}),
+    };
   }
   if (err instanceof Error && err.name === 'PluginError') {
-    const p = err as Error & { policy: string; file: string; hook: string; simTimeNs?: number; detail: string; rule?: string; original: unknown };
+    const p = err as Error & {
+      policy: string;
+      file: string;
+      hook: string;
+      simTimeNs?: number;
+      detail: string;
+      rule?: string;
+      original: unknown;
+    };
     const stack = p.original instanceof Error ? (p.original.stack ?? p.original.message) : String(p.original);
     return {
       kind: 'plugin',
@@ -71,7 +93,15 @@ export function toWireError(err: unknown): WireError {
  */
 export function fromWireError(
   w: WireError,
-  makePluginError: (policy: string, file: string, hook: string, simTimeNs: number | undefined, detail: string, rule: string | undefined, original: unknown) => Error,
+  makePluginError: (
+    policy: string,
+    file: string,
+    hook: string,
+    simTimeNs: number | undefined,
+    detail: string,
+    rule: string | undefined,
+    original: unknown,
+  ) => Error,
   where: string,
 ): Error {
   if (w.kind === 'user') return new UserError(w.message, w.file, w.field, w.value);
@@ -90,7 +120,11 @@ const NUM = '$moesim:number';
 
 /** JSON that keeps NaN, ±Infinity and -0 (tagged), for results crossing a Redis queue. */
 export const encode = (v: unknown): string =>
-  JSON.stringify(v, (_k, x: unknown) => (typeof x === 'number' && (!Number.isFinite(x) || Object.is(x, -0)) ? { [NUM]: Object.is(x, -0) ? '-0' : String(x) } : x));
+  JSON.stringify(v, (_k, x: unknown) =>
+    typeof x === 'number' && (!Number.isFinite(x) || Object.is(x, -0))
+      ? { [NUM]: Object.is(x, -0) ? '-0' : String(x) }
+      : x,
+  );
 
 export const decode = <T>(s: string): T =>
   JSON.parse(s, (_k, x: unknown) => {

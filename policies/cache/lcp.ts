@@ -105,7 +105,8 @@ export class LcpScores {
   }
 
   /** Eviction order: lowest priority first, then least recently activated, then lowest key. */
-  readonly evictFirst = (a: ExpertKey, b: ExpertKey): number => this.priority(a) - this.priority(b) || this.last[a]! - this.last[b]! || a - b;
+  readonly evictFirst = (a: ExpertKey, b: ExpertKey): number =>
+    this.priority(a) - this.priority(b) || this.last[a]! - this.last[b]! || a - b;
 
   /** Per layer: the experts in their last ranked order (the next ranking starts from it: nearly sorted). */
   private orders: Int32Array[] = [];

@@ -45,7 +45,9 @@ export function createLfu(name: string, p: LfuParams): ServingPolicy {
       ? (_view: ServingView, k: ExpertKey) => counts[k] ?? 0
       : (view: ServingView, k: ExpertKey) => view.buffer.entry(k)?.uses ?? 0;
   const order = (view: ServingView) => (a: ExpertKey, b: ExpertKey) =>
-    countOf(view, a) - countOf(view, b) || (view.buffer.entry(a)?.lastUsedNs ?? -1) - (view.buffer.entry(b)?.lastUsedNs ?? -1) || a - b;
+    countOf(view, a) - countOf(view, b) ||
+    (view.buffer.entry(a)?.lastUsedNs ?? -1) - (view.buffer.entry(b)?.lastUsedNs ?? -1) ||
+    a - b;
   return {
     name,
     init(shape) {
@@ -66,7 +68,8 @@ export function createLfu(name: string, p: LfuParams): ServingPolicy {
 export const lfu = definePolicy({
   name: 'lfu',
   family: 'serving',
-  summary: 'LFU expert cache (uses since start or since entering the buffer; global or per-layer capacity), no prefetch',
+  summary:
+    'LFU expert cache (uses since start or since entering the buffer; global or per-layer capacity), no prefetch',
   params: LfuParams,
   bufferSlots: (p, model) => lruSlots(p, model),
   create: (p) => createLfu('lfu', p),

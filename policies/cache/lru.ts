@@ -77,7 +77,10 @@ export class LruOrder {
  * somewhere to load its misses before it gives back its least recent experts, and without the
  * staging slots that load would evict another layer's cached expert.
  */
-export function lruSlots(p: LruParams, model: Pick<ModelProfile, 'moeLayers' | 'topK' | 'derived'>): number | undefined {
+export function lruSlots(
+  p: LruParams,
+  model: Pick<ModelProfile, 'moeLayers' | 'topK' | 'derived'>,
+): number | undefined {
   if (p.capacitySlots !== undefined) return p.capacitySlots;
   if (p.capacityBytes !== undefined) return Math.max(1, Math.floor(p.capacityBytes / model.derived.bytesPerExpert));
   if (p.perLayerSlots !== undefined) return p.perLayerSlots * model.moeLayers + model.topK;

@@ -39,7 +39,8 @@ export function createRnd(name: string, p: RndParams, rng: Rng): ServingPolicy {
   const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
   const choose = (pool: readonly ExpertKey[]): ExpertKey => pool[rng.int(pool.length)]!;
   if (p.mode === 'static') {
-    if (p.perLayerSlots === undefined) throw new UserError('rnd mode static needs perLayerSlots', undefined, 'mode', 'static');
+    if (p.perLayerSlots === undefined)
+      throw new UserError('rnd mode static needs perLayerSlots', undefined, 'mode', 'static');
     let cached = new Uint8Array(0);
     return {
       name,
@@ -57,7 +58,11 @@ export function createRnd(name: string, p: RndParams, rng: Rng): ServingPolicy {
       afterUse: (_view, key) => cached[key] === 1,
       chooseVictim(view, q) {
         const pool = q.candidates.filter((c) => cached[c] !== 1);
-        return pool.length > 0 ? pool[0] : q.reason === 'demand' ? choose(victimPool(view, q.candidates, q.forKey, capOf)) : undefined;
+        return pool.length > 0
+          ? pool[0]
+          : q.reason === 'demand'
+            ? choose(victimPool(view, q.candidates, q.forKey, capOf))
+            : undefined;
       },
     };
   }

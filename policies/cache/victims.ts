@@ -35,7 +35,13 @@ export function layerCounts(view: ServingView): Int32Array {
  * cap (they give back what they overshot); else all of them — or none when `fallback` is false
  * (a prefetch that should not push another layer below its cap).
  */
-export function victimPool(view: ServingView, candidates: readonly ExpertKey[], forKey: ExpertKey, capOf?: CapOf, fallback = true): readonly ExpertKey[] {
+export function victimPool(
+  view: ServingView,
+  candidates: readonly ExpertKey[],
+  forKey: ExpertKey,
+  capOf?: CapOf,
+  fallback = true,
+): readonly ExpertKey[] {
   if (!capOf || candidates.length === 0) return candidates;
   const count = layerCountOf(view);
   const forLayer = view.layerOf(forKey);
@@ -91,7 +97,10 @@ function layerCountOf(view: ServingView): (layer: number) => number {
 }
 
 /** The first key of `pool` under `cmp` (cmp(a, b) < 0: a is evicted before b). */
-export function firstBy(pool: readonly ExpertKey[], cmp: (a: ExpertKey, b: ExpertKey) => number): ExpertKey | undefined {
+export function firstBy(
+  pool: readonly ExpertKey[],
+  cmp: (a: ExpertKey, b: ExpertKey) => number,
+): ExpertKey | undefined {
   let best: ExpertKey | undefined;
   for (const k of pool) if (best === undefined || cmp(k, best) < 0) best = k;
   return best;

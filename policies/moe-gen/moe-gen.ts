@@ -81,12 +81,21 @@ export const moeGenG = defineThroughputPolicy({
   name: 'moe-gen-g',
   summary: 'MoE-Gen, GPU-only attention (ω = 0): module-based batching, host KV, searched B/b_a/b_e/S_expert/S_params',
   params: GParams,
-  createThroughput: (p) => policy('moe-gen-g', { omega: 0, omegaStep: 0.1, kvBuffers: p.kvBuffers, cpuCores: 1, ...axes(p) }),
+  createThroughput: (p) =>
+    policy('moe-gen-g', { omega: 0, omegaStep: 0.1, kvBuffers: p.kvBuffers, cpuCores: 1, ...axes(p) }),
 });
 
 export const moeGenH = defineThroughputPolicy({
   name: 'moe-gen-h',
-  summary: 'MoE-Gen with CPU attention on a fraction ω of the batch (ω searched or fixed), host KV, module-based batching',
+  summary:
+    'MoE-Gen with CPU attention on a fraction ω of the batch (ω searched or fixed), host KV, module-based batching',
   params: HParams,
-  createThroughput: (p) => policy('moe-gen-h', { omega: p.omega, omegaStep: p.omegaStep, kvBuffers: p.kvBuffers, cpuCores: p.cpuCores, ...axes(p) }),
+  createThroughput: (p) =>
+    policy('moe-gen-h', {
+      omega: p.omega,
+      omegaStep: p.omegaStep,
+      kvBuffers: p.kvBuffers,
+      cpuCores: p.cpuCores,
+      ...axes(p),
+    }),
 });

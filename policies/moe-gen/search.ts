@@ -22,10 +22,30 @@
  * unconstrained search (reported as `omegaAuto`) only once.
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import { cachedModules, hostInfeasibility, maxHostSeqs, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import {
+  cachedModules,
+  hostInfeasibility,
+  maxHostSeqs,
+  modelModules,
+  vramNeeded,
+} from '../../sim/throughput/memory-model.ts';
 import type { PlanContext } from '../../sim/throughput/policy.ts';
-import { coordinateSearch, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
-import { defaultPassConfig, type PassConfig, type PassShape, type PhasePlan, type PlanResult, type SearchReport } from '../../sim/throughput/types.ts';
+import {
+  coordinateSearch,
+  powersOfTwoUpTo,
+  predictPassNs,
+  prefillShape,
+  refDecodeShape,
+  worstDecodeShape,
+} from '../../sim/throughput/search.ts';
+import {
+  defaultPassConfig,
+  type PassConfig,
+  type PassShape,
+  type PhasePlan,
+  type PlanResult,
+  type SearchReport,
+} from '../../sim/throughput/types.ts';
 
 export interface MoeGenSettings {
   /** Fixed ω, or 'auto' (searched). */
@@ -89,7 +109,16 @@ function costFingerprint(ctx: PlanContext): number[] {
 }
 
 export function moeGenPlan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
-  const key = JSON.stringify([ctx.model.id, ctx.model.derived.totalBytes, ctx.hardware.id, ctx.hardware.gpu.vramBytes, ctx.hardware.hostDramBytes, costFingerprint(ctx), ctx.workload, s]);
+  const key = JSON.stringify([
+    ctx.model.id,
+    ctx.model.derived.totalBytes,
+    ctx.hardware.id,
+    ctx.hardware.gpu.vramBytes,
+    ctx.hardware.hostDramBytes,
+    costFingerprint(ctx),
+    ctx.workload,
+    s,
+  ]);
   let r = searchMemo.get(key);
   if (!r) {
     r = plan(ctx, s);
@@ -105,7 +134,10 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
   const reserve = w.promptTokens + w.outputTokens;
   const hostMax = maxHostSeqs(model, hw.hostDramBytes, reserve, 0);
   if (hostMax < 1) {
-    return { feasible: false, reason: `host DRAM left after the weights (${((hw.hostDramBytes - model.derived.totalBytes) / 1e9).toFixed(1)} GB) cannot hold one sequence's KV` };
+    return {
+      feasible: false,
+      reason: `host DRAM left after the weights (${((hw.hostDramBytes - model.derived.totalBytes) / 1e9).toFixed(1)} GB) cannot hold one sequence's KV`,
+    };
   }
   const N = Math.max(1, Math.min(w.sequences, w.fixedBatchSeqs ?? Infinity, s.B ?? Infinity, hostMax));
   const cores = s.cpuCores === 'all' ? hw.cpu.cores : Math.min(s.cpuCores, hw.cpu.cores);
@@ -127,7 +159,8 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
       // The unconstrained search of the same run (memoised: a sweep over ω runs it once).
       const auto = moeGenPlan(ctx, { ...s, omega: 'auto' });
       const a = auto.feasible ? auto.plan.decode.search : undefined;
-      if (a) decode = { ...decode, search: { ...decode.search!, omegaAuto: a.omega, predictedPassSAuto: a.predictedPassS } };
+      if (a)
+        decode = { ...decode, search: { ...decode.search!, omegaAuto: a.omega, predictedPassSAuto: a.predictedPassS } };
     }
   }
   let prefill: PhasePlan | undefined;
@@ -139,13 +172,26 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
   const fallback: PhasePlan = prefill ?? decode!;
   return {
     feasible: true,
-    plan: { hostBatchSeqs: N, prefill: prefill ?? { ...fallback, batchSeqs: N }, decode: decode ?? { ...fallback, batchSeqs: N }, ...(notes.length ? { notes } : {}) },
+    plan: {
+      hostBatchSeqs: N,
+      prefill: prefill ?? { ...fallback, batchSeqs: N },
+      decode: decode ?? { ...fallback, batchSeqs: N },
+      ...(notes.length ? { notes } : {}),
+    },
   };
 }
 
-type PhaseResult = { readonly feasible: true; readonly plan: PhasePlan } | { readonly feasible: false; readonly reason: string };
+type PhaseResult =
+  | { readonly feasible: true; readonly plan: PhasePlan }
+  | { readonly feasible: false; readonly reason: string };
 
-function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phase: 'prefill' | 'decode', N: number): PhaseResult {
+function searchPhase(
+  ctx: PlanContext,
+  s: MoeGenSettings,
+  base: PassConfig,
+  phase: 'prefill' | 'decode',
+  N: number,
+): PhaseResult {
   const { model, hardware: hw, workload: w } = ctx;
   const vram = hw.gpu.vramBytes;
   const mm = modelModules(model);
@@ -153,7 +199,9 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
   const omegaFixed = s.omega === 'auto' ? undefined : s.omega;
 
   const shapesOf = (c: Candidate): { fit: PassShape; ref: PassShape } =>
-    phase === 'decode' ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) } : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
+    phase === 'decode'
+      ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) }
+      : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
   /**
    * The configuration of a candidate, with S_params = the VRAM it leaves; undefined if it does
    * not fit. A micro-batch larger than the GPU share, or a GEMM chunk larger than an expert's
@@ -197,13 +245,25 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
   const maxSeqs = phase === 'decode' ? N : Math.min(N, s.prefillBatchSeqs ?? N);
   // b_a from 8 up (smaller micro-batches only trade kernel launches for staging memory), and from
   // 1 when nothing fits otherwise.
-  const baFrom = (from: number) => (s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(from, maxSeqs)));
+  const baFrom = (from: number) =>
+    s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(from, maxSeqs));
   let baGrid = baFrom(8);
   const beGrid = s.be !== undefined ? [s.be] : phase === 'decode' ? BE_GRID_DECODE : BE_GRID_PREFILL;
   const slotGrid = s.expertSlots !== undefined ? [s.expertSlots] : SLOT_GRID.filter((v) => v <= 2 * model.experts);
   const omegaGrid =
-    phase === 'prefill' ? [0] : omegaFixed !== undefined ? [omegaFixed] : Array.from({ length: Math.round(1 / s.omegaStep) + 1 }, (_, i) => Math.min(1, Number((i * s.omegaStep).toFixed(6))));
-  const seqGrid = phase === 'decode' ? [N] : s.prefillBatchSeqs !== undefined ? [Math.min(N, s.prefillBatchSeqs)] : powersOfTwoUpTo(maxSeqs, 1);
+    phase === 'prefill'
+      ? [0]
+      : omegaFixed !== undefined
+        ? [omegaFixed]
+        : Array.from({ length: Math.round(1 / s.omegaStep) + 1 }, (_, i) =>
+            Math.min(1, Number((i * s.omegaStep).toFixed(6))),
+          );
+  const seqGrid =
+    phase === 'decode'
+      ? [N]
+      : s.prefillBatchSeqs !== undefined
+        ? [Math.min(N, s.prefillBatchSeqs)]
+        : powersOfTwoUpTo(maxSeqs, 1);
 
   // ω interacts with everything (a CPU share frees PCIe from KV but serialises CPU attention
   // with the experts unless the expert buffer prefetches the whole layer), so every ω of the grid
@@ -211,7 +271,12 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
   // (more S_params) and one layer's experts. Evaluations are shared.
   const memo = new Map<string, number>();
   const be0 = beGrid.includes(2048) ? 2048 : beGrid[0]!;
-  const slotStarts = [...new Set([slotGrid.includes(2) ? 2 : slotGrid[0]!, slotGrid.filter((v) => v <= model.experts).pop() ?? slotGrid[0]!])];
+  const slotStarts = [
+    ...new Set([
+      slotGrid.includes(2) ? 2 : slotGrid[0]!,
+      slotGrid.filter((v) => v <= model.experts).pop() ?? slotGrid[0]!,
+    ]),
+  ];
   let found: ReturnType<typeof coordinateSearch<Candidate>>;
   const searchAll = () => {
     for (const omega of omegaGrid) {
@@ -239,7 +304,13 @@ function searchPhase(ctx: PlanContext, s: MoeGenSettings, base: PassConfig, phas
   if (found) found = { ...found, evaluated: memo.size };
   const start: Candidate = { omega: omegaGrid[0]!, ba: baGrid[0]!, be: be0, slots: slotStarts[0]!, seqs: seqGrid[0]! };
   if (!found) {
-    const need = vramNeeded(model, shapesOf(start).fit, { ...base, attnMicroSeqs: 1, expertSlots: 1, expertChunkTokens: beGrid[0]!, omega: start.omega });
+    const need = vramNeeded(model, shapesOf(start).fit, {
+      ...base,
+      attnMicroSeqs: 1,
+      expertSlots: 1,
+      expertChunkTokens: beGrid[0]!,
+      omega: start.omega,
+    });
     return {
       feasible: false,
       reason: `no ${phase} configuration fits VRAM: the smallest needs ${bytesText(need.totalBytes)} (dense buffer ${bytesText(need.weightBufferBytes)}, one expert ${bytesText(need.expertBufferBytes)}, intermediate state ${bytesText(need.activationBytes)}, workspace ${bytesText(need.workspaceBytes)}), the GPU has ${bytesText(vram)}`,

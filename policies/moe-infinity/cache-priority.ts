@@ -133,7 +133,8 @@ export class CachePriorities {
   private readonly countVersion: Float64Array = new Float64Array(0);
 
   private sameBatch(eams: RequestEams, batchIds: readonly number[]): boolean {
-    if (this.bEams !== eams || this.bLayout !== eams.layoutVersion || this.bIds.length !== batchIds.length) return false;
+    if (this.bEams !== eams || this.bLayout !== eams.layoutVersion || this.bIds.length !== batchIds.length)
+      return false;
     for (let i = 0; i < batchIds.length; i++) if (this.bIds[i] !== batchIds[i]) return false;
     return true;
   }

@@ -148,7 +148,19 @@
  * (cold columns, 4 bytes per entry each) and the multiply-adds of one JS double per two entries.
  */
 import type { EamShape } from './eam.ts';
-import { eamcWasmModule, instantiateEamcKernels, newWasmMemory, WASM_MAX_TOP, WASM_RES_SCORE, WASM_RES_SEED, WASM_RES_TOP, WASM_RESERVED, type EamcKernels, type WasmMemory, type WasmModule } from './eamc-wasm.ts';
+import {
+  eamcWasmModule,
+  instantiateEamcKernels,
+  newWasmMemory,
+  WASM_MAX_TOP,
+  WASM_RES_SCORE,
+  WASM_RES_SEED,
+  WASM_RES_TOP,
+  WASM_RESERVED,
+  type EamcKernels,
+  type WasmMemory,
+  type WasmModule,
+} from './eamc-wasm.ts';
 
 export type EamcReplacement = 'most-similar' | 'lfu-access';
 
@@ -274,7 +286,8 @@ export class EamCollection {
     /** `js` forces the JS kernels; `wasm` (the default) uses the WASM ones where `build/eamc.wasm` exists. */
     options: { kernel?: 'wasm' | 'js' } = {},
   ) {
-    if (!(Number.isInteger(capacity) && capacity >= 1)) throw new RangeError(`EAMC capacity must be a positive integer, got ${capacity}`);
+    if (!(Number.isInteger(capacity) && capacity >= 1))
+      throw new RangeError(`EAMC capacity must be a positive integer, got ${capacity}`);
     this.layers = shape.layers;
     this.experts = shape.experts;
     this.cells = shape.layers * shape.experts;
@@ -329,7 +342,8 @@ export class EamCollection {
     const f32 = new Float32Array(memory.buffer);
     if (this.memory && size > 0) {
       const oc = this.wColsOff;
-      for (let j = 0; j < cells; j++) u8.set(this.wu8.subarray(oc + j * this.wCs, oc + j * this.wCs + size), colsOff + j * cs);
+      for (let j = 0; j < cells; j++)
+        u8.set(this.wu8.subarray(oc + j * this.wCs, oc + j * this.wCs + size), colsOff + j * cs);
       for (let l = 0; l < layers; l++) {
         f64.set(this.prefixNorm2.subarray(l * this.alloc, l * this.alloc + size), (qOff >> 3) + l * alloc);
         f32.set(this.prefixInvSqrt.subarray(l * this.alloc, l * this.alloc + size), (rOff >> 2) + l * alloc);
@@ -418,7 +432,15 @@ export class EamCollection {
    * (entries 0 … 16·blocks−1), eight columns per pass: the stored bytes only (a count above 254
    * counts 255; see `addOverflow`). The caller guarantees no overflow.
    */
-  addColumnsWasm(d: number, blocks: number, cellsList: ArrayLike<number>, vals: ArrayLike<number>, from: number, to: number, cellBase = 0): void {
+  addColumnsWasm(
+    d: number,
+    blocks: number,
+    cellsList: ArrayLike<number>,
+    vals: ArrayLike<number>,
+    from: number,
+    to: number,
+    cellBase = 0,
+  ): void {
     const k = this.wk!;
     const base = this.wColsOff + cellBase * this.wCs;
     const stride = this.wCs;
@@ -429,12 +451,27 @@ export class EamCollection {
       for (let u = t; u < t + w; u++) if (vals[u]! > MAX_PAIR) small = false;
       // Missing columns have coefficient 0 and read column o0 (+ 0 is exact).
       // prettier-ignore
-      (small ? k.addPairs : k.addColumns)(d, blocks, w, o0,
-        w > 1 ? base + cellsList[t + 1]! * stride : o0, w > 2 ? base + cellsList[t + 2]! * stride : o0, w > 3 ? base + cellsList[t + 3]! * stride : o0,
-        w > 4 ? base + cellsList[t + 4]! * stride : o0, w > 5 ? base + cellsList[t + 5]! * stride : o0, w > 6 ? base + cellsList[t + 6]! * stride : o0,
+      (small ? k.addPairs : k.addColumns)(
+        d,
+        blocks,
+        w,
+        o0,
+        w > 1 ? base + cellsList[t + 1]! * stride : o0,
+        w > 2 ? base + cellsList[t + 2]! * stride : o0,
+        w > 3 ? base + cellsList[t + 3]! * stride : o0,
+        w > 4 ? base + cellsList[t + 4]! * stride : o0,
+        w > 5 ? base + cellsList[t + 5]! * stride : o0,
+        w > 6 ? base + cellsList[t + 6]! * stride : o0,
         w > 7 ? base + cellsList[t + 7]! * stride : o0,
-        vals[t]!, w > 1 ? vals[t + 1]! : 0, w > 2 ? vals[t + 2]! : 0, w > 3 ? vals[t + 3]! : 0,
-        w > 4 ? vals[t + 4]! : 0, w > 5 ? vals[t + 5]! : 0, w > 6 ? vals[t + 6]! : 0, w > 7 ? vals[t + 7]! : 0);
+        vals[t]!,
+        w > 1 ? vals[t + 1]! : 0,
+        w > 2 ? vals[t + 2]! : 0,
+        w > 3 ? vals[t + 3]! : 0,
+        w > 4 ? vals[t + 4]! : 0,
+        w > 5 ? vals[t + 5]! : 0,
+        w > 6 ? vals[t + 6]! : 0,
+        w > 7 ? vals[t + 7]! : 0,
+      );
     }
   }
 
@@ -465,7 +502,8 @@ export class EamCollection {
     const rows = new Float32Array(alloc * cells);
     rows.set(this.rows.subarray(0, this.size * cells));
     const rowNorm2 = new Float64Array(layers * alloc);
-    for (let l = 0; l < layers; l++) rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
+    for (let l = 0; l < layers; l++)
+      rowNorm2.set(this.rowNorm2.subarray(l * this.alloc, l * this.alloc + this.size), l * alloc);
     // A 32-bit WASM memory holds at most 4 GiB: a collection that would not fit leaves WASM.
     if (this.wasm && WASM_RESERVED + cells * alloc + layers * alloc * 16 + alloc * 64 > 3.5 * 2 ** 30) this.leaveWasm();
     if (this.wasm) {
@@ -584,8 +622,7 @@ export class EamCollection {
             u8[cb + j * cs + n] = v > 255 ? 255 : v;
             if (old > 254) over[j]!.delete(n);
             if (v > 254) (over[j] ??= new Map()).set(n, v - 255);
-          }
-          else if (!packed) cols[at] = Math.fround(v);
+          } else if (!packed) cols[at] = Math.fround(v);
           else {
             // Replace this entry's lane, keep the other's.
             const p = cols[at]!;
@@ -687,7 +724,13 @@ export class EamCollection {
    * integer ≤ 65535, ‖x‖² · max‖entry‖² ≤ WASM_LIMIT, src[n] ≤ D_n), else one column at a time in
    * doubles (as the packed JS path's fallback: the same additions in the same order).
    */
-  private dotsWasm(src: Float64Array | null, cellsList: readonly number[], vals: readonly number[], exact: boolean, out: Float64Array): void {
+  private dotsWasm(
+    src: Float64Array | null,
+    cellsList: readonly number[],
+    vals: readonly number[],
+    exact: boolean,
+    out: Float64Array,
+  ): void {
     const size = this.size;
     if (size === 0) return;
     if (exact) {
@@ -926,7 +969,8 @@ export class EamcDots {
       this.packed = true;
       this.l1 = 0;
       const need = (size >> 1) + 1;
-      if (this.dots.length < need) this.dots = new Float64Array(Math.max(need, coll.capacity > 4 * size ? 2 * size : coll.capacity + 1));
+      if (this.dots.length < need)
+        this.dots = new Float64Array(Math.max(need, coll.capacity > 4 * size ? 2 * size : coll.capacity + 1));
       else this.dots.fill(0, 0, need);
     }
     if (this.valid && (this.collection !== coll || coll.lanes !== 2)) this.valid = false;
@@ -962,7 +1006,15 @@ export class EamcDots {
   }
 
   /** Adds a matcher's dot products (one iteration): `n` entries at `version`, D packed or plain, rows `seen`, Σ counts `l1`. */
-  addIteration(coll: EamCollection, version: number, n: number, dots: Float64Array | Int32Array, packed: boolean, seen: Uint8Array, l1: number): void {
+  addIteration(
+    coll: EamCollection,
+    version: number,
+    n: number,
+    dots: Float64Array | Int32Array,
+    packed: boolean,
+    seen: Uint8Array,
+    l1: number,
+  ): void {
     if (!this.begin(coll, version, n)) return;
     this.closeIteration(seen);
     if (!this.valid) return;
@@ -1246,9 +1298,31 @@ export class IncrementalMatcher {
         for (let j = 0; j < seeds; j++) s32[(WASM_RES_SEED >> 2) + j] = this.top[j]!;
       }
       // prettier-ignore
-      count = coll.wk!.scan(d, n, this.topMatches, qp, rp, left, o0, o1, o2, o3, o4, o5, o6, o7,
-        left > 0 ? nzC[done]! : 0, left > 1 ? nzC[done + 1]! : 0, left > 2 ? nzC[done + 2]! : 0, left > 3 ? nzC[done + 3]! : 0,
-        left > 4 ? nzC[done + 4]! : 0, left > 5 ? nzC[done + 5]! : 0, left > 6 ? nzC[done + 6]! : 0, left > 7 ? nzC[done + 7]! : 0, seeds);
+      count = coll.wk!.scan(
+        d,
+        n,
+        this.topMatches,
+        qp,
+        rp,
+        left,
+        o0,
+        o1,
+        o2,
+        o3,
+        o4,
+        o5,
+        o6,
+        o7,
+        left > 0 ? nzC[done]! : 0,
+        left > 1 ? nzC[done + 1]! : 0,
+        left > 2 ? nzC[done + 2]! : 0,
+        left > 3 ? nzC[done + 3]! : 0,
+        left > 4 ? nzC[done + 4]! : 0,
+        left > 5 ? nzC[done + 5]! : 0,
+        left > 6 ? nzC[done + 6]! : 0,
+        left > 7 ? nzC[done + 7]! : 0,
+        seeds,
+      );
       const i32 = coll.wi32;
       const f64 = coll.wf64;
       for (let j = 0; j < count; j++) {
@@ -1279,16 +1353,43 @@ export class IncrementalMatcher {
         const c = done;
         if (nnz - done >= 16) {
           // prettier-ignore
-          addColumns8(dots, cols, w,
-            (cb + nzE[c]!) * colStride, (cb + nzE[c + 1]!) * colStride, (cb + nzE[c + 2]!) * colStride, (cb + nzE[c + 3]!) * colStride,
-            (cb + nzE[c + 4]!) * colStride, (cb + nzE[c + 5]!) * colStride, (cb + nzE[c + 6]!) * colStride, (cb + nzE[c + 7]!) * colStride,
-            nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!, nzC[c + 4]!, nzC[c + 5]!, nzC[c + 6]!, nzC[c + 7]!);
+          addColumns8(
+            dots,
+            cols,
+            w,
+            (cb + nzE[c]!) * colStride,
+            (cb + nzE[c + 1]!) * colStride,
+            (cb + nzE[c + 2]!) * colStride,
+            (cb + nzE[c + 3]!) * colStride,
+            (cb + nzE[c + 4]!) * colStride,
+            (cb + nzE[c + 5]!) * colStride,
+            (cb + nzE[c + 6]!) * colStride,
+            (cb + nzE[c + 7]!) * colStride,
+            nzC[c]!,
+            nzC[c + 1]!,
+            nzC[c + 2]!,
+            nzC[c + 3]!,
+            nzC[c + 4]!,
+            nzC[c + 5]!,
+            nzC[c + 6]!,
+            nzC[c + 7]!,
+          );
           done += 8;
         } else {
           // prettier-ignore
-          addColumns4(dots, cols, w,
-            (cb + nzE[c]!) * colStride, (cb + nzE[c + 1]!) * colStride, (cb + nzE[c + 2]!) * colStride, (cb + nzE[c + 3]!) * colStride,
-            nzC[c]!, nzC[c + 1]!, nzC[c + 2]!, nzC[c + 3]!);
+          addColumns4(
+            dots,
+            cols,
+            w,
+            (cb + nzE[c]!) * colStride,
+            (cb + nzE[c + 1]!) * colStride,
+            (cb + nzE[c + 2]!) * colStride,
+            (cb + nzE[c + 3]!) * colStride,
+            nzC[c]!,
+            nzC[c + 1]!,
+            nzC[c + 2]!,
+            nzC[c + 3]!,
+          );
           done += 4;
         }
       }
@@ -1302,7 +1403,19 @@ export class IncrementalMatcher {
           const p1 = pre > 1 ? (cb + nzE[done + 1]!) * colStride : p0;
           const p2 = pre > 2 ? (cb + nzE[done + 2]!) * colStride : p0;
           const p3 = pre > 3 ? (cb + nzE[done + 3]!) * colStride : p0;
-          addColumns4(dots, cols, w, p0, p1, p2, p3, nzC[done]!, pre > 1 ? nzC[done + 1]! : 0, pre > 2 ? nzC[done + 2]! : 0, pre > 3 ? nzC[done + 3]! : 0);
+          addColumns4(
+            dots,
+            cols,
+            w,
+            p0,
+            p1,
+            p2,
+            p3,
+            nzC[done]!,
+            pre > 1 ? nzC[done + 1]! : 0,
+            pre > 2 ? nzC[done + 2]! : 0,
+            pre > 3 ? nzC[done + 3]! : 0,
+          );
           done += pre;
         }
         const left = nnz - done;
@@ -1315,9 +1428,28 @@ export class IncrementalMatcher {
         const q2 = left > 2 ? (cb + nzE[done + 2]!) * colStride : q0;
         const q3 = left > 3 ? (cb + nzE[done + 3]!) * colStride : q0;
         // prettier-ignore
-        count = left <= 2
-          ? scanPacked2(dots, qArr, rArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, q0, q1)
-          : scanPacked4(dots, qArr, rArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, k2, k3, q0, q1, q2, q3);
+        count =
+          left <= 2
+            ? scanPacked2(dots, qArr, rArr, qOff, n, this.topMatches, this.top, this.topScore, cols, k0, k1, q0, q1)
+            : scanPacked4(
+                dots,
+                qArr,
+                rArr,
+                qOff,
+                n,
+                this.topMatches,
+                this.top,
+                this.topScore,
+                cols,
+                k0,
+                k1,
+                k2,
+                k3,
+                q0,
+                q1,
+                q2,
+                q3,
+              );
       } else {
         const left = nnz - done;
         const width = left === 0 ? 0 : left <= 2 ? 2 : left <= 4 ? 4 : 8;
@@ -1338,7 +1470,8 @@ export class IncrementalMatcher {
         const o6 = left > 6 ? (cb + nzE[done + 6]!) * colStride : o0;
         const o7 = left > 7 ? (cb + nzE[done + 7]!) * colStride : o0;
         if (width === 4) addColumns4(dots, cols, w, o0, o1, o2, o3, c0, c1, c2, c3);
-        else if (width === 8) addColumns8(dots, cols, w, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
+        else if (width === 8)
+          addColumns8(dots, cols, w, o0, o1, o2, o3, o4, o5, o6, o7, c0, c1, c2, c3, c4, c5, c6, c7);
         const a0 = width === 2 ? c0 : 0;
         const a1 = width === 2 ? c1 : 0;
         count = selectTop(dots, qArr, qOff, n, this.topMatches, this.top, this.topScore, cols, a0, a1, o0, o1);
@@ -1362,7 +1495,16 @@ export class IncrementalMatcher {
     else if (this.wasm) {
       // D lives in the collection's memory: gone if it was replaced since (never, in the policy).
       if (this.blockColl !== coll || this.blockGen !== coll.wGen) into.poison();
-      else into.addIteration(coll, this.version, this.n, coll.wi32.subarray(this.block >> 2, (this.block >> 2) + this.n), false, this.seen, this.l1);
+      else
+        into.addIteration(
+          coll,
+          this.version,
+          this.n,
+          coll.wi32.subarray(this.block >> 2, (this.block >> 2) + this.n),
+          false,
+          this.seen,
+          this.l1,
+        );
     } else into.addIteration(coll, this.version, this.n, this.dots, this.packed, this.seen, this.l1);
   }
 
@@ -1394,15 +1536,52 @@ function unpackPairs(packed: Float64Array, half: number, size: number, out: Floa
 }
 
 /** D += Σ_t v_t · column at offset `offs[t]`, over `n` doubles: eight, then four, then one column per pass. */
-function addColumns(out: Float64Array, cols: Float64Array, n: number, offs: readonly number[], vals: readonly number[]): void {
+function addColumns(
+  out: Float64Array,
+  cols: Float64Array,
+  n: number,
+  offs: readonly number[],
+  vals: readonly number[],
+): void {
   let t = 0;
   for (; t + 8 <= offs.length; t += 8) {
     // prettier-ignore
-    addColumns8(out, cols, n, offs[t]!, offs[t + 1]!, offs[t + 2]!, offs[t + 3]!, offs[t + 4]!, offs[t + 5]!, offs[t + 6]!, offs[t + 7]!,
-      vals[t]!, vals[t + 1]!, vals[t + 2]!, vals[t + 3]!, vals[t + 4]!, vals[t + 5]!, vals[t + 6]!, vals[t + 7]!);
+    addColumns8(
+      out,
+      cols,
+      n,
+      offs[t]!,
+      offs[t + 1]!,
+      offs[t + 2]!,
+      offs[t + 3]!,
+      offs[t + 4]!,
+      offs[t + 5]!,
+      offs[t + 6]!,
+      offs[t + 7]!,
+      vals[t]!,
+      vals[t + 1]!,
+      vals[t + 2]!,
+      vals[t + 3]!,
+      vals[t + 4]!,
+      vals[t + 5]!,
+      vals[t + 6]!,
+      vals[t + 7]!,
+    );
   }
   for (; t + 4 <= offs.length; t += 4) {
-    addColumns4(out, cols, n, offs[t]!, offs[t + 1]!, offs[t + 2]!, offs[t + 3]!, vals[t]!, vals[t + 1]!, vals[t + 2]!, vals[t + 3]!);
+    addColumns4(
+      out,
+      cols,
+      n,
+      offs[t]!,
+      offs[t + 1]!,
+      offs[t + 2]!,
+      offs[t + 3]!,
+      vals[t]!,
+      vals[t + 1]!,
+      vals[t + 2]!,
+      vals[t + 3]!,
+    );
   }
   for (; t < offs.length; t++) {
     const v = vals[t]!;
@@ -1429,8 +1608,21 @@ function addPackedColumn(out: Float64Array, cols: Float64Array, n: number, off: 
 // Row-update kernels: D += Σ c_j · column_j over `n` doubles (entries, or pairs of entries when
 // packed). The products are summed as a tree (not a chain: independent additions overlap in
 // the CPU); all terms are integers, so the sum is the same exact integer in any order.
-function addColumns4(dots: Float64Array, cols: Float64Array, n: number, o0: number, o1: number, o2: number, o3: number, c0: number, c1: number, c2: number, c3: number): void {
-  for (let i = 0; i < n; i++) dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!);
+function addColumns4(
+  dots: Float64Array,
+  cols: Float64Array,
+  n: number,
+  o0: number,
+  o1: number,
+  o2: number,
+  o3: number,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+): void {
+  for (let i = 0; i < n; i++)
+    dots[i]! += c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!);
 }
 
 function addColumns8(
@@ -1456,7 +1648,10 @@ function addColumns8(
 ): void {
   for (let i = 0; i < n; i++) {
     dots[i]! +=
-      c0 * cols[o0 + i]! + c1 * cols[o1 + i]! + (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!) + (c4 * cols[o4 + i]! + c5 * cols[o5 + i]! + (c6 * cols[o6 + i]! + c7 * cols[o7 + i]!));
+      c0 * cols[o0 + i]! +
+      c1 * cols[o1 + i]! +
+      (c2 * cols[o2 + i]! + c3 * cols[o3 + i]!) +
+      (c4 * cols[o4 + i]! + c5 * cols[o5 + i]! + (c6 * cols[o6 + i]! + c7 * cols[o7 + i]!));
   }
 }
 
@@ -1467,8 +1662,20 @@ function addColumns8(
  * square root.
  */
 // prettier-ignore
-function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: number, M: number, top: Int32Array, score: Float64Array,
-  cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
+function selectTop(
+  dots: Float64Array,
+  qArr: Float64Array,
+  qOff: number,
+  n: number,
+  M: number,
+  top: Int32Array,
+  score: Float64Array,
+  cols: Float64Array,
+  c0: number,
+  c1: number,
+  o0: number,
+  o1: number,
+): number {
   const add = c0 !== 0 || c1 !== 0;
   let count = 0;
   let floor = 0; // score of the worst kept match once `count === M`
@@ -1503,8 +1710,21 @@ function selectTop(dots: Float64Array, qArr: Float64Array, qOff: number, n: numb
  * exact score, strictly above the floor.
  */
 // prettier-ignore
-function scanPacked2(dots: Float64Array, qArr: Float64Array, rArr: Float32Array, qOff: number, n: number, M: number, top: Int32Array,
-  score: Float64Array, cols: Float64Array, c0: number, c1: number, o0: number, o1: number): number {
+function scanPacked2(
+  dots: Float64Array,
+  qArr: Float64Array,
+  rArr: Float32Array,
+  qOff: number,
+  n: number,
+  M: number,
+  top: Int32Array,
+  score: Float64Array,
+  cols: Float64Array,
+  c0: number,
+  c1: number,
+  o0: number,
+  o1: number,
+): number {
   const pairs = (n + 1) >> 1;
   let count = 0;
   let m = 0;
@@ -1534,8 +1754,25 @@ function scanPacked2(dots: Float64Array, qArr: Float64Array, rArr: Float32Array,
 
 /** `scanPacked2` with four columns added. */
 // prettier-ignore
-function scanPacked4(dots: Float64Array, qArr: Float64Array, rArr: Float32Array, qOff: number, n: number, M: number, top: Int32Array,
-  score: Float64Array, cols: Float64Array, c0: number, c1: number, c2: number, c3: number, o0: number, o1: number, o2: number, o3: number): number {
+function scanPacked4(
+  dots: Float64Array,
+  qArr: Float64Array,
+  rArr: Float32Array,
+  qOff: number,
+  n: number,
+  M: number,
+  top: Int32Array,
+  score: Float64Array,
+  cols: Float64Array,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+  o0: number,
+  o1: number,
+  o2: number,
+  o3: number,
+): number {
   const pairs = (n + 1) >> 1;
   let count = 0;
   let m = 0;
@@ -1566,7 +1803,17 @@ function scanPacked4(dots: Float64Array, qArr: Float64Array, rArr: Float32Array,
  * the worst if its exact score is strictly above the floor; returns the new floor.
  */
 // prettier-ignore
-function takeCandidates(lo: number, hi: number, i: number, qArr: Float64Array, qOff: number, M: number, top: Int32Array, score: Float64Array, floor: number): number {
+function takeCandidates(
+  lo: number,
+  hi: number,
+  i: number,
+  qArr: Float64Array,
+  qOff: number,
+  M: number,
+  top: Int32Array,
+  score: Float64Array,
+  floor: number,
+): number {
   if (lo > 0) {
     const s = lo / Math.sqrt(qArr[qOff + i]!);
     if (s > floor) {
@@ -1589,7 +1836,16 @@ function takeCandidates(lo: number, hi: number, i: number, qArr: Float64Array, q
  * are, a later entry must beat the worst strictly); returns the new count.
  */
 // prettier-ignore
-function takePair(p: number, i: number, qArr: Float64Array, qOff: number, M: number, top: Int32Array, score: Float64Array, count: number): number {
+function takePair(
+  p: number,
+  i: number,
+  qArr: Float64Array,
+  qOff: number,
+  M: number,
+  top: Int32Array,
+  score: Float64Array,
+  count: number,
+): number {
   if (p <= 0) return count;
   const hi = Math.floor(p * INV_LANE);
   const lo = p - hi * LANE;

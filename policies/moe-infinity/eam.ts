@@ -42,7 +42,12 @@ export function addRow(eam: Float64Array, experts: number, layer: number, counts
  * the selected rows as one vector. 0 when either side is all zero. The brute-force reference
  * the incremental matcher is tested against.
  */
-export function cosineSimilarity(a: ArrayLike<number>, b: ArrayLike<number>, experts: number, rows?: Iterable<number>): number {
+export function cosineSimilarity(
+  a: ArrayLike<number>,
+  b: ArrayLike<number>,
+  experts: number,
+  rows?: Iterable<number>,
+): number {
   let dot = 0;
   let na = 0;
   let nb = 0;

@@ -28,7 +28,24 @@ declare const WebAssembly: {
  * The columns a kernel adds: their byte offsets o0 … o7 (u8) and coefficients c0 … c7, the first
  * k of them used (the others: coefficient 0).
  */
-type Columns = [o0: number, o1: number, o2: number, o3: number, o4: number, o5: number, o6: number, o7: number, c0: number, c1: number, c2: number, c3: number, c4: number, c5: number, c6: number, c7: number];
+type Columns = [
+  o0: number,
+  o1: number,
+  o2: number,
+  o3: number,
+  o4: number,
+  o5: number,
+  o6: number,
+  o7: number,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+  c4: number,
+  c5: number,
+  c6: number,
+  c7: number,
+];
 
 /** A column kernel's arguments: D (i32 at byte offset `d`, entries 0 … 16·blocks − 1), k ≤ 8, then the columns. */
 type ColumnKernel = (d: number, blocks: number, k: number, ...columns: Columns) => void;
@@ -43,7 +60,15 @@ export interface EamcKernels {
    * result region; returns how many. `seeds`: seed entries at WASM_RES_SEED, M of them (else 0),
    * distinct, below n (see assembly/eamc.ts).
    */
-  scan(d: number, n: number, M: number, q: number, r: number, k: number, ...columnsAndSeeds: [...Columns, seeds: number]): number;
+  scan(
+    d: number,
+    n: number,
+    M: number,
+    q: number,
+    r: number,
+    k: number,
+    ...columnsAndSeeds: [...Columns, seeds: number]
+  ): number;
 }
 
 /** Bytes below which the JS side places nothing (the kernels' fixed result region lives there). */

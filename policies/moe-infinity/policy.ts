@@ -153,7 +153,12 @@ export type MoeInfinityParams = z.infer<typeof MoeInfinityParams>;
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
-const EMPTY_SELECTION: Selection = { count: 0, keys: new Int32Array(0), scores: new Float64Array(0), urgency: new Float64Array(0) };
+const EMPTY_SELECTION: Selection = {
+  count: 0,
+  keys: new Int32Array(0),
+  scores: new Float64Array(0),
+  urgency: new Float64Array(0),
+};
 
 /** One matched iteration EAM: a request (per-request) or a phase's requests (per-batch). */
 interface MatchGroup extends MatchedGroup {
@@ -463,7 +468,8 @@ export class MoeInfinityPolicy implements ServingPolicy {
 export const moeInfinity = definePolicy({
   name: 'moe-infinity',
   family: 'serving',
-  summary: 'MoE-Infinity: request-level EAM tracing, EAMC matching, multi-layer ranked prefetch with cancellation, activation-aware cache',
+  summary:
+    'MoE-Infinity: request-level EAM tracing, EAMC matching, multi-layer ranked prefetch with cancellation, activation-aware cache',
   params: MoeInfinityParams,
   bufferSlots: (p, model) => (p.budgetExperts === undefined ? undefined : p.budgetExperts + model.topK),
   create: (p, ctx) => {
@@ -486,7 +492,13 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
   const k = model.topK;
   const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? model.layers;
   const encoderLayers = model.arch === 'encoder-decoder' ? model.layers - decoderLayers : 0;
-  const firstDecoderMoe = encoderLayers > 0 ? Math.max(0, model.moeLayerIndices.findIndex((li) => li >= encoderLayers)) : 0;
+  const firstDecoderMoe =
+    encoderLayers > 0
+      ? Math.max(
+          0,
+          model.moeLayerIndices.findIndex((li) => li >= encoderLayers),
+        )
+      : 0;
   let scratch = new Int32Array(1024);
   const route = (router: RequestRouter, layer: number, from: number, to: number, into: Float64Array): void => {
     const need = (to - from) * k;
@@ -503,11 +515,14 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
     const decode = new Float64Array(L * E);
     const P = spec.promptTokens;
     if (encoderLayers > 0) {
-      for (let l = 0; l < L; l++) route(router, l, l < firstDecoderMoe ? 0 : P, l < firstDecoderMoe ? P : P + 1, prefill);
-      for (let t = 1; t < spec.outputTokens; t++) for (let l = firstDecoderMoe; l < L; l++) route(router, l, P + t, P + t + 1, decode);
+      for (let l = 0; l < L; l++)
+        route(router, l, l < firstDecoderMoe ? 0 : P, l < firstDecoderMoe ? P : P + 1, prefill);
+      for (let t = 1; t < spec.outputTokens; t++)
+        for (let l = firstDecoderMoe; l < L; l++) route(router, l, P + t, P + t + 1, decode);
     } else {
       for (let l = 0; l < L; l++) route(router, l, 0, P, prefill);
-      for (let t = P; t < P + spec.outputTokens - 1; t++) for (let l = 0; l < L; l++) route(router, l, t, t + 1, decode);
+      for (let t = P; t < P + spec.outputTokens - 1; t++)
+        for (let l = 0; l < L; l++) route(router, l, t, t + 1, decode);
     }
     policy.preload('prefill', [prefill]);
     if (spec.outputTokens > 1) policy.preload('decode', [decode]);

@@ -235,7 +235,11 @@ export class ScoreAccumulator implements RowSource {
       stamp[n] = gen;
     }
     // Same matches as the last preparation: rows kept in the cache stay valid.
-    let same = this.sigColl === coll && this.sigVersion === coll.version && this.sigWeight === g.weight && this.sigCount === count;
+    let same =
+      this.sigColl === coll &&
+      this.sigVersion === coll.version &&
+      this.sigWeight === g.weight &&
+      this.sigCount === count;
     if (same) {
       const sig = this.sigTop;
       for (let j = 0; j < count; j++) {
@@ -546,7 +550,14 @@ export interface Selection {
  * Successive layers' selections have close worst scores (a layer's match changes little): on
  * the quickstart workload 97 % of floored rankings keep ~59 of ~72 collected.
  */
-export function selectPrefetch(scores: Float64Array, layer: number, budget: number, o: RankOptions, scratch: RankScratch, source?: RowSource): Selection {
+export function selectPrefetch(
+  scores: Float64Array,
+  layer: number,
+  budget: number,
+  o: RankOptions,
+  scratch: RankScratch,
+  source?: RowSource,
+): Selection {
   const E = o.experts;
   const L = o.layers;
   const from = layer + 1;
@@ -663,7 +674,16 @@ export function selectPrefetch(scores: Float64Array, layer: number, budget: numb
  * candidate arrays (key, score × proximity, row), rows whose bound is below the floor skipped;
  * their count. The highest score is left in `scratch.candMax`.
  */
-function collectScan(scores: Float64Array, layer: number, from: number, to: number, o: RankOptions, floor: number, scratch: RankScratch, source?: RowSource): number {
+function collectScan(
+  scores: Float64Array,
+  layer: number,
+  from: number,
+  to: number,
+  o: RankOptions,
+  floor: number,
+  scratch: RankScratch,
+  source?: RowSource,
+): number {
   const E = o.experts;
   const L = o.layers;
   const proximity = o.proximity;
@@ -808,7 +828,16 @@ export const FLOOR_GUESS = 0.9;
  * `cap` are held, else the cells in key order — and their count. Rows a floored scan of the
  * same call computed are read, not computed again.
  */
-function heapScan(scores: Float64Array, layer: number, from: number, to: number, cap: number, o: RankOptions, scratch: RankScratch, source?: RowSource): number {
+function heapScan(
+  scores: Float64Array,
+  layer: number,
+  from: number,
+  to: number,
+  cap: number,
+  o: RankOptions,
+  scratch: RankScratch,
+  source?: RowSource,
+): number {
   // The best `cap` cells: appended in row order until `cap` are held (no heap work when
   // fewer exist: already in layer order), then a min-heap (worst on top). Keys grow along
   // the scan, so a new cell tied with the worst held one ranks after it: only a strictly
@@ -874,7 +903,8 @@ export function rankPrefetch(
   const idx = Array.from({ length: sel.count }, (_, j) => j);
   const k = sel.keys;
   const v = sel.scores;
-  if (o.order === 'nearest-first') idx.sort((a, b) => Math.floor(k[a]! / E) - Math.floor(k[b]! / E) || v[b]! - v[a]! || k[a]! - k[b]!);
+  if (o.order === 'nearest-first')
+    idx.sort((a, b) => Math.floor(k[a]! / E) - Math.floor(k[b]! / E) || v[b]! - v[a]! || k[a]! - k[b]!);
   else idx.sort((a, b) => v[b]! - v[a]! || k[a]! - k[b]!);
   if (scoresOut) {
     scoresOut.length = 0;
@@ -917,16 +947,33 @@ function siftDown(k: Int32Array, v: Float64Array, size: number, j: number): void
 }
 
 /** Dependency prefetch: the first `count` experts of layer l+1 in expert order (none after the last layer). */
-export function dependencyRanking(layer: number, layers: number, experts: number, count: number, budget: number): ExpertKey[] {
+export function dependencyRanking(
+  layer: number,
+  layers: number,
+  experts: number,
+  count: number,
+  budget: number,
+): ExpertKey[] {
   if (layer + 1 >= layers) return [];
   const n = Math.max(0, Math.min(count, experts, budget));
   return Array.from({ length: n }, (_, e) => (layer + 1) * experts + e);
 }
 
 /** `dependencyRanking` as a selection (urgency 1 + position, score 1). */
-export function dependencySelection(layer: number, layers: number, experts: number, count: number, budget: number): Selection {
+export function dependencySelection(
+  layer: number,
+  layers: number,
+  experts: number,
+  count: number,
+  budget: number,
+): Selection {
   const keys = Int32Array.from(dependencyRanking(layer, layers, experts, count, budget));
-  return { count: keys.length, keys, scores: new Float64Array(keys.length).fill(1), urgency: Float64Array.from(keys, (_, j) => 1 + j) };
+  return {
+    count: keys.length,
+    keys,
+    scores: new Float64Array(keys.length).fill(1),
+    urgency: Float64Array.from(keys, (_, j) => 1 + j),
+  };
 }
 
 /**
@@ -1029,7 +1076,12 @@ export class PrefetchQueue {
    * re-prioritise the loading members to their urgency, and prefetch the `admitted` keys
    * (absent members of the set; the first `admittedCount`), most urgent first, at their urgency.
    */
-  plan(buffer: BufferView, sel: Selection, admitted: ArrayLike<ExpertKey>, admittedCount = admitted.length): PolicyDecision {
+  plan(
+    buffer: BufferView,
+    sel: Selection,
+    admitted: ArrayLike<ExpertKey>,
+    admittedCount = admitted.length,
+  ): PolicyDecision {
     const gen = ++this.gen;
     const urgencyOf = this.urgencyOf;
     const stamp = this.stamp;

@@ -143,9 +143,24 @@ export function lensAnalytic(x: LensAnalyticInput): LensAnalytic {
     }
   }
   const out: { -readonly [k in keyof LensAnalytic]: LensAnalytic[k] } = {
-    deltaS, pme, pmeSum, tMaxTokPerS, tMemTokPerS, tMaxGenTokPerS, kvEffFactor,
-    pages, pagesPerSeqSum: denom, q, qTokensPerIt, t1, tGpuItTokens,
-    tPrefillTokensPerIt, iterations, t2, stage2Regime, t,
+    deltaS,
+    pme,
+    pmeSum,
+    tMaxTokPerS,
+    tMemTokPerS,
+    tMaxGenTokPerS,
+    kvEffFactor,
+    pages,
+    pagesPerSeqSum: denom,
+    q,
+    qTokensPerIt,
+    t1,
+    tGpuItTokens,
+    tPrefillTokensPerIt,
+    iterations,
+    t2,
+    stage2Regime,
+    t,
   };
   if (x.experts !== undefined && x.topK !== undefined) {
     out.intensityPerToken = x.topK / x.experts;
@@ -163,11 +178,22 @@ export function lensAnalytic(x: LensAnalyticInput): LensAnalytic {
  * n_real = (t_transfer − a)/s (settings card §9a item 13: the use of the intercept is not stated
  * by the paper; this is the natural reading). Points are (tokens, seconds) per layer.
  */
-export function profilerNReal(points: readonly (readonly [number, number])[], layerTransferS: number): { nReal: number; slopeS: number; interceptS: number } {
+export function profilerNReal(
+  points: readonly (readonly [number, number])[],
+  layerTransferS: number,
+): { nReal: number; slopeS: number; interceptS: number } {
   if (points.length < 2) throw new Error('profilerNReal: need ≥ 2 points');
   const n = points.length;
-  let sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const [x, y] of points) { sx += x; sy += y; sxx += x * x; sxy += x * y; }
+  let sx = 0,
+    sy = 0,
+    sxx = 0,
+    sxy = 0;
+  for (const [x, y] of points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
   const slopeS = (n * sxy - sx * sy) / (n * sxx - sx * sx);
   const interceptS = (sy - slopeS * sx) / n;
   if (!(slopeS > 0)) throw new Error('profilerNReal: non-positive slope');

@@ -78,7 +78,10 @@ export interface LensRunResult extends PipeTotals {
 
 /** n_real from the pipeline profiler on the first MoE layer (or layer 0). */
 function profile(lc: LayerCosts): { nReal: number; slopeS: number } {
-  const profLayer = Math.max(0, lc.mm.moeIndexOfLayer.findIndex((m) => m >= 0));
+  const profLayer = Math.max(
+    0,
+    lc.mm.moeIndexOfLayer.findIndex((m) => m >= 0),
+  );
   const pts: [number, number][] = [1024, 2048, 4096, 8192, 16384].map((n) => [
     n,
     lc.gpuLayerNs(profLayer, { decode: n, decodeCtx: 0, prefillTokens: 0, prefillCtx: 0 }) / 1e9,
@@ -110,7 +113,13 @@ export function lensExecution(x: LensRunInput): IterationLoop & { result(run: It
   let occIntegral = 0;
   let iterations = 0;
   const sample = (now: number) =>
-    timeline.push([now / 1e9, pool.usedPages, scheduler.generatedTokens, pipeline.totals.prefillTokens, scheduler.preemptions]);
+    timeline.push([
+      now / 1e9,
+      pool.usedPages,
+      scheduler.generatedTokens,
+      pipeline.totals.prefillTokens,
+      scheduler.preemptions,
+    ]);
   const afterIteration = (it: Iteration, startNs: Ns, endNs: Ns): void => {
     occIntegral += pool.usedPages * (endNs - startNs);
     iterations++;

@@ -75,19 +75,35 @@ const Params = z
   .superRefine((p, ctx) => {
     // Event-level options with the closed form would be silently ignored: say so instead.
     if (p.pipeline !== 'events') {
-      if (p.qkvD2H) ctx.addIssue({ code: 'custom', path: ['qkvD2H'], message: 'needs pipeline: events (the closed form has no D2H leg)' });
-      if (p.packetBytes !== undefined) ctx.addIssue({ code: 'custom', path: ['packetBytes'], message: 'needs pipeline: events (the closed form has no packets)' });
+      if (p.qkvD2H)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['qkvD2H'],
+          message: 'needs pipeline: events (the closed form has no D2H leg)',
+        });
+      if (p.packetBytes !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['packetBytes'],
+          message: 'needs pipeline: events (the closed form has no packets)',
+        });
     }
   });
 type Params = z.infer<typeof Params>;
-
 
 const r6 = (x: number) => Math.round(x * 1e6) / 1e6;
 
 function lensPolicy(p: Params): ThroughputPolicy {
   const name = 'moe-lens';
-  const configOf = (layers: number) => ({ ...defaultPassConfig(layers), omega: 1, weightGranularity: 'layer' as const, weightSlots: 2, expertBatching: 'perMicroBatch' as const });
-  const kvBytesOf = (ctx: PlanContext) => (p.kvCapacityGB !== undefined ? p.kvCapacityGB * 1e9 : ctx.hardware.hostDramBytes - ctx.model.derived.totalBytes);
+  const configOf = (layers: number) => ({
+    ...defaultPassConfig(layers),
+    omega: 1,
+    weightGranularity: 'layer' as const,
+    weightSlots: 2,
+    expertBatching: 'perMicroBatch' as const,
+  });
+  const kvBytesOf = (ctx: PlanContext) =>
+    p.kvCapacityGB !== undefined ? p.kvCapacityGB * 1e9 : ctx.hardware.hostDramBytes - ctx.model.derived.totalBytes;
   /**
    * The plan the family's memory checks see: host batch N = sequences whose KV at P + O fits the
    * KV capacity (MoE-Lens holds more at once, since pages grow with the context); VRAM from the
@@ -95,27 +111,46 @@ function lensPolicy(p: Params): ThroughputPolicy {
    */
   const plan = (ctx: PlanContext): PlanResult => {
     const { model, hardware: hw, workload: w } = ctx;
-    if (!w.phases.prefill || !w.phases.decode) return { feasible: false, reason: 'moe-lens overlaps prefill and decode in every iteration: it runs only with executor phase both' };
+    if (!w.phases.prefill || !w.phases.decode)
+      return {
+        feasible: false,
+        reason: 'moe-lens overlaps prefill and decode in every iteration: it runs only with executor phase both',
+      };
     const kvBytes = kvBytesOf(ctx);
     const weights = model.derived.totalBytes;
     const reserve = w.promptTokens + w.outputTokens;
     const perSeq = hostKvBytesPerSeq(model, reserve, 0);
     const pages = Math.floor(kvBytes / hostKvBytesPerSeq(model, p.pageTokens, 0));
     if (pages < Math.ceil(reserve / p.pageTokens) || weights + kvBytes > hw.hostDramBytes) {
-      return { feasible: false, reason: `weights ${(weights / 1e9).toFixed(3)} GB + KV ${(kvBytes / 1e9).toFixed(3)} GB (one sequence needs ${(perSeq / 1e9).toFixed(3)} GB) do not fit host DRAM ${(hw.hostDramBytes / 1e9).toFixed(3)} GB` };
+      return {
+        feasible: false,
+        reason: `weights ${(weights / 1e9).toFixed(3)} GB + KV ${(kvBytes / 1e9).toFixed(3)} GB (one sequence needs ${(perSeq / 1e9).toFixed(3)} GB) do not fit host DRAM ${(hw.hostDramBytes / 1e9).toFixed(3)} GB`,
+      };
     }
-    const N = Math.max(1, Math.min(w.sequences, Math.floor(kvBytes / perSeq), w.fixedBatchSeqs ?? Number.POSITIVE_INFINITY));
+    const N = Math.max(
+      1,
+      Math.min(w.sequences, Math.floor(kvBytes / perSeq), w.fixedBatchSeqs ?? Number.POSITIVE_INFINITY),
+    );
     const c = configOf(model.layers);
     const vD = vramNeeded(model, worstDecodeShape(w, Math.min(N, w.sequences), N), c).totalBytes;
     const vP = vramNeeded(model, prefillShape(w, 1, N), c).totalBytes;
-    if (Math.max(vD, vP) > hw.gpu.vramBytes) return { feasible: false, reason: `2-layer weight buffer + activations need ${(Math.max(vD, vP) / 1e9).toFixed(3)} GB of VRAM, the GPU has ${(hw.gpu.vramBytes / 1e9).toFixed(3)} GB` };
-    return { feasible: true, plan: { hostBatchSeqs: N, prefill: { batchSeqs: 1, config: c }, decode: { batchSeqs: N, config: c } } };
+    if (Math.max(vD, vP) > hw.gpu.vramBytes)
+      return {
+        feasible: false,
+        reason: `2-layer weight buffer + activations need ${(Math.max(vD, vP) / 1e9).toFixed(3)} GB of VRAM, the GPU has ${(hw.gpu.vramBytes / 1e9).toFixed(3)} GB`,
+      };
+    return {
+      feasible: true,
+      plan: { hostBatchSeqs: N, prefill: { batchSeqs: 1, config: c }, decode: { batchSeqs: N, config: c } },
+    };
   };
   return {
     name,
     plan: (ctx: PlanContext): PlanResult => {
       const planned = plan(ctx);
-      return planned.feasible ? { feasible: true, plan: { ...planned.plan, execution: (x) => execution(x, planned.plan) } } : planned;
+      return planned.feasible
+        ? { feasible: true, plan: { ...planned.plan, execution: (x) => execution(x, planned.plan) } }
+        : planned;
     },
   };
 
@@ -124,14 +159,23 @@ function lensPolicy(p: Params): ThroughputPolicy {
     const mm = modelModules(model);
     const weights = model.derived.totalBytes;
     const kvBytes = kvBytesOf(ctx);
-    const maxLayer = Math.max(...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
+    const maxLayer = Math.max(
+      ...mm.denseBytes.map((d, l) => d + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)),
+    );
     const P = ctx.workload.promptTokens;
-    const reqs = p.promptPadding === 'executor' ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens })) : ctx.requests;
-    const vramFixed = 2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
+    const reqs =
+      p.promptPadding === 'executor'
+        ? ctx.requests.map((r) => ({ id: r.id, promptTokens: P, outputTokens: r.outputTokens }))
+        : ctx.requests;
+    const vramFixed =
+      2 * maxLayer + model.derived.embeddingBytes + (model.tiedEmbeddings ? 0 : model.derived.lmHeadBytes);
     const approxIters = reqs.length > 0 ? Math.max(...reqs.map((r) => r.outputTokens)) * 4 : 1;
     const every = p.timelineEvery > 0 ? p.timelineEvery : Math.max(1, Math.floor(approxIters / 200));
     const settings: LensSettings = {
-      kvCapacityBytes: kvBytes, pageTokens: p.pageTokens, contention: p.contention, timelineEvery: every,
+      kvCapacityBytes: kvBytes,
+      pageTokens: p.pageTokens,
+      contention: p.contention,
+      timelineEvery: every,
       ...(p.pipeline === 'events' ? { pipeline: 'events' as const } : {}),
       ...(p.packetBytes !== undefined ? { packetBytes: p.packetBytes } : {}),
       ...(p.qkvD2H && p.pipeline === 'events' ? { qkvD2H: true } : {}),
@@ -139,7 +183,14 @@ function lensPolicy(p: Params): ThroughputPolicy {
       ...(p.nReal !== undefined ? { nReal: p.nReal } : {}),
       ...(p.cpuCores !== undefined ? { cpuCores: p.cpuCores } : {}),
     };
-    const e = lensExecution({ model, hardware: hw, cost, requests: reqs, settings, ...(ctx.sink ? { sink: ctx.sink } : {}) });
+    const e = lensExecution({
+      model,
+      hardware: hw,
+      cost,
+      requests: reqs,
+      settings,
+      ...(ctx.sink ? { sink: ctx.sink } : {}),
+    });
     const report = (run: IterationRun): ExecutionReport => {
       const r = e.result(run);
       const cores = p.cpuCores ?? hw.cpu.cores;
@@ -150,7 +201,8 @@ function lensPolicy(p: Params): ThroughputPolicy {
       }
       const a = r.analytic;
       const analytic: Record<string, number | string> = {};
-      for (const [k, v] of Object.entries(a)) if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
+      for (const [k, v] of Object.entries(a))
+        if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
       analytic.simulatedTokPerS = r6(r.throughputTokPerS);
       analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
       analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
@@ -172,7 +224,12 @@ function lensPolicy(p: Params): ThroughputPolicy {
         events: r.iterations,
         peaks: {
           vram: { weights: 2 * maxLayer, total: vramFixed, capacity: hw.gpu.vramBytes },
-          host: { weights, kvPages: r.peakPages * kvTok, total: weights + r.peakPages * kvTok, capacity: hw.hostDramBytes },
+          host: {
+            weights,
+            kvPages: r.peakPages * kvTok,
+            total: weights + r.peakPages * kvTok,
+            capacity: hw.hostDramBytes,
+          },
         },
         analytic,
         schedule: scheduleOf(r, p.pageTokens),
@@ -207,7 +264,9 @@ function scheduleOf(r: LensRunResult, pageTokens: number): Record<string, unknow
           activationTransfers: ev.activationTransfers,
           /** Σ of the activation copies' queueing delay (start − submit), s; mean and max in µs. */
           activationQueueS: r6(ev.activationQueueNs / 1e9),
-          activationQueueMeanUs: r6(ev.activationTransfers > 0 ? ev.activationQueueNs / ev.activationTransfers / 1e3 : 0),
+          activationQueueMeanUs: r6(
+            ev.activationTransfers > 0 ? ev.activationQueueNs / ev.activationTransfers / 1e3 : 0,
+          ),
           activationQueueMaxUs: r6(ev.activationMaxQueueNs / 1e3),
           ...(ev.d2hBytes > 0 ? { d2hCopyS: r6(ev.d2hLatencyNs / 1e9), cpuWaitD2hS: r6(ev.cpuWaitD2hNs / 1e9) } : {}),
         }
@@ -219,7 +278,8 @@ function scheduleOf(r: LensRunResult, pageTokens: number): Record<string, unknow
 
 export const moeLens = defineThroughputPolicy({
   name: 'moe-lens',
-  summary: 'MoE-Lens: paged host KV, resource-aware prefill/decode scheduler with preemption, VSLPipe (closed-form, or event-level with pipeline: events), analytic model beside the run',
+  summary:
+    'MoE-Lens: paged host KV, resource-aware prefill/decode scheduler with preemption, VSLPipe (closed-form, or event-level with pipeline: events), analytic model beside the run',
   params: Params,
   createThroughput: (p) => lensPolicy(p),
 });

@@ -71,7 +71,16 @@ export class LensScheduler implements IterationScheduler {
     /** Cap on sequences holding KV at once (the experiment's fixed batch, executor.batchSeqs); default none. */
     readonly maxRunning = Number.POSITIVE_INFINITY,
   ) {
-    this.seqs = reqs.map((r, id) => ({ id, prompt: r.promptTokens, output: Math.max(1, r.outputTokens), generated: 0, kvTokens: 0, state: 'waiting', admitted: -1, preemptions: 0 }));
+    this.seqs = reqs.map((r, id) => ({
+      id,
+      prompt: r.promptTokens,
+      output: Math.max(1, r.outputTokens),
+      generated: 0,
+      kvTokens: 0,
+      state: 'waiting',
+      admitted: -1,
+      preemptions: 0,
+    }));
   }
 
   get done(): boolean {
@@ -155,7 +164,9 @@ export class LensScheduler implements IterationScheduler {
     const head = this.peek();
     if (decode.length === 0 && prefill.length === 0 && head) {
       const s = head;
-      throw new Error(`LensScheduler: sequence ${s.id} (${s.prompt + s.generated} tokens, ${pool.pagesFor(s.prompt + s.generated)} pages) cannot fit an empty pool of ${pool.pages} pages`);
+      throw new Error(
+        `LensScheduler: sequence ${s.id} (${s.prompt + s.generated} tokens, ${pool.pagesFor(s.prompt + s.generated)} pages) cannot fit an empty pool of ${pool.pages} pages`,
+      );
     }
     // Commit: every scheduled sequence generates one token.
     for (const p of prefill) {
@@ -166,7 +177,8 @@ export class LensScheduler implements IterationScheduler {
     // Decode sequences first, then the prefilled ones (the order tokens are counted in).
     const finished: number[] = [];
     for (let i = 0; i < decode.length; i++) if (this.stepOne(decode[i]!, nowNs)) finished.push(decode[i]!.id);
-    for (let i = 0; i < prefill.length; i++) if (this.stepOne(prefill[i]!.seq, nowNs)) finished.push(prefill[i]!.seq.id);
+    for (let i = 0; i < prefill.length; i++)
+      if (this.stepOne(prefill[i]!.seq, nowNs)) finished.push(prefill[i]!.seq.id);
     if (finished.length > 0) this.decoding = this.decoding.filter((s) => s.state !== 'done');
     return { decode, prefill, preempted, decodeContextTokens: ctx, finished };
   }

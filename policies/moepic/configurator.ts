@@ -129,7 +129,13 @@ export interface SplitResult {
 }
 
 /** ExpertSplit of Algorithm 1 for budgets `v` (expert units). */
-export function expertSplit(v: ArrayLike<number>, models: readonly LayerModel[], experts: number, topK: number, t: ModuleTimes): SplitResult {
+export function expertSplit(
+  v: ArrayLike<number>,
+  models: readonly LayerModel[],
+  experts: number,
+  topK: number,
+  t: ModuleTimes,
+): SplitResult {
   const L = models.length;
   const E = experts;
   const exposed = new Float64Array(L);
@@ -197,12 +203,26 @@ export function vramAllocation(
   let iterations = 0;
   for (; iterations < maxIterations; iterations++) {
     const t1 = expertSplit(v, models, experts, topK, t).exposed;
-    const t2 = expertSplit(Array.from(v, (x) => Math.min(experts, x + step)), models, experts, topK, t).exposed;
-    const t3 = expertSplit(Array.from(v, (x) => Math.max(0, x - step)), models, experts, topK, t).exposed;
+    const t2 = expertSplit(
+      Array.from(v, (x) => Math.min(experts, x + step)),
+      models,
+      experts,
+      topK,
+      t,
+    ).exposed;
+    const t3 = expertSplit(
+      Array.from(v, (x) => Math.max(0, x - step)),
+      models,
+      experts,
+      topK,
+      t,
+    ).exposed;
     let i1 = -1;
-    for (let i = 0; i < L; i++) if (v[i]! + step <= experts + 1e-9 && (i1 < 0 || t1[i]! - t2[i]! > t1[i1]! - t2[i1]!)) i1 = i;
+    for (let i = 0; i < L; i++)
+      if (v[i]! + step <= experts + 1e-9 && (i1 < 0 || t1[i]! - t2[i]! > t1[i1]! - t2[i1]!)) i1 = i;
     let i2 = -1;
-    for (let i = 0; i < L; i++) if (i !== i1 && v[i]! - step >= -1e-9 && (i2 < 0 || t3[i]! - t1[i]! < t3[i2]! - t1[i2]!)) i2 = i;
+    for (let i = 0; i < L; i++)
+      if (i !== i1 && v[i]! - step >= -1e-9 && (i2 < 0 || t3[i]! - t1[i]! < t3[i2]! - t1[i2]!)) i2 = i;
     if (i1 < 0 || i2 < 0) break;
     v[i1]! += step;
     v[i2]! -= step;

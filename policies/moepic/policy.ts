@@ -42,7 +42,15 @@
 import { z } from 'zod';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { Rng } from '../../sim/kernel/rng.ts';
-import type { ExpertKey, KeepTop, PolicyDecision, PrefetchRequest, ServingPolicy, ServingView, TopRequest } from '../../sim/serving/policy.ts';
+import type {
+  ExpertKey,
+  KeepTop,
+  PolicyDecision,
+  PrefetchRequest,
+  ServingPolicy,
+  ServingView,
+  TopRequest,
+} from '../../sim/serving/policy.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import { definePolicy } from '../types.ts';
 import { iterationTokens, LCP_OMEGA, LCP_RHO, LcpScores } from '../cache/lcp.ts';
@@ -92,7 +100,13 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
   const E = model.experts;
   const K = model.topK;
   const B = model.derived.bytesPerExpert;
-  if (p.budgetExperts > L * E) throw new UserError(`moepic budgetExperts ${p.budgetExperts} exceeds the model's ${L * E} experts`, undefined, 'budgetExperts', p.budgetExperts);
+  if (p.budgetExperts > L * E)
+    throw new UserError(
+      `moepic budgetExperts ${p.budgetExperts} exceeds the model's ${L * E} experts`,
+      undefined,
+      'budgetExperts',
+      p.budgetExperts,
+    );
   const v = new Float64Array(L).fill(p.budgetExperts / L);
   const theta = new Float64Array(L);
   const cacheSize = new Int32Array(L);
@@ -213,9 +227,14 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
     const drop: ExpertKey[] = [];
     const load: TopRequest[] = [];
     for (let l = 0; l < L; l++) {
-      const want = new Set(ranking(l).slice(0, cacheSize[l]!).map((e) => view.keyOf(l, e)));
+      const want = new Set(
+        ranking(l)
+          .slice(0, cacheSize[l]!)
+          .map((e) => view.keyOf(l, e)),
+      );
       for (const k of tops[l]!) if (!want.has(k) || view.segments!.topFraction(k) !== theta[l]) drop.push(k);
-      for (const k of want) if (!tops[l]!.has(k) || view.segments!.topFraction(k) !== theta[l]) load.push({ key: k, fraction: theta[l]! });
+      for (const k of want)
+        if (!tops[l]!.has(k) || view.segments!.topFraction(k) !== theta[l]) load.push({ key: k, fraction: theta[l]! });
     }
     for (const r of load) reshapeBytes += view.segments!.topBytes(r.fraction);
     topsDirty = true;
@@ -306,7 +325,11 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
           for (const k of own) {
             if (seg.topPinned(k) || view.buffer.entry(k)?.pinned) continue;
             const pk = scores.priority(k);
-            if (victim < 0 || pk - pv < 0 || (pk === pv && (last[k]! - last[victim]! < 0 || (last[k] === last[victim] && k < victim)))) {
+            if (
+              victim < 0 ||
+              pk - pv < 0 ||
+              (pk === pv && (last[k]! - last[victim]! < 0 || (last[k] === last[victim] && k < victim)))
+            ) {
               victim = k;
               pv = pk;
             }

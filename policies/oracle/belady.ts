@@ -113,7 +113,13 @@ export interface BeladyPolicy extends ServingPolicy {
   readonly stats: Readonly<BeladyStats>;
 }
 
-export function createBelady(name: string, p: BeladyParams, trace: NeedTrace, experts: number, moeLayers: number): BeladyPolicy {
+export function createBelady(
+  name: string,
+  p: BeladyParams,
+  trace: NeedTrace,
+  experts: number,
+  moeLayers: number,
+): BeladyPolicy {
   const index = new NeedIndex(trace, experts, moeLayers * experts);
   const capOf: CapOf | undefined = p.perLayerSlots !== undefined ? () => p.perLayerSlots! : undefined;
   const stats: BeladyStats = { routed: 0, matched: 0 };
@@ -138,7 +144,12 @@ export function createBelady(name: string, p: BeladyParams, trace: NeedTrace, ex
       const pos = sync(view);
       stats.routed++;
       const rec = trace.steps[pos];
-      if (index.isAt(pos, view.iteration, routing.layer) && rec !== undefined && sameExperts(rec.experts, routing.activated)) stats.matched++;
+      if (
+        index.isAt(pos, view.iteration, routing.layer) &&
+        rec !== undefined &&
+        sameExperts(rec.experts, routing.activated)
+      )
+        stats.matched++;
       if (!capOf) return;
       const cmp = furthestFirst(pos);
       return { evict: trimToCaps(view, capOf, (pool) => firstBy(pool, cmp)!) };
@@ -158,13 +169,16 @@ function sameExperts(a: readonly number[], b: readonly number[]): boolean {
 export const belady = definePolicy({
   name: 'belady',
   family: 'serving',
-  summary: "oracle cache: evict the expert used furthest in the future (record-and-replay of the run's needs), no prefetch",
+  summary:
+    "oracle cache: evict the expert used furthest in the future (record-and-replay of the run's needs), no prefetch",
   params: BeladyParams,
   oracle: 'needs',
   bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => {
     if (!ctx.oracle) {
-      throw new Error("belady needs the recorded need sequence (ctx.oracle): build it through experiments/world.ts, which records it for definitions with oracle: 'needs'");
+      throw new Error(
+        "belady needs the recorded need sequence (ctx.oracle): build it through experiments/world.ts, which records it for definitions with oracle: 'needs'",
+      );
     }
     return createBelady('belady', p, ctx.oracle, ctx.model.experts, ctx.model.moeLayers);
   },

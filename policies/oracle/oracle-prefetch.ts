@@ -91,7 +91,13 @@
  * Capacity: `capacitySlots` or `capacityBytes` sets the expert buffer; else the executor's.
  */
 import { z } from 'zod';
-import type { ExpertKey, PolicyDecision, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
+import type {
+  ExpertKey,
+  PolicyDecision,
+  PrefetchRequest,
+  ServingPolicy,
+  ServingView,
+} from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy, type NeedTrace } from '../types.ts';
 import { NeedIndex } from './belady.ts';
@@ -158,7 +164,8 @@ export function minPlan(index: NeedIndex, keys: number, slots: number): MinPlan 
   const hKey: number[] = [];
   const hVer: number[] = [];
   const above = (i: number, j: number) =>
-    hNext[i]! > hNext[j]! || (hNext[i] === hNext[j] && (hLast[i]! < hLast[j]! || (hLast[i] === hLast[j] && hKey[i]! < hKey[j]!)));
+    hNext[i]! > hNext[j]! ||
+    (hNext[i] === hNext[j] && (hLast[i]! < hLast[j]! || (hLast[i] === hLast[j] && hKey[i]! < hKey[j]!)));
   const swap = (i: number, j: number) => {
     [hNext[i], hNext[j]] = [hNext[j]!, hNext[i]!];
     [hLast[i], hLast[j]] = [hLast[j]!, hLast[i]!];
@@ -256,7 +263,13 @@ export function minPlan(index: NeedIndex, keys: number, slots: number): MinPlan 
   };
 }
 
-export function createOraclePrefetch(name: string, trace: NeedTrace, experts: number, moeLayers: number, caching: OraclePrefetchParams['caching'] = 'conservative'): OraclePrefetchPolicy {
+export function createOraclePrefetch(
+  name: string,
+  trace: NeedTrace,
+  experts: number,
+  moeLayers: number,
+  caching: OraclePrefetchParams['caching'] = 'conservative',
+): OraclePrefetchPolicy {
   const keys = moeLayers * experts;
   const index = new NeedIndex(trace, experts, keys);
   const steps = trace.steps;
@@ -366,7 +379,8 @@ export function createOraclePrefetch(name: string, trace: NeedTrace, experts: nu
             // Only experts the scan has not met yet can be needed later than this need.
             victims = [];
             for (const e of view.buffer.entries()) {
-              if (e.state === 'resident' && !e.pinned && mark[e.key] !== epoch) victims.push({ key: e.key, next: index.nextUse(e.key, start) });
+              if (e.state === 'resident' && !e.pinned && mark[e.key] !== epoch)
+                victims.push({ key: e.key, next: index.nextUse(e.key, start) });
             }
             victims.sort((a, b) => b.next - a.next || a.key - b.key);
           }
@@ -481,7 +495,11 @@ export function createOraclePrefetch(name: string, trace: NeedTrace, experts: nu
       const start = startOf(view);
       if (stats.mode === 'cache' && caching === 'conservative') {
         // A landing makes no victim ready (a loading expert has its uses ahead), but newly ready entries may wait.
-        if (ready.length === 0 && !(plan && planNext < plan.byReady.length && plan.readyAt[plan.byReady[planNext]!]! <= start)) return undefined;
+        if (
+          ready.length === 0 &&
+          !(plan && planNext < plan.byReady.length && plan.readyAt[plan.byReady[planNext]!]! <= start)
+        )
+          return undefined;
         return planned(view, start);
       }
       // If nothing else changed, an arrival only matters as a victim needed later than where the last scan stopped.
@@ -511,7 +529,11 @@ export function createOraclePrefetch(name: string, trace: NeedTrace, experts: nu
       for (const k of q.candidates) {
         const next = index.nextUse(k, start);
         const used = view.buffer.entry(k)?.lastUsedNs ?? -1;
-        if (best === undefined || next > bestNext || (next === bestNext && (used < bestUsed || (used === bestUsed && k < best)))) {
+        if (
+          best === undefined ||
+          next > bestNext ||
+          (next === bestNext && (used < bestUsed || (used === bestUsed && k < best)))
+        ) {
           best = k;
           bestNext = next;
           bestUsed = used;
@@ -537,13 +559,16 @@ function sameExperts(a: readonly number[], b: readonly number[]): boolean {
 export const oraclePrefetch = definePolicy({
   name: 'oracle-prefetch',
   family: 'serving',
-  summary: "oracle prefetcher: the run's recorded future needs prefetched in need order, no waste (caching: Belady's MIN fetches, each as early as possible)",
+  summary:
+    "oracle prefetcher: the run's recorded future needs prefetched in need order, no waste (caching: Belady's MIN fetches, each as early as possible)",
   params: OraclePrefetchParams,
   oracle: 'needs',
   bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => {
     if (!ctx.oracle) {
-      throw new Error("oracle-prefetch needs the recorded need sequence (ctx.oracle): build it through experiments/world.ts, which records it for definitions with oracle: 'needs'");
+      throw new Error(
+        "oracle-prefetch needs the recorded need sequence (ctx.oracle): build it through experiments/world.ts, which records it for definitions with oracle: 'needs'",
+      );
     }
     return createOraclePrefetch('oracle-prefetch', ctx.oracle, ctx.model.experts, ctx.model.moeLayers, p.caching);
   },

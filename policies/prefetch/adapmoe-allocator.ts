@@ -103,7 +103,12 @@ export class LayerStats {
  * Σ cost[l][s_l] (exact DP, O(layers · total · maxSlots)); ties are broken deterministically
  * (smallest size first while filling the table). Throws RangeError when total < layers · minSlots.
  */
-export function allocateSlots(cost: readonly Float64Array[], total: number, minSlots: number, maxSlots: number): Int32Array {
+export function allocateSlots(
+  cost: readonly Float64Array[],
+  total: number,
+  minSlots: number,
+  maxSlots: number,
+): Int32Array {
   const L = cost.length;
   if (total < L * minSlots) throw new RangeError(`a budget of ${total} slots cannot give ${L} layers ${minSlots} each`);
   const T = Math.min(total, L * maxSlots);

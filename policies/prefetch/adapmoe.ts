@@ -56,15 +56,23 @@ export const AdapMoeParams = z
 export type AdapMoeParams = z.infer<typeof AdapMoeParams>;
 
 const totalOf = (p: AdapMoeParams, moeLayers: number, topK: number): number => {
-  if (p.budgetExperts !== undefined && p.totalSlots !== undefined) throw new UserError('adapmoe takes either totalSlots or budgetExperts, not both', undefined, 'budgetExperts', p.budgetExperts);
+  if (p.budgetExperts !== undefined && p.totalSlots !== undefined)
+    throw new UserError(
+      'adapmoe takes either totalSlots or budgetExperts, not both',
+      undefined,
+      'budgetExperts',
+      p.budgetExperts,
+    );
   const field = p.budgetExperts !== undefined ? 'budgetExperts' : 'totalSlots';
   const total = p.budgetExperts ?? p.totalSlots ?? topK * moeLayers;
-  if (total < moeLayers) throw new UserError(`adapmoe needs at least one cache slot per MoE layer (${moeLayers})`, undefined, field, total);
+  if (total < moeLayers)
+    throw new UserError(`adapmoe needs at least one cache slot per MoE layer (${moeLayers})`, undefined, field, total);
   return total;
 };
 
 /** Spare slots: `spareSlots`, else top-k (the paper's U_b) with `budgetExperts`, else 1 (AdapMoE's one prefetch slot). */
-export const adapMoeSpare = (p: AdapMoeParams, topK: number): number => p.spareSlots ?? (p.budgetExperts !== undefined ? topK : 1);
+export const adapMoeSpare = (p: AdapMoeParams, topK: number): number =>
+  p.spareSlots ?? (p.budgetExperts !== undefined ? topK : 1);
 
 export interface AdapMoePolicy extends ServingPolicy {
   /** Current per-layer cache sizes (read-only view for tests and reports). */
@@ -72,7 +80,13 @@ export interface AdapMoePolicy extends ServingPolicy {
   readonly stats: LayerStats;
 }
 
-export function createAdapMoe(name: string, p: AdapMoeParams, moeLayers: number, experts: number, topK: number): AdapMoePolicy {
+export function createAdapMoe(
+  name: string,
+  p: AdapMoeParams,
+  moeLayers: number,
+  experts: number,
+  topK: number,
+): AdapMoePolicy {
   const total = totalOf(p, moeLayers, topK);
   const top = p.predictTop ?? topK;
   const stats = new LayerStats(moeLayers, experts);
@@ -103,7 +117,8 @@ export function createAdapMoe(name: string, p: AdapMoeParams, moeLayers: number,
       // A prefetch the layer did not select is released (an activated one is pinned).
       const cancel: ExpertKey[] = [];
       for (const ent of view.buffer.entries()) {
-        if (ent.state === 'loading' && !ent.pinned && ent.origin === 'prefetch' && view.layerOf(ent.key) <= l) cancel.push(ent.key);
+        if (ent.state === 'loading' && !ent.pinned && ent.origin === 'prefetch' && view.layerOf(ent.key) <= l)
+          cancel.push(ent.key);
       }
       const cmp = order(view);
       const evict = trimToCaps(view, capOf, (pool) => firstBy(pool, cmp)!);
@@ -148,7 +163,8 @@ export function createAdapMoe(name: string, p: AdapMoeParams, moeLayers: number,
 export const adapMoe = definePolicy({
   name: 'adapmoe',
   family: 'serving',
-  summary: 'AdapMoE: one speculative next-layer prefetch + per-layer LRU with DP-allocated sizes from online statistics',
+  summary:
+    'AdapMoE: one speculative next-layer prefetch + per-layer LRU with DP-allocated sizes from online statistics',
   params: AdapMoeParams,
   bufferSlots: (p, model) => totalOf(p, model.moeLayers, model.topK) + adapMoeSpare(p, model.topK),
   create: (p, ctx) => createAdapMoe('adapmoe', p, ctx.model.moeLayers, ctx.model.experts, ctx.model.topK),

@@ -81,11 +81,13 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
       const cancel: ExpertKey[] = [];
       if (p.replaceQueue) {
         // The router has spoken for layer l: its unchosen prefetches still queued are stale.
-        for (const ent of view.buffer.entries()) if (ent.state === 'loading' && !ent.pinned && view.layerOf(ent.key) <= l) cancel.push(ent.key);
+        for (const ent of view.buffer.entries())
+          if (ent.state === 'loading' && !ent.pinned && view.layerOf(ent.key) <= l) cancel.push(ent.key);
       }
       if (!keep) {
         // No cache: whatever is resident and not being computed is garbage, except the next layer.
-        for (const ent of view.buffer.entries()) if (evictable(view.buffer, ent.key) && view.layerOf(ent.key) !== l + 1) evict.push(ent.key);
+        for (const ent of view.buffer.entries())
+          if (evictable(view.buffer, ent.key) && view.layerOf(ent.key) !== l + 1) evict.push(ent.key);
       }
       return { evict, cancel, prefetch: l + 1 < view.moeLayers ? wholeLayer(view, l + 1) : [] };
     },

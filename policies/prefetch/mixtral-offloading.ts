@@ -56,15 +56,36 @@ export type MixtralOffloadingParams = z.infer<typeof MixtralOffloadingParams>;
 export const defaultPerLayerSlots = (experts: number): number => Math.max(1, Math.floor(experts / 2));
 
 /** Per-layer cache size: `perLayerSlots`, else ⌊budgetExperts / moeLayers⌋, else ⌊E/2⌋. */
-export function mixtralOffloadingPerLayer(p: MixtralOffloadingParams, model: Pick<ModelProfile, 'moeLayers' | 'experts'>): number {
+export function mixtralOffloadingPerLayer(
+  p: MixtralOffloadingParams,
+  model: Pick<ModelProfile, 'moeLayers' | 'experts'>,
+): number {
   if (p.budgetExperts === undefined) return p.perLayerSlots ?? defaultPerLayerSlots(model.experts);
-  if (p.perLayerSlots !== undefined) throw new UserError('mixtral-offloading takes either perLayerSlots or budgetExperts, not both', undefined, 'budgetExperts', p.budgetExperts);
+  if (p.perLayerSlots !== undefined)
+    throw new UserError(
+      'mixtral-offloading takes either perLayerSlots or budgetExperts, not both',
+      undefined,
+      'budgetExperts',
+      p.budgetExperts,
+    );
   const per = Math.min(model.experts, Math.floor(p.budgetExperts / model.moeLayers));
-  if (per < 1) throw new UserError(`mixtral-offloading needs at least one cached expert per MoE layer: budgetExperts ${p.budgetExperts} < ${model.moeLayers} layers`, undefined, 'budgetExperts', p.budgetExperts);
+  if (per < 1)
+    throw new UserError(
+      `mixtral-offloading needs at least one cached expert per MoE layer: budgetExperts ${p.budgetExperts} < ${model.moeLayers} layers`,
+      undefined,
+      'budgetExperts',
+      p.budgetExperts,
+    );
   return per;
 }
 
-export function createMixtralOffloading(name: string, p: MixtralOffloadingParams, experts: number, topK: number, moeLayers = 1): ServingPolicy {
+export function createMixtralOffloading(
+  name: string,
+  p: MixtralOffloadingParams,
+  experts: number,
+  topK: number,
+  moeLayers = 1,
+): ServingPolicy {
   const cap = mixtralOffloadingPerLayer(p, { experts, moeLayers });
   const capOf = () => cap;
   const k = p.prefetchK ?? topK;
@@ -110,9 +131,11 @@ export function createMixtralOffloading(name: string, p: MixtralOffloadingParams
 export const mixtralOffloading = definePolicy({
   name: 'mixtral-offloading',
   family: 'serving',
-  summary: 'Mixtral-Offloading: per-layer LRU (default 4 of 8) + speculative prefetch of the predicted next-layer experts',
+  summary:
+    'Mixtral-Offloading: per-layer LRU (default 4 of 8) + speculative prefetch of the predicted next-layer experts',
   params: MixtralOffloadingParams,
   // Per-layer caches plus top-k staging slots for a layer's misses (Mixtral-Offloading's buffer_size).
   bufferSlots: (p, model) => lruSlots({ perLayerSlots: mixtralOffloadingPerLayer(p, model) }, model),
-  create: (p, ctx) => createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK, ctx.model.moeLayers),
+  create: (p, ctx) =>
+    createMixtralOffloading('mixtral-offloading', p, ctx.model.experts, ctx.model.topK, ctx.model.moeLayers),
 });

@@ -112,7 +112,8 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
 export const modelTracing = definePolicy({
   name: 'model-tracing',
   family: 'serving',
-  summary: 'BrainStorm/DeepUM-style: prefetch and cache by activation counts since start; cancels unnecessary prefetches',
+  summary:
+    'BrainStorm/DeepUM-style: prefetch and cache by activation counts since start; cancels unnecessary prefetches',
   params: ModelTracingParams,
   bufferSlots: (p, model) => lruSlots(p, model),
   create: (p, ctx) => createModelTracing('model-tracing', p, ctx.model.topK),

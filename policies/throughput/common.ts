@@ -19,7 +19,10 @@ export function report(ctx: PlanContext, ref: PassShape, c: PassConfig): SearchR
   return {
     B: ref.seqs,
     ba: Math.min(c.attnMicroSeqs, ref.seqs),
-    be: Math.min(c.expertChunkTokens, Math.max(1, Math.ceil((ref.seqs * ref.newTokens * ctx.model.topK) / ctx.model.experts))),
+    be: Math.min(
+      c.expertChunkTokens,
+      Math.max(1, Math.ceil((ref.seqs * ref.newTokens * ctx.model.topK) / ctx.model.experts)),
+    ),
     omega: c.omega,
     // Weight buffers that hold experts: the expert buffer, or the layer buffers of layer granularity.
     sExpertBytes: c.weightGranularity === 'layer' ? v.weightBufferBytes : v.expertBufferBytes,
@@ -30,7 +33,13 @@ export function report(ctx: PlanContext, ref: PassShape, c: PassConfig): SearchR
 }
 
 /** A phase plan with its report at the phase's reference shape. */
-export function phasePlan(ctx: PlanContext, phase: 'prefill' | 'decode', batchSeqs: number, hostSeqs: number, c: PassConfig): PhasePlan {
+export function phasePlan(
+  ctx: PlanContext,
+  phase: 'prefill' | 'decode',
+  batchSeqs: number,
+  hostSeqs: number,
+  c: PassConfig,
+): PhasePlan {
   const w = ctx.workload;
   const ref = phase === 'decode' ? refDecodeShape(w, batchSeqs, hostSeqs) : prefillShape(w, batchSeqs, hostSeqs);
   return { batchSeqs, config: c, search: report(ctx, ref, c) };

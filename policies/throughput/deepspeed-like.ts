@@ -57,7 +57,8 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const L = model.layers;
   // Model-based batching: the decoding batch is prefilled as one unit, so its prefill must fit too.
   const fits = (B: number) =>
-    (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes) &&
+    (!w.phases.decode ||
+      vramNeeded(model, worstDecodeShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes) &&
     vramNeeded(model, prefillShape(w, B, B), deepspeedConfig(L, B)).totalBytes <= hw.gpu.vramBytes;
   const B = largestSatisfying(1, workloadCap(ctx, p.maxBatchSeqs), fits);
   if (B < 1) {

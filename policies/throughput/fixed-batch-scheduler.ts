@@ -38,7 +38,8 @@ export class LightningScheduler implements IterationScheduler {
     /** Prompt tokens reserved per sequence (padded; default: each sequence's own prompt, at least it). */
     readonly reservePrompt?: number,
   ) {
-    if (!(Number.isSafeInteger(batchSeqs) && batchSeqs >= 1)) throw new Error(`LightningScheduler: invalid batchSeqs ${batchSeqs}`);
+    if (!(Number.isSafeInteger(batchSeqs) && batchSeqs >= 1))
+      throw new Error(`LightningScheduler: invalid batchSeqs ${batchSeqs}`);
     this.seqs = seqsOf(reqs);
   }
   get done(): boolean {
@@ -65,7 +66,9 @@ export class LightningScheduler implements IterationScheduler {
       }
       if (this.batch.length === 0) {
         const s = this.seqs[this.head]!;
-        throw new Error(`LightningScheduler: sequence ${s.id} (reserve ${this.reserveOf(s)} tokens, ${pool.pagesFor(this.reserveOf(s))} pages) cannot fit an empty pool of ${pool.pages} pages`);
+        throw new Error(
+          `LightningScheduler: sequence ${s.id} (reserve ${this.reserveOf(s)} tokens, ${pool.pagesFor(this.reserveOf(s))} pages) cannot fit an empty pool of ${pool.pages} pages`,
+        );
       }
       this.batches++;
       let tokens = 0;
@@ -79,7 +82,17 @@ export class LightningScheduler implements IterationScheduler {
       const seqs = this.batch.slice();
       const finished = this.step(seqs, nowNs);
       const prefill = seqs.map((s) => ({ seq: s, tokens: s.prompt, recomputed: 0 }));
-      return { kind: 'prefill', seqs, prefill, decode: [], preempted: [], finished, decodeContextTokens: 0, prefillTokens: tokens, prefillCtx: ctx };
+      return {
+        kind: 'prefill',
+        seqs,
+        prefill,
+        decode: [],
+        preempted: [],
+        finished,
+        decodeContextTokens: 0,
+        prefillTokens: tokens,
+        prefillCtx: ctx,
+      };
     }
     let ctx = 0;
     for (const s of active) {
@@ -87,7 +100,17 @@ export class LightningScheduler implements IterationScheduler {
       ctx += s.kvTokens;
     }
     const finished = this.step(active, nowNs);
-    return { kind: 'decode', seqs: active, prefill: [], decode: active, preempted: [], finished, decodeContextTokens: ctx, prefillTokens: 0, prefillCtx: 0 };
+    return {
+      kind: 'decode',
+      seqs: active,
+      prefill: [],
+      decode: active,
+      preempted: [],
+      finished,
+      decodeContextTokens: ctx,
+      prefillTokens: 0,
+      prefillCtx: 0,
+    };
   }
 
   private step(stepped: readonly BaseSeq[], nowNs: number): number[] {
@@ -109,4 +132,3 @@ export class LightningScheduler implements IterationScheduler {
     return finished;
   }
 }
-

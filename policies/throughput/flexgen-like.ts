@@ -33,7 +33,15 @@
 import { z } from 'zod';
 import { hostInfeasibility, maxHostSeqs, vramNeeded } from '../../sim/throughput/memory-model.ts';
 import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import { coordinateSearch, largestSatisfying, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import {
+  coordinateSearch,
+  largestSatisfying,
+  powersOfTwoUpTo,
+  predictPassNs,
+  prefillShape,
+  refDecodeShape,
+  worstDecodeShape,
+} from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
 import { defineThroughputPolicy } from './define.ts';
@@ -74,20 +82,32 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const L = model.layers;
   const reserve = w.promptTokens + w.outputTokens;
   const hostMax = maxHostSeqs(model, hw.hostDramBytes, reserve, 0);
-  if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hw.hostDramBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
+  if (hostMax < 1)
+    return {
+      feasible: false,
+      reason: `host DRAM left after the weights (${gb(hw.hostDramBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV`,
+    };
   const cap = Math.min(workloadCap(ctx), hostMax);
   const vram = hw.gpu.vramBytes;
   // The block is sized for decode; prompts are prefilled in passes of as many of the block's
   // sequences as fit on the GPU (see `prefillSeqs`).
   const prefillSeqs = (b: number, block: number): number =>
-    largestSatisfying(1, block, (s) => vramNeeded(model, prefillShape(w, s, block), config(L, Math.min(b, s), p.kvBuffers)).totalBytes <= vram);
+    largestSatisfying(
+      1,
+      block,
+      (s) => vramNeeded(model, prefillShape(w, s, block), config(L, Math.min(b, s), p.kvBuffers)).totalBytes <= vram,
+    );
   const fits = (b: number, n: number): boolean => {
     const block = b * n;
     if (block > cap || b > block) return false;
     const c = config(L, b, p.kvBuffers);
     // Model-based batching: the block's prompts go through each module together.
     if (p.batching === 'model' && vramNeeded(model, prefillShape(w, block, block), c).totalBytes > vram) return false;
-    if (w.phases.decode) return vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram && (!w.phases.prefill || prefillSeqs(b, block) >= 1);
+    if (w.phases.decode)
+      return (
+        vramNeeded(model, worstDecodeShape(w, block, block), c).totalBytes <= vram &&
+        (!w.phases.prefill || prefillSeqs(b, block) >= 1)
+      );
     return vramNeeded(model, prefillShape(w, block, block), c).totalBytes <= vram;
   };
   const evaluate = ({ b, n }: { b: number; n: number }): number | undefined => {
@@ -104,11 +124,22 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
     const one = largestSatisfying(1, Math.min(cap, 1 << 16), (x) => fits(x, 1));
     if (one >= 1 && !bGrid.includes(one)) bGrid = [...bGrid.filter((v) => v < one), one];
   }
-  const nGrid = p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
-  const found = coordinateSearch({ start: { b: bGrid[0]!, n: nGrid[0]! }, axes: [{ key: 'b', values: bGrid }, { key: 'n', values: nGrid }], evaluate });
+  const nGrid =
+    p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
+  const found = coordinateSearch({
+    start: { b: bGrid[0]!, n: nGrid[0]! },
+    axes: [
+      { key: 'b', values: bGrid },
+      { key: 'n', values: nGrid },
+    ],
+    evaluate,
+  });
   if (!found) {
     const need = vramNeeded(model, worstDecodeShape(w, 1, 1), config(L, 1, p.kvBuffers));
-    return { feasible: false, reason: `two layer buffers (${gb(need.weightBufferBytes)} GB) + one micro-batch's KV and activations exceed VRAM (${gb(vram)} GB)` };
+    return {
+      feasible: false,
+      reason: `two layer buffers (${gb(need.weightBufferBytes)} GB) + one micro-batch's KV and activations exceed VRAM (${gb(vram)} GB)`,
+    };
   }
   const { b, n } = found.best;
   const block = b * n;
@@ -120,14 +151,17 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       hostBatchSeqs: block,
       prefill: phasePlan(ctx, 'prefill', bp, block, config(L, Math.min(b, bp), p.kvBuffers)),
       decode: phasePlan(ctx, 'decode', block, block, c),
-      notes: [`block of ${n} micro-batches × ${b} sequences${p.batching === 'model' ? ' (prefilled as one batch on the GPU)' : ''}`],
+      notes: [
+        `block of ${n} micro-batches × ${b} sequences${p.batching === 'model' ? ' (prefilled as one batch on the GPU)' : ''}`,
+      ],
     },
   };
 }
 
 export const flexgenLike = defineThroughputPolicy({
   name: 'flexgen-like',
-  summary: 'model-based batching, layer weights reused across the micro-batches of a block, KV in host memory copied in for GPU attention',
+  summary:
+    'model-based batching, layer weights reused across the micro-batches of a block, KV in host memory copied in for GPU attention',
   params: Params,
   createThroughput: (p): ThroughputPolicy => ({ name: 'flexgen-like', plan: (ctx) => plan(ctx, p) }),
 });

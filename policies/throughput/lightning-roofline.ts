@@ -11,7 +11,11 @@ export const RELEASED_GPU_MEMORY_FRACTION = 0.86;
 export const RELEASED_HOST_MEMORY_FRACTION = 0.8;
 
 /** The roofline's per-layer times for a decode batch of N (ns): weight transfer, CPU attention, GPU FFN. */
-export function lightningRoofline(ctx: PlanContext, N: number, cores: number): { commNs: number; cpuNs: number; gpuNs: number } {
+export function lightningRoofline(
+  ctx: PlanContext,
+  N: number,
+  cores: number,
+): { commNs: number; cpuNs: number; gpuNs: number } {
   const { model, hardware: hw, cost, workload: w } = ctx;
   const mm = modelModules(model);
   let maxLayer = 0;
@@ -27,4 +31,3 @@ export function lightningRoofline(ctx: PlanContext, N: number, cores: number): {
     model.experts * cost.estimate({ kind: 'expert', tokens: perExpert }).ns;
   return { commNs, cpuNs, gpuNs };
 }
-

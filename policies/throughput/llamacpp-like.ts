@@ -18,7 +18,13 @@
  * priced with the same vector throughput as CPU attention.
  */
 import { z } from 'zod';
-import { hostInfeasibility, hostNeeded, layerBytes, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import {
+  hostInfeasibility,
+  hostNeeded,
+  layerBytes,
+  modelModules,
+  vramNeeded,
+} from '../../sim/throughput/memory-model.ts';
 import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
 import { largestSatisfying, prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
@@ -81,15 +87,25 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const reserve = w.promptTokens + w.outputTokens;
   const prefillSeqs = (N: number) => Math.max(1, Math.min(N, Math.floor(p.ubatchTokens / w.promptTokens)));
   const fits = (g: number, N: number) =>
-    (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, N, N), decodeConfig(ctx, g, N, cores)).totalBytes <= vram) &&
-    (!w.phases.prefill || vramNeeded(model, prefillShape(w, prefillSeqs(N), N), prefillConfig(ctx, g, cores, prefillSeqs(N))).totalBytes <= vram) &&
+    (!w.phases.decode ||
+      vramNeeded(model, worstDecodeShape(w, N, N), decodeConfig(ctx, g, N, cores)).totalBytes <= vram) &&
+    (!w.phases.prefill ||
+      vramNeeded(model, prefillShape(w, prefillSeqs(N), N), prefillConfig(ctx, g, cores, prefillSeqs(N))).totalBytes <=
+        vram) &&
     hostNeeded(model, N, reserve, g) <= hw.hostDramBytes;
   const layersFor = (N: number) =>
-    p.gpuLayers !== undefined ? (fits(Math.min(p.gpuLayers, L), N) ? Math.min(p.gpuLayers, L) : -1) : largestSatisfying(0, L, (g) => fits(g, N));
+    p.gpuLayers !== undefined
+      ? fits(Math.min(p.gpuLayers, L), N)
+        ? Math.min(p.gpuLayers, L)
+        : -1
+      : largestSatisfying(0, L, (g) => fits(g, N));
   // The most slots (up to the cap) for which some split fits; then as many GPU layers as fit.
   const N = largestSatisfying(1, cap, (n) => layersFor(n) >= 0);
   if (N < 1) {
-    return { feasible: false, reason: `${p.gpuLayers !== undefined ? `${p.gpuLayers} GPU layers` : 'no GPU layer split'} fits one sequence: a streamed layer for prompt processing + KV exceed VRAM (${gb(vram)} GB) or host DRAM` };
+    return {
+      feasible: false,
+      reason: `${p.gpuLayers !== undefined ? `${p.gpuLayers} GPU layers` : 'no GPU layer split'} fits one sequence: a streamed layer for prompt processing + KV exceed VRAM (${gb(vram)} GB) or host DRAM`,
+    };
   }
   const g = layersFor(N);
   return {

@@ -22,7 +22,12 @@
  */
 import { z } from 'zod';
 import { ACTIVATION_BYTES } from '../../sim/cost/cost-model.ts';
-import { runIterations, type Execution, type ExecutionContext, type IterationRun } from '../../sim/throughput/iteration.ts';
+import {
+  runIterations,
+  type Execution,
+  type ExecutionContext,
+  type IterationRun,
+} from '../../sim/throughput/iteration.ts';
 import { KvPages } from '../../sim/throughput/kv-pages.ts';
 import { modelModules } from '../../sim/throughput/memory-model.ts';
 import { CgoPipe, cgoStage } from '../../sim/throughput/pipelines/cgopipe.ts';
@@ -32,7 +37,11 @@ import { largestSatisfying } from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PlanResult, type RunPlan } from '../../sim/throughput/types.ts';
 import { continuousBooks, continuousReport, timelineEvery, type ContinuousRunResult } from './continuous-run.ts';
 import { LightningScheduler } from './fixed-batch-scheduler.ts';
-import { lightningRoofline, RELEASED_GPU_MEMORY_FRACTION, RELEASED_HOST_MEMORY_FRACTION } from './lightning-roofline.ts';
+import {
+  lightningRoofline,
+  RELEASED_GPU_MEMORY_FRACTION,
+  RELEASED_HOST_MEMORY_FRACTION,
+} from './lightning-roofline.ts';
 
 /** MoE-Lens §7 "Baselines": the normal CPU-memory setting adds 30 GB for execution overhead. */
 const NORMAL_OVERHEAD_BYTES = 30e9;
@@ -85,7 +94,13 @@ interface LightningChoice {
   readonly why: string;
 }
 
-function lightningChoose(ctx: PlanContext, p: LensLightningParams, setting: 'normal' | 'large', pMean: number, sequences: number): LightningChoice | string {
+function lightningChoose(
+  ctx: PlanContext,
+  p: LensLightningParams,
+  setting: 'normal' | 'large',
+  pMean: number,
+  sequences: number,
+): LightningChoice | string {
   const { model, hardware: hw, cost } = ctx;
   const mm = modelModules(model);
   const W = model.derived.totalBytes;
@@ -93,7 +108,8 @@ function lightningChoose(ctx: PlanContext, p: LensLightningParams, setting: 'nor
   // The setting in GB (model + KV [+ 30]) is given to MoE-Lightning's `--cpu-mem`, which its
   // optimiser reads in GiB (`cmem = cpu_mem * GB`, GB = 1 << 30): 7.4 % more bytes than 10⁹-B GB.
   const cpuMem = (GIB / 1e9) * (setting === 'normal' ? W + kv + NORMAL_OVERHEAD_BYTES : LARGE_FACTOR * (W + kv));
-  if (cpuMem > hw.hostDramBytes) return `MoE-Lightning ${setting} setting needs ${(cpuMem / 1e9).toFixed(1)} GB of host memory, the testbed has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`;
+  if (cpuMem > hw.hostDramBytes)
+    return `MoE-Lightning ${setting} setting needs ${(cpuMem / 1e9).toFixed(1)} GB of host memory, the testbed has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`;
   const g = ctx.workload.outputTokens;
   const layerExperts = mm.experts * mm.expertBytes;
   const d = model.hiddenSize;
@@ -115,8 +131,10 @@ function lightningChoose(ctx: PlanContext, p: LensLightningParams, setting: 'nor
   const gpuCapDecode = Math.floor(gpuBudget / (2 * ACTIVATION_BYTES * d));
   const gpuCapPrefill = Math.floor(gpuBudget / (ACTIVATION_BYTES * d * pMean));
   const gpuCap = Math.min(gpuCapDecode, gpuCapPrefill);
-  if (hostCap < 1) return `MoE-Lightning ${setting} setting: 0.8 × ${(cpuMem / 1e9).toFixed(1)} GB cannot hold the weights, the pinned expert buffers and one sequence's KV`;
-  if (gpuCap < 1) return `MoE-Lightning: 0.86 × ${(vram / 1e9).toFixed(1)} GB of VRAM cannot hold the non-expert weights and a double expert buffer`;
+  if (hostCap < 1)
+    return `MoE-Lightning ${setting} setting: 0.8 × ${(cpuMem / 1e9).toFixed(1)} GB cannot hold the weights, the pinned expert buffers and one sequence's KV`;
+  if (gpuCap < 1)
+    return `MoE-Lightning: 0.86 × ${(vram / 1e9).toFixed(1)} GB of VRAM cannot hold the non-expert weights and a double expert buffer`;
   const cores = p.cpuCores ?? hw.cpu.cores;
   const wctx: PlanContext = { ...ctx, workload: { ...ctx.workload, promptTokens: pMean } };
   const cap = Math.max(1, Math.min(sequences, hostCap, gpuCap));
@@ -133,13 +151,19 @@ function lightningChoose(ctx: PlanContext, p: LensLightningParams, setting: 'nor
     };
     roofline = largestSatisfying(1, cap, (n) => !saturated(n)) + 1;
     N = Math.max(1, Math.min(cap, roofline));
-    why = N === roofline ? `HRM roofline batch ${N} (host memory allows ${hostCap}, GPU ${gpuCap})` : `batch ${N} bounded by ${N === hostCap ? 'host' : N === gpuCap ? 'GPU' : 'workload'} memory (roofline ${roofline})`;
+    why =
+      N === roofline
+        ? `HRM roofline batch ${N} (host memory allows ${hostCap}, GPU ${gpuCap})`
+        : `batch ${N} bounded by ${N === hostCap ? 'host' : N === gpuCap ? 'GPU' : 'workload'} memory (roofline ${roofline})`;
   }
   // μ: the shortest CGOPipe stage at the mid-generation shape (per MoE layer, no contention).
   let mu = p.microBatches ?? 1;
   if (p.microBatches === undefined) {
     const lc = layerCosts(model, hw, cost, cores);
-    const l = Math.max(0, mm.moeIndexOfLayer.findIndex((m) => m >= 0));
+    const l = Math.max(
+      0,
+      mm.moeIndexOfLayer.findIndex((m) => m >= 0),
+    );
     // At the last decode step (the largest CPU attention of the batch).
     const ctxTok = N * (pMean + g);
     let best = Number.POSITIVE_INFINITY;
@@ -156,7 +180,6 @@ function lightningChoose(ctx: PlanContext, p: LensLightningParams, setting: 'nor
   return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: kvBudget, N, mu, hostCap, gpuCap, roofline, gpuBytes, why };
 }
 
-
 /** The fixed-batch execution of one choice; `result` after the loop. */
 function lightningExecution(ctx: ExecutionContext, p: LensLightningParams, c: LightningChoice, pMean: number) {
   const { model, hardware: hw, cost } = ctx;
@@ -169,7 +192,11 @@ function lightningExecution(ctx: ExecutionContext, p: LensLightningParams, c: Li
   const reservePrompt = p.planPrompt === 'max' ? pMean : undefined;
   const scheduler = new LightningScheduler(reqs, pool, c.N, ctx.workload.outputTokens, reservePrompt);
   const dramBytesPerNs = p.contention ? hw.cpu.dramBytesPerSec / 1e9 : undefined;
-  const pipeline = new CgoPipe(lc, { microBatches: c.mu, residentDense: true, ...(dramBytesPerNs !== undefined ? { dramBytesPerNs } : {}) });
+  const pipeline = new CgoPipe(lc, {
+    microBatches: c.mu,
+    residentDense: true,
+    ...(dramBytesPerNs !== undefined ? { dramBytesPerNs } : {}),
+  });
   const books = continuousBooks(pool, timelineEvery(reqs, p.timelineEvery), scheduler, pipeline.totals);
   return { scheduler, pipeline, afterIteration: books.afterIteration, result: books.result, pages };
 }
@@ -178,10 +205,16 @@ function lightningExecution(ctx: ExecutionContext, p: LensLightningParams, c: Li
 export function lensLightningPlan(ctx: PlanContext, p: LensLightningParams): PlanResult {
   const name = 'moe-lightning-like';
   if (!ctx.workload.phases.prefill || !ctx.workload.phases.decode) {
-    return { feasible: false, reason: `${name} (setup moe-lens) runs prefill and decode of the whole workload: it runs only with executor phase both` };
+    return {
+      feasible: false,
+      reason: `${name} (setup moe-lens) runs prefill and decode of the whole workload: it runs only with executor phase both`,
+    };
   }
   const reqs = ctx.requests ?? [];
-  const pMean = p.planPrompt === 'max' ? ctx.workload.promptTokens : Math.ceil(reqs.reduce((a, r) => a + r.promptTokens, 0) / Math.max(1, reqs.length));
+  const pMean =
+    p.planPrompt === 'max'
+      ? ctx.workload.promptTokens
+      : Math.ceil(reqs.reduce((a, r) => a + r.promptTokens, 0) / Math.max(1, reqs.length));
   const settings: ('normal' | 'large')[] = p.memorySetting === 'best' ? ['normal', 'large'] : [p.memorySetting];
   const tried: string[] = [];
   const feasible: LightningChoice[] = [];
@@ -192,9 +225,13 @@ export function lensLightningPlan(ctx: PlanContext, p: LensLightningParams): Pla
       continue;
     }
     const kvPageBytes = ctx.model.derived.kvBytesPerToken * p.pageTokens;
-    const longest = Math.max(...reqs.map((q) => Math.max(q.promptTokens, p.planPrompt === 'max' ? pMean : 0) + ctx.workload.outputTokens));
+    const longest = Math.max(
+      ...reqs.map((q) => Math.max(q.promptTokens, p.planPrompt === 'max' ? pMean : 0) + ctx.workload.outputTokens),
+    );
     if (Math.ceil(longest / p.pageTokens) > Math.floor(c.kvBudgetBytes / kvPageBytes)) {
-      tried.push(`${s}: a sequence reserving ${longest} tokens does not fit its ${(c.kvBudgetBytes / 1e9).toFixed(2)} GB of KV`);
+      tried.push(
+        `${s}: a sequence reserving ${longest} tokens does not fit its ${(c.kvBudgetBytes / 1e9).toFixed(2)} GB of KV`,
+      );
       continue;
     }
     feasible.push(c);
@@ -211,8 +248,17 @@ export function lensLightningPlan(ctx: PlanContext, p: LensLightningParams): Pla
   if (!best) return { feasible: false, reason: tried.join('; ') };
   const c = best.c;
   const cfg = { ...defaultPassConfig(ctx.model.layers), omega: 1, weightGranularity: 'layer' as const, weightSlots: 2 };
-  const notes = [c.why, `memory setting ${c.setting} (${(c.cpuMemBytes / 1e9).toFixed(1)} GB); μ ${c.mu}; plan prompt p = ${pMean} (${p.planPrompt}); KV reserved for prompt + ${ctx.workload.outputTokens} per sequence`, `settings tried: ${tried.join('; ')}`];
-  const plan: RunPlan = { hostBatchSeqs: c.N, prefill: { batchSeqs: 1, config: cfg }, decode: { batchSeqs: c.N, config: cfg }, notes };
+  const notes = [
+    c.why,
+    `memory setting ${c.setting} (${(c.cpuMemBytes / 1e9).toFixed(1)} GB); μ ${c.mu}; plan prompt p = ${pMean} (${p.planPrompt}); KV reserved for prompt + ${ctx.workload.outputTokens} per sequence`,
+    `settings tried: ${tried.join('; ')}`,
+  ];
+  const plan: RunPlan = {
+    hostBatchSeqs: c.N,
+    prefill: { batchSeqs: 1, config: cfg },
+    decode: { batchSeqs: c.N, config: cfg },
+    notes,
+  };
   const execution = (x: ExecutionContext): Execution => {
     const e = lightningExecution(x, p, c, pMean);
     const report = (run: IterationRun) => lightningReport(x, p, plan, c, e.result(run));
@@ -221,7 +267,13 @@ export function lensLightningPlan(ctx: PlanContext, p: LensLightningParams): Pla
   return { feasible: true, plan: { ...plan, execution } };
 }
 
-function lightningReport(x: ExecutionContext, p: LensLightningParams, plan: RunPlan, c: LightningChoice, r: ContinuousRunResult) {
+function lightningReport(
+  x: ExecutionContext,
+  p: LensLightningParams,
+  plan: RunPlan,
+  c: LightningChoice,
+  r: ContinuousRunResult,
+) {
   const kvPage = x.model.derived.kvBytesPerToken * p.pageTokens;
   const W = x.model.derived.totalBytes;
   const cores = p.cpuCores ?? x.hardware.cpu.cores;
@@ -239,7 +291,10 @@ function lightningReport(x: ExecutionContext, p: LensLightningParams, plan: RunP
     cpuMemoryUse: r6((W + r.peakPages * kvPage) / c.cpuMemBytes),
   };
   const peaks = {
-    vram: { total: c.gpuBytes, capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : x.hardware.gpu.vramBytes },
+    vram: {
+      total: c.gpuBytes,
+      capacity: p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : x.hardware.gpu.vramBytes,
+    },
     host: { weights: W, kvPages: r.peakPages * kvPage, total: W + r.peakPages * kvPage, capacity: c.cpuMemBytes },
   };
   return { ...continuousReport(plan, r, cores, schedule, peaks), routing: 'fallback' as const };

@@ -40,12 +40,30 @@
  * MoE-Lightning's own kernel exists in the references, see runtimes/moe-lightning.json).
  */
 import { z } from 'zod';
-import { hostInfeasibility, layerBytes, maxHostSeqs, modelModules, vramNeeded } from '../../sim/throughput/memory-model.ts';
+import {
+  hostInfeasibility,
+  layerBytes,
+  maxHostSeqs,
+  modelModules,
+  vramNeeded,
+} from '../../sim/throughput/memory-model.ts';
 import type { PlanContext, ThroughputPolicy } from '../../sim/throughput/policy.ts';
-import { coordinateSearch, largestSatisfying, powersOfTwoUpTo, predictPassNs, prefillShape, refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import {
+  coordinateSearch,
+  largestSatisfying,
+  powersOfTwoUpTo,
+  predictPassNs,
+  prefillShape,
+  refDecodeShape,
+  worstDecodeShape,
+} from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PlanResult } from '../../sim/throughput/types.ts';
 import { gb, NO_CHUNKING_TOKENS, phasePlan, workloadCap } from './common.ts';
-import { lightningRoofline, RELEASED_GPU_MEMORY_FRACTION, RELEASED_HOST_MEMORY_FRACTION } from './lightning-roofline.ts';
+import {
+  lightningRoofline,
+  RELEASED_GPU_MEMORY_FRACTION,
+  RELEASED_HOST_MEMORY_FRACTION,
+} from './lightning-roofline.ts';
 import { defineThroughputPolicy } from './define.ts';
 import { lensOnly, lensOnlyCheck } from './setup.ts';
 import { LensLightningParams, lensLightningPlan } from './moe-lightning-lens.ts';
@@ -96,11 +114,17 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const reserve = w.promptTokens + w.outputTokens;
   const hostBytes = released ? Math.floor(hw.hostDramBytes * RELEASED_HOST_MEMORY_FRACTION) : hw.hostDramBytes;
   const hostMax = maxHostSeqs(model, hostBytes, reserve, 0);
-  if (hostMax < 1) return { feasible: false, reason: `host DRAM left after the weights (${gb(hostBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV` };
+  if (hostMax < 1)
+    return {
+      feasible: false,
+      reason: `host DRAM left after the weights (${gb(hostBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV`,
+    };
   const cap = Math.min(workloadCap(ctx), hostMax);
   const vram = released ? Math.floor(hw.gpu.vramBytes * RELEASED_GPU_MEMORY_FRACTION) : hw.gpu.vramBytes;
   // The batch's activations stay on the GPU: no more sequences than fit beside the two layer buffers.
-  const fitsDecode = (n: number) => !w.phases.decode || vramNeeded(model, worstDecodeShape(w, n, n), config(L, Math.ceil(n / 16), 1, cores)).totalBytes <= vram;
+  const fitsDecode = (n: number) =>
+    !w.phases.decode ||
+    vramNeeded(model, worstDecodeShape(w, n, n), config(L, Math.ceil(n / 16), 1, cores)).totalBytes <= vram;
   let N: number;
   let maxFit: number;
   let why: string;
@@ -113,10 +137,16 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
     const notSaturated = largestSatisfying(1, cap, (n) => !saturated(n));
     maxFit = largestSatisfying(1, cap, fitsDecode);
     N = Math.max(1, Math.min(maxFit, w.fixedBatchSeqs !== undefined ? cap : notSaturated + 1));
-    why = N === maxFit && N < cap ? `batch ${N} bounded by GPU memory (activations)` : N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences ? `roofline batch ${N} (host memory allows ${hostMax})` : `batch ${N}`;
+    why =
+      N === maxFit && N < cap
+        ? `batch ${N} bounded by GPU memory (activations)`
+        : N < hostMax && w.fixedBatchSeqs === undefined && N < w.sequences
+          ? `roofline batch ${N} (host memory allows ${hostMax})`
+          : `batch ${N}`;
   } else {
     // Model-based batching: the batch is prefilled as one batch (GPU attention) and decodes together.
-    const fitsPrefill = (n: number) => vramNeeded(model, prefillShape(w, n, n), config(L, n, 0, cores)).totalBytes <= vram;
+    const fitsPrefill = (n: number) =>
+      vramNeeded(model, prefillShape(w, n, n), config(L, n, 0, cores)).totalBytes <= vram;
     maxFit = largestSatisfying(1, cap, (n) => fitsPrefill(n) && fitsDecode(n));
     N = Math.max(1, maxFit);
     why = N < cap ? `batch ${N} bounded by GPU memory (its prefill as one batch)` : `batch ${N}`;
@@ -140,15 +170,23 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   };
   const decodeCfg = w.phases.decode ? pick('decode', N) : undefined;
   if (w.phases.decode && !decodeCfg) {
-    return { feasible: false, reason: `two layer buffers + the activations of a batch of ${N} exceed VRAM (${gb(vram)} GB)` };
+    return {
+      feasible: false,
+      reason: `two layer buffers + the activations of a batch of ${N} exceed VRAM (${gb(vram)} GB)`,
+    };
   }
   // Prefill: GPU attention; the largest batch ≤ N whose prompts fit on the GPU.
   let Bp = N;
   let prefillCfg: PassConfig | undefined;
   if (w.phases.prefill) {
-    Bp = largestSatisfying(1, N, (b) => vramNeeded(model, prefillShape(w, b, N), config(L, b, 0, cores)).totalBytes <= vram);
+    Bp = largestSatisfying(
+      1,
+      N,
+      (b) => vramNeeded(model, prefillShape(w, b, N), config(L, b, 0, cores)).totalBytes <= vram,
+    );
     prefillCfg = Bp >= 1 ? pick('prefill', Bp) : undefined;
-    if (!prefillCfg) return { feasible: false, reason: `two layer buffers + one prompt's activations exceed VRAM (${gb(vram)} GB)` };
+    if (!prefillCfg)
+      return { feasible: false, reason: `two layer buffers + one prompt's activations exceed VRAM (${gb(vram)} GB)` };
   }
   const dc = decodeCfg ?? prefillCfg!;
   const pc = prefillCfg ?? dc;
@@ -165,7 +203,8 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
 
 export const moeLightningLike = defineThroughputPolicy({
   name: 'moe-lightning-like',
-  summary: 'CPU attention over host KV, GPU FFN, layer weights pipelined (CGOPipe); batch: its prefill as one batch on the GPU (MoE-Gen’s MoE-Lightning*) or its released optimiser',
+  summary:
+    'CPU attention over host KV, GPU FFN, layer weights pipelined (CGOPipe); batch: its prefill as one batch on the GPU (MoE-Gen’s MoE-Lightning*) or its released optimiser',
   params: Params,
   createThroughput: (p): ThroughputPolicy => {
     if (p.setup === 'moe-lens') {

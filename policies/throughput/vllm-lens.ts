@@ -51,27 +51,42 @@ export const LensVllmParams = z
   .strict();
 export type LensVllmParams = z.infer<typeof LensVllmParams>;
 
-function vllmMemory(ctx: PlanContext, p: LensVllmParams): { gpuKvBytes: number; offloaded: number; residentBytes: number; otherBytes: number } | string {
+function vllmMemory(
+  ctx: PlanContext,
+  p: LensVllmParams,
+): { gpuKvBytes: number; offloaded: number; residentBytes: number; otherBytes: number } | string {
   const { model, hardware: hw } = ctx;
   const mm = modelModules(model);
-  const layerTotal = mm.denseBytes.reduce((a, b, l) => a + b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0), 0);
-  const maxLayer = Math.max(...mm.denseBytes.map((b, l) => b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)));
+  const layerTotal = mm.denseBytes.reduce(
+    (a, b, l) => a + b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0),
+    0,
+  );
+  const maxLayer = Math.max(
+    ...mm.denseBytes.map((b, l) => b + (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)),
+  );
   const off = p.cpuOffloadGB !== undefined ? Math.min(1, (p.cpuOffloadGB * 1e9) / layerTotal) : 1;
   const vram = (p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : hw.gpu.vramBytes) * p.gpuMemoryUtilization;
   const T = p.maxNumBatchedTokens;
   const d = model.hiddenSize;
   // The throughput memory model's activations (HIDDEN_VECTORS_PER_TOKEN·d + E per token) + the fused-MoE workspace of T·k tokens.
-  const act = T * (HIDDEN_VECTORS_PER_TOKEN * d + model.experts) * ACTIVATION_BYTES + T * model.topK * (2 * model.expertIntermediateSize + d) * ACTIVATION_BYTES;
+  const act =
+    T * (HIDDEN_VECTORS_PER_TOKEN * d + model.experts) * ACTIVATION_BYTES +
+    T * model.topK * (2 * model.expertIntermediateSize + d) * ACTIVATION_BYTES;
   const resident = mm.residentBytes + (1 - off) * layerTotal;
   const gpuKvBytes = vram - resident - off * maxLayer - act;
   const page = model.derived.kvBytesPerToken * p.pageTokens;
-  if (gpuKvBytes < page) return `vLLM: ${(vram / 1e9).toFixed(1)} GB (× utilisation) − resident weights ${(resident / 1e9).toFixed(1)} GB − layer copy ${((off * maxLayer) / 1e9).toFixed(1)} GB − activations ${(act / 1e9).toFixed(1)} GB leaves no KV page`;
+  if (gpuKvBytes < page)
+    return `vLLM: ${(vram / 1e9).toFixed(1)} GB (× utilisation) − resident weights ${(resident / 1e9).toFixed(1)} GB − layer copy ${((off * maxLayer) / 1e9).toFixed(1)} GB − activations ${(act / 1e9).toFixed(1)} GB leaves no KV page`;
   return { gpuKvBytes, offloaded: off, residentBytes: resident, otherBytes: off * maxLayer + act };
 }
 
-
 /** The vLLM execution (scheduler over GPU and swap pages, serial-offload pipeline). */
-function vllmExecution(x: ExecutionContext, p: LensVllmParams, m: Exclude<ReturnType<typeof vllmMemory>, string>, plan: RunPlan): Execution {
+function vllmExecution(
+  x: ExecutionContext,
+  p: LensVllmParams,
+  m: Exclude<ReturnType<typeof vllmMemory>, string>,
+  plan: RunPlan,
+): Execution {
   const { model, hardware: hw, cost } = x;
   const reqs = x.requests;
   const lc = layerCosts(model, hw, cost, hw.cpu.cores);
@@ -80,18 +95,39 @@ function vllmExecution(x: ExecutionContext, p: LensVllmParams, m: Exclude<Return
   const pages = Math.floor(m.gpuKvBytes / pageBytes);
   if (pages < 1) throw new Error(`vllm-like: GPU KV of ${m.gpuKvBytes} bytes holds no page of ${pageBytes} bytes`);
   const gpu = new KvPages(pages, p.pageTokens, kvBytesPerToken, 'gpuKv', x.sink);
-  const swap = new KvPages(Math.max(1, Math.floor((p.swapSpaceGiB * GIB) / pageBytes)), p.pageTokens, kvBytesPerToken, 'swapKv', x.sink);
-  const limits = { maxNumSeqs: p.maxNumSeqs, maxNumBatchedTokens: p.maxNumBatchedTokens, watermark: VLLM_WATERMARK, preemption: p.preemption };
+  const swap = new KvPages(
+    Math.max(1, Math.floor((p.swapSpaceGiB * GIB) / pageBytes)),
+    p.pageTokens,
+    kvBytesPerToken,
+    'swapKv',
+    x.sink,
+  );
+  const limits = {
+    maxNumSeqs: p.maxNumSeqs,
+    maxNumBatchedTokens: p.maxNumBatchedTokens,
+    watermark: VLLM_WATERMARK,
+    preemption: p.preemption,
+  };
   const scheduler = new VllmScheduler(reqs, gpu, swap, limits);
   const pipeline = new SerialOffloadPipe(lc, m.offloaded);
   const books = continuousBooks(gpu, timelineEvery(reqs, p.timelineEvery), scheduler, pipeline.totals);
   const report = (run: IterationRun) => {
     const r = books.result(run);
     const hostBytes = model.derived.totalBytes + p.swapSpaceGiB * GIB;
-    const schedule = { gpuKvGB: r6(m.gpuKvBytes / 1e9), offloadedFraction: r6(m.offloaded), swapOuts: r.swapOuts, pageTokens: p.pageTokens };
+    const schedule = {
+      gpuKvGB: r6(m.gpuKvBytes / 1e9),
+      offloadedFraction: r6(m.offloaded),
+      swapOuts: r.swapOuts,
+      pageTokens: p.pageTokens,
+    };
     const vramCap = p.usableVramGiB !== undefined ? p.usableVramGiB * GIB : hw.gpu.vramBytes;
     const peaks = {
-      vram: { weights: m.residentBytes, kvPages: r.peakPages * pageBytes, total: m.residentBytes + m.otherBytes + r.peakPages * pageBytes, capacity: vramCap },
+      vram: {
+        weights: m.residentBytes,
+        kvPages: r.peakPages * pageBytes,
+        total: m.residentBytes + m.otherBytes + r.peakPages * pageBytes,
+        capacity: vramCap,
+      },
       host: { weights: model.derived.totalBytes, total: hostBytes, capacity: hw.hostDramBytes },
     };
     return { ...continuousReport(plan, r, hw.cpu.cores, schedule, peaks), routing: 'fallback' as const };
@@ -103,18 +139,36 @@ function vllmExecution(x: ExecutionContext, p: LensVllmParams, m: Exclude<Return
 export function lensVllmPlan(ctx: PlanContext, p: LensVllmParams): PlanResult {
   const name = 'vllm-like';
   if (!ctx.workload.phases.prefill || !ctx.workload.phases.decode) {
-    return { feasible: false, reason: `${name} (setup moe-lens) runs prefill and decode of the whole workload: it runs only with executor phase both` };
+    return {
+      feasible: false,
+      reason: `${name} (setup moe-lens) runs prefill and decode of the whole workload: it runs only with executor phase both`,
+    };
   }
   const m = vllmMemory(ctx, p);
   if (typeof m === 'string') return { feasible: false, reason: m };
   const hostBytes = ctx.model.derived.totalBytes + p.swapSpaceGiB * GIB;
-  if (hostBytes > ctx.hardware.hostDramBytes) return { feasible: false, reason: `vLLM: weights + ${p.swapSpaceGiB} GiB of swap space (${(hostBytes / 1e9).toFixed(1)} GB) exceed host DRAM ${(ctx.hardware.hostDramBytes / 1e9).toFixed(1)} GB` };
+  if (hostBytes > ctx.hardware.hostDramBytes)
+    return {
+      feasible: false,
+      reason: `vLLM: weights + ${p.swapSpaceGiB} GiB of swap space (${(hostBytes / 1e9).toFixed(1)} GB) exceed host DRAM ${(ctx.hardware.hostDramBytes / 1e9).toFixed(1)} GB`,
+    };
   const reqs = ctx.requests ?? [];
   const longest = Math.max(...reqs.map((r) => r.promptTokens + r.outputTokens));
   const pageBytes = ctx.model.derived.kvBytesPerToken * p.pageTokens;
-  if (Math.ceil(longest / p.pageTokens) * pageBytes > m.gpuKvBytes) return { feasible: false, reason: `vLLM: a sequence of ${longest} tokens needs more KV than the GPU's ${(m.gpuKvBytes / 1e9).toFixed(2)} GB` };
+  if (Math.ceil(longest / p.pageTokens) * pageBytes > m.gpuKvBytes)
+    return {
+      feasible: false,
+      reason: `vLLM: a sequence of ${longest} tokens needs more KV than the GPU's ${(m.gpuKvBytes / 1e9).toFixed(2)} GB`,
+    };
   const c = { ...defaultPassConfig(ctx.model.layers), omega: 1, weightGranularity: 'layer' as const, weightSlots: 2 };
   const N = Math.min(p.maxNumSeqs, ctx.workload.sequences);
-  const plan: RunPlan = { hostBatchSeqs: N, prefill: { batchSeqs: 1, config: c }, decode: { batchSeqs: N, config: c }, notes: [`GPU KV ${(m.gpuKvBytes / 1e9).toFixed(2)} GB; ${(m.offloaded * 100).toFixed(0)} % of layer weights offloaded`] };
+  const plan: RunPlan = {
+    hostBatchSeqs: N,
+    prefill: { batchSeqs: 1, config: c },
+    decode: { batchSeqs: N, config: c },
+    notes: [
+      `GPU KV ${(m.gpuKvBytes / 1e9).toFixed(2)} GB; ${(m.offloaded * 100).toFixed(0)} % of layer weights offloaded`,
+    ],
+  };
   return { feasible: true, plan: { ...plan, execution: (x) => vllmExecution(x, p, m, plan) } };
 }

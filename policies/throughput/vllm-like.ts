@@ -63,11 +63,15 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const prefillSeqs = (B: number) => Math.max(1, Math.min(B, Math.floor(p.maxNumBatchedTokens / w.promptTokens)));
   const fits = (B: number) =>
     (!w.phases.decode || vramNeeded(model, worstDecodeShape(w, B, B), config(L, B)).totalBytes <= usable) &&
-    (!w.phases.prefill || vramNeeded(model, prefillShape(w, prefillSeqs(B), B), config(L, prefillSeqs(B))).totalBytes <= usable);
+    (!w.phases.prefill ||
+      vramNeeded(model, prefillShape(w, prefillSeqs(B), B), config(L, prefillSeqs(B))).totalBytes <= usable);
   const B = largestSatisfying(1, workloadCap(ctx, p.maxNumSeqs), fits);
   if (B < 1) {
     const need = vramNeeded(model, worstDecodeShape(w, 1, 1), config(L, 1));
-    return { feasible: false, reason: `one layer buffer (${gb(need.weightBufferBytes)} GB) + one sequence's KV exceed ${p.gpuMemoryUtilization} × VRAM (${gb(usable)} GB)` };
+    return {
+      feasible: false,
+      reason: `one layer buffer (${gb(need.weightBufferBytes)} GB) + one sequence's KV exceed ${p.gpuMemoryUtilization} × VRAM (${gb(usable)} GB)`,
+    };
   }
   return {
     feasible: true,
@@ -82,7 +86,8 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
 
 export const vllmLike = defineThroughputPolicy({
   name: 'vllm-like',
-  summary: 'continuous batching (as waves), weights offloaded and read over PCIe every pass, paged KV on the GPU (small batches)',
+  summary:
+    'continuous batching (as waves), weights offloaded and read over PCIe every pass, paged KV on the GPU (small batches)',
   params: Params,
   createThroughput: (p): ThroughputPolicy => {
     if (p.setup === 'moe-lens') {

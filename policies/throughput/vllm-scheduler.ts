@@ -103,8 +103,23 @@ export class VllmScheduler implements IterationScheduler {
       }
       if (prefill.length > 0) {
         for (const p of prefill) this.running.push(p.seq);
-        const finished = this.step(prefill.map((p) => p.seq), nowNs);
-        return { kind: 'prefill', prefill, decode: [], preempted: [], finished, decodeContextTokens: 0, swapOutTokens: 0, swapInTokens: 0, swappedOut: [], swappedIn: [], recomputePreempted: [] };
+        const finished = this.step(
+          prefill.map((p) => p.seq),
+          nowNs,
+        );
+        return {
+          kind: 'prefill',
+          prefill,
+          decode: [],
+          preempted: [],
+          finished,
+          decodeContextTokens: 0,
+          swapOutTokens: 0,
+          swapInTokens: 0,
+          swappedOut: [],
+          swappedIn: [],
+          recomputePreempted: [],
+        };
       }
     }
     // 2. Decode every running sequence (oldest first); preempt the newest when a page is missing.
@@ -167,11 +182,25 @@ export class VllmScheduler implements IterationScheduler {
     }
     if (decode.length === 0 && !this.done) {
       const s = this.peekWaiting() ?? this.swapped[0];
-      throw new Error(`VllmScheduler: sequence ${s?.id} (${s ? s.prompt + s.generated : 0} tokens) cannot fit an empty GPU pool of ${gpu.pages} pages`);
+      throw new Error(
+        `VllmScheduler: sequence ${s?.id} (${s ? s.prompt + s.generated : 0} tokens) cannot fit an empty GPU pool of ${gpu.pages} pages`,
+      );
     }
     const finished = this.step(decode, nowNs);
     const preempted = [...swappedOut, ...recomputePreempted];
-    return { kind: 'decode', prefill: [], decode, preempted, finished, decodeContextTokens: ctx, swapOutTokens, swapInTokens, swappedOut, swappedIn, recomputePreempted };
+    return {
+      kind: 'decode',
+      prefill: [],
+      decode,
+      preempted,
+      finished,
+      decodeContextTokens: ctx,
+      swapOutTokens,
+      swapInTokens,
+      swappedOut,
+      swappedIn,
+      recomputePreempted,
+    };
   }
 
   private step(stepped: readonly BaseSeq[], nowNs: number): number[] {
@@ -190,4 +219,3 @@ export class VllmScheduler implements IterationScheduler {
     return finished;
   }
 }
-

@@ -128,8 +128,10 @@ export function createCostModel(
   const gemm = runtime?.gemmEfficiency ? { gemmEfficiency: runtime.gemmEfficiency } : gpu;
   const dispatchNs = runtime?.dispatchNs ?? gpu.kernelLaunchNs;
   const syncNs = runtime?.syncNs ?? 0;
-  const work = (m: RuntimeModule): ModuleWork => (runtime ? runtime.modules[m] : m === 'idleExpert' ? NO_WORK : ONE_LAUNCH);
-  const eagerScoreBytesPerContextToken = runtime?.attention === 'eager' && model.attention.type !== 'MLA' ? 16 * model.attention.heads : 0;
+  const work = (m: RuntimeModule): ModuleWork =>
+    runtime ? runtime.modules[m] : m === 'idleExpert' ? NO_WORK : ONE_LAUNCH;
+  const eagerScoreBytesPerContextToken =
+    runtime?.attention === 'eager' && model.attention.type !== 'MLA' ? 16 * model.attention.heads : 0;
   const cpuEfficiency = runtime?.cpuAttention.fmaPeakFraction ?? cpu.vectorEfficiency;
   const cpuThreads = runtime?.cpuAttention.threads ?? null;
   const dv = model.derived;
@@ -137,7 +139,10 @@ export function createCostModel(
   const actInOut = 2 * h * ACTIVATION_BYTES; // per token: input + output hidden state
 
   // FP32 checkpoints (4 bytes per expert parameter) run on the CUDA cores when the GPU profile gives that rate.
-  const flopsPerSec = model.dtypes.expertBytesPerParam >= 4 && gpu.fp32FlopsPerSec !== undefined ? gpu.fp32FlopsPerSec : gpu.bf16FlopsPerSec;
+  const flopsPerSec =
+    model.dtypes.expertBytesPerParam >= 4 && gpu.fp32FlopsPerSec !== undefined
+      ? gpu.fp32FlopsPerSec
+      : gpu.bf16FlopsPerSec;
   const hbmBytesPerSec = gpu.hbmBytesPerSec * gpu.hbmEfficiency;
   const launchNs = gpu.kernelLaunchNs;
   const projWeightBytes = Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
@@ -160,7 +165,14 @@ export function createCostModel(
   };
 
   /** Roofline (or table) cost of a GPU op, plus the runtime's host work for one call of `module`. */
-  function gpuCost(kind: GpuKind | 'attention', tokens: number, flops: number, bytes: number, scale = 1, module: RuntimeModule = kind): Cost {
+  function gpuCost(
+    kind: GpuKind | 'attention',
+    tokens: number,
+    flops: number,
+    bytes: number,
+    scale = 1,
+    module: RuntimeModule = kind,
+  ): Cost {
     if (tokens === 0) return ZERO_COST_GPU;
     const flopNs = flops > 0 ? (flops / (flopsPerSec * gemmEfficiency(gemm, tokens))) * 1e9 : 0;
     const memNs = (bytes / hbmBytesPerSec) * 1e9;
@@ -199,7 +211,12 @@ export function createCostModel(
       }
       case 'sharedExperts': {
         const t = checkCount(op.tokens, 'tokens');
-        return gpuCost('sharedExperts', t, t * dv.sharedExpertFlopsPerToken, dv.sharedExpertBytesPerLayer + t * actInOut);
+        return gpuCost(
+          'sharedExperts',
+          t,
+          t * dv.sharedExpertFlopsPerToken,
+          dv.sharedExpertBytesPerLayer + t * actInOut,
+        );
       }
       case 'denseFfn': {
         const t = checkCount(op.tokens, 'tokens');
@@ -213,14 +230,16 @@ export function createCostModel(
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
         const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
-        const bytes = projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
+        const bytes =
+          projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes);
       }
       case 'crossAttention': {
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
         const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
-        const bytes = projWeightBytes + t * actInOut + c * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
+        const bytes =
+          projWeightBytes + t * actInOut + c * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes, 1, 'crossAttention');
       }
       case 'idleExperts': {
@@ -235,7 +254,12 @@ export function createCostModel(
       }
       case 'router': {
         const t = checkCount(op.tokens, 'tokens');
-        return gpuCost('router', t, t * dv.routerFlopsPerToken, dv.routerBytesPerLayer + t * (h + model.experts) * ACTIVATION_BYTES);
+        return gpuCost(
+          'router',
+          t,
+          t * dv.routerFlopsPerToken,
+          dv.routerBytesPerLayer + t * (h + model.experts) * ACTIVATION_BYTES,
+        );
       }
       case 'lmHead': {
         const t = checkCount(op.tokens, 'tokens');
@@ -268,8 +292,16 @@ export function createCostModel(
       case 'transfer': {
         const b = checkCount(op.bytes, 'bytes');
         if (b === 0) return Object.freeze({ ns: 0 as Ns, bound: 'pcie', source: 'roofline', flops: 0, bytes: 0 });
-        const bw = (op.direction === 'h2d' ? pcie.h2dBytesPerSec : pcie.d2hBytesPerSec) * (hw.pinnedHostMemory ? 1 : pcie.pageableFactor);
-        return Object.freeze({ ns: ceilNs(pcie.latencyNs + (b / bw) * 1e9), bound: 'pcie', source: 'roofline', flops: 0, bytes: b });
+        const bw =
+          (op.direction === 'h2d' ? pcie.h2dBytesPerSec : pcie.d2hBytesPerSec) *
+          (hw.pinnedHostMemory ? 1 : pcie.pageableFactor);
+        return Object.freeze({
+          ns: ceilNs(pcie.latencyNs + (b / bw) * 1e9),
+          bound: 'pcie',
+          source: 'roofline',
+          flops: 0,
+          bytes: b,
+        });
       }
       default: {
         const never: never = op;
@@ -360,7 +392,8 @@ export function interpolate(points: Points, tokens: number, kind: string): { ns:
   const n = points.length;
   const first = points[0];
   const last = points[n - 1];
-  if (n < 2 || first === undefined || last === undefined) throw new RangeError(`measured ${kind} table needs at least two points`);
+  if (n < 2 || first === undefined || last === undefined)
+    throw new RangeError(`measured ${kind} table needs at least two points`);
   let lo: number;
   let warning: string | undefined;
   if (tokens < first[0]) {

@@ -60,9 +60,19 @@ export const BLOCK_FORMATS: Readonly<Record<string, BlockFormat>> = Object.freez
   iq4_xs: fmt('iq4_xs', 256, 136, `${GGML}: block_iq4_xs (4.25 bpw)`, 'iq4_nl'),
   mxfp4: fmt('mxfp4', 32, 17, 'OCP Microscaling spec v1.0: 32 FP4 (E2M1) + one E8M0 scale = 17 B; ggml block_mxfp4'),
   nvfp4: fmt('nvfp4', 16, 9, 'NVIDIA NVFP4: 16 FP4 (E2M1) + one FP8 E4M3 scale = 9 B (per-tensor FP32 scale ignored)'),
-  'mlx-4bit-g64': fmt('mlx-4bit-g64', 64, 36, 'MLX affine quantisation, bits 4 group_size 64: 32 B + bf16 scale + bias'),
+  'mlx-4bit-g64': fmt(
+    'mlx-4bit-g64',
+    64,
+    36,
+    'MLX affine quantisation, bits 4 group_size 64: 32 B + bf16 scale + bias',
+  ),
   'hqq-4bit-g64': fmt('hqq-4bit-g64', 64, 36, 'mobiusml/hqq nbits=4 group_size=64: 32 B + fp16 scale + fp16 zero'),
-  'hqq-2bit-g16': fmt('hqq-2bit-g16', 16, 8, 'mobiusml/hqq nbits=2 group_size=16: 4 B + fp16 scale + zero (no meta-quant)'),
+  'hqq-2bit-g16': fmt(
+    'hqq-2bit-g16',
+    16,
+    8,
+    'mobiusml/hqq nbits=2 group_size=16: 4 B + fp16 scale + zero (no meta-quant)',
+  ),
 });
 
 /** The three tensors of a gated expert (a plain MLP has `up` and `down`). */

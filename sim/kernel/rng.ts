@@ -21,7 +21,11 @@ export class Rng {
   private spareNormal: number | null = null;
 
   constructor(seed: string) {
-    const st = (seedrandom.alea(seed, { state: true }) as unknown as { state(): { s0: number; s1: number; s2: number; c: number } }).state();
+    const st = (
+      seedrandom.alea(seed, { state: true }) as unknown as {
+        state(): { s0: number; s1: number; s2: number; c: number };
+      }
+    ).state();
     this.st[0] = st.s0;
     this.st[1] = st.s1;
     this.st[2] = st.s2;

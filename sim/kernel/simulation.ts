@@ -219,7 +219,13 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     this.observers.push(observer);
   }
 
-  schedule(at: Ns, event: E, priority: number = EventPriority.resource, stamp: number = this._now, seq: number = this.seq++): ScheduledEvent<E> {
+  schedule(
+    at: Ns,
+    event: E,
+    priority: number = EventPriority.resource,
+    stamp: number = this._now,
+    seq: number = this.seq++,
+  ): ScheduledEvent<E> {
     if (at < this._now || !Number.isSafeInteger(at)) {
       throw new SimError(`cannot schedule ${event.kind} at ${at}ns (now ${this._now}ns)`, this._now, 'kernel');
     }
@@ -228,7 +234,13 @@ export class Simulation<E extends EventBase> implements Scheduler<E> {
     return entry;
   }
 
-  post(at: Ns, event: E, priority: number = EventPriority.resource, stamp: number = this._now, seq: number = this.seq++): void {
+  post(
+    at: Ns,
+    event: E,
+    priority: number = EventPriority.resource,
+    stamp: number = this._now,
+    seq: number = this.seq++,
+  ): void {
     if (at < this._now || !Number.isSafeInteger(at)) {
       throw new SimError(`cannot schedule ${event.kind} at ${at}ns (now ${this._now}ns)`, this._now, 'kernel');
     }

@@ -68,7 +68,10 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const tokens = p.processedTokens + d.generatedTokens;
   const context = (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2) + d.generatedTokens * decodeCtx;
   const kvTokens = p.processedTokens + d.generatedTokens * decodeCtx;
-  const frac = (ph: 'prefill' | 'decode', f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number => o.plan ? f(o.plan[ph].config) : 0;
+  const frac = (
+    ph: 'prefill' | 'decode',
+    f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number,
+  ): number => (o.plan ? f(o.plan[ph].config) : 0);
   const w = (ph: 'prefill' | 'decode') => (ph === 'prefill' ? p.ns : d.ns);
   const total = p.ns + d.ns;
   const mix = (f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number =>

@@ -101,19 +101,32 @@ export function capModelQuantities(m: ModelProfile) {
   const denseLayers = m.layers - m.moeLayers;
   const attnBytes = d.attentionBytesPerLayer - d.routerBytesPerLayer;
   /** Bytes every pass reads whatever the routing: attention of every layer, shared experts, dense FFNs. */
-  const fixedBytesPerPass = m.layers * attnBytes + m.moeLayers * d.sharedExpertBytesPerLayer + denseLayers * d.denseFfnBytesPerLayer;
+  const fixedBytesPerPass =
+    m.layers * attnBytes + m.moeLayers * d.sharedExpertBytesPerLayer + denseLayers * d.denseFfnBytesPerLayer;
   const allExpertBytesPerPass = m.moeLayers * m.experts * d.bytesPerExpert;
-  const baseFlops = m.layers * d.attentionProjFlopsPerToken + m.moeLayers * (d.routerFlopsPerToken + d.sharedExpertFlopsPerToken) + denseLayers * d.denseFfnFlopsPerToken;
+  const baseFlops =
+    m.layers * d.attentionProjFlopsPerToken +
+    m.moeLayers * (d.routerFlopsPerToken + d.sharedExpertFlopsPerToken) +
+    denseLayers * d.denseFfnFlopsPerToken;
   const sparseFlopsPerToken = baseFlops + m.moeLayers * m.topK * d.expertFlopsPerToken;
   const denseFlopsPerToken = baseFlops + m.moeLayers * m.experts * d.expertFlopsPerToken;
   /** Score FLOPs per (token, context token), over all attention layers. */
   const scoreFlopsPerContextToken = d.attentionScoreFlopsPerContextToken * m.layers;
-  return { fixedBytesPerPass, allExpertBytesPerPass, bytesPerExpert: d.bytesPerExpert, sparseFlopsPerToken, denseFlopsPerToken, scoreFlopsPerContextToken };
+  return {
+    fixedBytesPerPass,
+    allExpertBytesPerPass,
+    bytesPerExpert: d.bytesPerExpert,
+    sparseFlopsPerToken,
+    denseFlopsPerToken,
+    scoreFlopsPerContextToken,
+  };
 }
 
 /** The GPU's peak FLOP/s for this model (FP32 models on the FP32 rate, as `sim/cost`). */
 export function gpuPeakFlops(m: ModelProfile, hw: HardwareProfile): number {
-  return m.dtypes.expertBytesPerParam >= 4 && hw.gpu.fp32FlopsPerSec !== undefined ? hw.gpu.fp32FlopsPerSec : hw.gpu.bf16FlopsPerSec;
+  return m.dtypes.expertBytesPerParam >= 4 && hw.gpu.fp32FlopsPerSec !== undefined
+    ? hw.gpu.fp32FlopsPerSec
+    : hw.gpu.bf16FlopsPerSec;
 }
 
 export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): CapMetrics {
@@ -194,7 +207,14 @@ export function capCost(hw: HardwareProfile, generatedTokPerS: number): CapCost 
   const cpuUsd = c.cpuUsd ?? hw.cpu.priceUsd;
   const gpuW = hw.gpu.tdpWatts;
   const cpuW = hw.cpu.tdpWatts;
-  if (gpuUsd === undefined || cpuUsd === undefined || gpuW === undefined || cpuW === undefined || !(generatedTokPerS > 0)) return undefined;
+  if (
+    gpuUsd === undefined ||
+    cpuUsd === undefined ||
+    gpuW === undefined ||
+    cpuW === undefined ||
+    !(generatedTokPerS > 0)
+  )
+    return undefined;
   const hardwareUsd = gpuUsd + cpuUsd + c.boardUsd + (c.dramUsdPerGb * hw.hostDramBytes) / 1e9 + c.ssdUsd;
   const powerW = gpuW + cpuW;
   const lifetimeS = c.lifetimeYears * 365.25 * 24 * 3600;

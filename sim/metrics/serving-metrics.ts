@@ -73,7 +73,12 @@ export interface RunMetrics {
   [extra: string]: unknown;
 }
 
-const roundDist = (d: Distribution): Distribution => ({ mean: round6(d.mean), p50: round6(d.p50), p90: round6(d.p90), p99: round6(d.p99) });
+const roundDist = (d: Distribution): Distribution => ({
+  mean: round6(d.mean),
+  p50: round6(d.p50),
+  p90: round6(d.p90),
+  p99: round6(d.p99),
+});
 
 export function poolPeaks(pools: readonly MemoryPool[]): PeakBytes {
   const out: PeakBytes = {};
@@ -97,7 +102,12 @@ export interface ServingMetricOptions {
  * Requests with a single output token have no TPOT and are skipped.
  */
 export function shiftRecovery(
-  requests: readonly { readonly id: number; readonly outputTokens: number; readonly firstTokenNs: number; readonly finishNs: number }[],
+  requests: readonly {
+    readonly id: number;
+    readonly outputTokens: number;
+    readonly firstTokenNs: number;
+    readonly finishNs: number;
+  }[],
   shiftAt: number,
   w = 8,
 ): { requests: number; beforeMs: number; steadyMs: number } {
@@ -188,12 +198,21 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
   };
 }
 
-function capFields(o: ServingOutcome, model: ModelProfile, hardware: HardwareProfile, tokPerS: number): Record<string, unknown> {
+function capFields(
+  o: ServingOutcome,
+  model: ModelProfile,
+  hardware: HardwareProfile,
+  tokPerS: number,
+): Record<string, unknown> {
   const cost = capCost(hardware, tokPerS);
   return { cap: capMetrics(model, hardware, servingCapTotals(o, model)), ...(cost ? { cost } : {}) };
 }
 
 function shiftMetrics(o: ServingOutcome, shiftAt: number, w?: number): Record<string, number> {
   const r = shiftRecovery(o.requests, shiftAt, w);
-  return { shiftRecoveryRequests: r.requests, shiftTpotBeforeMs: round6(r.beforeMs), shiftTpotSteadyMs: round6(r.steadyMs) };
+  return {
+    shiftRecoveryRequests: r.requests,
+    shiftTpotBeforeMs: round6(r.beforeMs),
+    shiftTpotSteadyMs: round6(r.steadyMs),
+  };
 }

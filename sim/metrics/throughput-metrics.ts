@@ -107,7 +107,9 @@ function searchMetrics(o: ThroughputOutcome, ph: Phase): SearchMetrics | undefin
     ...s,
     predictedPassS: round6(s.predictedPassS),
     ...(s.predictedPassSAuto !== undefined ? { predictedPassSAuto: round6(s.predictedPassSAuto) } : {}),
-    ...(check ? { simulatedPassS: round6(check.simulatedNs / 1e9), criticalPathS: round6(check.criticalPathNs / 1e9) } : {}),
+    ...(check
+      ? { simulatedPassS: round6(check.simulatedNs / 1e9), criticalPathS: round6(check.criticalPathNs / 1e9) }
+      : {}),
     config: {
       expertBatching: c.expertBatching,
       weightGranularity: c.weightGranularity,
@@ -123,10 +125,18 @@ function searchMetrics(o: ThroughputOutcome, ph: Phase): SearchMetrics | undefin
   };
 }
 
-export function throughputMetrics(o: ThroughputOutcome, opts: { readonly model?: ModelProfile } = {}): ThroughputMetrics {
+export function throughputMetrics(
+  o: ThroughputOutcome,
+  opts: { readonly model?: ModelProfile } = {},
+): ThroughputMetrics {
   const notes = o.plan?.notes;
   if (!o.feasible) {
-    return { feasible: false, infeasibleReason: o.infeasibleReason ?? 'infeasible', requests: o.requests, ...(notes ? { policyNotes: notes } : {}) };
+    return {
+      feasible: false,
+      infeasibleReason: o.infeasibleReason ?? 'infeasible',
+      requests: o.requests,
+      ...(notes ? { policyNotes: notes } : {}),
+    };
   }
   const p = o.prefill;
   const d = o.decode;
@@ -155,19 +165,49 @@ export function throughputMetrics(o: ThroughputOutcome, opts: { readonly model?:
     makespanH: round6(endNs / 3.6e12),
     prefillS: round6(p.ns / 1e9),
     decodeS: round6(d.ns / 1e9),
-    gpuBusyFrac: round6(safeDiv(sum((t) => t.gpuBusyNs), endNs)),
+    gpuBusyFrac: round6(
+      safeDiv(
+        sum((t) => t.gpuBusyNs),
+        endNs,
+      ),
+    ),
     gpuBusyFracByModule: byModule,
     h2dBytes: sum((t) => t.h2dBytes),
     d2hBytes: sum((t) => t.d2hBytes),
-    h2dUtil: round6(safeDiv(sum((t) => t.h2dBusyNs), endNs)),
-    d2hUtil: round6(safeDiv(sum((t) => t.d2hBusyNs), endNs)),
-    cpuUtil: round6(safeDiv(sum((t) => t.cpuBusyCoreNs), hw.cpu.cores * endNs)),
-    hostDramUtil: round6(safeDiv(sum((t) => t.hostDramBytes), (hw.cpu.dramBytesPerSec * endNs) / 1e9)),
+    h2dUtil: round6(
+      safeDiv(
+        sum((t) => t.h2dBusyNs),
+        endNs,
+      ),
+    ),
+    d2hUtil: round6(
+      safeDiv(
+        sum((t) => t.d2hBusyNs),
+        endNs,
+      ),
+    ),
+    cpuUtil: round6(
+      safeDiv(
+        sum((t) => t.cpuBusyCoreNs),
+        hw.cpu.cores * endNs,
+      ),
+    ),
+    hostDramUtil: round6(
+      safeDiv(
+        sum((t) => t.hostDramBytes),
+        (hw.cpu.dramBytesPerSec * endNs) / 1e9,
+      ),
+    ),
     tokensPerExpertPerPass: {
       prefill: round6(safeDiv(p.routedTokenSlots, p.expertLayerPairs)),
       decode: round6(safeDiv(d.routedTokenSlots, d.expertLayerPairs)),
     },
-    expertActivationRatio: round6(safeDiv(sum((t) => t.activatedPairs), sum((t) => t.expertLayerPairs))),
+    expertActivationRatio: round6(
+      safeDiv(
+        sum((t) => t.activatedPairs),
+        sum((t) => t.expertLayerPairs),
+      ),
+    ),
     hostBatchSeqs: o.plan!.hostBatchSeqs,
     hostBatches: o.hostBatches,
     passes: { prefill: p.passes, decode: d.passes },
@@ -190,6 +230,7 @@ function capFields(o: ThroughputOutcome, model: ModelProfile, tokPerS: number): 
   const cost = capCost(o.hardware, tokPerS);
   const cap: Record<string, unknown> = { ...capMetrics(model, o.hardware, throughputCapTotals(o, model)) };
   // The paper's scope (decoding, TPOT): the decode passes alone, when both phases ran.
-  if (o.decode.passes > 0 && o.prefill.passes > 0) cap.decode = capMetrics(model, o.hardware, throughputCapTotals(o, model, 'decode'));
+  if (o.decode.passes > 0 && o.prefill.passes > 0)
+    cap.decode = capMetrics(model, o.hardware, throughputCapTotals(o, model, 'decode'));
   return { cap, ...(cost ? { cost } : {}) };
 }

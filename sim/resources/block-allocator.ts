@@ -22,9 +22,12 @@ export class BlockAllocator {
     readonly totalBlocks: number,
     category: MemoryCategory = 'kvCache',
   ) {
-    if (!(blockTokens >= 1) || !Number.isInteger(blockTokens)) throw new RangeError(`blockTokens must be an integer ≥ 1, got ${blockTokens}`);
-    if (!(blockBytes >= 0) || !Number.isInteger(blockBytes)) throw new RangeError(`blockBytes must be a non-negative integer, got ${blockBytes}`);
-    if (!(totalBlocks >= 0) || !Number.isInteger(totalBlocks)) throw new RangeError(`totalBlocks must be a non-negative integer, got ${totalBlocks}`);
+    if (!(blockTokens >= 1) || !Number.isInteger(blockTokens))
+      throw new RangeError(`blockTokens must be an integer ≥ 1, got ${blockTokens}`);
+    if (!(blockBytes >= 0) || !Number.isInteger(blockBytes))
+      throw new RangeError(`blockBytes must be a non-negative integer, got ${blockBytes}`);
+    if (!(totalBlocks >= 0) || !Number.isInteger(totalBlocks))
+      throw new RangeError(`totalBlocks must be a non-negative integer, got ${totalBlocks}`);
     this.reservation = pool.allocate(totalBlocks * blockBytes, category, 'block allocator');
   }
 
@@ -47,7 +50,8 @@ export class BlockAllocator {
   /** Blocks needed to hold `tokens` token slots. Throws RangeError unless `tokens` is finite and ≥ 0. */
   blocksFor(tokens: number): number {
     // Without this, ensure(owner, NaN) would store NaN blocks and turn `used` into NaN.
-    if (!(tokens >= 0) || !Number.isFinite(tokens)) throw new RangeError(`token count must be finite and ≥ 0, got ${tokens}`);
+    if (!(tokens >= 0) || !Number.isFinite(tokens))
+      throw new RangeError(`token count must be finite and ≥ 0, got ${tokens}`);
     return Math.ceil(tokens / this.blockTokens);
   }
 

@@ -58,9 +58,11 @@ export class CpuPool {
   tasks = 0;
 
   constructor(o: CpuPoolOptions) {
-    if (!(o.cores >= 1) || !Number.isInteger(o.cores)) throw new RangeError(`cpu cores must be an integer ≥ 1, got ${o.cores}`);
+    if (!(o.cores >= 1) || !Number.isInteger(o.cores))
+      throw new RangeError(`cpu cores must be an integer ≥ 1, got ${o.cores}`);
     // Checked here, not when the first task with bytes fails in FluidShare.start with its cores taken.
-    if (!(o.perCoreBytesPerSec > 0)) throw new RangeError(`cpu per-core bandwidth must be > 0 B/s, got ${o.perCoreBytesPerSec}`);
+    if (!(o.perCoreBytesPerSec > 0))
+      throw new RangeError(`cpu per-core bandwidth must be > 0 B/s, got ${o.perCoreBytesPerSec}`);
     this.name = o.name ?? 'cpu';
     this.cores = o.cores;
     this.perCoreBytesPerSec = o.perCoreBytesPerSec;
@@ -85,7 +87,11 @@ export class CpuPool {
     }
     // An integer computeNs: a fractional one would only fail when scheduled, with the task's cores taken.
     if (!(spec.bytes >= 0) || !(spec.computeNs >= 0) || !Number.isSafeInteger(spec.computeNs)) {
-      throw new SimError(`cpu task needs bytes ≥ 0 and an integer computeNs ≥ 0 (got ${spec.bytes}, ${spec.computeNs})`, this.sched.now, this.name);
+      throw new SimError(
+        `cpu task needs bytes ≥ 0 and an integer computeNs ≥ 0 (got ${spec.bytes}, ${spec.computeNs})`,
+        this.sched.now,
+        this.name,
+      );
     }
     this.queue.push(spec);
     this.pump();
@@ -138,7 +144,11 @@ export class CpuPool {
         const flopCap = spec.computeNs > 0 ? (spec.bytes * 1e9) / spec.computeNs : Infinity;
         this.dram.start(spec.bytes, Math.min(coreCap, flopCap), () => this.onTaskDone(id));
       } else {
-        this.sched.post((this.sched.now + spec.computeNs) as Ns, { kind: 'cpu.taskDone', taskId: id }, EventPriority.completion);
+        this.sched.post(
+          (this.sched.now + spec.computeNs) as Ns,
+          { kind: 'cpu.taskDone', taskId: id },
+          EventPriority.completion,
+        );
       }
     }
   }

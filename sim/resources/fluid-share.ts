@@ -80,7 +80,8 @@ export class FluidShare implements ExclusiveLock {
     readonly capacityBytesPerSec: number,
     private readonly sched: Scheduler<ResourceEvent>,
   ) {
-    if (!(capacityBytesPerSec > 0)) throw new RangeError(`${name}: capacity must be > 0 B/s, got ${capacityBytesPerSec}`);
+    if (!(capacityBytesPerSec > 0))
+      throw new RangeError(`${name}: capacity must be > 0 B/s, got ${capacityBytesPerSec}`);
   }
 
   get activeFlows(): number {
@@ -163,7 +164,13 @@ export class FluidShare implements ExclusiveLock {
     const f = this.newFlow(bytes, capBytesPerSec, onDone);
     this.flows.push(f);
     f.rateBytesPerSec = capBytesPerSec;
-    f.handle = this.sched.schedule((startNs + ceilNs((bytes / capBytesPerSec) * 1e9)) as Ns, f.doneEvent, EventPriority.completion, startNs, seq);
+    f.handle = this.sched.schedule(
+      (startNs + ceilNs((bytes / capBytesPerSec) * 1e9)) as Ns,
+      f.doneEvent,
+      EventPriority.completion,
+      startNs,
+      seq,
+    );
   }
 
   private materializeExclusive(): void {
@@ -177,7 +184,16 @@ export class FluidShare implements ExclusiveLock {
     const freeId = this.free.pop();
     if (freeId === undefined) {
       const id = this.records.length;
-      f = { id, doneEvent: { kind: 'fluid.flowDone', flowId: id }, running: false, remainingBytes: 0, capBytesPerSec: 0, rateBytesPerSec: 0, handle: null, onDone: null };
+      f = {
+        id,
+        doneEvent: { kind: 'fluid.flowDone', flowId: id },
+        running: false,
+        remainingBytes: 0,
+        capBytesPerSec: 0,
+        rateBytesPerSec: 0,
+        handle: null,
+        onDone: null,
+      };
       this.records.push(f);
     } else {
       f = this.records[freeId]!;

@@ -100,14 +100,21 @@ export class Gpu {
   kernels = 0;
 
   constructor(o: GpuOptions) {
-    if (!(o.streams >= 1) || !Number.isInteger(o.streams)) throw new RangeError(`gpu streams must be an integer ≥ 1, got ${o.streams}`);
+    if (!(o.streams >= 1) || !Number.isInteger(o.streams))
+      throw new RangeError(`gpu streams must be an integer ≥ 1, got ${o.streams}`);
     this.streams = o.streams;
     this.concurrentStreams = o.concurrentStreams;
     this.sched = o.sched;
     this.sink = o.sink;
     this.queues = Array.from({ length: o.streams }, () => []);
     this.queueSeqs = Array.from({ length: o.streams }, () => []);
-    this.running = Array.from({ length: o.streams }, () => ({ durationNs: 0 as Ns, label: '', category: '', onDone: undefined, parts: undefined }));
+    this.running = Array.from({ length: o.streams }, () => ({
+      durationNs: 0 as Ns,
+      label: '',
+      category: '',
+      onDone: undefined,
+      parts: undefined,
+    }));
     this.runningOn = Array.from({ length: o.streams }, () => false);
     this.startedNs = Array.from({ length: o.streams }, () => 0);
     this.busyNsByStream = Array.from({ length: o.streams }, () => 0);
@@ -155,7 +162,14 @@ export class Gpu {
   }
 
   /** Starts a kernel at once, without a spec object, when `stream` may run it now and nothing is queued; false otherwise. */
-  private tryStartNow(stream: number, durationNs: Ns, label: string, category: string, onDone: () => void, parts: readonly KernelPart[] | undefined): boolean {
+  private tryStartNow(
+    stream: number,
+    durationNs: Ns,
+    label: string,
+    category: string,
+    onDone: () => void,
+    parts: readonly KernelPart[] | undefined,
+  ): boolean {
     if (!(stream >= 0 && stream < this.streams && this.startsNow(stream))) return false;
     this.checkDuration(label, durationNs);
     this.seq++;
@@ -185,13 +199,24 @@ export class Gpu {
       total += p.durationNs;
     }
     if (this.tryStartNow(stream, total as Ns, parts[0]!.label, parts[0]!.category, onDone, parts)) return;
-    this.submit({ stream, durationNs: total as Ns, label: parts[0]!.label, category: parts[0]!.category, onDone, parts });
+    this.submit({
+      stream,
+      durationNs: total as Ns,
+      label: parts[0]!.label,
+      category: parts[0]!.category,
+      onDone,
+      parts,
+    });
   }
 
   /** Throws unless `durationNs` is a non-negative integer of ns. */
   private checkDuration(label: string, durationNs: number): void {
     if (!Number.isSafeInteger(durationNs) || durationNs < 0) {
-      throw new SimError(`kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`, this.sched.now, 'gpu');
+      throw new SimError(
+        `kernel ${label} duration must be a non-negative integer of ns, got ${durationNs}`,
+        this.sched.now,
+        'gpu',
+      );
     }
   }
 
@@ -240,7 +265,13 @@ export class Gpu {
     }
     this.catNs[i]! += endNs - startNs;
     this.kernels++;
-    this.sink?.onKernel?.({ stream: this.streamName(stream), label, category, startNs: startNs as Ns, endNs: endNs as Ns });
+    this.sink?.onKernel?.({
+      stream: this.streamName(stream),
+      label,
+      category,
+      startNs: startNs as Ns,
+      endNs: endNs as Ns,
+    });
   }
 
   /** Time during which at least one kernel ran, up to now. */
@@ -270,7 +301,14 @@ export class Gpu {
     }
   }
 
-  private start(stream: number, durationNs: Ns, label: string, category: string, onDone: (() => void) | undefined, parts: readonly KernelPart[] | undefined): void {
+  private start(
+    stream: number,
+    durationNs: Ns,
+    label: string,
+    category: string,
+    onDone: (() => void) | undefined,
+    parts: readonly KernelPart[] | undefined,
+  ): void {
     const now = this.sched.now;
     const r = this.running[stream]!;
     r.durationNs = durationNs;

@@ -200,9 +200,20 @@ export class PcieLink implements ExclusiveHolder {
   }
 
   /** `submit` with the spec's fields as arguments (no spec object: the serving executor's every fetch). */
-  submitTransfer(bytes: number, priority: number, label: string, category: string, onDone: ((t: Transfer) => void) | undefined, tag: number): Transfer {
+  submitTransfer(
+    bytes: number,
+    priority: number,
+    label: string,
+    category: string,
+    onDone: ((t: Transfer) => void) | undefined,
+    tag: number,
+  ): Transfer {
     if (!(bytes > 0) || !Number.isSafeInteger(bytes)) {
-      throw new SimError(`transfer bytes must be a positive integer, got ${bytes}`, this.sched.now, `link ${this.name}`);
+      throw new SimError(
+        `transfer bytes must be a positive integer, got ${bytes}`,
+        this.sched.now,
+        `link ${this.name}`,
+      );
     }
     const t: Transfer = {
       id: this.nextId,
@@ -297,7 +308,15 @@ export class PcieLink implements ExclusiveHolder {
     this.curTransfer = null;
     this.bytesMoved += bytes;
     t.sentBytes += bytes;
-    this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes, startNs: this.curStartNs, endNs: this.sched.now });
+    this.sink?.onPacket?.({
+      link: this.name,
+      transferId: t.id,
+      label: t.label,
+      category: t.category,
+      bytes,
+      startNs: this.curStartNs,
+      endNs: this.sched.now,
+    });
     if (t.state === 'cancelled') {
       this.cancelledSentBytes += bytes;
       this.recordTransfer(t, 'cancelled');
@@ -372,7 +391,12 @@ export class PcieLink implements ExclusiveHolder {
 
   private startPacket(t: Transfer, mostUrgent: boolean): void {
     const remaining = t.bytes - t.sentBytes;
-    if (mostUrgent && this.packetRuns && remaining > this.packetBytes && this.lock.tryExclusive(this, this.bytesPerSec)) {
+    if (
+      mostUrgent &&
+      this.packetRuns &&
+      remaining > this.packetBytes &&
+      this.lock.tryExclusive(this, this.bytesPerSec)
+    ) {
       this.startRun(t, remaining, 0);
       return;
     }
@@ -411,7 +435,12 @@ export class PcieLink implements ExclusiveHolder {
     const lastStart = now + (packets - 1) * this.runFullNs;
     // Stamped with the start of the last packet: it runs where that packet's completion would
     // (a one-packet run after a latency: where the latency's completion would schedule it).
-    this.runHandle = this.sched.schedule((lastStart + this.runLastNs) as Ns, this.runDoneEvent, EventPriority.completion, lastStart);
+    this.runHandle = this.sched.schedule(
+      (lastStart + this.runLastNs) as Ns,
+      this.runDoneEvent,
+      EventPriority.completion,
+      lastStart,
+    );
     this.runSeq = this.runHandle.seq;
   }
 
@@ -429,7 +458,8 @@ export class PcieLink implements ExclusiveHolder {
       const stamp = this.runLatStartNs;
       const passed =
         p > EventPriority.completion ||
-        (p === EventPriority.completion && (stamp < sched.currentStamp || (stamp === sched.currentStamp && sched.currentSeq > this.runSeq)));
+        (p === EventPriority.completion &&
+          (stamp < sched.currentStamp || (stamp === sched.currentStamp && sched.currentSeq > this.runSeq)));
       if (!passed) return -1;
     }
     const elapsed = this.sched.now - this.runStartNs;
@@ -444,7 +474,8 @@ export class PcieLink implements ExclusiveHolder {
         // event was (compare seqs); a later one's by the previous boundary's completion, taken
         // as scheduled before the current event (exact unless that event was itself scheduled at
         // the previous boundary by an earlier completion of the same instant).
-        passed = stamp < cur || (stamp === cur && (k > 1 || this.runLatStartNs >= 0 || this.sched.currentSeq > this.runSeq));
+        passed =
+          stamp < cur || (stamp === cur && (k > 1 || this.runLatStartNs >= 0 || this.sched.currentSeq > this.runSeq));
       }
       if (!passed) k--;
     }
@@ -471,7 +502,15 @@ export class PcieLink implements ExclusiveHolder {
       this.bytesMoved += full;
       t.sentBytes += full;
       this.dram?.addServed(full, this.bytesPerSec, fullNs);
-      this.sink?.onPacket?.({ link: this.name, transferId: t.id, label: t.label, category: t.category, bytes: full, startNs: startNs as Ns, endNs: (startNs + fullNs) as Ns });
+      this.sink?.onPacket?.({
+        link: this.name,
+        transferId: t.id,
+        label: t.label,
+        category: t.category,
+        bytes: full,
+        startNs: startNs as Ns,
+        endNs: (startNs + fullNs) as Ns,
+      });
     }
     if (upTo > this.runFlushed) this.runFlushed = upTo;
   }
@@ -489,7 +528,13 @@ export class PcieLink implements ExclusiveHolder {
       this.latencyFor = t;
       t.latencyPaid = false;
       this.lock.releaseExclusive(this);
-      this.sched.post(this.runStartNs as Ns, this.latencyDoneEvent, EventPriority.completion, this.runLatStartNs, this.runSeq);
+      this.sched.post(
+        this.runStartNs as Ns,
+        this.latencyDoneEvent,
+        EventPriority.completion,
+        this.runLatStartNs,
+        this.runSeq,
+      );
       return;
     }
     this.flushRun(k);

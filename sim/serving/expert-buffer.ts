@@ -62,7 +62,12 @@ export class ExpertBuffer implements BufferView {
 
   private layerIndex(): BufferEntry[][] {
     if (this.byLayer === null) {
-      if (!this.shape) throw new InvariantError('per-layer entries need the model shape (ExpertBuffer constructor)', this.clock.now, 'expert buffer');
+      if (!this.shape)
+        throw new InvariantError(
+          'per-layer entries need the model shape (ExpertBuffer constructor)',
+          this.clock.now,
+          'expert buffer',
+        );
       this.byLayer = Array.from({ length: this.shape.moeLayers }, () => [] as BufferEntry[]);
       for (const e of this.list) this.layerSet(e.key).push(e);
     }
@@ -106,10 +111,16 @@ export class ExpertBuffer implements BufferView {
    */
   occupy(key: ExpertKey, origin: EntryOrigin, resident = false, bottomBytes?: number): BufferEntry {
     if (this.size >= this.slots) {
-      throw new InvariantError(`expert buffer full (${this.slots} slots) when occupying ${key}`, this.clock.now, 'expert buffer');
+      throw new InvariantError(
+        `expert buffer full (${this.slots} slots) when occupying ${key}`,
+        this.clock.now,
+        'expert buffer',
+      );
     }
-    if (!(Number.isInteger(key) && key >= 0)) throw new InvariantError(`expert key ${key} is not a non-negative integer`, this.clock.now, 'expert buffer');
-    if (this.byKey[key] !== undefined) throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
+    if (!(Number.isInteger(key) && key >= 0))
+      throw new InvariantError(`expert key ${key} is not a non-negative integer`, this.clock.now, 'expert buffer');
+    if (this.byKey[key] !== undefined)
+      throw new InvariantError(`expert ${key} already in buffer`, this.clock.now, 'expert buffer');
     const bytes = bottomBytes ?? this.bytesPerExpert;
     const allocation = this.vram.allocate(bytes, 'expertCache', (this.labels[key] ??= `expert ${key}`));
     const e: BufferEntry = {
@@ -140,7 +151,8 @@ export class ExpertBuffer implements BufferView {
   /** The entries of `key`'s layer in insertion order (arrays: a layer holds a handful; add and remove as a Set would, in order). */
   private layerSet(key: ExpertKey): BufferEntry[] {
     const set = this.byLayer![Math.floor(key / this.shape!.experts)];
-    if (!set) throw new InvariantError(`expert key ${key} beyond the model's MoE layers`, this.clock.now, 'expert buffer');
+    if (!set)
+      throw new InvariantError(`expert key ${key} beyond the model's MoE layers`, this.clock.now, 'expert buffer');
     return set;
   }
 
@@ -157,7 +169,8 @@ export class ExpertBuffer implements BufferView {
   /** Marks a loading entry resident (its transfer completed). */
   arrived(key: ExpertKey): BufferEntry {
     const e = this.byKey[key];
-    if (!e || e.state !== 'loading') throw new InvariantError(`arrival of expert ${key}, which is not loading`, this.clock.now, 'expert buffer');
+    if (!e || e.state !== 'loading')
+      throw new InvariantError(`arrival of expert ${key}, which is not loading`, this.clock.now, 'expert buffer');
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
     e.transfer = null;
@@ -267,14 +280,32 @@ export class TopSegmentCache implements SegmentCacheView {
 
   /** Adds a top of `fraction` (loading, or resident without a transfer when `resident`). Throws past the capacity. */
   add(key: ExpertKey, fraction: number, resident: boolean): TopEntry {
-    if (!(fraction > 0 && fraction <= 1)) throw new InvariantError(`top fraction ${fraction} of expert ${key} outside (0, 1]`, this.clock.now, 'segment cache');
-    if (this.map.has(key)) throw new InvariantError(`top of expert ${key} already cached`, this.clock.now, 'segment cache');
+    if (!(fraction > 0 && fraction <= 1))
+      throw new InvariantError(
+        `top fraction ${fraction} of expert ${key} outside (0, 1]`,
+        this.clock.now,
+        'segment cache',
+      );
+    if (this.map.has(key))
+      throw new InvariantError(`top of expert ${key} already cached`, this.clock.now, 'segment cache');
     const bytes = this.topBytes(fraction);
     if (this.usedBytes + bytes > this.capacityBytes) {
-      throw new InvariantError(`segment cache full (${this.usedBytes} + ${bytes} B > ${this.capacityBytes} B) adding the top of ${key}`, this.clock.now, 'segment cache');
+      throw new InvariantError(
+        `segment cache full (${this.usedBytes} + ${bytes} B > ${this.capacityBytes} B) adding the top of ${key}`,
+        this.clock.now,
+        'segment cache',
+      );
     }
     const allocation = this.vram.allocate(bytes, 'expertCache', `top ${key}`);
-    const t: TopEntry = { key, state: resident ? 'resident' : 'loading', fraction, bytes, pinned: false, allocation, transfer: null };
+    const t: TopEntry = {
+      key,
+      state: resident ? 'resident' : 'loading',
+      fraction,
+      bytes,
+      pinned: false,
+      allocation,
+      transfer: null,
+    };
     this.map.set(key, t);
     this.usedBytes += bytes;
     if (resident) this.sink?.onExpertResidency?.(key + this.span, true, this.clock.now);
@@ -283,7 +314,8 @@ export class TopSegmentCache implements SegmentCacheView {
 
   arrived(key: ExpertKey): TopEntry {
     const t = this.map.get(key);
-    if (!t || t.state !== 'loading') throw new InvariantError(`arrival of top ${key}, which is not loading`, this.clock.now, 'segment cache');
+    if (!t || t.state !== 'loading')
+      throw new InvariantError(`arrival of top ${key}, which is not loading`, this.clock.now, 'segment cache');
     t.state = 'resident';
     t.transfer = null;
     this.sink?.onExpertResidency?.(key + this.span, true, this.clock.now);

@@ -463,7 +463,10 @@ export class ServingExecutor {
     for (const s of finished) this.finishRequest(s, now);
     this.batcher.retire();
     const d = this.driver;
-    this.residency.apply('onIterationEnd', d.call('onIterationEnd', () => this.policy.onIterationEnd?.(this.ctx.view)));
+    this.residency.apply(
+      'onIterationEnd',
+      d.call('onIterationEnd', () => this.policy.onIterationEnd?.(this.ctx.view)),
+    );
     this.ctx.iter = null;
     this.maybeStartIteration();
   }

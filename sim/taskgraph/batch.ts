@@ -38,7 +38,11 @@ export const showId = (id: TaskId): string => (typeof id === 'string' ? JSON.str
 const isSafeNonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 /** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
-export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message: string) => never): NormalizedTask[] {
+export function validateBatch(
+  specs: readonly TaskSpec[],
+  view: GraphView,
+  fail: (message: string) => never,
+): NormalizedTask[] {
   const inBatch = new Map<TaskId, number>();
   specs.forEach((s, i) => {
     const id: unknown = s?.id;
@@ -57,7 +61,12 @@ export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail:
   if (order.length < out.length) {
     const placed = new Set(order);
     const stuck = out.map((_, i) => i).filter((i) => !placed.has(i));
-    fail(`dependency cycle among tasks ${stuck.slice(0, 10).map((i) => showId(out[i]!.spec.id)).join(', ')}${stuck.length > 10 ? ', ...' : ''}`);
+    fail(
+      `dependency cycle among tasks ${stuck
+        .slice(0, 10)
+        .map((i) => showId(out[i]!.spec.id))
+        .join(', ')}${stuck.length > 10 ? ', ...' : ''}`,
+    );
   }
 
   // Holds and releases.
@@ -65,9 +74,15 @@ export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail:
   for (const t of out) {
     for (const key of t.holds) {
       const existing = view.hold(key);
-      if (existing) fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing.holder)})`);
+      if (existing)
+        fail(
+          `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing.holder)})`,
+        );
       const other = batchHolder.get(key);
-      if (other !== undefined) fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is also held by task ${showId(other)} of the batch`);
+      if (other !== undefined)
+        fail(
+          `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is also held by task ${showId(other)} of the batch`,
+        );
       batchHolder.set(key, t.spec.id);
     }
   }
@@ -83,9 +98,12 @@ export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail:
       const holder = existing?.holder ?? batchHolder.get(key);
       if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
       const prior = existing?.releaser ?? releaserOf.get(key);
-      if (prior !== undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
+      if (prior !== undefined)
+        fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
       if (!isDone(holder) && !isAncestor(holder, t.spec.id, depsOf, isDone)) {
-        fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)} but does not depend (directly or not) on its holder ${showId(holder)}`);
+        fail(
+          `task ${showId(t.spec.id)}: releases ${JSON.stringify(key)} but does not depend (directly or not) on its holder ${showId(holder)}`,
+        );
       }
       releaserOf.set(key, t.spec.id);
     }
@@ -93,12 +111,18 @@ export function validateBatch(specs: readonly TaskSpec[], view: GraphView, fail:
   return out;
 }
 
-function normalizeOne(s: TaskSpec, view: GraphView, inBatch: ReadonlyMap<TaskId, number>, fail: (m: string) => never): NormalizedTask {
+function normalizeOne(
+  s: TaskSpec,
+  view: GraphView,
+  inBatch: ReadonlyMap<TaskId, number>,
+  fail: (m: string) => never,
+): NormalizedTask {
   const where = `task ${showId(s.id)}`;
   if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where}: unknown kind ${JSON.stringify(s.kind)}`);
   if (typeof s.category !== 'string') fail(`${where}: category must be a string`);
   const priority = s.priority ?? 0;
-  if (typeof priority !== 'number' || !Number.isFinite(priority)) fail(`${where}: priority must be a finite number (got ${String(priority)})`);
+  if (typeof priority !== 'number' || !Number.isFinite(priority))
+    fail(`${where}: priority must be a finite number (got ${String(priority)})`);
 
   const deps: TaskId[] = [];
   const seen = new Set<TaskId>();
@@ -106,32 +130,41 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: ReadonlyMap<TaskId,
     if (seen.has(d)) continue;
     seen.add(d);
     if (d === s.id) fail(`${where}: depends on itself`);
-    if (!view.has(d) && !inBatch.has(d)) fail(`${where}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
+    if (!view.has(d) && !inBatch.has(d))
+      fail(`${where}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
     deps.push(d);
   }
 
   let stream = 0;
   switch (s.kind) {
     case 'gpu': {
-      if (!isSafeNonNegInt(s.durationNs)) fail(`${where}: durationNs must be a non-negative integer (got ${String(s.durationNs)})`);
+      if (!isSafeNonNegInt(s.durationNs))
+        fail(`${where}: durationNs must be a non-negative integer (got ${String(s.durationNs)})`);
       const st = s.stream ?? 0;
       if (typeof st === 'number') {
-        if (!(Number.isInteger(st) && st >= 0 && st < view.gpuStreams.length)) fail(`${where}: no GPU stream ${st} (have ${view.gpuStreams.length})`);
+        if (!(Number.isInteger(st) && st >= 0 && st < view.gpuStreams.length))
+          fail(`${where}: no GPU stream ${st} (have ${view.gpuStreams.length})`);
         stream = st;
       } else {
         stream = view.gpuStreams.indexOf(st);
-        if (stream < 0) fail(`${where}: no GPU stream named ${JSON.stringify(st)} (have ${view.gpuStreams.map((n) => JSON.stringify(n)).join(', ')})`);
+        if (stream < 0)
+          fail(
+            `${where}: no GPU stream named ${JSON.stringify(st)} (have ${view.gpuStreams.map((n) => JSON.stringify(n)).join(', ')})`,
+          );
       }
       break;
     }
     case 'cpu':
-      if (!(Number.isInteger(s.cores) && s.cores >= 1 && s.cores <= view.cpuCores)) fail(`${where}: cores must be an integer in [1, ${view.cpuCores}] (got ${String(s.cores)})`);
-      if (!isSafeNonNegInt(s.computeNs)) fail(`${where}: computeNs must be a non-negative integer (got ${String(s.computeNs)})`);
+      if (!(Number.isInteger(s.cores) && s.cores >= 1 && s.cores <= view.cpuCores))
+        fail(`${where}: cores must be an integer in [1, ${view.cpuCores}] (got ${String(s.cores)})`);
+      if (!isSafeNonNegInt(s.computeNs))
+        fail(`${where}: computeNs must be a non-negative integer (got ${String(s.computeNs)})`);
       if (!isSafeNonNegInt(s.bytes)) fail(`${where}: bytes must be a non-negative integer (got ${String(s.bytes)})`);
       break;
     case 'h2d':
     case 'd2h':
-      if (!(isSafeNonNegInt(s.bytes) && s.bytes > 0)) fail(`${where}: bytes must be a positive integer (got ${String(s.bytes)})`);
+      if (!(isSafeNonNegInt(s.bytes) && s.bytes > 0))
+        fail(`${where}: bytes must be a positive integer (got ${String(s.bytes)})`);
       break;
     case 'barrier':
       break;
@@ -141,8 +174,10 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: ReadonlyMap<TaskId,
   const holds: string[] = [];
   for (const a of s.alloc ?? []) {
     if (!(POOL_NAMES as readonly string[]).includes(a.pool)) fail(`${where}: unknown pool ${JSON.stringify(a.pool)}`);
-    if (!isSafeNonNegInt(a.bytes)) fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
-    if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category)) fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
+    if (!isSafeNonNegInt(a.bytes))
+      fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
+    if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category))
+      fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
     if (a.hold !== undefined) {
       if (typeof a.hold !== 'string' || a.hold === '') fail(`${where}: hold key must be a non-empty string`);
       if (!holds.includes(a.hold)) holds.push(a.hold);
@@ -190,7 +225,12 @@ function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap
  * True if `ancestor` is reachable from `id` through deps, not walking through finished tasks.
  * Breadth-first, so the usual case (the holder is a direct dep) costs one look at the deps.
  */
-function isAncestor(ancestor: TaskId, id: TaskId, depsOf: (id: TaskId) => readonly TaskId[], isDone: (id: TaskId) => boolean): boolean {
+function isAncestor(
+  ancestor: TaskId,
+  id: TaskId,
+  depsOf: (id: TaskId) => readonly TaskId[],
+  isDone: (id: TaskId) => boolean,
+): boolean {
   const seen = new Set<TaskId>();
   const queue: TaskId[] = [id];
   for (let head = 0; head < queue.length; head++) {

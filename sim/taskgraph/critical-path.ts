@@ -21,7 +21,10 @@ export interface StaticCriticalPath {
  * Longest path through `tasks` with task durations `durationNs(task)` (≥ 0).
  * Throws RangeError on a duplicate id, a dep not among `tasks`, a negative duration or a cycle.
  */
-export function staticCriticalPath(tasks: readonly TaskSpec[], durationNs: (task: TaskSpec) => number): StaticCriticalPath {
+export function staticCriticalPath(
+  tasks: readonly TaskSpec[],
+  durationNs: (task: TaskSpec) => number,
+): StaticCriticalPath {
   const index = new Map<TaskId, number>();
   tasks.forEach((t, i) => {
     if (index.has(t.id)) throw new RangeError(`staticCriticalPath: duplicate task id ${String(t.id)}`);
@@ -30,7 +33,8 @@ export function staticCriticalPath(tasks: readonly TaskSpec[], durationNs: (task
   const deps = tasks.map((t) =>
     [...new Set(t.deps ?? [])].map((d) => {
       const j = index.get(d);
-      if (j === undefined) throw new RangeError(`staticCriticalPath: task ${String(t.id)} depends on ${String(d)}, not in the graph`);
+      if (j === undefined)
+        throw new RangeError(`staticCriticalPath: task ${String(t.id)} depends on ${String(d)}, not in the graph`);
       return j;
     }),
   );
@@ -48,7 +52,8 @@ export function staticCriticalPath(tasks: readonly TaskSpec[], durationNs: (task
     for (const j of deps[i]!) if (via[i]! < 0 || finish[j]! > finish[via[i]!]!) via[i] = j;
     const start = via[i]! < 0 ? 0 : finish[via[i]!]!;
     const d = durationNs(tasks[i]!);
-    if (!(d >= 0) || !Number.isFinite(d)) throw new RangeError(`staticCriticalPath: task ${String(tasks[i]!.id)} has duration ${d}`);
+    if (!(d >= 0) || !Number.isFinite(d))
+      throw new RangeError(`staticCriticalPath: task ${String(tasks[i]!.id)} has duration ${d}`);
     finish[i] = start + d;
     for (const k of dependents[i]!) if (--indegree[k]! === 0) queue.push(k);
   }

@@ -246,12 +246,21 @@ export class TaskGraphExecutor {
     this.onStall = opts.onStall ?? 'throw';
     this.pools = { vram: resources.vram, host: resources.host };
     let laneIndex = 0;
-    const lane = (name: string, kind: LaneKind, capacity: number): Lane => ({ index: laneIndex++, name, kind, ready: new ReadyList<Node>(), outstanding: 0, capacity });
+    const lane = (name: string, kind: LaneKind, capacity: number): Lane => ({
+      index: laneIndex++,
+      name,
+      kind,
+      ready: new ReadyList<Node>(),
+      outstanding: 0,
+      capacity,
+    });
     const gpu = resources.gpu;
     const streamNames = Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s));
     // Concurrent streams overlap fully, so each is its own resource; otherwise the SMs run one
     // kernel at a time whatever its stream, so all streams share one lane.
-    const gpuLanes = gpu.concurrentStreams ? streamNames.map((n) => lane(`gpu ${n}`, 'gpu', 1)) : [lane('gpu', 'gpu', 1)];
+    const gpuLanes = gpu.concurrentStreams
+      ? streamNames.map((n) => lane(`gpu ${n}`, 'gpu', 1))
+      : [lane('gpu', 'gpu', 1)];
     this.gpuLaneOfStream = streamNames.map((_, s) => gpuLanes[gpu.concurrentStreams ? s : 0]!);
     this.laneOf = {
       h2d: lane('h2d', 'link', maxQueued),
@@ -260,7 +269,10 @@ export class TaskGraphExecutor {
       barrier: lane('barrier', 'barrier', Number.POSITIVE_INFINITY),
     };
     this.lanes = [...gpuLanes, this.laneOf.h2d, this.laneOf.d2h, this.laneOf.cpu, this.laneOf.barrier];
-    this.byKind = Object.fromEntries(TASK_KINDS.map((k) => [k, { finished: 0, busyNs: 0 }])) as Record<TaskKind, MutableBusy>;
+    this.byKind = Object.fromEntries(TASK_KINDS.map((k) => [k, { finished: 0, busyNs: 0 }])) as Record<
+      TaskKind,
+      MutableBusy
+    >;
     this.view = {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
@@ -306,8 +318,7 @@ export class TaskGraphExecutor {
     });
     const now = this.sched.now;
     const created = normalized.map((t): Node => {
-      const lane =
-        t.spec.kind === 'gpu' ? this.gpuLaneOfStream[t.stream]! : this.laneOf[t.spec.kind];
+      const lane = t.spec.kind === 'gpu' ? this.gpuLaneOfStream[t.stream]! : this.laneOf[t.spec.kind];
       const node: Node = {
         t,
         priority: t.priority,
@@ -339,7 +350,8 @@ export class TaskGraphExecutor {
           node.remainingDeps++;
         }
       }
-      for (const key of node.t.holds) this.holds.set(key, { key, holder: node, releaser: undefined, allocations: [], live: false });
+      for (const key of node.t.holds)
+        this.holds.set(key, { key, holder: node, releaser: undefined, allocations: [], live: false });
     }
     for (const node of created) for (const key of node.t.releases) this.holds.get(key)!.releaser = node;
     this.unfinished += created.length;
@@ -466,7 +478,12 @@ export class TaskGraphExecutor {
         }));
         const reason =
           memory.length > 0
-            ? memory.map((m) => `needs ${m.neededBytes} B of ${m.pool}, ${m.freeBytes} B free of ${m.capacityBytes} B${this.describePoolUse(m.pool)}`).join('; ')
+            ? memory
+                .map(
+                  (m) =>
+                    `needs ${m.neededBytes} B of ${m.pool}, ${m.freeBytes} B free of ${m.capacityBytes} B${this.describePoolUse(m.pool)}`,
+                )
+                .join('; ')
             : `waits for ${n.lane.name} (${n.lane.outstanding} of this graph's tasks on it)`;
         out.push({ id: n.t.spec.id, label: n.t.label, state: 'ready', waitsFor: [], memory, reason });
       }
@@ -482,7 +499,11 @@ export class TaskGraphExecutor {
   assertDone(): void {
     if (this.unfinished === 0) return;
     if (this.inFlight > 0) {
-      throw new SimError(`not done: ${this.unfinished} task(s) unfinished, ${this.inFlight} still running`, this.sched.now, this.name);
+      throw new SimError(
+        `not done: ${this.unfinished} task(s) unfinished, ${this.inFlight} still running`,
+        this.sched.now,
+        this.name,
+      );
     }
     throw this.deadlockError();
   }
@@ -591,7 +612,12 @@ export class TaskGraphExecutor {
     for (const a of node.t.spec.alloc ?? []) {
       const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
-      if (!alloc) throw new InvariantError(`allocation of ${a.bytes} B of ${a.pool} failed after the check`, this.sched.now, this.name);
+      if (!alloc)
+        throw new InvariantError(
+          `allocation of ${a.bytes} B of ${a.pool} failed after the check`,
+          this.sched.now,
+          this.name,
+        );
       node.allocations.push({ alloc, pool: a.pool, hold: a.hold });
     }
   }
@@ -632,14 +658,31 @@ export class TaskGraphExecutor {
         break;
       case 'h2d':
       case 'd2h':
-        node.transfer = this.r[s.kind].submit({ bytes: s.bytes, priority: node.priority, label, category: s.category, onDone });
+        node.transfer = this.r[s.kind].submit({
+          bytes: s.bytes,
+          priority: node.priority,
+          label,
+          category: s.category,
+          onDone,
+        });
         break;
       case 'cpu':
         this.cpuCoresInUse += s.cores;
-        this.r.cpu.submit({ cores: s.cores, computeNs: s.computeNs, bytes: s.bytes, label, category: s.category, onDone });
+        this.r.cpu.submit({
+          cores: s.cores,
+          computeNs: s.computeNs,
+          bytes: s.bytes,
+          label,
+          category: s.category,
+          onDone,
+        });
         break;
       case 'barrier':
-        this.sched.schedule(this.sched.now, { kind: 'taskgraph.barrierDone', task: node.seq }, EventPriority.completion);
+        this.sched.schedule(
+          this.sched.now,
+          { kind: 'taskgraph.barrierDone', task: node.seq },
+          EventPriority.completion,
+        );
         break;
     }
   }
@@ -647,7 +690,8 @@ export class TaskGraphExecutor {
   private finish(node: Node): void {
     const now = this.sched.now;
     const s = node.t.spec;
-    if (node.state !== 'dispatched') throw new InvariantError(`task ${showId(s.id)} finished while ${node.state}`, now, this.name);
+    if (node.state !== 'dispatched')
+      throw new InvariantError(`task ${showId(s.id)} finished while ${node.state}`, now, this.name);
     node.state = 'done';
     node.finishNs = now;
     node.lane.outstanding--;
@@ -660,7 +704,8 @@ export class TaskGraphExecutor {
       case 'h2d':
       case 'd2h': {
         const start = node.transfer?.startNs ?? -1;
-        if (start < 0) throw new InvariantError(`transfer of task ${showId(s.id)} done without a start`, now, this.name);
+        if (start < 0)
+          throw new InvariantError(`transfer of task ${showId(s.id)} done without a start`, now, this.name);
         node.startNs = start as Ns;
         break;
       }
@@ -682,7 +727,12 @@ export class TaskGraphExecutor {
     for (const key of node.t.holds) this.holds.get(key)!.live = true;
     for (const key of node.t.releases) {
       const h = this.holds.get(key);
-      if (!h?.live) throw new InvariantError(`task ${showId(s.id)} releases ${JSON.stringify(key)}, which is not live`, now, this.name);
+      if (!h?.live)
+        throw new InvariantError(
+          `task ${showId(s.id)} releases ${JSON.stringify(key)}, which is not live`,
+          now,
+          this.name,
+        );
       this.holds.delete(key);
       for (const a of h.allocations) this.pools[a.pool].free(a.alloc);
     }
@@ -697,7 +747,11 @@ export class TaskGraphExecutor {
         s.onDone(ctx);
       } catch (e) {
         if (e instanceof SimError) throw e;
-        const err = new SimError(`onDone of task ${showId(s.id)} threw: ${e instanceof Error ? e.message : String(e)}`, now, this.name);
+        const err = new SimError(
+          `onDone of task ${showId(s.id)} threw: ${e instanceof Error ? e.message : String(e)}`,
+          now,
+          this.name,
+        );
         err.cause = e;
         throw err;
       }
@@ -739,7 +793,9 @@ export class TaskGraphExecutor {
       for (const a of h.allocations) if (a.pool === pool) b += a.alloc.bytes;
       if (b === 0) continue;
       ours += b;
-      const rel = h.releaser ? `released by ${showId(h.releaser.t.spec.id)} (${h.releaser.state})` : 'no releasing task yet';
+      const rel = h.releaser
+        ? `released by ${showId(h.releaser.t.spec.id)} (${h.releaser.state})`
+        : 'no releasing task yet';
       parts.push(`${JSON.stringify(h.key)} ${b} B held by ${showId(h.holder.t.spec.id)}, ${rel}`);
     }
     for (const n of this.bySeq) {
@@ -754,7 +810,11 @@ export class TaskGraphExecutor {
 
   private deadlockError(): TaskGraphDeadlockError {
     const stuck = this.stuckTasks();
-    const shown = stuck.slice(0, 20).map((t) => `\n  - task ${showId(t.id)}${t.label !== String(t.id) ? ` "${t.label}"` : ''} (${t.state}): ${t.reason}`);
+    const shown = stuck
+      .slice(0, 20)
+      .map(
+        (t) => `\n  - task ${showId(t.id)}${t.label !== String(t.id) ? ` "${t.label}"` : ''} (${t.state}): ${t.reason}`,
+      );
     const more = stuck.length > 20 ? `\n  ... and ${stuck.length - 20} more` : '';
     return new TaskGraphDeadlockError(
       `deadlock: nothing of the graph is running and ${stuck.length} task(s) cannot proceed:${shown.join('')}${more}`,

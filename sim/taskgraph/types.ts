@@ -187,7 +187,12 @@ export interface StuckTask {
   /** Unfinished deps (pending tasks). */
   readonly waitsFor: readonly TaskId[];
   /** Pools that cannot serve the task's request now (ready tasks). */
-  readonly memory: readonly { readonly pool: PoolName; readonly neededBytes: number; readonly freeBytes: number; readonly capacityBytes: number }[];
+  readonly memory: readonly {
+    readonly pool: PoolName;
+    readonly neededBytes: number;
+    readonly freeBytes: number;
+    readonly capacityBytes: number;
+  }[];
   /** One human-readable line. */
   readonly reason: string;
 }

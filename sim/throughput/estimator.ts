@@ -32,7 +32,9 @@ export function uncontendedNs(t: TaskSpec, hw: HardwareProfile): number {
       return t.durationNs;
     case 'h2d':
     case 'd2h': {
-      const bw = (t.kind === 'h2d' ? hw.pcie.h2dBytesPerSec : hw.pcie.d2hBytesPerSec) * (hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor);
+      const bw =
+        (t.kind === 'h2d' ? hw.pcie.h2dBytesPerSec : hw.pcie.d2hBytesPerSec) *
+        (hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor);
       return Math.round(hw.pcie.latencyNs) + bytesToNs(t.bytes, bw);
     }
     case 'cpu': {
@@ -94,7 +96,12 @@ export function layerPeriod(inp: Pick<DagInput, 'model' | 'shape' | 'config'>): 
   ring(c.weightSlots, 1);
   if (c.weightGranularity === 'expert') ring(c.expertSlots, model.experts);
   const gpuSeqs = shape.seqs - Math.round(c.omega * shape.seqs);
-  const micro = c.expertBatching === 'accumulated' ? Math.ceil(gpuSeqs / c.attnMicroSeqs) : c.omega === 0 ? Math.ceil(shape.seqs / c.attnMicroSeqs) : 0;
+  const micro =
+    c.expertBatching === 'accumulated'
+      ? Math.ceil(gpuSeqs / c.attnMicroSeqs)
+      : c.omega === 0
+        ? Math.ceil(shape.seqs / c.attnMicroSeqs)
+        : 0;
   if (c.kvGpuLayers < model.layers && micro > 0) {
     if (shape.pastTokens > 0) ring(c.kvBuffers, micro);
     ring(2, micro);

@@ -88,7 +88,10 @@ export class HostBatchScheduler implements IterationScheduler {
       if (cfg.maxHostBatches !== undefined && this.groups >= cfg.maxHostBatches) return;
       this.groups++;
       const size = Math.min(N, reqs.length - g);
-      const outs = reqs.slice(g, g + size).map((r) => r.outputTokens).sort((a, b) => b - a);
+      const outs = reqs
+        .slice(g, g + size)
+        .map((r) => r.outputTokens)
+        .sort((a, b) => b - a);
       this.sequencesRun += size;
       const ids = Array.from({ length: size }, (_, i) => g + i);
       const its: Iteration[] = [];
@@ -96,9 +99,20 @@ export class HostBatchScheduler implements IterationScheduler {
         const Bp = plan.prefill.batchSeqs;
         for (let off = 0; off < size; off += Bp) {
           const seqs = Math.min(Bp, size - off);
-          const shape: PassShape = { phase: 'prefill', seqs, newTokens: P, pastTokens: 0, hostSeqs: N, reserveTokens: reserve };
+          const shape: PassShape = {
+            phase: 'prefill',
+            seqs,
+            newTokens: P,
+            pastTokens: 0,
+            hostSeqs: N,
+            reserveTokens: reserve,
+          };
           const hostKvBytes = this.hostKv(plan.prefill.config, size, P);
-          its.push({ ...NO_WORK, firstTokens: ids.slice(off, off + seqs), pass: { shape, plan: plan.prefill, hostKvBytes } });
+          its.push({
+            ...NO_WORK,
+            firstTokens: ids.slice(off, off + seqs),
+            pass: { shape, plan: plan.prefill, hostKvBytes },
+          });
         }
       }
       if (w.phases.decode) {
@@ -108,7 +122,14 @@ export class HostBatchScheduler implements IterationScheduler {
           const past = P + st - 1;
           const bucket = cfg.contextBucketTokens;
           const pastB = cfg.memoise ? Math.min(reserve - 1, Math.ceil(past / bucket) * bucket) : past;
-          const shape: PassShape = { phase: 'decode', seqs: active, newTokens: 1, pastTokens: pastB, hostSeqs: N, reserveTokens: reserve };
+          const shape: PassShape = {
+            phase: 'decode',
+            seqs: active,
+            newTokens: 1,
+            pastTokens: pastB,
+            hostSeqs: N,
+            reserveTokens: reserve,
+          };
           const hostKvBytes = this.hostKv(plan.decode.config, size, past + 1);
           its.push({ ...NO_WORK, pass: { shape, plan: plan.decode, hostKvBytes } });
         }
@@ -163,7 +184,14 @@ export class PassDagPipeline implements IterationPipeline {
     const counted = atNs !== undefined;
     const sink = counted && runSink ? offsetSink(runSink, atNs) : undefined;
     const r = simulatePass({
-      model, hardware, cost, shape, config: c, counts: this.x.counts, packetBytes: this.s.packetBytes, hostKvBytes,
+      model,
+      hardware,
+      cost,
+      shape,
+      config: c,
+      counts: this.x.counts,
+      packetBytes: this.s.packetBytes,
+      hostKvBytes,
       ...(sink ? { sink } : {}),
       criticalPath: !counted,
     });

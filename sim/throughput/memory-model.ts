@@ -59,7 +59,9 @@ export function modelModules(model: ModelProfile): ModelModules {
   model.moeLayerIndices.forEach((l, i) => {
     moeIndexOfLayer[l] = i;
   });
-  const denseBytes = moeIndexOfLayer.map((mi) => dv.attentionBytesPerLayer + (mi >= 0 ? dv.sharedExpertBytesPerLayer : dv.denseFfnBytesPerLayer));
+  const denseBytes = moeIndexOfLayer.map(
+    (mi) => dv.attentionBytesPerLayer + (mi >= 0 ? dv.sharedExpertBytesPerLayer : dv.denseFfnBytesPerLayer),
+  );
   m = {
     layers: model.layers,
     moeIndexOfLayer,
@@ -67,7 +69,8 @@ export function modelModules(model: ModelProfile): ModelModules {
     expertBytes: dv.bytesPerExpert,
     experts: model.experts,
     kvBytesPerTokenPerLayer: dv.kvBytesPerTokenPerLayer,
-    kvLayers: dv.kvBytesPerTokenPerLayer > 0 ? Math.round(dv.kvBytesPerToken / dv.kvBytesPerTokenPerLayer) : model.layers,
+    kvLayers:
+      dv.kvBytesPerTokenPerLayer > 0 ? Math.round(dv.kvBytesPerToken / dv.kvBytesPerTokenPerLayer) : model.layers,
     residentBytes: dv.embeddingBytes + (model.tiedEmbeddings ? 0 : dv.lmHeadBytes),
   };
   modulesMemo.set(model, m);
@@ -92,7 +95,12 @@ export interface CachedModules {
  * experts layer by layer; `layers` caches whole layers (dense module, then its experts) from
  * the first. Only layers computed on the GPU (`< gpuLayers`) are considered.
  */
-export function cachedModules(mm: ModelModules, budgetBytes: number, order: PassConfig['cacheOrder'], gpuLayers: number): CachedModules {
+export function cachedModules(
+  mm: ModelModules,
+  budgetBytes: number,
+  order: PassConfig['cacheOrder'],
+  gpuLayers: number,
+): CachedModules {
   const L = mm.layers;
   const denseCached = Array.from({ length: L }, () => false);
   const cachedExperts = Array.from({ length: L }, () => 0);
@@ -152,7 +160,12 @@ export function cpuAttentionSeqs(shape: Pick<PassShape, 'seqs'>, c: Pick<PassCon
   return Math.round(c.omega * shape.seqs);
 }
 
-export function vramNeeded(model: ModelProfile, shape: PassShape, c: PassConfig, cached?: CachedModules): VramBreakdown {
+export function vramNeeded(
+  model: ModelProfile,
+  shape: PassShape,
+  c: PassConfig,
+  cached?: CachedModules,
+): VramBreakdown {
   const mm = modelModules(model);
   const L = mm.layers;
   const gl = Math.min(L, c.gpuLayers);
@@ -179,22 +192,34 @@ export function vramNeeded(model: ModelProfile, shape: PassShape, c: PassConfig,
   const micro = Math.min(c.attnMicroSeqs, Math.max(1, gpuAttnSeqs));
   const hostKvGpuAttention = gpuAttnSeqs > 0 && Math.min(c.kvGpuLayers, gl) < gl;
   const kvBufferBytes = hostKvGpuAttention
-    ? (shape.pastTokens > 0 ? c.kvBuffers * micro * shape.pastTokens * kvTok : 0) + KV_OUT_BUFFERS * micro * shape.newTokens * kvTok
+    ? (shape.pastTokens > 0 ? c.kvBuffers * micro * shape.pastTokens * kvTok : 0) +
+      KV_OUT_BUFFERS * micro * shape.newTokens * kvTok
     : 0;
 
   const tokens = shape.seqs * shape.newTokens;
   const activationBytes = tokens * (HIDDEN_VECTORS_PER_TOKEN * h + model.experts) * ACTIVATION_BYTES;
   const a = model.attention;
-  const qkvPerToken = a.heads * a.headDim + (a.type === 'MLA' ? (a.kvLoraRank ?? 0) + (a.ropeHeadDim ?? 0) : 2 * a.kvHeads * a.headDim) + h;
+  const qkvPerToken =
+    a.heads * a.headDim +
+    (a.type === 'MLA' ? (a.kvLoraRank ?? 0) + (a.ropeHeadDim ?? 0) : 2 * a.kvHeads * a.headDim) +
+    h;
   const attnWs = micro * shape.newTokens * qkvPerToken * ACTIVATION_BYTES;
   const chunk = Math.min(c.expertChunkTokens, Math.max(1, tokens));
   const expertWs = chunk * (2 * model.expertIntermediateSize + h) * ACTIVATION_BYTES;
-  const denseWs = chunk * (2 * Math.max(model.denseIntermediateSize, model.sharedIntermediateSize) + h) * ACTIVATION_BYTES;
+  const denseWs =
+    chunk * (2 * Math.max(model.denseIntermediateSize, model.sharedIntermediateSize) + h) * ACTIVATION_BYTES;
   const lmWs = Math.min(shape.seqs, LM_HEAD_CHUNK_SEQS) * model.vocabSize * 4;
   const workspaceBytes = Math.max(attnWs, expertWs, denseWs, lmWs);
 
   const totalBytes =
-    mm.residentBytes + cm.bytes + weightBufferBytes + expertBufferBytes + kvResidentBytes + kvBufferBytes + activationBytes + workspaceBytes;
+    mm.residentBytes +
+    cm.bytes +
+    weightBufferBytes +
+    expertBufferBytes +
+    kvResidentBytes +
+    kvBufferBytes +
+    activationBytes +
+    workspaceBytes;
   return {
     residentBytes: mm.residentBytes,
     cachedBytes: cm.bytes,
@@ -223,7 +248,12 @@ export function hostNeeded(model: ModelProfile, hostSeqs: number, reserveTokens:
  * Most sequences whose host KV (of `reserveTokens` tokens each) fits in host DRAM beside the
  * weights; Infinity when no KV lives in host DRAM; 0 when the weights alone do not fit.
  */
-export function maxHostSeqs(model: ModelProfile, hostDramBytes: number, reserveTokens: number, kvGpuLayers: number): number {
+export function maxHostSeqs(
+  model: ModelProfile,
+  hostDramBytes: number,
+  reserveTokens: number,
+  kvGpuLayers: number,
+): number {
   const free = hostDramBytes - model.derived.totalBytes;
   if (free < 0) return 0;
   const per = hostKvBytesPerSeq(model, reserveTokens, kvGpuLayers);

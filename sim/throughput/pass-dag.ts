@@ -49,7 +49,15 @@ import type { Ns } from '../kernel/time.ts';
 import { ceilNs } from '../kernel/time.ts';
 import type { MemoryCategory } from '../resources/memory-pool.ts';
 import type { MemoryRequest, TaskSpec } from '../taskgraph/types.ts';
-import { cachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, modelModules, vramNeeded, type CachedModules, type VramBreakdown } from './memory-model.ts';
+import {
+  cachedModules,
+  cpuAttentionSeqs,
+  KV_OUT_BUFFERS,
+  modelModules,
+  vramNeeded,
+  type CachedModules,
+  type VramBreakdown,
+} from './memory-model.ts';
 import type { PassConfig, PassShape } from './types.ts';
 
 /**
@@ -132,16 +140,21 @@ export function passConfigProblem(c: PassConfig, model: ModelProfile): string | 
   const posInt = (v: number) => Number.isSafeInteger(v) && v >= 1;
   if (!posInt(c.attnMicroSeqs)) return `attnMicroSeqs must be an integer ≥ 1 (got ${c.attnMicroSeqs})`;
   if (!(c.omega >= 0 && c.omega <= 1)) return `omega must be in [0, 1] (got ${c.omega})`;
-  if (c.expertBatching === 'perMicroBatch' && c.omega !== 0 && c.omega !== 1) return `perMicroBatch batching needs omega 0 or 1 (got ${c.omega})`;
-  if (c.expertBatching === 'perMicroBatch' && c.weightGranularity !== 'layer') return 'perMicroBatch batching needs layer weight granularity';
+  if (c.expertBatching === 'perMicroBatch' && c.omega !== 0 && c.omega !== 1)
+    return `perMicroBatch batching needs omega 0 or 1 (got ${c.omega})`;
+  if (c.expertBatching === 'perMicroBatch' && c.weightGranularity !== 'layer')
+    return 'perMicroBatch batching needs layer weight granularity';
   if (!posInt(c.cpuCores)) return `cpuCores must be an integer ≥ 1 (got ${c.cpuCores})`;
-  if (!(Number.isSafeInteger(c.kvGpuLayers) && c.kvGpuLayers >= 0)) return `kvGpuLayers must be an integer ≥ 0 (got ${c.kvGpuLayers})`;
+  if (!(Number.isSafeInteger(c.kvGpuLayers) && c.kvGpuLayers >= 0))
+    return `kvGpuLayers must be an integer ≥ 0 (got ${c.kvGpuLayers})`;
   if (!posInt(c.kvBuffers)) return `kvBuffers must be an integer ≥ 1 (got ${c.kvBuffers})`;
   if (!posInt(c.expertChunkTokens)) return `expertChunkTokens must be an integer ≥ 1 (got ${c.expertChunkTokens})`;
   if (!posInt(c.expertSlots)) return `expertSlots must be an integer ≥ 1 (got ${c.expertSlots})`;
   if (!posInt(c.weightSlots)) return `weightSlots must be an integer ≥ 1 (got ${c.weightSlots})`;
-  if (!(Number.isSafeInteger(c.cachedParamBytes) && c.cachedParamBytes >= 0)) return `cachedParamBytes must be an integer ≥ 0 (got ${c.cachedParamBytes})`;
-  if (!(Number.isSafeInteger(c.gpuLayers) && c.gpuLayers >= 0 && c.gpuLayers <= model.layers)) return `gpuLayers must be an integer in [0, ${model.layers}] (got ${c.gpuLayers})`;
+  if (!(Number.isSafeInteger(c.cachedParamBytes) && c.cachedParamBytes >= 0))
+    return `cachedParamBytes must be an integer ≥ 0 (got ${c.cachedParamBytes})`;
+  if (!(Number.isSafeInteger(c.gpuLayers) && c.gpuLayers >= 0 && c.gpuLayers <= model.layers))
+    return `gpuLayers must be an integer in [0, ${model.layers}] (got ${c.gpuLayers})`;
   return undefined;
 }
 
@@ -192,7 +205,8 @@ export function buildPassDag(inp: DagInput): PassDag {
   const { model, hardware: hw, cost, shape, config: c } = inp;
   const problem = passConfigProblem(c, model);
   if (problem) throw new RangeError(`invalid pass configuration: ${problem}`);
-  if (!(Number.isSafeInteger(shape.seqs) && shape.seqs >= 1)) throw new RangeError(`pass seqs must be an integer ≥ 1 (got ${shape.seqs})`);
+  if (!(Number.isSafeInteger(shape.seqs) && shape.seqs >= 1))
+    throw new RangeError(`pass seqs must be an integer ≥ 1 (got ${shape.seqs})`);
   const mm = modelModules(model);
   const dv = model.derived;
   const L = mm.layers;
@@ -231,21 +245,41 @@ export function buildPassDag(inp: DagInput): PassDag {
     else tasks.push(t as unknown as TaskSpec);
     return t.id;
   };
-  const base = (kind: TaskSpec['kind'], category: string, deps: number[], label: (() => string) | undefined): MutableTask => {
+  const base = (
+    kind: TaskSpec['kind'],
+    category: string,
+    deps: number[],
+    label: (() => string) | undefined,
+  ): MutableTask => {
     const t: MutableTask = { id: nextId++, kind, category, deps: deps.filter((d) => d >= 0) };
     if (labels && label) t.label = label();
     return t;
   };
-  const hold = (bytes: number, category: MemoryCategory, key: string): MemoryRequest[] => [{ pool: 'vram', bytes, category, hold: key }];
+  const hold = (bytes: number, category: MemoryCategory, key: string): MemoryRequest[] => [
+    { pool: 'vram', bytes, category, hold: key },
+  ];
 
-  const gpu = (category: string, durationNs: Ns, deps: number[], label?: () => string, extra?: Partial<MutableTask>): number => {
+  const gpu = (
+    category: string,
+    durationNs: Ns,
+    deps: number[],
+    label?: () => string,
+    extra?: Partial<MutableTask>,
+  ): number => {
     const t = base('gpu', category, [lastGpu, ...deps], label);
     t.durationNs = durationNs;
     if (extra) Object.assign(t, extra, { deps: t.deps });
     lastGpu = emit(t);
     return lastGpu;
   };
-  const h2d = (category: string, bytes: number, deps: number[], chained: boolean, label?: () => string, extra?: Partial<MutableTask>): number => {
+  const h2d = (
+    category: string,
+    bytes: number,
+    deps: number[],
+    chained: boolean,
+    label?: () => string,
+    extra?: Partial<MutableTask>,
+  ): number => {
     const t = base('h2d', category, chained ? [lastH2d, ...deps] : deps, label);
     t.bytes = bytes;
     if (!chained) t.priority = URGENT_PRIORITY;
@@ -254,7 +288,14 @@ export function buildPassDag(inp: DagInput): PassDag {
     if (chained) lastH2d = id;
     return id;
   };
-  const d2h = (category: string, bytes: number, deps: number[], chained: boolean, label?: () => string, extra?: Partial<MutableTask>): number => {
+  const d2h = (
+    category: string,
+    bytes: number,
+    deps: number[],
+    chained: boolean,
+    label?: () => string,
+    extra?: Partial<MutableTask>,
+  ): number => {
     const t = base('d2h', category, chained ? [lastD2h, ...deps] : deps, label);
     t.bytes = bytes;
     if (!chained) t.priority = URGENT_PRIORITY;
@@ -285,7 +326,15 @@ export function buildPassDag(inp: DagInput): PassDag {
   const counts = new Float64Array(E);
 
   /** Experts of one MoE layer over `tokens` tokens. `weightDep`: the layer transfer (layer granularity) or -1. */
-  const experts = (l: number, mi: number, tokens: number, after: number, weightDep: number, streamOwn: boolean, tag: string): void => {
+  const experts = (
+    l: number,
+    mi: number,
+    tokens: number,
+    after: number,
+    weightDep: number,
+    streamOwn: boolean,
+    tag: string,
+  ): void => {
     counts.fill(0);
     inp.counts(mi, tokens, counts);
     for (let e = 0; e < E; e++) {
@@ -300,7 +349,9 @@ export function buildPassDag(inp: DagInput): PassDag {
         const r = expertRing.next();
         key = r.key;
         fill = r.fill;
-        w = h2d('weights', mm.expertBytes, [r.waitFor], true, () => `L${l} e${e} weights`, { alloc: hold(mm.expertBytes, 'expertWeights', r.key) });
+        w = h2d('weights', mm.expertBytes, [r.waitFor], true, () => `L${l} e${e} weights`, {
+          alloc: hold(mm.expertBytes, 'expertWeights', r.key),
+        });
       }
       if (cnt > 0) {
         // ⌈cnt / b_e⌉ GEMM chunks run back to back on the stream with nothing between them (all
@@ -310,10 +361,19 @@ export function buildPassDag(inp: DagInput): PassDag {
         const full = cost.estimate({ kind: 'expert', tokens: c.expertChunkTokens }).ns;
         const lastTokens = cnt - c.expertChunkTokens * (chunks - 1);
         const ns = ((chunks - 1) * full + cost.estimate({ kind: 'expert', tokens: lastTokens }).ns) as Ns;
-        const id = gpu('expert', ns, [after, weightDep, w], () => `L${l}${tag} e${e} (${chunks} chunk${chunks > 1 ? 's' : ''})`, key ? { release: [key] } : undefined);
+        const id = gpu(
+          'expert',
+          ns,
+          [after, weightDep, w],
+          () => `L${l}${tag} e${e} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
+          key ? { release: [key] } : undefined,
+        );
         if (key) expertRing.released(fill, id);
       } else if (key) {
-        expertRing.released(fill, barrier('sync', [after, w], [key], () => `L${l}${tag} e${e} unused`));
+        expertRing.released(
+          fill,
+          barrier('sync', [after, w], [key], () => `L${l}${tag} e${e} unused`),
+        );
       }
     }
   };
@@ -328,9 +388,22 @@ export function buildPassDag(inp: DagInput): PassDag {
 
     // ---- CPU layer (llama.cpp): weights read in host DRAM.
     if (l >= gl) {
-      const input = prevCpuLayer ? layerEnd : d2h('activations', actBytes(T), [layerEnd, lastGpu], false, () => `L${l} hidden D2H`);
-      const proj = cpu('cpuAttnProj', cpuNs(T * (dv.attentionProjFlopsPerToken + (mi >= 0 ? dv.routerFlopsPerToken : 0))), dv.attentionBytesPerLayer, [input], () => `L${l} cpu proj`);
-      const ca = cost.estimate({ kind: 'cpuAttention', tokens: T, contextTokens: shape.seqs * ctxPerSeq, cores: c.cpuCores });
+      const input = prevCpuLayer
+        ? layerEnd
+        : d2h('activations', actBytes(T), [layerEnd, lastGpu], false, () => `L${l} hidden D2H`);
+      const proj = cpu(
+        'cpuAttnProj',
+        cpuNs(T * (dv.attentionProjFlopsPerToken + (mi >= 0 ? dv.routerFlopsPerToken : 0))),
+        dv.attentionBytesPerLayer,
+        [input],
+        () => `L${l} cpu proj`,
+      );
+      const ca = cost.estimate({
+        kind: 'cpuAttention',
+        tokens: T,
+        contextTokens: shape.seqs * ctxPerSeq,
+        cores: c.cpuCores,
+      });
       cpu('cpuAttention', ca.computeNs ?? ca.ns, ca.bytes, [proj], () => `L${l} cpu attention`);
       let flops: number;
       let bytes: number;
@@ -375,15 +448,24 @@ export function buildPassDag(inp: DagInput): PassDag {
         const r = weightRing.next();
         weightKey = r.key;
         weightFill = r.fill;
-        weightTask = h2d('weights', bytes, [r.waitFor, c.prefetch ? -1 : layerEnd], true, () => `L${l} layer weights`, { alloc: hold(bytes, 'prefetchBuffer', r.key) });
+        weightTask = h2d('weights', bytes, [r.waitFor, c.prefetch ? -1 : layerEnd], true, () => `L${l} layer weights`, {
+          alloc: hold(bytes, 'prefetchBuffer', r.key),
+        });
       }
     } else if (denseStreamed) {
       const r = weightRing.next();
       weightKey = r.key;
       weightFill = r.fill;
-      weightTask = h2d('weights', mm.denseBytes[l]!, [r.waitFor, c.prefetch ? -1 : layerEnd], true, () => `L${l} dense weights`, {
-        alloc: hold(mm.denseBytes[l]!, 'prefetchBuffer', r.key),
-      });
+      weightTask = h2d(
+        'weights',
+        mm.denseBytes[l]!,
+        [r.waitFor, c.prefetch ? -1 : layerEnd],
+        true,
+        () => `L${l} dense weights`,
+        {
+          alloc: hold(mm.denseBytes[l]!, 'prefetchBuffer', r.key),
+        },
+      );
     }
     const inputs = [input, weightTask]; // the holder last: releasers find it first
 
@@ -397,7 +479,9 @@ export function buildPassDag(inp: DagInput): PassDag {
         kvInKey = r.key;
         kvInFill = r.fill;
         const bytes = s * past * kvTok;
-        kvIn = h2d('kv', bytes, [r.waitFor], true, () => `L${l} m${m} KV H2D`, { alloc: hold(bytes, 'kvCache', r.key) });
+        kvIn = h2d('kv', bytes, [r.waitFor], true, () => `L${l} m${m} KV H2D`, {
+          alloc: hold(bytes, 'kvCache', r.key),
+        });
       }
       let out: ReturnType<Ring['next']> | undefined;
       const alloc: MemoryRequest[] = [];
@@ -406,26 +490,49 @@ export function buildPassDag(inp: DagInput): PassDag {
         alloc.push({ pool: 'vram', bytes: s * nt * kvTok, category: 'kvCache', hold: out.key });
       }
       const deps = [...inputs, ...extraDeps, out ? out.waitFor : -1, kvIn];
-      const att = gpu('attention', gpuCost({ kind: 'attention', tokens: s * nt, contextTokens: s * ctxPerSeq }), deps, () => `L${l} m${m} attention`, {
-        ...(alloc.length > 0 ? { alloc } : {}),
-        ...(kvInKey ? { release: [kvInKey] } : {}),
-      });
+      const att = gpu(
+        'attention',
+        gpuCost({ kind: 'attention', tokens: s * nt, contextTokens: s * ctxPerSeq }),
+        deps,
+        () => `L${l} m${m} attention`,
+        {
+          ...(alloc.length > 0 ? { alloc } : {}),
+          ...(kvInKey ? { release: [kvInKey] } : {}),
+        },
+      );
       if (kvInKey) kvInRing.released(kvInFill, att);
-      if (out) kvOutRing.released(out.fill, d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }));
+      if (out)
+        kvOutRing.released(
+          out.fill,
+          d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }),
+        );
       return att;
     };
 
     /** CPU attention of `s` sequences: GPU projections → Q D2H → CPU → output H2D. Returns [proj, join]. */
     const cpuAttention = (s: number, m: number, extraDeps: number[]): [number, number] => {
-      const proj = gpu('attnProj', gpuCost({ kind: 'attentionProj', tokens: s * nt }), [...inputs, ...extraDeps], () => `L${l} m${m} proj (CPU part)`);
+      const proj = gpu(
+        'attnProj',
+        gpuCost({ kind: 'attentionProj', tokens: s * nt }),
+        [...inputs, ...extraDeps],
+        () => `L${l} m${m} proj (CPU part)`,
+      );
       const q = d2h('activations', actBytes(s * nt), [proj], false, () => `L${l} m${m} Q D2H`);
-      const ca = cost.estimate({ kind: 'cpuAttention', tokens: s * nt, contextTokens: s * ctxPerSeq, cores: c.cpuCores });
+      const ca = cost.estimate({
+        kind: 'cpuAttention',
+        tokens: s * nt,
+        contextTokens: s * ctxPerSeq,
+        cores: c.cpuCores,
+      });
       // MLA: the latent up-projection of these tokens (W_UK into the queries, W_UV out of the
       // attended latents) runs beside the scores on the CPU, reading kv_b from host DRAM.
       // Priced at the FLOP rate of the runtime's CPU kernel (its efficiency and threads), as the
       // scores are: the system's own CPU code does both.
       const caNs = ca.computeNs ?? ca.ns;
-      const upNs = mlaUp.flopsPerToken > 0 && ca.flops > 0 && caNs > 0 ? ceilNs(((s * nt * mlaUp.flopsPerToken) / ca.flops) * caNs) : 0;
+      const upNs =
+        mlaUp.flopsPerToken > 0 && ca.flops > 0 && caNs > 0
+          ? ceilNs(((s * nt * mlaUp.flopsPerToken) / ca.flops) * caNs)
+          : 0;
       const computeNs = caNs + upNs;
       const ct = cpu('cpuAttention', computeNs as Ns, ca.bytes + mlaUp.bytes, [q], () => `L${l} m${m} CPU attention`);
       const out = h2d('activations', actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
@@ -446,25 +553,69 @@ export function buildPassDag(inp: DagInput): PassDag {
       const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: [weightKey] } : undefined;
       let after: number;
       if (mi < 0) {
-        after = gpu('denseFfn', gpuCost({ kind: 'denseFfn', tokens: T }), [...joins, ...inputs], () => `L${l} dense FFN`, denseRelease);
+        after = gpu(
+          'denseFfn',
+          gpuCost({ kind: 'denseFfn', tokens: T }),
+          [...joins, ...inputs],
+          () => `L${l} dense FFN`,
+          denseRelease,
+        );
       } else {
         const shared = model.sharedExperts > 0;
-        after = gpu('router', gpuCost({ kind: 'router', tokens: T }), [...joins, ...inputs], () => `L${l} router`, shared ? undefined : denseRelease);
-        if (shared) after = gpu('sharedExpert', gpuCost({ kind: 'sharedExperts', tokens: T }), [after], () => `L${l} shared experts`, denseRelease);
+        after = gpu(
+          'router',
+          gpuCost({ kind: 'router', tokens: T }),
+          [...joins, ...inputs],
+          () => `L${l} router`,
+          shared ? undefined : denseRelease,
+        );
+        if (shared)
+          after = gpu(
+            'sharedExpert',
+            gpuCost({ kind: 'sharedExperts', tokens: T }),
+            [after],
+            () => `L${l} shared experts`,
+            denseRelease,
+          );
       }
       if (denseRelease) weightRing.released(weightFill, after);
-      if (mi >= 0) experts(l, mi, T, after, c.weightGranularity === 'layer' ? weightTask : -1, c.weightGranularity === 'expert', '');
+      if (mi >= 0)
+        experts(
+          l,
+          mi,
+          T,
+          after,
+          c.weightGranularity === 'layer' ? weightTask : -1,
+          c.weightGranularity === 'expert',
+          '',
+        );
     } else {
       const M = Math.ceil(shape.seqs / c.attnMicroSeqs);
       const size = (m: number) => Math.min(c.attnMicroSeqs, shape.seqs - m * c.attnMicroSeqs);
       const post = (m: number, attnJoin: number): void => {
         const tok = size(m) * nt;
         if (mi < 0) {
-          gpu('denseFfn', gpuCost({ kind: 'denseFfn', tokens: tok }), [attnJoin, weightTask], () => `L${l} m${m} dense FFN`);
+          gpu(
+            'denseFfn',
+            gpuCost({ kind: 'denseFfn', tokens: tok }),
+            [attnJoin, weightTask],
+            () => `L${l} m${m} dense FFN`,
+          );
           return;
         }
-        let after = gpu('router', gpuCost({ kind: 'router', tokens: tok }), [attnJoin, weightTask], () => `L${l} m${m} router`);
-        if (model.sharedExperts > 0) after = gpu('sharedExpert', gpuCost({ kind: 'sharedExperts', tokens: tok }), [after], () => `L${l} m${m} shared experts`);
+        let after = gpu(
+          'router',
+          gpuCost({ kind: 'router', tokens: tok }),
+          [attnJoin, weightTask],
+          () => `L${l} m${m} router`,
+        );
+        if (model.sharedExperts > 0)
+          after = gpu(
+            'sharedExpert',
+            gpuCost({ kind: 'sharedExperts', tokens: tok }),
+            [after],
+            () => `L${l} m${m} shared experts`,
+          );
         experts(l, mi, tok, after, weightTask, false, ` m${m}`);
       };
       if (c.omega === 0) {
@@ -479,7 +630,10 @@ export function buildPassDag(inp: DagInput): PassDag {
       }
     }
     if (c.weightGranularity === 'layer' && weightKey) {
-      weightRing.released(weightFill, barrier('sync', [lastGpu, weightTask], [weightKey], () => `L${l} release layer weights`));
+      weightRing.released(
+        weightFill,
+        barrier('sync', [lastGpu, weightTask], [weightKey], () => `L${l} release layer weights`),
+      );
     }
     layerEnd = lastGpu;
     layerEnds.push(layerEnd);
@@ -489,8 +643,24 @@ export function buildPassDag(inp: DagInput): PassDag {
   const lm = gpu('lmHead', gpuCost({ kind: 'lmHead', tokens: shape.seqs }), [lmInput], () => 'LM head');
   // Every unchained copy feeds a later task in a whole pass and in a truncated one, so the chain
   // tails cover everything; a materialised DAG also joins any task nobody depends on.
-  const finalId = barrier('sync', [lm, lastH2d, lastD2h, lastCpu, ...(onTask ? [] : unchainedTails(tasks))], [], () => 'pass end');
-  return { tasks, finalId, cached, vram, routedTokenSlots, expertLayerPairs, activatedPairs, layersBuilt, moeLayersBuilt, layerEnds };
+  const finalId = barrier(
+    'sync',
+    [lm, lastH2d, lastD2h, lastCpu, ...(onTask ? [] : unchainedTails(tasks))],
+    [],
+    () => 'pass end',
+  );
+  return {
+    tasks,
+    finalId,
+    cached,
+    vram,
+    routedTokenSlots,
+    expertLayerPairs,
+    activatedPairs,
+    layersBuilt,
+    moeLayersBuilt,
+    layerEnds,
+  };
 }
 
 /**

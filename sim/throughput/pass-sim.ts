@@ -63,7 +63,11 @@ export function simulatePass(inp: PassSimInput): PassResult {
   // Static memory (the same terms as vramNeeded / hostNeeded).
   const v = dag.vram;
   const cachedExpertBytes = dag.cached.expertBytes;
-  r.vram.allocate(v.residentBytes + v.cachedBytes - cachedExpertBytes, 'denseWeights', 'embedding, LM head, cached dense modules');
+  r.vram.allocate(
+    v.residentBytes + v.cachedBytes - cachedExpertBytes,
+    'denseWeights',
+    'embedding, LM head, cached dense modules',
+  );
   if (cachedExpertBytes > 0) r.vram.allocate(cachedExpertBytes, 'expertCache', 'cached experts (S_params)');
   if (v.kvResidentBytes > 0) r.vram.allocate(v.kvResidentBytes, 'kvCache', 'GPU-resident KV');
   r.vram.allocate(v.activationBytes, 'activations', 'intermediate state');

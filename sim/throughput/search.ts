@@ -91,15 +91,30 @@ export function powersOfTwoUpTo(max: number, from = 1): number[] {
 }
 
 /** Predicted pass time (ns) of a configuration: critical path under expected (uniform) routing. */
-export function predictPassNs(ctx: Pick<PlanContext, 'model' | 'hardware' | 'cost'>, shape: PassShape, config: PassConfig, o: EstimateOptions = {}): number {
+export function predictPassNs(
+  ctx: Pick<PlanContext, 'model' | 'hardware' | 'cost'>,
+  shape: PassShape,
+  config: PassConfig,
+  o: EstimateOptions = {},
+): number {
   const cost: CostModel = ctx.cost;
-  return estimatePassNs({ model: ctx.model, hardware: ctx.hardware, cost, shape, config, counts: expectedCounts(ctx.model.topK) }, o);
+  return estimatePassNs(
+    { model: ctx.model, hardware: ctx.hardware, cost, shape, config, counts: expectedCounts(ctx.model.topK) },
+    o,
+  );
 }
 
 /** The decode shape a prediction refers to: B sequences at the middle of the output. */
 export function refDecodeShape(w: PlanContext['workload'], B: number, hostSeqs: number): PassShape {
   const reserve = w.promptTokens + w.outputTokens;
-  return { phase: 'decode', seqs: B, newTokens: 1, pastTokens: w.promptTokens + Math.floor(w.outputTokens / 2), hostSeqs, reserveTokens: reserve };
+  return {
+    phase: 'decode',
+    seqs: B,
+    newTokens: 1,
+    pastTokens: w.promptTokens + Math.floor(w.outputTokens / 2),
+    hostSeqs,
+    reserveTokens: reserve,
+  };
 }
 
 /** The largest decode shape of a run (every sequence at its last step): what VRAM must hold. */

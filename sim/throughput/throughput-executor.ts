@@ -133,10 +133,27 @@ export class ThroughputExecutor {
     const base = { policy: policy.name, requests: reqs.length, promptTokens: P, outputTokensMax: maxOut, hardware: hw };
     const cost = this.x.cost;
     const sink = this.x.sink;
-    const ctx: ExecutionContext = { model, hardware: hw, cost, workload: summary, requests: reqs, counts: this.counts, ...(sink ? { sink } : {}) };
-    const result = this.guard('plan', () => policy.plan({ model, hardware: hw, cost, workload: summary, requests: reqs }));
+    const ctx: ExecutionContext = {
+      model,
+      hardware: hw,
+      cost,
+      workload: summary,
+      requests: reqs,
+      counts: this.counts,
+      ...(sink ? { sink } : {}),
+    };
+    const result = this.guard('plan', () =>
+      policy.plan({ model, hardware: hw, cost, workload: summary, requests: reqs }),
+    );
     if (!result.feasible) {
-      const none = { hostBatches: 0, prefill: emptyTotals(), decode: emptyTotals(), endNs: 0, simulatedPasses: 0, memoHits: 0 };
+      const none = {
+        hostBatches: 0,
+        prefill: emptyTotals(),
+        decode: emptyTotals(),
+        endNs: 0,
+        simulatedPasses: 0,
+        memoHits: 0,
+      };
       const empty = { events: 0, peaks: { vram: {}, host: {} }, checks: {}, routing: this.routing };
       return { ...base, feasible: false, infeasibleReason: result.reason, ...none, ...empty };
     }
@@ -151,7 +168,16 @@ export class ThroughputExecutor {
     const { requests, plan: asRun, checks, ...rest } = r;
     const routing = rest.routing ?? this.routing;
     const asPlanned = asRun ?? plan;
-    return { ...base, ...rest, requests: requests ?? reqs.length, feasible: true, plan: asPlanned, endNs: run.endNs, checks: checks ?? {}, routing };
+    return {
+      ...base,
+      ...rest,
+      requests: requests ?? reqs.length,
+      feasible: true,
+      plan: asPlanned,
+      endNs: run.endNs,
+      checks: checks ?? {},
+      routing,
+    };
   }
 
   /** Runs a policy's code: its exceptions become a `PolicyError` naming the policy and the hook. */
@@ -175,7 +201,8 @@ export class ThroughputExecutor {
     const reserve = w.promptTokens + w.outputTokens;
     for (const ph of ['prefill', 'decode'] as const) {
       const pp: PhasePlan = plan[ph];
-      if (!(Number.isSafeInteger(pp.batchSeqs) && pp.batchSeqs >= 1)) fail(`${ph}.batchSeqs must be an integer ≥ 1 (got ${pp.batchSeqs})`);
+      if (!(Number.isSafeInteger(pp.batchSeqs) && pp.batchSeqs >= 1))
+        fail(`${ph}.batchSeqs must be an integer ≥ 1 (got ${pp.batchSeqs})`);
       const problem = passConfigProblem(pp.config, model);
       if (problem) fail(`${ph}: ${problem}`);
       if (pp.config.cpuCores > hw.cpu.cores) fail(`${ph}: cpuCores ${pp.config.cpuCores} > the CPU's ${hw.cpu.cores}`);
@@ -186,10 +213,16 @@ export class ThroughputExecutor {
           ? { phase: ph, seqs, newTokens: w.promptTokens, pastTokens: 0, hostSeqs: N, reserveTokens: reserve }
           : { phase: ph, seqs, newTokens: 1, pastTokens: reserve - 1, hostSeqs: N, reserveTokens: reserve };
       const v = vramNeeded(model, shape, pp.config);
-      if (v.totalBytes > hw.gpu.vramBytes) fail(`${ph} pass needs ${(v.totalBytes / 1e9).toFixed(2)} GB of VRAM, the GPU has ${(hw.gpu.vramBytes / 1e9).toFixed(2)} GB`);
+      if (v.totalBytes > hw.gpu.vramBytes)
+        fail(
+          `${ph} pass needs ${(v.totalBytes / 1e9).toFixed(2)} GB of VRAM, the GPU has ${(hw.gpu.vramBytes / 1e9).toFixed(2)} GB`,
+        );
     }
     const kvGpu = Math.min(plan.prefill.config.kvGpuLayers, plan.decode.config.kvGpuLayers);
     const host = hostNeeded(model, N, reserve, kvGpu);
-    if (host > hw.hostDramBytes) fail(`host batch of ${N} needs ${(host / 1e9).toFixed(1)} GB of host DRAM, the host has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`);
+    if (host > hw.hostDramBytes)
+      fail(
+        `host batch of ${N} needs ${(host / 1e9).toFixed(1)} GB of host DRAM, the host has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`,
+      );
   }
 }

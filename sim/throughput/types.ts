@@ -123,7 +123,9 @@ export interface RunPlan {
   readonly execution?: ExecutionFactory;
 }
 
-export type PlanResult = { readonly feasible: true; readonly plan: RunPlan } | { readonly feasible: false; readonly reason: string };
+export type PlanResult =
+  | { readonly feasible: true; readonly plan: RunPlan }
+  | { readonly feasible: false; readonly reason: string };
 
 /** What a policy knows about the workload when it plans. */
 export interface WorkloadSummary {

@@ -37,15 +37,33 @@ interface Message {
   sessionId?: string;
 }
 
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'];
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-dev-shm-usage',
+];
 
 /**
  * Loads `file` in a fresh Chromium profile and reports what it did; `probe` is a JavaScript
  * expression (evaluated by the test harness, after everything else is counted) whose value is returned.
  */
-export async function watchPage(bin: string, file: string, probe: string, settleMs = 2_000, timeoutMs = 60_000): Promise<PageWatch> {
+export async function watchPage(
+  bin: string,
+  file: string,
+  probe: string,
+  settleMs = 2_000,
+  timeoutMs = 60_000,
+): Promise<PageWatch> {
   const profile = mkdtempSync(path.join(tmpdir(), 'moesim-cdp-'));
-  const child = spawn(bin, [...FLAGS, '--remote-debugging-pipe', `--user-data-dir=${profile}`, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  const child = spawn(bin, [...FLAGS, '--remote-debugging-pipe', `--user-data-dir=${profile}`, 'about:blank'], {
+    stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
+  });
   child.stderr!.resume();
   const toChrome = child.stdio[3] as Writable;
   const fromChrome = child.stdio[4] as Readable;
@@ -67,7 +85,11 @@ export async function watchPage(bin: string, file: string, probe: string, settle
       } else for (const l of listeners) l(msg);
     }
   });
-  const send = (method: string, params: Record<string, unknown> = {}, sessionId?: string): Promise<Record<string, any>> =>
+  const send = (
+    method: string,
+    params: Record<string, unknown> = {},
+    sessionId?: string,
+  ): Promise<Record<string, any>> =>
     new Promise((resolve, reject) => {
       const id = nextId++;
       pending.set(id, { resolve, reject });
@@ -79,7 +101,12 @@ export async function watchPage(bin: string, file: string, probe: string, settle
     const { targetInfos } = await send('Target.getTargets');
     const target = (targetInfos as { type: string; targetId: string }[]).find((t) => t.type === 'page')!;
     const { sessionId } = await send('Target.attachToTarget', { targetId: target.targetId, flatten: true });
-    const watch = { scripts: [] as string[], navigations: [] as string[], requests: [] as string[], probe: undefined as unknown };
+    const watch = {
+      scripts: [] as string[],
+      navigations: [] as string[],
+      requests: [] as string[],
+      probe: undefined as unknown,
+    };
     let loaded = false;
     let onLoad!: () => void;
     const load = new Promise<void>((r) => (onLoad = r));
@@ -97,7 +124,8 @@ export async function watchPage(bin: string, file: string, probe: string, settle
         }
       } else if (m.method === 'Network.requestWillBeSent') {
         const url: string = p.request.url;
-        if (!url.startsWith('data:') && !(url === pageUrl && !loaded) && !watch.requests.includes(url)) watch.requests.push(url);
+        if (!url.startsWith('data:') && !(url === pageUrl && !loaded) && !watch.requests.includes(url))
+          watch.requests.push(url);
       } else if (m.method === 'Page.frameRequestedNavigation' || (m.method === 'Page.frameNavigated' && loaded)) {
         watch.navigations.push(p.url ?? p.frame?.url);
       } else if (m.method === 'Page.loadEventFired') {
@@ -108,16 +136,25 @@ export async function watchPage(bin: string, file: string, probe: string, settle
     for (const domain of ['Page.enable', 'Network.enable', 'Debugger.enable']) await send(domain, {}, sessionId);
     await send('Fetch.enable', { patterns: [{ urlPattern: '*' }] }, sessionId);
     await send('Page.navigate', { url: pageUrl }, sessionId);
-    await Promise.race([load, new Promise((_r, reject) => setTimeout(() => reject(new Error(`no load event for ${pageUrl}`)), timeoutMs / 2))]);
+    await Promise.race([
+      load,
+      new Promise((_r, reject) => setTimeout(() => reject(new Error(`no load event for ${pageUrl}`)), timeoutMs / 2)),
+    ]);
     await new Promise((r) => setTimeout(r, settleMs));
     // Our own evaluation compiles a script too: count the page's first.
     const counted = { scripts: [...watch.scripts], navigations: [...watch.navigations], requests: [...watch.requests] };
-    const { result } = await send('Runtime.evaluate', { expression: `JSON.stringify(${probe})`, returnByValue: true }, sessionId);
+    const { result } = await send(
+      'Runtime.evaluate',
+      { expression: `JSON.stringify(${probe})`, returnByValue: true },
+      sessionId,
+    );
     return { ...counted, probe: JSON.parse(result.value as string) };
   } finally {
     clearTimeout(timer);
     send('Browser.close').catch(() => undefined);
-    const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r())));
+    const exited = new Promise<void>((r) =>
+      child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r()),
+    );
     const kill = setTimeout(() => child.kill('SIGKILL'), 5_000);
     await exited;
     clearTimeout(kill);

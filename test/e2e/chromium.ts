@@ -17,7 +17,9 @@ export function findChromium(): { bin: string } | { missing: string } {
     accessSync(bin, constants.X_OK);
     return { bin };
   } catch {
-    return { missing: `no Chromium at ${bin} (install Debian's chromium package, or set MOESIM_CHROMIUM to a Chromium binary)` };
+    return {
+      missing: `no Chromium at ${bin} (install Debian's chromium package, or set MOESIM_CHROMIUM to a Chromium binary)`,
+    };
   }
 }
 
@@ -38,7 +40,9 @@ const FLAGS = [
 function run(bin: string, file: string, extra: readonly string[], timeoutMs: number): Promise<string> {
   const profile = mkdtempSync(path.join(tmpdir(), 'moesim-chromium-'));
   return new Promise<string>((resolve, reject) => {
-    const child = spawn(bin, [...FLAGS, `--user-data-dir=${profile}`, ...extra, pathToFileURL(file).href], { timeout: timeoutMs });
+    const child = spawn(bin, [...FLAGS, `--user-data-dir=${profile}`, ...extra, pathToFileURL(file).href], {
+      timeout: timeoutMs,
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -52,9 +56,17 @@ function run(bin: string, file: string, extra: readonly string[], timeoutMs: num
 }
 
 /** The DOM after the page has loaded (and any script would have run), serialised. */
-export const dumpDom = (bin: string, file: string, timeoutMs = 60_000): Promise<string> => run(bin, file, ['--dump-dom'], timeoutMs);
+export const dumpDom = (bin: string, file: string, timeoutMs = 60_000): Promise<string> =>
+  run(bin, file, ['--dump-dom'], timeoutMs);
 
 /** A PNG screenshot of the top `width` × `height` pixels of the page. */
-export async function screenshot(bin: string, file: string, png: string, width = 1280, height = 2000, timeoutMs = 60_000): Promise<void> {
+export async function screenshot(
+  bin: string,
+  file: string,
+  png: string,
+  width = 1280,
+  height = 2000,
+  timeoutMs = 60_000,
+): Promise<void> {
   await run(bin, file, [`--window-size=${width},${height}`, `--screenshot=${png}`], timeoutMs);
 }

@@ -16,9 +16,14 @@ import { REPO_ROOT, runCli, runProcess, tempDir } from '../helpers/cli.ts';
 const NPM = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
 function skipReason(): string | undefined {
-  if (process.env['MOESIM_PACK_TEST'] !== '1') return 'set MOESIM_PACK_TEST=1 to pack moesim and install it into a new project';
-  const ping = spawnSync(NPM, ['ping', '--fetch-timeout=8000', '--fetch-retries=0'], { encoding: 'utf8', timeout: 20_000 });
-  if (ping.status !== 0) return `npm cannot reach the registry (npm ping: ${(ping.stderr || ping.stdout || 'no answer').trim().split('\n').pop()})`;
+  if (process.env['MOESIM_PACK_TEST'] !== '1')
+    return 'set MOESIM_PACK_TEST=1 to pack moesim and install it into a new project';
+  const ping = spawnSync(NPM, ['ping', '--fetch-timeout=8000', '--fetch-retries=0'], {
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  if (ping.status !== 0)
+    return `npm cannot reach the registry (npm ping: ${(ping.stderr || ping.stdout || 'no answer').trim().split('\n').pop()})`;
   return undefined;
 }
 
@@ -44,7 +49,12 @@ describe.skipIf(reason !== undefined)('a plugin project with moesim installed fr
     expect(install.status, install.stderr).toBe(0);
 
     const [exp, test] = await Promise.all([
-      runProcess('npx', ['--no-install', 'moesim', 'experiment', 'pack-probe.yaml', '--out', 'out', '--jobs', '1', '--no-progress'], proj, 120_000),
+      runProcess(
+        'npx',
+        ['--no-install', 'moesim', 'experiment', 'pack-probe.yaml', '--out', 'out', '--jobs', '1', '--no-progress'],
+        proj,
+        120_000,
+      ),
       runProcess(NPM, ['test'], proj, 120_000),
     ]);
     expect(exp.status, exp.stderr).toBe(0);

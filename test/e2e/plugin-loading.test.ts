@@ -49,7 +49,9 @@ describe('plugins from a folder with no package.json', () => {
       'b.js': plugin('js-plugin'),
       'cfg.yaml': config(['path: ./a.ts', 'path: ./b.js']),
     });
-    const r = await runCliAsync(['experiment', path.join(dir, 'cfg.yaml'), '--out', path.join(dir, 'out')], { timeoutMs: 90_000 });
+    const r = await runCliAsync(['experiment', path.join(dir, 'cfg.yaml'), '--out', path.join(dir, 'out')], {
+      timeoutMs: 90_000,
+    });
     expect(r.stderr).not.toMatch(/cycle/);
     expect(r.status, r.stderr).toBe(0);
     const results = readFileSync(path.join(dir, 'out/results.json'), 'utf8');
@@ -58,17 +60,34 @@ describe('plugins from a folder with no package.json', () => {
   }, 120_000);
 
   const cases: [string, string, RegExp][] = [
-    ['incompatible apiVersion', plugin('old-api', 'apiVersion: 99,'), /plugin 'old-api'.*apiVersion.*99.*expects apiVersion 1/],
-    ['hook that is not a function', plugin('bad-hook', '', 'onLayerDone: 5,'), /plugin 'bad-hook'.*hook 'onLayerDone' must be a function/],
-    ['params the schema rejects', plugin('strict-params'), /policies\[0\]\.slots: plugin 'strict-params' params: .*expected number/],
+    [
+      'incompatible apiVersion',
+      plugin('old-api', 'apiVersion: 99,'),
+      /plugin 'old-api'.*apiVersion.*99.*expects apiVersion 1/,
+    ],
+    [
+      'hook that is not a function',
+      plugin('bad-hook', '', 'onLayerDone: 5,'),
+      /plugin 'bad-hook'.*hook 'onLayerDone' must be a function/,
+    ],
+    [
+      'params the schema rejects',
+      plugin('strict-params'),
+      /policies\[0\]\.slots: plugin 'strict-params' params: .*expected number/,
+    ],
   ];
   for (const [what, text, expected] of cases) {
     it(`an error for plugin authors, one line, exit 2: ${what}`, async () => {
       const entry = what.startsWith('params') ? 'path: ./p.ts\n    params: { slots: -1 }' : 'path: ./p.ts';
       const dir = world({ 'p.ts': text, 'cfg.yaml': config([entry]) });
-      const r = await runCliAsync(['experiment', path.join(dir, 'cfg.yaml'), '--out', path.join(dir, 'out')], { timeoutMs: 90_000 });
+      const r = await runCliAsync(['experiment', path.join(dir, 'cfg.yaml'), '--out', path.join(dir, 'out')], {
+        timeoutMs: 90_000,
+      });
       expect(r.status, r.stderr).toBe(2);
-      const lines = r.stderr.trim().split('\n').filter((l) => l.startsWith('moesim:'));
+      const lines = r.stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('moesim:'));
       expect(lines).toHaveLength(1);
       expect(lines[0]).toMatch(expected);
     }, 120_000);

@@ -35,61 +35,71 @@ const HOSTILE_SVG: Readonly<Record<string, string>> = {
   'form.svg': `<svg xmlns="http://www.w3.org/2000/svg"><foreignObject width="99" height="99"><form xmlns="http://www.w3.org/1999/xhtml" action="jav&#x61;script:${JS}"><button id="go">go</button></form></foreignObject></svg>`,
   'links.svg': `<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"><style>@import url(${EXTERNAL}/css);</style><image href="${EXTERNAL}/img" width="9" height="9"/><use xlink:href="${EXTERNAL}/use.svg#a"/><a href="javascript:${JS}"><text y="9">x</text></a><animate attributeName="href" to="javascript:${JS}"/><iframe src="${EXTERNAL}/frame"/></svg>`,
   'entity.svg': `<?xml version="1.0"?><!DOCTYPE svg [<!ENTITY x "<script>${JS}</script>">]><svg xmlns="http://www.w3.org/2000/svg">&x;</svg>`,
-  '"><img src=x onerror="document.title=1">.svg': '<svg xmlns="http://www.w3.org/2000/svg"><rect width="9" height="9"/></svg>',
+  '"><img src=x onerror="document.title=1">.svg':
+    '<svg xmlns="http://www.w3.org/2000/svg"><rect width="9" height="9"/></svg>',
 };
 
-describe.skipIf(skip !== '')(`a report over a hostile folder in Chromium (DevTools protocol)${skip ? ` (${skip})` : ''}`, () => {
-  const dir = tempDir('report-hostile');
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const watched: Record<'report' | 'noCsp' | 'control', PageWatch> = {} as never;
-  const probe = `({ title: document.title, href: location.href,
+describe.skipIf(skip !== '')(
+  `a report over a hostile folder in Chromium (DevTools protocol)${skip ? ` (${skip})` : ''}`,
+  () => {
+    const dir = tempDir('report-hostile');
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    const watched: Record<'report' | 'noCsp' | 'control', PageWatch> = {} as never;
+    const probe = `({ title: document.title, href: location.href,
     scripts: document.scripts.length,
     handlers: [...document.querySelectorAll('*')].filter((e) => [...e.attributes].some((a) => /^on/i.test(a.name))).length,
     forbidden: document.querySelectorAll('form, iframe, object, embed, foreignObject, body meta, base, link, use, image').length,
     svgInline: document.querySelectorAll('svg').length, images: document.querySelectorAll('img').length })`;
 
-  beforeAll(async () => {
-    const bin = (chromium as { bin: string }).bin;
-    const out = await runTinyExperiment(dir);
-    for (const [name, svg] of Object.entries(HOSTILE_SVG)) writeFileSync(path.join(out, name), svg);
-    writeFileSync(path.join(out, 'notes.html'), `<script>${JS}</script>`);
-    writeFileSync(path.join(out, 'timeline-1"><script>x<b onclick=x>.json'), '{}');
-    const results = JSON.parse(readFileSync(path.join(out, 'results.json'), 'utf8'));
-    results.runs[0].params['workload.<b onmouseover=x>'] = `<img src=x onerror="${JS}">`;
-    results.runs[1].params['workload.<b onmouseover=x>'] = '</td></table><script>x</script>';
-    results.runs[0].metrics.feasible = false;
-    results.runs[0].metrics.infeasibleReason = `<svg onload="${JS}">`;
-    writeFileSync(path.join(out, 'results.json'), JSON.stringify(results));
-    const report = await writeReport(out);
-    const noCsp = path.join(out, 'report-no-csp.html');
-    writeFileSync(noCsp, readFileSync(report, 'utf8').replace(/<meta http-equiv="Content-Security-Policy"[^>]*>/, ''));
-    const control = path.join(out, 'control.html');
-    writeFileSync(control, `<html><body><script>document.title='ran'</script><img src="${EXTERNAL}/ctl"><meta http-equiv="refresh" content="0;url=./notes.html"></body></html>`);
-    // One after the other: the machine is shared.
-    watched.report = await watchPage(bin, report, probe);
-    watched.noCsp = await watchPage(bin, noCsp, probe);
-    watched.control = await watchPage(bin, control, probe);
-  }, 240_000);
+    beforeAll(async () => {
+      const bin = (chromium as { bin: string }).bin;
+      const out = await runTinyExperiment(dir);
+      for (const [name, svg] of Object.entries(HOSTILE_SVG)) writeFileSync(path.join(out, name), svg);
+      writeFileSync(path.join(out, 'notes.html'), `<script>${JS}</script>`);
+      writeFileSync(path.join(out, 'timeline-1"><script>x<b onclick=x>.json'), '{}');
+      const results = JSON.parse(readFileSync(path.join(out, 'results.json'), 'utf8'));
+      results.runs[0].params['workload.<b onmouseover=x>'] = `<img src=x onerror="${JS}">`;
+      results.runs[1].params['workload.<b onmouseover=x>'] = '</td></table><script>x</script>';
+      results.runs[0].metrics.feasible = false;
+      results.runs[0].metrics.infeasibleReason = `<svg onload="${JS}">`;
+      writeFileSync(path.join(out, 'results.json'), JSON.stringify(results));
+      const report = await writeReport(out);
+      const noCsp = path.join(out, 'report-no-csp.html');
+      writeFileSync(
+        noCsp,
+        readFileSync(report, 'utf8').replace(/<meta http-equiv="Content-Security-Policy"[^>]*>/, ''),
+      );
+      const control = path.join(out, 'control.html');
+      writeFileSync(
+        control,
+        `<html><body><script>document.title='ran'</script><img src="${EXTERNAL}/ctl"><meta http-equiv="refresh" content="0;url=./notes.html"></body></html>`,
+      );
+      // One after the other: the machine is shared.
+      watched.report = await watchPage(bin, report, probe);
+      watched.noCsp = await watchPage(bin, noCsp, probe);
+      watched.control = await watchPage(bin, control, probe);
+    }, 240_000);
 
-  it('the watcher sees a script, a navigation and a request in a page that has them', () => {
-    expect(watched.control.scripts.length).toBeGreaterThan(0);
-    expect(watched.control.navigations.length).toBeGreaterThan(0);
-    expect(watched.control.requests.some((u) => u.startsWith(EXTERNAL))).toBe(true);
-  });
-
-  for (const which of ['report', 'noCsp'] as const) {
-    it(`${which === 'report' ? 'the report' : 'the report without its CSP'}: no script, no navigation, no request`, () => {
-      const w = watched[which];
-      expect(w.scripts).toEqual([]);
-      expect(w.navigations).toEqual([]);
-      expect(w.requests).toEqual([]);
-      const p = w.probe as Record<string, unknown>;
-      expect(p.title).toBe(`${HOSTILE_NAME} — moesim report`);
-      expect(p.href).toMatch(/report(-no-csp)?\.html$/);
-      expect(p).toMatchObject({ scripts: 0, handlers: 0, forbidden: 0 });
-      // The config's plot drawn by Vega inline; every SVG file of the folder an image.
-      expect(p.svgInline).toBe(1);
-      expect(p.images).toBe(Object.keys(HOSTILE_SVG).length - 1);
+    it('the watcher sees a script, a navigation and a request in a page that has them', () => {
+      expect(watched.control.scripts.length).toBeGreaterThan(0);
+      expect(watched.control.navigations.length).toBeGreaterThan(0);
+      expect(watched.control.requests.some((u) => u.startsWith(EXTERNAL))).toBe(true);
     });
-  }
-});
+
+    for (const which of ['report', 'noCsp'] as const) {
+      it(`${which === 'report' ? 'the report' : 'the report without its CSP'}: no script, no navigation, no request`, () => {
+        const w = watched[which];
+        expect(w.scripts).toEqual([]);
+        expect(w.navigations).toEqual([]);
+        expect(w.requests).toEqual([]);
+        const p = w.probe as Record<string, unknown>;
+        expect(p.title).toBe(`${HOSTILE_NAME} — moesim report`);
+        expect(p.href).toMatch(/report(-no-csp)?\.html$/);
+        expect(p).toMatchObject({ scripts: 0, handlers: 0, forbidden: 0 });
+        // The config's plot drawn by Vega inline; every SVG file of the folder an image.
+        expect(p.svgInline).toBe(1);
+        expect(p.images).toBe(Object.keys(HOSTILE_SVG).length - 1);
+      });
+    }
+  },
+);

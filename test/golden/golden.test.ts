@@ -72,7 +72,9 @@ describe('golden experiment summaries', () => {
       return;
     }
     if (!existsSync(expectedFile)) {
-      throw new Error(`no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden, check the output, and commit ${path.relative(process.cwd(), expectedFile)}`);
+      throw new Error(
+        `no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden, check the output, and commit ${path.relative(process.cwd(), expectedFile)}`,
+      );
     }
     const expected: unknown = JSON.parse(readFileSync(expectedFile, 'utf8'));
     expect(summary).toEqual(expected);

@@ -29,7 +29,14 @@ const UPDATE = process.env.UPDATE_GOLDEN === '1';
 export function serialiseRuns(config: string, runs: readonly RunRecord[]): string {
   const summary = {
     config,
-    runs: runs.map((r) => ({ policy: r.policy, params: r.params, seed: r.seed, metrics: r.metrics, relative: r.relative, sim: r.sim })),
+    runs: runs.map((r) => ({
+      policy: r.policy,
+      params: r.params,
+      seed: r.seed,
+      metrics: r.metrics,
+      relative: r.relative,
+      sim: r.sim,
+    })),
   };
   return `${JSON.stringify(summary, null, 2)}\n`;
 }
@@ -55,7 +62,9 @@ describe('exact goldens of the reproduced systems', () => {
         return;
       }
       if (!existsSync(expectedFile)) {
-        throw new Error(`no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/systems.test.ts and commit ${path.relative(process.cwd(), expectedFile)}`);
+        throw new Error(
+          `no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/systems.test.ts and commit ${path.relative(process.cwd(), expectedFile)}`,
+        );
       }
       const expected = readFileSync(expectedFile, 'utf8');
       // Byte-equal; on a mismatch, the parsed comparison shows where.

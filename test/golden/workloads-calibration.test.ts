@@ -28,7 +28,10 @@ import { sharedData } from '../helpers/shared-data.ts';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(here, '../..');
 // The unlicensed real traces are read only where they lie (../shared, beside the checkout).
-const shared = sharedData('traces/real/mixtral-8x7b-fp8_speculative-moe.jsonl.gz', 'traces/real/deepseek-v2-lite_moe-beyond_prefill.jsonl.gz');
+const shared = sharedData(
+  'traces/real/mixtral-8x7b-fp8_speculative-moe.jsonl.gz',
+  'traces/real/deepseek-v2-lite_moe-beyond_prefill.jsonl.gz',
+);
 const REAL = shared.path('traces/real');
 const present = shared.present;
 
@@ -52,7 +55,10 @@ function flat(s: ExtendedTraceStats): Record<string, number> {
 
 function twin(profile: Profile, shapes: readonly RequestShape[], seed: number): ExtendedTraceStats {
   const streams = new RngStreams(seed);
-  const routing = new SyntheticRouting(new SyntheticModel(profile.model, profile.knobs), `synthetic:${seedFrom(streams.stream('routing'))}`);
+  const routing = new SyntheticRouting(
+    new SyntheticModel(profile.model, profile.knobs),
+    `synthetic:${seedFrom(streams.stream('routing'))}`,
+  );
   return statsOf(profile.model, generateRequests(routing, shapes));
 }
 
@@ -66,7 +72,8 @@ function compare(real: ExtendedTraceStats, twins: ExtendedTraceStats[]): string[
     const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
     const sd = xs.length > 1 ? Math.sqrt(xs.reduce((a, x) => a + (x - mean) ** 2, 0) / (xs.length - 1)) : 0;
     const tol = Math.max(0.05, 3 * sd);
-    if (!(Math.abs(mean - value) <= tol)) failures.push(`${key}: real ${value.toFixed(4)}, twin ${mean.toFixed(4)} (tolerance ${tol.toFixed(3)})`);
+    if (!(Math.abs(mean - value) <= tol))
+      failures.push(`${key}: real ${value.toFixed(4)}, twin ${mean.toFixed(4)} (tolerance ${tol.toFixed(3)})`);
   }
   return failures;
 }
@@ -81,7 +88,11 @@ describe.skipIf(!present)(shared.title('calibrated twins of the real traces'), (
     it(`${c.file}: the shipped profile "${c.profile}" reproduces every statistic`, async () => {
       const { requests, info } = await readTraceFile(path.join(REAL, c.file), { scores: false });
       const { profile } = await loadProfile(c.profile);
-      expect(profile.model).toMatchObject({ moeLayers: info.header.model.moeLayers, experts: info.header.model.experts, topK: info.header.model.topK });
+      expect(profile.model).toMatchObject({
+        moeLayers: info.header.model.moeLayers,
+        experts: info.header.model.experts,
+        topK: info.header.model.topK,
+      });
       const real = statsOf(info.header.model, requests);
       const shapes = requests.map(shapeOf);
       const twins = Array.from({ length: c.seeds }, (_, i) => twin(profile, shapes, i + 1));
@@ -101,7 +112,12 @@ describe.skipIf(!present)(shared.title('calibrated twins of the real traces'), (
 
 describe('the OLMoE aggregate (shipped, Apache-2.0) and its fitted profile', () => {
   it('pooled popularity entropy, top-10 % share and rank-aligned successor rates within 0.05; corpora differ as much as in the aggregate', async () => {
-    const r = await aggregateTwin(path.join(REPO, 'traces/olmoe-routing-aggregates.json.gz'), 'OLMoE-1B-7B-0924', 'olmoe', { requestsPerCorpus: 8 });
+    const r = await aggregateTwin(
+      path.join(REPO, 'traces/olmoe-routing-aggregates.json.gz'),
+      'OLMoE-1B-7B-0924',
+      'olmoe',
+      { requestsPerCorpus: 8 },
+    );
     const twinPooled = r.twin!.pooled;
     r.real.pooled.entropy.forEach((h, i) => expect(Math.abs(twinPooled.entropy[i]! - h)).toBeLessThan(0.05));
     r.real.pooled.top10Share.forEach((s, i) => expect(Math.abs(twinPooled.top10Share[i]! - s)).toBeLessThan(0.05));
@@ -110,6 +126,7 @@ describe('the OLMoE aggregate (shipped, Apache-2.0) and its fitted profile', () 
       return ds.reduce((a, b) => a + b, 0) / ds.length;
     };
     expect(Math.abs(deficit(r.twin!) - deficit(r.real))).toBeLessThan(0.02);
-    for (const [pair, v] of Object.entries(r.real.pooled.rankAligned)) expect(Math.abs(twinPooled.rankAligned[pair]! - v)).toBeLessThan(0.05);
+    for (const [pair, v] of Object.entries(r.real.pooled.rankAligned))
+      expect(Math.abs(twinPooled.rankAligned[pair]! - v)).toBeLessThan(0.05);
   });
 });

@@ -21,7 +21,12 @@ const BIN = path.join(REPO_ROOT, 'bin/moesim.mjs');
 const ENV = { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1' };
 
 export function runCli(args: readonly string[], o: { timeoutMs?: number } = {}): CliResult {
-  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: REPO_ROOT, encoding: 'utf8', timeout: o.timeoutMs ?? 120_000, env: ENV });
+  const r = spawnSync(process.execPath, [BIN, ...args], {
+    cwd: REPO_ROOT,
+    encoding: 'utf8',
+    timeout: o.timeoutMs ?? 120_000,
+    env: ENV,
+  });
   if (r.error) throw r.error;
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }

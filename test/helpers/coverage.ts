@@ -55,13 +55,23 @@ export class CoverageTally {
     console.log(this.line());
     expect(this.worlds, `coverage ${this.property}: no world ran`).toBeGreaterThan(0);
     for (const k of keys) {
-      expect(this.share(k), `coverage ${this.property}: '${k}' occurred in too few worlds (${this.line()})`).toBeGreaterThanOrEqual(min);
+      expect(
+        this.share(k),
+        `coverage ${this.property}: '${k}' occurred in too few worlds (${this.line()})`,
+      ).toBeGreaterThanOrEqual(min);
     }
   }
 }
 
 /** Behaviours of a serving run that the serving invariants guard. */
-export const SERVING_BEHAVIOURS = ['prefetch', 'cancel', 'cancelMidway', 'eviction', 'split', 'encoderDecoder'] as const;
+export const SERVING_BEHAVIOURS = [
+  'prefetch',
+  'cancel',
+  'cancelMidway',
+  'eviction',
+  'split',
+  'encoderDecoder',
+] as const;
 export type ServingBehaviour = (typeof SERVING_BEHAVIOURS)[number];
 
 /**
@@ -114,7 +124,12 @@ export class ServingCoverage implements TraceSink {
     for (const i of this.releases) {
       // i: the record of the release (a decrease); i − 1 the level before it; i + 1 the next allocation.
       if (i < 1 || i + 1 >= L.length) continue;
-      if (L[i - 1]! >= full && L[i]! < L[i - 1]! && L[i + 1]! > L[i]! && this.cacheTimes[i + 1] === this.cacheTimes[i]) {
+      if (
+        L[i - 1]! >= full &&
+        L[i]! < L[i - 1]! &&
+        L[i + 1]! > L[i]! &&
+        this.cacheTimes[i + 1] === this.cacheTimes[i]
+      ) {
         this.seen.add('eviction');
         break;
       }

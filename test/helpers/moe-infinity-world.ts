@@ -15,7 +15,15 @@ import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts
 /** `base` with every layer an MoE layer of `E` experts, top-`k`, `L` layers. */
 export function smallModel(base: string, L: number, E: number, k: number): ModelProfile {
   const m = loadModel(base);
-  const input = { ...m, layers: L, moeLayers: L, moeLayerIndices: Array.from({ length: L }, (_, i) => i), experts: E, topK: k, details: { ...m.details, decoderLayers: L } };
+  const input = {
+    ...m,
+    layers: L,
+    moeLayers: L,
+    moeLayerIndices: Array.from({ length: L }, (_, i) => i),
+    experts: E,
+    topK: k,
+    details: { ...m.details, decoderLayers: L },
+  };
   return { ...input, id: `${base}-small-${L}l${E}e${k}k`, derived: deriveModel(input) };
 }
 
@@ -70,13 +78,27 @@ export function servingWorldFields(requests: { min: number; max: number }) {
  * with lengths uniform in 1…promptMax / 1…outputMax, Poisson at `ratePerS` (all at time 0
  * without), routed by `clusteredRouting` with top-min(k, E).
  */
-export function smallWorkload(w: { L: number; E: number; k: number; requests: number; ratePerS: number | undefined; promptMax: number; outputMax: number; seed: number }): Workload {
+export function smallWorkload(w: {
+  L: number;
+  E: number;
+  k: number;
+  requests: number;
+  ratePerS: number | undefined;
+  promptMax: number;
+  outputMax: number;
+  seed: number;
+}): Workload {
   const k = Math.min(w.k, w.E);
   const rng = new Rng(`world-${w.seed}`);
   let tS = 0;
   const requests: RequestSpec[] = Array.from({ length: w.requests }, (_, id) => {
     if (w.ratePerS !== undefined) tS += rng.exponential(1 / w.ratePerS);
-    return { id, arrivalNs: Math.round(tS * 1e9) as Ns, promptTokens: 1 + rng.int(w.promptMax), outputTokens: 1 + rng.int(w.outputMax) };
+    return {
+      id,
+      arrivalNs: Math.round(tS * 1e9) as Ns,
+      promptTokens: 1 + rng.int(w.promptMax),
+      outputTokens: 1 + rng.int(w.outputMax),
+    };
   });
   return { requests, routing: clusteredRouting(w.L, w.E, k, w.seed), describe: 'clustered' };
 }

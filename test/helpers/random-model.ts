@@ -38,7 +38,16 @@ export function randomModel(r: RandomModelShape, idPrefix: string): ModelProfile
     denseIntermediateSize: dense > 0 ? 2 * r.inter : 0,
     ffnMatrices: 3,
     attention: r.mla
-      ? { type: 'MLA', heads, kvHeads: heads, headDim: 96, kvLoraRank: 128, ropeHeadDim: 32, vHeadDim: 64, qLoraRank: 256 }
+      ? {
+          type: 'MLA',
+          heads,
+          kvHeads: heads,
+          headDim: 96,
+          kvLoraRank: 128,
+          ropeHeadDim: 32,
+          vHeadDim: 64,
+          qLoraRank: 256,
+        }
       : { type: 'GQA', heads, kvHeads: Math.max(1, heads / 2), headDim: 64 },
     vocabSize: r.vocab ?? 500,
     tiedEmbeddings: false,

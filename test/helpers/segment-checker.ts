@@ -15,7 +15,13 @@
  *     flagged);
  * (d) every request emits all its tokens, in order.
  */
-import type { MemoryRecord, PacketRecord, RequestPhase, TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
+import type {
+  MemoryRecord,
+  PacketRecord,
+  RequestPhase,
+  TraceSink,
+  TransferRecord,
+} from '../../sim/observe/trace-sink.ts';
 import type { ServingOutcome } from '../../sim/serving/serving-executor.ts';
 
 const LABEL = /^expert M(\d+)E(\d+)(?: (top|bottom))?$/;
@@ -50,7 +56,8 @@ export class SegmentChecker implements TraceSink {
   }
 
   onMemory(r: MemoryRecord): void {
-    if (r.usedBytes > r.capacityBytes) this.fail(`t=${r.timeNs} ${r.pool}: used ${r.usedBytes} > capacity ${r.capacityBytes}`);
+    if (r.usedBytes > r.capacityBytes)
+      this.fail(`t=${r.timeNs} ${r.pool}: used ${r.usedBytes} > capacity ${r.capacityBytes}`);
     let c = this.cats.get(r.pool);
     if (!c) this.cats.set(r.pool, (c = new Map()));
     c.set(r.category, r.categoryUsedBytes);
@@ -81,7 +88,8 @@ export class SegmentChecker implements TraceSink {
     this.computes++;
     if (piece >= 2 * this.span) this.bottomComputes++;
     else if (piece >= this.span) this.topComputes++;
-    if (!this.resident.has(piece) || !resident) this.fail(`t=${timeNs}: piece ${piece} computed before its bytes were resident`);
+    if (!this.resident.has(piece) || !resident)
+      this.fail(`t=${timeNs}: piece ${piece} computed before its bytes were resident`);
   }
 
   onPacket(r: PacketRecord): void {
@@ -107,7 +115,8 @@ export class SegmentChecker implements TraceSink {
     const key = Number(m[1]) * this.experts + Number(m[2]);
     const piece = m[3] === 'top' ? key + this.span : m[3] === 'bottom' ? key + 2 * this.span : key;
     if (m[3] === undefined && r.bytes !== this.bytesPerExpert) this.fail(`whole transfer of ${key} is ${r.bytes} B`);
-    if (m[3] !== undefined && !(r.bytes > 0 && r.bytes < this.bytesPerExpert + 1)) this.fail(`segment transfer ${r.label} of ${r.bytes} B`);
+    if (m[3] !== undefined && !(r.bytes > 0 && r.bytes < this.bytesPerExpert + 1))
+      this.fail(`segment transfer ${r.label} of ${r.bytes} B`);
     if (r.outcome === 'done') this.arrived.set(piece, (this.arrived.get(piece) ?? 0) + 1);
   }
 
@@ -116,12 +125,17 @@ export class SegmentChecker implements TraceSink {
   }
 
   finish(o: ServingOutcome): string[] {
-    for (const pool of [o.resources.vram, o.resources.host]) if (pool.peakBytes > pool.capacityBytes) this.fail(`${pool.name} peak over capacity`);
+    for (const pool of [o.resources.vram, o.resources.host])
+      if (pool.peakBytes > pool.capacityBytes) this.fail(`${pool.name} peak over capacity`);
     const h2d = o.resources.h2d;
-    if (this.h2dPackets !== this.h2dAccounted) this.fail(`h2d packets ${this.h2dPackets} ≠ done + cancelled-sent ${this.h2dAccounted}`);
+    if (this.h2dPackets !== this.h2dAccounted)
+      this.fail(`h2d packets ${this.h2dPackets} ≠ done + cancelled-sent ${this.h2dAccounted}`);
     if (h2d.bytesMoved !== this.h2dPackets) this.fail(`h2d bytesMoved ${h2d.bytesMoved} ≠ packets ${this.h2dPackets}`);
-    for (const [piece, n] of this.arrived) if (n > 0) this.fail(`${n} completed transfer(s) of piece ${piece} never made it resident`);
-    for (const r of o.requests) if ((this.tokens.get(r.id) ?? 0) !== r.outputTokens) this.fail(`request ${r.id}: ${this.tokens.get(r.id) ?? 0} tokens of ${r.outputTokens}`);
+    for (const [piece, n] of this.arrived)
+      if (n > 0) this.fail(`${n} completed transfer(s) of piece ${piece} never made it resident`);
+    for (const r of o.requests)
+      if ((this.tokens.get(r.id) ?? 0) !== r.outputTokens)
+        this.fail(`request ${r.id}: ${this.tokens.get(r.id) ?? 0} tokens of ${r.outputTokens}`);
     return this.violations();
   }
 }

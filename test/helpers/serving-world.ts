@@ -46,7 +46,9 @@ export function shrinkModel(id: string, s: Shrink | null): ModelProfile {
   const layers = encDec ? 2 * s.layers : s.layers;
   const denseLeading = Math.min(s.denseLeading, s.layers - 1);
   const stacks = encDec ? [0, s.layers] : [0];
-  const moeLayerIndices = stacks.flatMap((o) => Array.from({ length: s.layers - denseLeading }, (_, i) => o + denseLeading + i));
+  const moeLayerIndices = stacks.flatMap((o) =>
+    Array.from({ length: s.layers - denseLeading }, (_, i) => o + denseLeading + i),
+  );
   const experts = s.experts;
   const topK = Math.min(s.topK, experts);
   const input = {
@@ -57,7 +59,8 @@ export function shrinkModel(id: string, s: Shrink | null): ModelProfile {
     experts,
     topK,
     // A dense leading layer needs a dense FFN width; borrow the expert width when the profile has none.
-    denseIntermediateSize: denseLeading > 0 && base.denseIntermediateSize === 0 ? base.expertIntermediateSize : base.denseIntermediateSize,
+    denseIntermediateSize:
+      denseLeading > 0 && base.denseIntermediateSize === 0 ? base.expertIntermediateSize : base.denseIntermediateSize,
     details: { ...base.details, encoderLayers: encDec ? s.layers : 0, decoderLayers: s.layers },
   };
   return { ...input, id: `${id}-shrunk-${layers}l${experts}e${topK}k`, derived: deriveModel(input) };
@@ -90,21 +93,33 @@ export interface WorldSpec {
   readonly seed: number;
 }
 
-function policyOf(choice: PolicyChoice, m: ModelProfile): { def: PolicyDefinition<unknown>; raw: Record<string, unknown> } {
+function policyOf(
+  choice: PolicyChoice,
+  m: ModelProfile,
+): { def: PolicyDefinition<unknown>; raw: Record<string, unknown> } {
   switch (choice.kind) {
     case 'moe-infinity':
     case 'pre-gated':
       return { def: builtinPolicy(choice.kind)!, raw: choice.raw };
     case 'moepic':
-      return { def: builtinPolicy('moepic')!, raw: { ...choice.raw, budgetExperts: Math.floor(choice.budgetFraction * allExperts(m) * 100) / 100 } };
+      return {
+        def: builtinPolicy('moepic')!,
+        raw: { ...choice.raw, budgetExperts: Math.floor(choice.budgetFraction * allExperts(m) * 100) / 100 },
+      };
     case 'on-demand':
       return { def: builtinPolicy('on-demand')!, raw: { keep: choice.keep } };
     case 'lru':
-      return { def: builtinPolicy('lru')!, raw: choice.capacitySlots === undefined ? {} : { capacitySlots: choice.capacitySlots } };
+      return {
+        def: builtinPolicy('lru')!,
+        raw: choice.capacitySlots === undefined ? {} : { capacitySlots: choice.capacitySlots },
+      };
     case 'fifo':
       return {
         def: fifoExample as PolicyDefinition<unknown>,
-        raw: { prefetchSameExpert: choice.prefetchSameExpert, ...(choice.capacitySlots === undefined ? {} : { capacitySlots: choice.capacitySlots }) },
+        raw: {
+          prefetchSameExpert: choice.prefetchSameExpert,
+          ...(choice.capacitySlots === undefined ? {} : { capacitySlots: choice.capacitySlots }),
+        },
       };
   }
 }
@@ -121,7 +136,10 @@ export const slotsOf = (m: ModelProfile, fraction: number): number => 1 + Math.f
  * Builds the executor of a world (same wiring as `experiments/world.ts`). Throws whatever the
  * executor's constructor throws (a `UserError` when the buffer does not fit the GPU).
  */
-export async function buildWorld(spec: WorldSpec, sink?: TraceSink): Promise<{ executor: ServingExecutor; model: ModelProfile }> {
+export async function buildWorld(
+  spec: WorldSpec,
+  sink?: TraceSink,
+): Promise<{ executor: ServingExecutor; model: ModelProfile }> {
   const model = worldModel(spec);
   const hardware = loadHardware(spec.hardwareId);
   const cost = createCostModel(model, hardware, () => {});
@@ -162,7 +180,9 @@ export const BIG_GPUS = ['h100', 'h200', 'a100-80gb'];
 export const lengthArb = (max: number) =>
   fc.oneof(
     fc.integer({ min: 1, max }).map((tokens) => ({ kind: 'fixed' as const, tokens })),
-    fc.tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max })).map(([a, b]) => ({ kind: 'uniform' as const, min: Math.min(a, b), max: Math.max(a, b) })),
+    fc
+      .tuple(fc.integer({ min: 1, max }), fc.integer({ min: 1, max }))
+      .map(([a, b]) => ({ kind: 'uniform' as const, min: Math.min(a, b), max: Math.max(a, b) })),
   );
 
 export const workloadArb = (opts: { offlineOnly?: boolean } = {}): fc.Arbitrary<WorkloadConfig> =>
@@ -171,7 +191,10 @@ export const workloadArb = (opts: { offlineOnly?: boolean } = {}): fc.Arbitrary<
       requests: fc.integer({ min: 1, max: 12 }),
       arrival: opts.offlineOnly
         ? fc.constant({ kind: 'offline' as const })
-        : fc.oneof(fc.constant({ kind: 'offline' as const }), fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson' as const, ratePerS }))),
+        : fc.oneof(
+            fc.constant({ kind: 'offline' as const }),
+            fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson' as const, ratePerS })),
+          ),
       promptTokens: lengthArb(64),
       outputTokens: lengthArb(12),
     })
@@ -183,7 +206,10 @@ const capacityArb = fc.option(fc.integer({ min: 1, max: 64 }), { nil: undefined 
 /** The cache policies without prefetching (on-demand, lru, the fifo example plugin). */
 export const cachePolicyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
   fc.boolean().map((keep) => ({ kind: 'on-demand' as const, keep })),
-  capacityArb.map((capacitySlots) => ({ kind: 'lru' as const, ...(capacitySlots === undefined ? {} : { capacitySlots }) })),
+  capacityArb.map((capacitySlots) => ({
+    kind: 'lru' as const,
+    ...(capacitySlots === undefined ? {} : { capacitySlots }),
+  })),
   fc.tuple(capacityArb, fc.boolean()).map(([capacitySlots, prefetchSameExpert]) => ({
     kind: 'fifo' as const,
     prefetchSameExpert,
@@ -193,28 +219,30 @@ export const cachePolicyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
 
 /** Policies that prefetch (and cancel, and split experts): what the prefetch and cancel invariants guard. */
 export const moeInfinityArb: fc.Arbitrary<PolicyChoice> = fc
-    .record({
-      queueJump: fc.boolean(),
-      multiLayerPrefetch: fc.boolean(),
-      prefetchAdmission: fc.constantFrom('priority', 'always'),
-      cachePriorities: fc.boolean(),
-      // EAMs of held-out requests loaded first: without them the first request has nothing to match.
-      eamcWarmup: fc.integer({ min: 0, max: 8 }),
-    })
-    .map((raw) => ({ kind: 'moe-infinity' as const, raw }));
-export const preGatedArb: fc.Arbitrary<PolicyChoice> = fc.option(fc.integer({ min: 1, max: 4 }), { nil: undefined }).map((prefetchK) => ({ kind: 'pre-gated' as const, raw: prefetchK === undefined ? {} : { prefetchK } }));
+  .record({
+    queueJump: fc.boolean(),
+    multiLayerPrefetch: fc.boolean(),
+    prefetchAdmission: fc.constantFrom('priority', 'always'),
+    cachePriorities: fc.boolean(),
+    // EAMs of held-out requests loaded first: without them the first request has nothing to match.
+    eamcWarmup: fc.integer({ min: 0, max: 8 }),
+  })
+  .map((raw) => ({ kind: 'moe-infinity' as const, raw }));
+export const preGatedArb: fc.Arbitrary<PolicyChoice> = fc
+  .option(fc.integer({ min: 1, max: 4 }), { nil: undefined })
+  .map((prefetchK) => ({ kind: 'pre-gated' as const, raw: prefetchK === undefined ? {} : { prefetchK } }));
 export const moepicArb: fc.Arbitrary<PolicyChoice> = fc
-    .record({
-      // Whole percents (fc.double draws mostly edge values, here ~0: no segment cache at all).
-      budgetFraction: fc.integer({ min: 0, max: 90 }).map((p) => p / 100),
-      theta: fc.constantFrom(0.1, 0.25, 0.5, 0.75, 1),
-      prefetch: fc.constantFrom('speculative', 'random', 'none'),
-      cache: fc.constantFrom('lcp', 'rnd'),
-      configurator: fc.boolean(),
-      // Small periods, so the configurator acts within a small run (default 5 000 tokens).
-      tau: fc.integer({ min: 5, max: 100 }),
-    })
-    .map(({ budgetFraction, ...raw }) => ({ kind: 'moepic' as const, budgetFraction, raw }));
+  .record({
+    // Whole percents (fc.double draws mostly edge values, here ~0: no segment cache at all).
+    budgetFraction: fc.integer({ min: 0, max: 90 }).map((p) => p / 100),
+    theta: fc.constantFrom(0.1, 0.25, 0.5, 0.75, 1),
+    prefetch: fc.constantFrom('speculative', 'random', 'none'),
+    cache: fc.constantFrom('lcp', 'rnd'),
+    configurator: fc.boolean(),
+    // Small periods, so the configurator acts within a small run (default 5 000 tokens).
+    tau: fc.integer({ min: 5, max: 100 }),
+  })
+  .map(({ budgetFraction, ...raw }) => ({ kind: 'moepic' as const, budgetFraction, raw }));
 
 /**
  * Every policy. Prefetching policies get most of the weight, MoEpic the most (only it splits
@@ -230,30 +258,37 @@ export const policyArb: fc.Arbitrary<PolicyChoice> = fc.oneof(
 
 const MIB = 1024 * 1024;
 
-export const worldArb = (opts: { offlineOnly?: boolean; batching?: 'static' | 'continuous'; policy?: fc.Arbitrary<PolicyChoice> } = {}): fc.Arbitrary<WorldSpec> =>
-  fc.record({
-    // Half the worlds run an encoder-decoder model (what the encoder-decoder paths of the executor need).
-    modelId: fc.oneof({ arbitrary: fc.constantFrom<string>(...SHRINKABLE_MODELS), weight: 1 }, { arbitrary: fc.constantFrom<string>(...ENCODER_DECODER_MODELS), weight: 1 }),
-    // Mostly shrunk (fast); sometimes the full mixtral-8x7b (32 layers × 8 experts) via a null shrink.
-    shrink: fc.option(shrinkArb, { nil: null, freq: 6 }),
-    hardwareId: fc.constantFrom(...listHardware()),
-    workload: workloadArb(opts),
-    batching: opts.batching ? fc.constant(opts.batching) : fc.constantFrom('static' as const, 'continuous' as const),
-    maxBatchSize: fc.integer({ min: 1, max: 8 }),
-    maxWaitMs: fc.constantFrom(0, 1, 20),
-    maxBatchTokens: fc.constantFrom(16, 64, 8192),
-    // Small buffers most of the time (they stress eviction); sometimes anything up to every expert.
-    // Whole percents: fc.double leans so hard on its edge values that most worlds had one slot,
-    // where no prefetch can find room.
-    slotsFraction: fc.oneof(
-      { arbitrary: fc.constant(0), weight: 1 },
-      { arbitrary: fc.integer({ min: 1, max: 25 }).map((p) => p / 100), weight: 3 },
-      { arbitrary: fc.integer({ min: 1, max: 100 }).map((p) => p / 100), weight: 1 },
-    ),
-    packetBytes: fc.constantFrom(MIB / 4, MIB, 4 * MIB, 16 * MIB, 64 * MIB),
-    policy: opts.policy ?? policyArb,
-    seed: fc.integer({ min: 0, max: 10_000 }),
-  }).map(roomToPrefetch);
+export const worldArb = (
+  opts: { offlineOnly?: boolean; batching?: 'static' | 'continuous'; policy?: fc.Arbitrary<PolicyChoice> } = {},
+): fc.Arbitrary<WorldSpec> =>
+  fc
+    .record({
+      // Half the worlds run an encoder-decoder model (what the encoder-decoder paths of the executor need).
+      modelId: fc.oneof(
+        { arbitrary: fc.constantFrom<string>(...SHRINKABLE_MODELS), weight: 1 },
+        { arbitrary: fc.constantFrom<string>(...ENCODER_DECODER_MODELS), weight: 1 },
+      ),
+      // Mostly shrunk (fast); sometimes the full mixtral-8x7b (32 layers × 8 experts) via a null shrink.
+      shrink: fc.option(shrinkArb, { nil: null, freq: 6 }),
+      hardwareId: fc.constantFrom(...listHardware()),
+      workload: workloadArb(opts),
+      batching: opts.batching ? fc.constant(opts.batching) : fc.constantFrom('static' as const, 'continuous' as const),
+      maxBatchSize: fc.integer({ min: 1, max: 8 }),
+      maxWaitMs: fc.constantFrom(0, 1, 20),
+      maxBatchTokens: fc.constantFrom(16, 64, 8192),
+      // Small buffers most of the time (they stress eviction); sometimes anything up to every expert.
+      // Whole percents: fc.double leans so hard on its edge values that most worlds had one slot,
+      // where no prefetch can find room.
+      slotsFraction: fc.oneof(
+        { arbitrary: fc.constant(0), weight: 1 },
+        { arbitrary: fc.integer({ min: 1, max: 25 }).map((p) => p / 100), weight: 3 },
+        { arbitrary: fc.integer({ min: 1, max: 100 }).map((p) => p / 100), weight: 1 },
+      ),
+      packetBytes: fc.constantFrom(MIB / 4, MIB, 4 * MIB, 16 * MIB, 64 * MIB),
+      policy: opts.policy ?? policyArb,
+      seed: fc.integer({ min: 0, max: 10_000 }),
+    })
+    .map(roomToPrefetch);
 
 const PREFETCHING = new Set<PolicyChoice['kind']>(['moe-infinity', 'pre-gated', 'moepic']);
 
@@ -264,7 +299,10 @@ const PREFETCHING = new Set<PolicyChoice['kind']>(['moe-infinity', 'pre-gated', 
  */
 const roomToPrefetch = (w: WorldSpec): WorldSpec => {
   if (!PREFETCHING.has(w.policy.kind)) return w;
-  const shrink = w.shrink && w.shrink.layers - Math.min(w.shrink.denseLeading, w.shrink.layers - 1) < 2 ? { ...w.shrink, layers: w.shrink.denseLeading + 2 } : w.shrink;
+  const shrink =
+    w.shrink && w.shrink.layers - Math.min(w.shrink.denseLeading, w.shrink.layers - 1) < 2
+      ? { ...w.shrink, layers: w.shrink.denseLeading + 2 }
+      : w.shrink;
   const m = worldModel({ ...w, shrink });
   const all = allExperts(m);
   // slotsOf = 1 + floor(f · (all − 1)) ≥ topK + 1 when f ≥ topK / (all − 1); half a slot more against rounding.

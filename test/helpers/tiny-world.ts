@@ -58,7 +58,13 @@ export function tinyModel(layers: number, experts: number, topK: number): ModelP
 /** A real testbed with a 1 GB/s zero-latency link (1 MB expert = 1 ms) and `vramBytes` of VRAM. */
 export function tinyHardware(vramBytes = 200 * MB): HardwareProfile {
   const base = loadHardware('a5000-pcie4-1tb');
-  return { ...base, id: 'tiny-hw', gpu: { ...base.gpu, vramBytes }, pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 }, pinnedHostMemory: true };
+  return {
+    ...base,
+    id: 'tiny-hw',
+    gpu: { ...base.gpu, vramBytes },
+    pcie: { ...base.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0 },
+    pinnedHostMemory: true,
+  };
 }
 
 /**
@@ -83,7 +89,12 @@ export function stubKernelCost(ns: Partial<Record<Operation['kind'], number>> = 
   };
   return {
     estimate: (op) => {
-      const t = op.kind === 'idleExperts' ? op.count * idleExpertNs : op.kind === 'expert' ? Math.ceil(fixed.expert * (op.fraction ?? 1)) : fixed[op.kind];
+      const t =
+        op.kind === 'idleExperts'
+          ? op.count * idleExpertNs
+          : op.kind === 'expert'
+            ? Math.ceil(fixed.expert * (op.fraction ?? 1))
+            : fixed[op.kind];
       return { ns: t as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 };
     },
   };

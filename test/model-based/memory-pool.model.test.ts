@@ -9,7 +9,12 @@ import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CapacityError, InvariantError } from '../../sim/kernel/errors.ts';
 import { ns } from '../../sim/kernel/time.ts';
-import { MEMORY_CATEGORIES, MemoryPool, type Allocation, type MemoryCategory } from '../../sim/resources/memory-pool.ts';
+import {
+  MEMORY_CATEGORIES,
+  MemoryPool,
+  type Allocation,
+  type MemoryCategory,
+} from '../../sim/resources/memory-pool.ts';
 import { assertParams, commandsConstraints } from './replay.ts';
 
 interface Model {
@@ -43,7 +48,9 @@ function agree(m: Model, r: Real): void {
     expect(p.usedBy(c)).toBe(usedBy(m, c));
     expect(p.peakBy(c)).toBe(m.peakByCat.get(c) ?? 0);
   }
-  expect(p.peaks()).toEqual(Object.fromEntries(MEMORY_CATEGORIES.filter((c) => m.peakByCat.has(c)).map((c) => [c, m.peakByCat.get(c)])));
+  expect(p.peaks()).toEqual(
+    Object.fromEntries(MEMORY_CATEGORIES.filter((c) => m.peakByCat.has(c)).map((c) => [c, m.peakByCat.get(c)])),
+  );
 }
 
 /** Model side of a successful allocation. */
@@ -84,7 +91,9 @@ class AllocateCommand implements fc.Command<Model, Real> {
       expect(err).toBeInstanceOf(CapacityError);
       expect((err as CapacityError).requestedBytes).toBe(this.bytes);
       expect((err as CapacityError).freeBytes).toBe(free);
-      expect((err as CapacityError).message).toContain(`cannot allocate ${this.bytes} B for ${this.category} (x): ${free} B free of ${m.capacity}`);
+      expect((err as CapacityError).message).toContain(
+        `cannot allocate ${this.bytes} B for ${this.category} (x): ${free} B free of ${m.capacity}`,
+      );
     }
     agree(m, r);
   }
@@ -152,14 +161,18 @@ const commands = [
 describe('MemoryPool (model-based)', () => {
   it('agrees with a list-of-allocations model; used ≤ capacity after every command', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 2000 }), fc.commands(commands, commandsConstraints(60)), (capacity, cmds) => {
-        const clock = { now: ns(0) };
-        const setup = () => ({
-          model: { capacity, live: [], freedCount: 0, peak: 0, peakByCat: new Map() } satisfies Model,
-          real: { pool: new MemoryPool('vram', capacity, clock), live: [], freed: [] } satisfies Real,
-        });
-        fc.modelRun(setup, cmds);
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 2000 }),
+        fc.commands(commands, commandsConstraints(60)),
+        (capacity, cmds) => {
+          const clock = { now: ns(0) };
+          const setup = () => ({
+            model: { capacity, live: [], freedCount: 0, peak: 0, peakByCat: new Map() } satisfies Model,
+            real: { pool: new MemoryPool('vram', capacity, clock), live: [], freed: [] } satisfies Real,
+          });
+          fc.modelRun(setup, cmds);
+        },
+      ),
       assertParams(200),
     );
   });

@@ -140,7 +140,8 @@ function checkOrderObligations(m: Model, r: Real): void {
   const pending = m.tx.filter((x) => x.status === 'pending');
   for (const a of pending) {
     for (const b of pending) {
-      if (a !== b && r.transfers[b.id]!.state === 'queued' && urgent(a, b)) m.mustWait.set(`${a.id}:${b.id}`, { a: a.id, b: b.id });
+      if (a !== b && r.transfers[b.id]!.state === 'queued' && urgent(a, b))
+        m.mustWait.set(`${a.id}:${b.id}`, { a: a.id, b: b.id });
     }
   }
 }
@@ -239,7 +240,15 @@ class SubmitCommand implements fc.Command<Model, Real> {
     expect(t.id).toBe(m.tx.length);
     expect(t.submitNs).toBe(m.now);
     if (wasIdle) expect(t.state).toBe('active');
-    const x: ModelTransfer = { id: t.id, bytes: this.bytes, priority: this.priority, submitNs: m.now, lastChangeNs: m.now, status: 'pending', endNs: -1 };
+    const x: ModelTransfer = {
+      id: t.id,
+      bytes: this.bytes,
+      priority: this.priority,
+      submitNs: m.now,
+      lastChangeNs: m.now,
+      status: 'pending',
+      endNs: -1,
+    };
     voidOvertaken(m, x);
     if (m.cfg.dramBytesPerSec === null && pendingOf(m).every((y) => urgent(x, y))) {
       m.startBy.set(x.id, m.now + m.cfg.latencyNs + bytesToNs(m.cfg.packetBytes, m.cfg.bytesPerSec));
@@ -276,10 +285,22 @@ class TouchFinishedCommand implements fc.Command<Model, Real> {
     const fs = m.tx.filter((x) => x.status !== 'pending');
     const x = fs[this.index % fs.length]!;
     const t = r.transfers[x.id]!;
-    const before = [r.link.bytesMoved, r.link.completedBytes, r.link.cancelledSentBytes, r.link.cancelledTransfers, t.state];
+    const before = [
+      r.link.bytesMoved,
+      r.link.completedBytes,
+      r.link.cancelledSentBytes,
+      r.link.cancelledTransfers,
+      t.state,
+    ];
     expect(r.link.cancel(t)).toBe(false);
     r.link.reprioritize(t, this.priority);
-    expect([r.link.bytesMoved, r.link.completedBytes, r.link.cancelledSentBytes, r.link.cancelledTransfers, t.state]).toEqual(before);
+    expect([
+      r.link.bytesMoved,
+      r.link.completedBytes,
+      r.link.cancelledSentBytes,
+      r.link.cancelledTransfers,
+      t.state,
+    ]).toEqual(before);
     checkAll(m, r);
   }
   toString = () => `touchFinished(#${this.index}, prio ${this.priority})`;
@@ -351,10 +372,16 @@ const commands = [
   fc.nat(40).map((i) => new CancelCommand(i)),
   fc.tuple(fc.nat(40), priority).map(([i, p]) => new TouchFinishedCommand(i, p)),
   fc.tuple(fc.nat(40), priority).map(([i, p]) => new ReprioritiseCommand(i, p)),
-  fc.oneof(fc.integer({ min: 0, max: 1500 }), fc.integer({ min: 1500, max: 20_000 })).map((dt) => new AdvanceCommand(dt)),
-  fc.oneof(fc.integer({ min: 0, max: 1500 }), fc.integer({ min: 1500, max: 20_000 })).map((dt) => new AdvanceCommand(dt)),
+  fc
+    .oneof(fc.integer({ min: 0, max: 1500 }), fc.integer({ min: 1500, max: 20_000 }))
+    .map((dt) => new AdvanceCommand(dt)),
+  fc
+    .oneof(fc.integer({ min: 0, max: 1500 }), fc.integer({ min: 1500, max: 20_000 }))
+    .map((dt) => new AdvanceCommand(dt)),
   fc.constant(new RunDryCommand()),
-  fc.tuple(fc.integer({ min: 1, max: 8000 }), fc.constantFrom(5e8, 1e9, 4e9)).map(([b, c]) => new DramLoadCommand(b, c)),
+  fc
+    .tuple(fc.integer({ min: 1, max: 8000 }), fc.constantFrom(5e8, 1e9, 4e9))
+    .map(([b, c]) => new DramLoadCommand(b, c)),
 ];
 
 const config: fc.Arbitrary<LinkConfig> = fc.record({
@@ -372,7 +399,15 @@ describe('PcieLink (model-based)', () => {
           const sim = new Simulation<ResourceEvent>();
           const sink = new RecordingSink();
           const dram = cfg.dramBytesPerSec === null ? undefined : new FluidShare('hostDram', cfg.dramBytesPerSec, sim);
-          const link = new PcieLink({ name: 'h2d', bytesPerSec: cfg.bytesPerSec, latencyNs: cfg.latencyNs, packetBytes: cfg.packetBytes, sched: sim, dram, sink });
+          const link = new PcieLink({
+            name: 'h2d',
+            bytesPerSec: cfg.bytesPerSec,
+            latencyNs: cfg.latencyNs,
+            packetBytes: cfg.packetBytes,
+            sched: sim,
+            dram,
+            sink,
+          });
           sim.setHandlers({
             'gpu.kernelDone': () => {
               throw new Error('no gpu');

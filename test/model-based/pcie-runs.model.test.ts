@@ -55,10 +55,35 @@ interface Scenario {
 }
 
 const action: fc.Arbitrary<Action> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('submit' as const), link: fc.constantFrom<LinkName>('h2d', 'd2h'), bytes: fc.oneof(fc.integer({ min: 1, max: 9 }).map((k) => k * 100), fc.integer({ min: 1, max: 900 })), priority: fc.integer({ min: 0, max: 4 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('submit' as const),
+      link: fc.constantFrom<LinkName>('h2d', 'd2h'),
+      bytes: fc.oneof(
+        fc.integer({ min: 1, max: 9 }).map((k) => k * 100),
+        fc.integer({ min: 1, max: 900 }),
+      ),
+      priority: fc.integer({ min: 0, max: 4 }),
+    }),
+  },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('cancel' as const), which: fc.nat(3) }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('reprioritize' as const), which: fc.nat(3), priority: fc.integer({ min: 0, max: 4 }) }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('cpuLoad' as const), bytes: fc.integer({ min: 1, max: 400 }), computeNs: fc.integer({ min: 0, max: 300 }) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('reprioritize' as const),
+      which: fc.nat(3),
+      priority: fc.integer({ min: 0, max: 4 }),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant('cpuLoad' as const),
+      bytes: fc.integer({ min: 1, max: 400 }),
+      computeNs: fc.integer({ min: 0, max: 300 }),
+    }),
+  },
 );
 
 const scenario: fc.Arbitrary<Scenario> = fc.record({
@@ -67,9 +92,15 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
   steps: fc.array(
     fc.record({
       // Mostly multiples of 100 ns: packet boundaries, when transfers start on them too.
-      at: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: 20 }).map((k) => k * 100) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 2000 }) }),
+      at: fc.oneof(
+        { weight: 3, arbitrary: fc.integer({ min: 0, max: 20 }).map((k) => k * 100) },
+        { weight: 1, arbitrary: fc.integer({ min: 0, max: 2000 }) },
+      ),
       inEvent: fc.boolean(),
-      lead: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: 8 }).map((k) => k * 100) }, { weight: 1, arbitrary: fc.integer({ min: 0, max: 700 }) }),
+      lead: fc.oneof(
+        { weight: 3, arbitrary: fc.integer({ min: 0, max: 8 }).map((k) => k * 100) },
+        { weight: 1, arbitrary: fc.integer({ min: 0, max: 700 }) },
+      ),
       action,
     }),
     // At least a few steps: shorter scenarios rarely overlap a cancel or a CPU load with a transfer.
@@ -97,7 +128,18 @@ function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed 
   const dram = new FluidShare('hostDram', sc.dramBytesPerSec ?? 1e12, sim);
   const linkDram = sc.dramBytesPerSec === null ? undefined : dram;
   const runGroup = new LinkRunGroup();
-  const mk = (name: LinkName) => new PcieLink({ name, bytesPerSec: 1e9, latencyNs: sc.latencyNs, packetBytes: 100, sched: sim, dram: linkDram, sink: linkSink ? sink : undefined, packetRuns, runGroup });
+  const mk = (name: LinkName) =>
+    new PcieLink({
+      name,
+      bytesPerSec: 1e9,
+      latencyNs: sc.latencyNs,
+      packetBytes: 100,
+      sched: sim,
+      dram: linkDram,
+      sink: linkSink ? sink : undefined,
+      packetRuns,
+      runGroup,
+    });
   const links = { h2d: mk('h2d'), d2h: mk('d2h') };
   const cpu = new CpuPool({ cores: 64, perCoreBytesPerSec: 0.5e9, sched: sim, dram, sink });
   sim.setHandlers({
@@ -119,7 +161,13 @@ function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed 
       case 'submit': {
         const link = links[a.link];
         const id = transfers.length;
-        const t = link.submit({ bytes: a.bytes, priority: a.priority, label: `t${id}`, category: 'x', onDone: (x) => done.push([id, x.doneNs, sim.now]) });
+        const t = link.submit({
+          bytes: a.bytes,
+          priority: a.priority,
+          label: `t${id}`,
+          category: 'x',
+          onDone: (x) => done.push([id, x.doneNs, sim.now]),
+        });
         transfers.push({ t, link });
         break;
       }
@@ -142,7 +190,18 @@ function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed 
   const timed = sc.steps.map((s) => {
     if (!s.inEvent) return { at: s.at, run: () => apply(s.action) };
     const from = Math.max(0, s.at - s.lead);
-    return { at: from, run: () => cpu.submit({ cores: 1, computeNs: (s.at - from) as Ns, bytes: 0, label: 'cmd', category: 'cmd', onDone: () => apply(s.action) }) };
+    return {
+      at: from,
+      run: () =>
+        cpu.submit({
+          cores: 1,
+          computeNs: (s.at - from) as Ns,
+          bytes: 0,
+          label: 'cmd',
+          category: 'cmd',
+          onDone: () => apply(s.action),
+        }),
+    };
   });
   timed.sort((a, b) => a.at - b.at);
   for (const s of timed) {
@@ -154,14 +213,28 @@ function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed 
   for (const p of sink.packets) packets[p.link]!.push([p.transferId, p.bytes, p.startNs, p.endNs]);
   const counters = (['h2d', 'd2h'] as const).map((n) => {
     const l = links[n];
-    return [l.bytesMoved, l.completedBytes, l.cancelledSentBytes, l.completedTransfers, l.cancelledTransfers, l.busyTimeNs(), l.idle];
+    return [
+      l.bytesMoved,
+      l.completedBytes,
+      l.cancelledSentBytes,
+      l.completedTransfers,
+      l.cancelledTransfers,
+      l.busyTimeNs(),
+      l.idle,
+    ];
   });
   return {
     packets,
     transfers: sink.transfers.map((r) => [r.link, r.id, r.outcome, r.startNs, r.endNs, r.sentBytes, r.priority]),
     done,
     cpu: sink.cpuTasks.map((r) => [r.label, r.startNs, r.endNs, r.firstCore]),
-    counters: [counters, dram.bytesServed(), dram.contendedTimeNs(), sim.now, transfers.map((x) => [x.t.state, x.t.sentBytes, x.t.startNs, x.t.doneNs])],
+    counters: [
+      counters,
+      dram.bytesServed(),
+      dram.contendedTimeNs(),
+      sim.now,
+      transfers.map((x) => [x.t.state, x.t.sentBytes, x.t.startNs, x.t.doneNs]),
+    ],
     conservation: conservation(links, transfers),
   };
 }
@@ -172,16 +245,24 @@ function simulate(sc: Scenario, packetRuns: boolean, linkSink = true): Observed 
  * its transfers; a done transfer sent exactly its bytes, a cancelled one at most its bytes.
  * Returns the violations (empty when conserved).
  */
-function conservation(links: Record<LinkName, PcieLink>, transfers: readonly { t: Transfer; link: PcieLink }[]): string[] {
+function conservation(
+  links: Record<LinkName, PcieLink>,
+  transfers: readonly { t: Transfer; link: PcieLink }[],
+): string[] {
   const out: string[] = [];
   for (const [name, l] of Object.entries(links)) {
     const mine = transfers.filter((x) => x.link === l).map((x) => x.t);
     const sent = mine.reduce((a, t) => a + t.sentBytes, 0);
-    if (l.bytesMoved !== l.completedBytes + l.cancelledSentBytes) out.push(`${name}: moved ${l.bytesMoved} ≠ completed ${l.completedBytes} + cancelled-sent ${l.cancelledSentBytes}`);
+    if (l.bytesMoved !== l.completedBytes + l.cancelledSentBytes)
+      out.push(
+        `${name}: moved ${l.bytesMoved} ≠ completed ${l.completedBytes} + cancelled-sent ${l.cancelledSentBytes}`,
+      );
     if (l.bytesMoved !== sent) out.push(`${name}: moved ${l.bytesMoved} ≠ Σ sentBytes ${sent}`);
     for (const t of mine) {
-      if (t.state === 'done' && t.sentBytes !== t.bytes) out.push(`${name}: done transfer sent ${t.sentBytes} of ${t.bytes}`);
-      if (t.state === 'cancelled' && t.sentBytes > t.bytes) out.push(`${name}: cancelled transfer sent ${t.sentBytes} of ${t.bytes}`);
+      if (t.state === 'done' && t.sentBytes !== t.bytes)
+        out.push(`${name}: done transfer sent ${t.sentBytes} of ${t.bytes}`);
+      if (t.state === 'cancelled' && t.sentBytes > t.bytes)
+        out.push(`${name}: cancelled transfer sent ${t.sentBytes} of ${t.bytes}`);
       if (t.state !== 'done' && t.state !== 'cancelled') out.push(`${name}: transfer left ${t.state}`);
     }
   }
@@ -222,19 +303,25 @@ const REGRESSIONS: Scenario[] = [
 function reached(o: Observed): Record<string, boolean> {
   const tr = o.transfers as [string, number, string, number, number, number, number][];
   const packetsPer = new Map<string, number>();
-  for (const [link, ps] of Object.entries(o.packets)) for (const p of ps as [number][]) packetsPer.set(`${link}#${p[0]}`, (packetsPer.get(`${link}#${p[0]}`) ?? 0) + 1);
+  for (const [link, ps] of Object.entries(o.packets))
+    for (const p of ps as [number][]) packetsPer.set(`${link}#${p[0]}`, (packetsPer.get(`${link}#${p[0]}`) ?? 0) + 1);
   const c = o.counters as [unknown, number, number][];
   return {
     cancelMidway: tr.some((r) => r[2] === 'cancelled' && r[5] > 0),
     multiPacketDone: tr.some((r) => r[2] === 'done' && (packetsPer.get(`${r[0]}#${r[1]}`) ?? 0) > 1),
-    dramContention: c[2] as unknown as number > 0,
+    dramContention: (c[2] as unknown as number) > 0,
     bothLinks: o.packets.h2d!.length > 0 && o.packets.d2h!.length > 0,
   };
 }
 
 describe('PcieLink runs (model-based)', () => {
   it('are indistinguishable from one event per packet', () => {
-    const tally = new CoverageTally('pcie runs vs packets', ['cancelMidway', 'multiPacketDone', 'dramContention', 'bothLinks']);
+    const tally = new CoverageTally('pcie runs vs packets', [
+      'cancelMidway',
+      'multiPacketDone',
+      'dramContention',
+      'bothLinks',
+    ]);
     fc.assert(
       fc.property(scenario, (sc) => {
         const runs = simulate(sc, true);
@@ -248,7 +335,12 @@ describe('PcieLink runs (model-based)', () => {
   });
 
   it('conserve bytes and give the same outcomes with and without a trace sink', () => {
-    const tally = new CoverageTally('pcie with/without sink', ['cancelMidway', 'multiPacketDone', 'dramContention', 'bothLinks']);
+    const tally = new CoverageTally('pcie with/without sink', [
+      'cancelMidway',
+      'multiPacketDone',
+      'dramContention',
+      'bothLinks',
+    ]);
     fc.assert(
       fc.property(scenario, fc.boolean(), (sc, packetRuns) => {
         const withSink = simulate(sc, packetRuns, true);
@@ -264,7 +356,9 @@ describe('PcieLink runs (model-based)', () => {
         expect(without.conservation).toEqual([]);
         // With a sink, the packets reported add up to the bytes moved.
         const moved = (withSink.counters as [number[][]])[0]!.map((c) => c[0]!);
-        const packetBytes = (['h2d', 'd2h'] as const).map((l) => (withSink.packets[l] as [number, number][]).reduce((a, p) => a + p[1], 0));
+        const packetBytes = (['h2d', 'd2h'] as const).map((l) =>
+          (withSink.packets[l] as [number, number][]).reduce((a, p) => a + p[1], 0),
+        );
         expect(packetBytes).toEqual(moved);
         tally.record(reached(withSink));
       }),

@@ -51,13 +51,32 @@ type AnyDef = PolicyDefinition<unknown>;
 const def = (name: string): AnyDef => builtinPolicy(name)!;
 
 /** Builds the executor as `experiments/world.ts` does (policy stream, buffer slots, overrides, oracle). */
-async function build(w: World, d: AnyDef, raw: Record<string, unknown>, o: { sink?: TraceSink; oracle?: NeedTrace; wrap?: (p: ReturnType<AnyDef['create']>) => ReturnType<AnyDef['create']> } = {}) {
+async function build(
+  w: World,
+  d: AnyDef,
+  raw: Record<string, unknown>,
+  o: {
+    sink?: TraceSink;
+    oracle?: NeedTrace;
+    wrap?: (p: ReturnType<AnyDef['create']>) => ReturnType<AnyDef['create']>;
+  } = {},
+) {
   const params = d.params.parse(raw);
   const hardware = loadHardware(w.hardwareId);
   const streams = new RngStreams(w.seed);
   const m = w.model;
-  const workload = await buildWorkload(w.workload, { modelId: m.id, moeLayers: m.moeLayers, experts: m.experts, topK: m.topK }, streams);
-  const created = d.create(params, { rng: streams.stream(`policy:${d.name}`), model: m, hardware, workload, ...(o.oracle ? { oracle: o.oracle } : {}) });
+  const workload = await buildWorkload(
+    w.workload,
+    { modelId: m.id, moeLayers: m.moeLayers, experts: m.experts, topK: m.topK },
+    streams,
+  );
+  const created = d.create(params, {
+    rng: streams.stream(`policy:${d.name}`),
+    model: m,
+    hardware,
+    workload,
+    ...(o.oracle ? { oracle: o.oracle } : {}),
+  });
   const policy = o.wrap ? o.wrap(created) : created;
   const config: ServingConfig = {
     batching: w.batching,
@@ -68,20 +87,36 @@ async function build(w: World, d: AnyDef, raw: Record<string, unknown>, o: { sin
     packetBytes: w.packetBytes,
     preloadAllExperts: d.servingOverrides?.preloadAllExperts ?? false,
   };
-  return { executor: new ServingExecutor({ model: m, hardware, cost: createCostModel(m, hardware, () => {}), workload, policy, config, ...(o.sink ? { sink: o.sink } : {}) }), policy };
+  return {
+    executor: new ServingExecutor({
+      model: m,
+      hardware,
+      cost: createCostModel(m, hardware, () => {}),
+      workload,
+      policy,
+      config,
+      ...(o.sink ? { sink: o.sink } : {}),
+    }),
+    policy,
+  };
 }
 
 /** The recording pass of an oracle policy: on-demand with the oracle's buffer size. */
 async function record(w: World, d: AnyDef, raw: Record<string, unknown>): Promise<NeedTrace> {
   let trace: NeedTrace | undefined;
   const slots = d.bufferSlots?.(d.params.parse(raw), w.model) ?? w.slots;
-  const { executor } = await build({ ...w, slots }, def('on-demand'), {}, {
-    wrap: (p) => {
-      const r = recordNeeds(p);
-      trace = r.trace;
-      return r.policy;
+  const { executor } = await build(
+    { ...w, slots },
+    def('on-demand'),
+    {},
+    {
+      wrap: (p) => {
+        const r = recordNeeds(p);
+        trace = r.trace;
+        return r.policy;
+      },
     },
-  });
+  );
   executor.run();
   return trace!;
 }
@@ -96,7 +131,10 @@ const workloadArb = (offline: boolean): fc.Arbitrary<WorkloadConfig> =>
       requests: fc.integer({ min: 1, max: 8 }),
       arrival: offline
         ? fc.constant({ kind: 'offline' as const })
-        : fc.oneof(fc.constant({ kind: 'offline' as const }), fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson' as const, ratePerS }))),
+        : fc.oneof(
+            fc.constant({ kind: 'offline' as const }),
+            fc.double({ min: 0.5, max: 50, noNaN: true }).map((ratePerS) => ({ kind: 'poisson' as const, ratePerS })),
+          ),
       promptTokens: lengthArb(32),
       outputTokens: lengthArb(10),
     })
@@ -110,7 +148,14 @@ const modelArb: fc.Arbitrary<ModelProfile> = fc
     experts: fc.integer({ min: 2, max: 10 }),
     topK: fc.integer({ min: 1, max: 3 }),
   })
-  .map((s) => shrinkModel(s.id, { layers: s.layers, denseLeading: s.denseLeading, experts: s.experts, topK: Math.min(s.topK, s.experts) }));
+  .map((s) =>
+    shrinkModel(s.id, {
+      layers: s.layers,
+      denseLeading: s.denseLeading,
+      experts: s.experts,
+      topK: Math.min(s.topK, s.experts),
+    }),
+  );
 
 const worldArb = (o: { offline: boolean; hardware: readonly string[] }): fc.Arbitrary<World> =>
   fc
@@ -126,31 +171,50 @@ const worldArb = (o: { offline: boolean; hardware: readonly string[] }): fc.Arbi
       seed: fc.integer({ min: 0, max: 10_000 }),
       slotsFraction: fc.double({ min: 0, max: 1, noNaN: true }),
     })
-    .map(({ slotsFraction, ...w }) => ({ ...w, slots: 1 + Math.floor(slotsFraction * (w.model.moeLayers * w.model.experts - 1)) }));
+    .map(({ slotsFraction, ...w }) => ({
+      ...w,
+      slots: 1 + Math.floor(slotsFraction * (w.model.moeLayers * w.model.experts - 1)),
+    }));
 
 /** A new policy with random parameters (capacities relative to the world's model). */
 const policyArb = (m: ModelProfile): fc.Arbitrary<{ name: string; raw: Record<string, unknown> }> => {
   const L = m.moeLayers;
   const E = m.experts;
-  const opt = <T,>(a: fc.Arbitrary<T>) => fc.option(a, { nil: undefined });
+  const opt = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: undefined });
   const slots = fc.integer({ min: 1, max: L * E });
   const capacity = fc.oneof(
     fc.constant({}),
     slots.map((capacitySlots) => ({ capacitySlots })),
     fc.integer({ min: 1, max: E }).map((perLayerSlots) => ({ perLayerSlots })),
   );
-  const clean = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+  const clean = (o: Record<string, unknown>) =>
+    Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
   return fc.oneof(
-    fc.tuple(capacity, fc.constantFrom('since-start', 'in-buffer')).map(([c, counts]) => ({ name: 'lfu', raw: { ...c, counts } })),
-    capacity.map((c) => ({ name: 'rnd', raw: c })),
-    fc.tuple(fc.constantFrom('none', 'lru'), opt(slots)).map(([cache, capacitySlots]) => ({ name: 'dependency-prefetch', raw: clean({ cache, capacitySlots }) })),
     fc
-      .record({ horizon: fc.integer({ min: 1, max: 3 }), prefetchPerLayer: opt(fc.integer({ min: 1, max: E })), countBy: fc.constantFrom('tokens', 'needs'), capacitySlots: opt(slots) })
+      .tuple(capacity, fc.constantFrom('since-start', 'in-buffer'))
+      .map(([c, counts]) => ({ name: 'lfu', raw: { ...c, counts } })),
+    capacity.map((c) => ({ name: 'rnd', raw: c })),
+    fc
+      .tuple(fc.constantFrom('none', 'lru'), opt(slots))
+      .map(([cache, capacitySlots]) => ({ name: 'dependency-prefetch', raw: clean({ cache, capacitySlots }) })),
+    fc
+      .record({
+        horizon: fc.integer({ min: 1, max: 3 }),
+        prefetchPerLayer: opt(fc.integer({ min: 1, max: E })),
+        countBy: fc.constantFrom('tokens', 'needs'),
+        capacitySlots: opt(slots),
+      })
       .map((r) => ({ name: 'model-tracing', raw: clean(r) })),
     fc
-      .record({ perLayerSlots: opt(fc.integer({ min: 1, max: E })), speculative: fc.boolean(), prefetchK: opt(fc.integer({ min: 1, max: E })) })
+      .record({
+        perLayerSlots: opt(fc.integer({ min: 1, max: E })),
+        speculative: fc.boolean(),
+        prefetchK: opt(fc.integer({ min: 1, max: E })),
+      })
       .map((r) => ({ name: 'mixtral-offloading', raw: clean(r) })),
-    fc.record({ prefetchK: opt(fc.integer({ min: 1, max: E })), capacitySlots: opt(slots) }).map((r) => ({ name: 'pre-gated', raw: clean(r) })),
+    fc
+      .record({ prefetchK: opt(fc.integer({ min: 1, max: E })), capacitySlots: opt(slots) })
+      .map((r) => ({ name: 'pre-gated', raw: clean(r) })),
     fc
       .record({
         totalSlots: opt(fc.integer({ min: L, max: L * E })),
@@ -177,7 +241,10 @@ const refused = (err: unknown): boolean => {
 describe('belady is an upper bound on buffer hits', () => {
   it('≥ lru, lfu, rnd and fifo at the same capacity (offline arrivals, static batching), replaying the recording exactly', async () => {
     const arb = worldArb({ offline: true, hardware: BIG_GPUS }).chain((w) =>
-      fc.record({ w: fc.constant(w), capacitySlots: fc.integer({ min: w.model.experts, max: w.model.moeLayers * w.model.experts }) }),
+      fc.record({
+        w: fc.constant(w),
+        capacitySlots: fc.integer({ min: w.model.experts, max: w.model.moeLayers * w.model.experts }),
+      }),
     );
     let compared = 0;
     let strictly = 0;
@@ -228,14 +295,20 @@ describe('belady is an upper bound on buffer hits', () => {
 
 describe('baselines keep every foundation invariant', () => {
   it('random worlds × every new policy with random parameters', async () => {
-    const arb = worldArb({ offline: false, hardware: listHardware() }).chain((w) => fc.record({ w: fc.constant(w), p: policyArb(w.model) }));
+    const arb = worldArb({ offline: false, hardware: listHardware() }).chain((w) =>
+      fc.record({ w: fc.constant(w), p: policyArb(w.model) }),
+    );
     const ran = new Set<string>();
     let refusedCount = 0;
     await fc.assert(
       fc.asyncProperty(arb, async ({ w, p }) => {
         const d = def(p.name);
         const m = w.model;
-        const checker = new InvariantChecker({ experts: m.experts, bytesPerExpert: m.derived.bytesPerExpert, allowPreload: d.servingOverrides?.preloadAllExperts ?? false });
+        const checker = new InvariantChecker({
+          experts: m.experts,
+          bytesPerExpert: m.derived.bytesPerExpert,
+          allowPreload: d.servingOverrides?.preloadAllExperts ?? false,
+        });
         let outcome: ServingOutcome;
         try {
           const oracle = d.oracle === 'needs' ? await record(w, d, p.raw) : undefined;
@@ -248,7 +321,9 @@ describe('baselines keep every foundation invariant', () => {
         }
         ran.add(p.name);
         expect(checker.finish(outcome), `${p.name} ${JSON.stringify(p.raw)}`).toEqual([]);
-        expect(outcome.requests.every((r) => r.emittedTokens === r.outputTokens && r.finishNs >= r.firstTokenNs)).toBe(true);
+        expect(outcome.requests.every((r) => r.emittedTokens === r.outputTokens && r.finishNs >= r.firstTokenNs)).toBe(
+          true,
+        );
         const h2d = outcome.resources.h2d;
         expect(h2d.bytesMoved).toBe(h2d.completedBytes + h2d.cancelledSentBytes);
         expect(outcome.resources.vram.peakBytes).toBeLessThanOrEqual(outcome.resources.vram.capacityBytes);
@@ -261,6 +336,16 @@ describe('baselines keep every foundation invariant', () => {
     );
     // Most worlds fit (shrunk models); every policy ran.
     expect(refusedCount).toBeLessThan(100);
-    expect([...ran].sort()).toEqual(['adapmoe', 'belady', 'dependency-prefetch', 'gpu-rich', 'lfu', 'mixtral-offloading', 'model-tracing', 'pre-gated', 'rnd']);
+    expect([...ran].sort()).toEqual([
+      'adapmoe',
+      'belady',
+      'dependency-prefetch',
+      'gpu-rich',
+      'lfu',
+      'mixtral-offloading',
+      'model-tracing',
+      'pre-gated',
+      'rnd',
+    ]);
   });
 });

@@ -64,7 +64,9 @@ describe('MoE-CAP bounds on random serving worlds', () => {
   });
 });
 
-const THROUGHPUT_POLICIES = Object.entries(BUILTIN_POLICIES as Record<string, PolicyDefinition<unknown>>).filter(([, d]) => d.family === 'throughput');
+const THROUGHPUT_POLICIES = Object.entries(BUILTIN_POLICIES as Record<string, PolicyDefinition<unknown>>).filter(
+  ([, d]) => d.family === 'throughput',
+);
 
 const modelArb = fc
   .record({
@@ -82,13 +84,20 @@ const modelArb = fc
 /** A machine scaled to the model (GPU between a fraction of the model and all of it). */
 const machineArb = (model: ModelProfile) =>
   fc
-    .record({ testbed: fc.constantFrom('moe-gen-c1', 'a40-xeon8380-750gb', 'rtx4090'), vramModels: fc.integer({ min: 20, max: 150 }).map((x) => x / 100), cores: fc.integer({ min: 1, max: 16 }) })
+    .record({
+      testbed: fc.constantFrom('moe-gen-c1', 'a40-xeon8380-750gb', 'rtx4090'),
+      vramModels: fc.integer({ min: 20, max: 150 }).map((x) => x / 100),
+      cores: fc.integer({ min: 1, max: 16 }),
+    })
     .map((m): HardwareProfile => {
       const base = loadHardware(m.testbed);
       return {
         ...base,
         id: `cap-rand-hw-${JSON.stringify(m)}`,
-        gpu: { ...base.gpu, vramBytes: Math.round(model.derived.nonExpertBytes + m.vramModels * model.derived.totalBytes) },
+        gpu: {
+          ...base.gpu,
+          vramBytes: Math.round(model.derived.nonExpertBytes + m.vramModels * model.derived.totalBytes),
+        },
         cpu: { ...base.cpu, cores: m.cores },
         hostDramBytes: Math.round(4 * model.derived.totalBytes),
       };
@@ -96,8 +105,17 @@ const machineArb = (model: ModelProfile) =>
 
 function tinyWorkload(n: number, prompt: number, outMax: number, seed: number): Workload {
   const rng = new Rng(`w${seed}`);
-  const requests: RequestSpec[] = Array.from({ length: n }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 1 + rng.int(prompt), outputTokens: 1 + rng.int(outMax) }));
-  return { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'tiny' };
+  const requests: RequestSpec[] = Array.from({ length: n }, (_, id) => ({
+    id,
+    arrivalNs: ns(0),
+    promptTokens: 1 + rng.int(prompt),
+    outputTokens: 1 + rng.int(outMax),
+  }));
+  return {
+    requests,
+    routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) },
+    describe: 'tiny',
+  };
 }
 
 describe('MoE-CAP bounds on random throughput worlds (every throughput policy)', () => {
@@ -116,14 +134,26 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
           const workload = tinyWorkload(n, prompt, outMax, seed);
           const seen = { checked: false, decodeChecked: false };
           for (const [name, def] of THROUGHPUT_POLICIES) {
-            const policy = def.createThroughput!(def.params.parse({}), { rng: new Rng('p'), model, hardware: hw, workload });
+            const policy = def.createThroughput!(def.params.parse({}), {
+              rng: new Rng('p'),
+              model,
+              hardware: hw,
+              workload,
+            });
             const ex = new ThroughputExecutor({
               model,
               hardware: hw,
               cost,
               workload,
               policy,
-              config: { phase, contextBucketTokens: 8, kvLayout: 'contiguous', kvPageTokens: 4, packetBytes: 4e6, memoise: true },
+              config: {
+                phase,
+                contextBucketTokens: 8,
+                kvLayout: 'contiguous',
+                kvPageTokens: 4,
+                packetBytes: 4e6,
+                memoise: true,
+              },
               fallbackRng: new Rng(`f${seed}`),
             });
             const outcome = ex.run();

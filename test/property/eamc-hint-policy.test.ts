@@ -26,7 +26,12 @@ const worldArb = fc.record({
   topMatches: fc.integer({ min: 1, max: 3 }),
   // Batches of 2+ matched per batch more often: where hints get refused (a shared group).
   maxBatchSize: fc.integer({ min: 2, max: 4 }),
-  batchMatching: fc.constantFrom('per-request' as const, 'per-batch' as const, 'per-batch' as const, 'per-batch' as const),
+  batchMatching: fc.constantFrom(
+    'per-request' as const,
+    'per-batch' as const,
+    'per-batch' as const,
+    'per-batch' as const,
+  ),
   warm: fc.integer({ min: 0, max: 8 }),
 });
 
@@ -39,7 +44,12 @@ function runWorld(w: World, hints: boolean): string {
   const model = smallModel('mixtral-8x7b', w.L, w.E, k);
   const hardware = loadHardware('a5000-pcie4-1tb');
   const workload = smallWorkload(w);
-  const params = MoeInfinityParams.parse({ eamcCapacity: w.eamcCapacity, topMatches: w.topMatches, batchMatching: w.batchMatching, eamcReplacement: 'most-similar' });
+  const params = MoeInfinityParams.parse({
+    eamcCapacity: w.eamcCapacity,
+    topMatches: w.topMatches,
+    batchMatching: w.batchMatching,
+    eamcReplacement: 'most-similar',
+  });
   const policy = new MoeInfinityPolicy('moe-infinity', params, model);
   // Warm the collections with EAMs of other requests (so the first requests already replace).
   const wrng = new Rng(`warm-${w.seed}`);
@@ -72,7 +82,12 @@ function runWorld(w: World, hints: boolean): string {
   });
   const proto = EamCollection.prototype;
   const fromHint = proto.similaritiesFromHint;
-  proto.similaritiesFromHint = function (this: EamCollection, eam: ArrayLike<number>, hint: EamcDots, out: Float64Array): boolean {
+  proto.similaritiesFromHint = function (
+    this: EamCollection,
+    eam: ArrayLike<number>,
+    hint: EamcDots,
+    out: Float64Array,
+  ): boolean {
     if (!hints) return false;
     const ok = fromHint.call(this, eam, hint, out);
     if (ok) {
@@ -105,7 +120,11 @@ describe('EAMC insertion hints in the serving executor', () => {
       fc.property(worldArb, (w) => {
         const before = { ...counts };
         expect(runWorld(w, true)).toBe(runWorld(w, false));
-        tally.record({ prefillHint: counts.prefill > before.prefill, decodeHint: counts.decode > before.decode, refusedHint: counts.refused > before.refused });
+        tally.record({
+          prefillHint: counts.prefill > before.prefill,
+          decodeHint: counts.decode > before.decode,
+          refusedHint: counts.refused > before.refused,
+        });
       }),
       { numRuns: 120 },
     );

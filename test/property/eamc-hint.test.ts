@@ -15,11 +15,24 @@ import { describe, expect, it } from 'vitest';
 import { EamCollection, EamcDots, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
 
 const eamArb = (cells: number, maxCount: number) =>
-  fc.array(fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: maxCount }) }), { minLength: cells, maxLength: cells }).map((a) => Float64Array.from(a));
+  fc
+    .array(
+      fc.oneof(
+        { weight: 3, arbitrary: fc.constant(0) },
+        { weight: 2, arbitrary: fc.integer({ min: 1, max: maxCount }) },
+      ),
+      { minLength: cells, maxLength: cells },
+    )
+    .map((a) => Float64Array.from(a));
 
 const caseArb = (maxCount: number) =>
   fc
-    .record({ L: fc.integer({ min: 1, max: 4 }), E: fc.oneof(fc.integer({ min: 1, max: 7 }), fc.integer({ min: 8, max: 20 })), capacity: fc.oneof(fc.integer({ min: 1, max: 13 }), fc.integer({ min: 17, max: 36 })), M: fc.integer({ min: 1, max: 4 }) })
+    .record({
+      L: fc.integer({ min: 1, max: 4 }),
+      E: fc.oneof(fc.integer({ min: 1, max: 7 }), fc.integer({ min: 8, max: 20 })),
+      capacity: fc.oneof(fc.integer({ min: 1, max: 13 }), fc.integer({ min: 17, max: 36 })),
+      M: fc.integer({ min: 1, max: 4 }),
+    })
     .chain(({ L, E, capacity, M }) => {
       const cells = L * E;
       return fc.record({
@@ -30,8 +43,14 @@ const caseArb = (maxCount: number) =>
         pool: fc.array(eamArb(cells, maxCount), { minLength: 1, maxLength: 5 }),
         picks: fc.array(fc.nat(), { minLength: 1, maxLength: 45 }),
         // Iterations of the request: its rows per iteration, and entries inserted after each.
-        iterations: fc.array(fc.record({ rows: eamArb(cells, maxCount), after: fc.array(fc.nat(), { maxLength: 4 }) }), { minLength: 1, maxLength: 3 }),
-        order: fc.shuffledSubarray(Array.from({ length: L }, (_, l) => l), { minLength: 0 }),
+        iterations: fc.array(
+          fc.record({ rows: eamArb(cells, maxCount), after: fc.array(fc.nat(), { maxLength: 4 }) }),
+          { minLength: 1, maxLength: 3 },
+        ),
+        order: fc.shuffledSubarray(
+          Array.from({ length: L }, (_, l) => l),
+          { minLength: 0 },
+        ),
         shuffleEach: fc.boolean(),
         extra: eamArb(cells, maxCount),
       });
@@ -59,7 +78,18 @@ function brute(c: EamCollection, x: Float64Array): number[] {
 
 /** Builds the collection, runs the request's iterations (matchers exporting into a hint), returns the request EAM. */
 function scenario(
-  k: { L: number; E: number; capacity: number; M: number; pool: Float64Array[]; picks: number[]; iterations: { rows: Float64Array; after: number[] }[]; order: number[]; shuffleEach: boolean; extra: Float64Array },
+  k: {
+    L: number;
+    E: number;
+    capacity: number;
+    M: number;
+    pool: Float64Array[];
+    picks: number[];
+    iterations: { rows: Float64Array; after: number[] }[];
+    order: number[];
+    shuffleEach: boolean;
+    extra: Float64Array;
+  },
   scale = 1,
   kernel: 'js' | 'wasm' = 'wasm',
 ): { c: EamCollection; twin: EamCollection; hint: EamcDots; x: Float64Array } {
@@ -141,7 +171,11 @@ describe.each(['js', 'wasm'] as const)('EAMC insertion from accumulated dot prod
       fc.property(caseArb(9), (k) => {
         const { c, hint, x } = scenario(k, 0.5, kernel);
         const a = new Float64Array(Math.max(1, c.size));
-        if (k.order.some((l) => k.iterations.some((it) => it.rows.subarray(l * k.E, (l + 1) * k.E).some((v) => v % 2 === 1)))) {
+        if (
+          k.order.some((l) =>
+            k.iterations.some((it) => it.rows.subarray(l * k.E, (l + 1) * k.E).some((v) => v % 2 === 1)),
+          )
+        ) {
           expect(c.similaritiesFromHint(x, hint, a)).toBe(false);
         }
       }),

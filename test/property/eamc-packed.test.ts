@@ -35,7 +35,13 @@ const eamsArb = (L: number, E: number, count: number, maxCount: number) =>
   fc
     .array(
       fc.tuple(
-        fc.array(fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: maxCount }) }), { minLength: L * E, maxLength: L * E }),
+        fc.array(
+          fc.oneof(
+            { weight: 3, arbitrary: fc.constant(0) },
+            { weight: 2, arbitrary: fc.integer({ min: 1, max: maxCount }) },
+          ),
+          { minLength: L * E, maxLength: L * E },
+        ),
         fc.array(fc.boolean(), { minLength: L, maxLength: L }),
       ),
       { minLength: 1, maxLength: 5 },
@@ -52,7 +58,12 @@ const eamsArb = (L: number, E: number, count: number, maxCount: number) =>
 
 const caseArb = (maxCount: number) =>
   fc
-    .record({ L: fc.integer({ min: 1, max: 4 }), E: fc.oneof(fc.integer({ min: 1, max: 7 }), fc.integer({ min: 8, max: 24 })), capacity: fc.oneof(fc.integer({ min: 1, max: 13 }), fc.integer({ min: 17, max: 40 })), M: fc.integer({ min: 1, max: 5 }) })
+    .record({
+      L: fc.integer({ min: 1, max: 4 }),
+      E: fc.oneof(fc.integer({ min: 1, max: 7 }), fc.integer({ min: 8, max: 24 })),
+      capacity: fc.oneof(fc.integer({ min: 1, max: 13 }), fc.integer({ min: 17, max: 40 })),
+      M: fc.integer({ min: 1, max: 5 }),
+    })
     .chain(({ L, E, capacity, M }) =>
       fc.record({
         L: fc.constant(L),
@@ -109,7 +120,13 @@ function bruteMostSimilar(c: EamCollection, x: Float64Array): { sims: number[]; 
  * Runs a matcher over `order` and checks, after every row, the best matches and similarities
  * against the brute force (bit for bit when `exact`).
  */
-function checkMatcher(coll: EamCollection, M: number, cur: Float64Array, order: readonly number[], exact: boolean): IncrementalMatcher {
+function checkMatcher(
+  coll: EamCollection,
+  M: number,
+  cur: Float64Array,
+  order: readonly number[],
+  exact: boolean,
+): IncrementalMatcher {
   const E = coll.experts;
   const m = new IncrementalMatcher({ layers: coll.layers, experts: E }, M);
   m.reset(coll);
@@ -236,26 +253,31 @@ describe.each(['js', 'wasm'] as const)('EAMC packed storage (%s kernels)', (kern
 
   it('non-integer counts: the collection goes plain, or the matcher unpacks; results equal the brute force', () => {
     fc.assert(
-      fc.property(caseArb(9), fc.integer({ min: 1, max: 21 }).map((k) => k / 4), fc.boolean(), ({ L, E, capacity, M, inserts, cur, order }, scale, inCollection) => {
-        const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
-        const odd = inserts.length > 1 ? Math.floor(inserts.length / 2) : 0;
-        inserts.forEach((x, i) => {
-          const v = inCollection && i === odd ? x.map((y) => y * scale) : x;
-          const empty = v.every((y) => y === 0);
-          if (!empty && c.size >= capacity) {
-            // Replacement by cosine: only near-ties may differ from an exact argmax.
-            const { sims } = bruteMostSimilar(c, Float64Array.from(v));
-            const n = c.mostSimilar(v);
-            expect(Math.max(...sims) - sims[n]!).toBeLessThan(1e-12);
-          }
-          c.insert(v);
-        });
-        checkColumns(c);
-        if (c.size === 0) return;
-        // Multiples of 1/4: exact in the Float32 copy too (the norms are of the values given).
-        const curV = inCollection ? cur : cur.map((y) => y * scale);
-        checkMatcher(c, M, Float64Array.from(curV), order, false);
-      }),
+      fc.property(
+        caseArb(9),
+        fc.integer({ min: 1, max: 21 }).map((k) => k / 4),
+        fc.boolean(),
+        ({ L, E, capacity, M, inserts, cur, order }, scale, inCollection) => {
+          const c = new EamCollection({ layers: L, experts: E }, capacity, 'most-similar', { kernel });
+          const odd = inserts.length > 1 ? Math.floor(inserts.length / 2) : 0;
+          inserts.forEach((x, i) => {
+            const v = inCollection && i === odd ? x.map((y) => y * scale) : x;
+            const empty = v.every((y) => y === 0);
+            if (!empty && c.size >= capacity) {
+              // Replacement by cosine: only near-ties may differ from an exact argmax.
+              const { sims } = bruteMostSimilar(c, Float64Array.from(v));
+              const n = c.mostSimilar(v);
+              expect(Math.max(...sims) - sims[n]!).toBeLessThan(1e-12);
+            }
+            c.insert(v);
+          });
+          checkColumns(c);
+          if (c.size === 0) return;
+          // Multiples of 1/4: exact in the Float32 copy too (the norms are of the values given).
+          const curV = inCollection ? cur : cur.map((y) => y * scale);
+          checkMatcher(c, M, Float64Array.from(curV), order, false);
+        },
+      ),
       { numRuns: 200 },
     );
   });

@@ -71,76 +71,91 @@ const worldArb = fc
       // Entries stored before the steps (past 16 and 32: storage growth, full blocks of 16).
       prefill: fc.integer({ min: 0, max: 45 }),
       steps: fc.array(stepArb(w.L, cells, w.big, w.quarter, w.zeros), { minLength: 1, maxLength: 30 }),
-    }) as fc.Arbitrary<typeof w & { pool: Float64Array[]; prefill: number; steps: Array<{ kind: 'insert'; pick: number } | { kind: 'request'; eam: Float64Array; order: number[]; unseenRows: boolean }> }>;
+    }) as fc.Arbitrary<
+      typeof w & {
+        pool: Float64Array[];
+        prefill: number;
+        steps: Array<
+          | { kind: 'insert'; pick: number }
+          | { kind: 'request'; eam: Float64Array; order: number[]; unseenRows: boolean }
+        >;
+      }
+    >;
   });
 
-describe.skipIf(!built)(`EAMC: the WASM kernels equal the JS kernels bit for bit${built ? '' : ' (build/eamc.wasm absent: npm run prepare)'}`, () => {
-  it('insertions, replacements, similarities, matches, scores and hint dot products', () => {
-    fc.assert(
-      fc.property(worldArb, ({ L, E, capacity, M, replacement, pool, prefill, steps }) => {
-        const shape = { layers: L, experts: E };
-        const colls = [new EamCollection(shape, capacity, replacement, { kernel: 'js' }), new EamCollection(shape, capacity, replacement, { kernel: 'wasm' })] as const;
-        expect(colls[1].kernel).toBe('wasm');
-        const matchers = [new IncrementalMatcher(shape, M), new IncrementalMatcher(shape, M)] as const;
-        const hints = [new EamcDots(shape), new EamcDots(shape)] as const;
-        const same = <T>(f: (i: 0 | 1) => T): T => {
-          const a = f(0);
-          expect(f(1)).toEqual(a);
-          return a;
-        };
-        for (let i = 0; i < prefill; i++) same((c) => colls[c].insert(pool[i % pool.length]!));
-        for (const step of steps) {
-          if (step.kind === 'insert') {
-            const x = pool[step.pick % pool.length]!;
-            if (colls[0].size > 0) {
+describe.skipIf(!built)(
+  `EAMC: the WASM kernels equal the JS kernels bit for bit${built ? '' : ' (build/eamc.wasm absent: npm run prepare)'}`,
+  () => {
+    it('insertions, replacements, similarities, matches, scores and hint dot products', () => {
+      fc.assert(
+        fc.property(worldArb, ({ L, E, capacity, M, replacement, pool, prefill, steps }) => {
+          const shape = { layers: L, experts: E };
+          const colls = [
+            new EamCollection(shape, capacity, replacement, { kernel: 'js' }),
+            new EamCollection(shape, capacity, replacement, { kernel: 'wasm' }),
+          ] as const;
+          expect(colls[1].kernel).toBe('wasm');
+          const matchers = [new IncrementalMatcher(shape, M), new IncrementalMatcher(shape, M)] as const;
+          const hints = [new EamcDots(shape), new EamcDots(shape)] as const;
+          const same = <T>(f: (i: 0 | 1) => T): T => {
+            const a = f(0);
+            expect(f(1)).toEqual(a);
+            return a;
+          };
+          for (let i = 0; i < prefill; i++) same((c) => colls[c].insert(pool[i % pool.length]!));
+          for (const step of steps) {
+            if (step.kind === 'insert') {
+              const x = pool[step.pick % pool.length]!;
+              if (colls[0].size > 0) {
+                same((i) => {
+                  const out = new Float64Array(colls[i].size);
+                  colls[i].similarities(x, out);
+                  return [...out];
+                });
+              }
+              same((i) => colls[i].insert(x));
+              continue;
+            }
+            // A request: matched row by row (its dot products exported), then inserted with the hint.
+            const { eam, order } = step;
+            same((i) => {
+              const m = matchers[i];
+              const c = colls[i];
+              m.reset(c);
+              hints[i].clear();
+              const seen: number[][] = [];
+              for (const l of order) {
+                m.addRow(l, eam.subarray(l * E, (l + 1) * E));
+                const sims: number[] = [];
+                for (let n = 0; n < c.size; n++) sims.push(m.similarity(n));
+                seen.push([...m.top.subarray(0, m.topCount)], [...m.topScore.subarray(0, m.topCount)], sims);
+              }
+              m.exportDots(hints[i]);
+              return seen;
+            });
+            // The EAM inserted: the rows matched, plus (sometimes) rows the matcher never saw.
+            const x = step.unseenRows ? eam : eam.map((v, j) => (order.includes(Math.floor(j / E)) ? v : 0));
+            same((i) => {
+              const h = hints[i];
+              const dots: number[] = [];
+              if (h.valid) for (let n = 0; n < h.size; n++) dots.push(h.dot(n));
+              return [h.valid, dots];
+            });
+            if (colls[0].size > 0 && !x.every((v) => v === 0)) {
               same((i) => {
-                const out = new Float64Array(colls[i].size);
-                colls[i].similarities(x, out);
-                return [...out];
+                const c = colls[i];
+                c.hintStaleLimit = 1;
+                const out = new Float64Array(c.size);
+                const used = c.similaritiesFromHint(x, hints[i], out);
+                return [used, [...out]];
               });
             }
-            same((i) => colls[i].insert(x));
-            continue;
+            same((i) => colls[i].insert(x, hints[i]));
           }
-          // A request: matched row by row (its dot products exported), then inserted with the hint.
-          const { eam, order } = step;
-          same((i) => {
-            const m = matchers[i];
-            const c = colls[i];
-            m.reset(c);
-            hints[i].clear();
-            const seen: number[][] = [];
-            for (const l of order) {
-              m.addRow(l, eam.subarray(l * E, (l + 1) * E));
-              const sims: number[] = [];
-              for (let n = 0; n < c.size; n++) sims.push(m.similarity(n));
-              seen.push([...m.top.subarray(0, m.topCount)], [...m.topScore.subarray(0, m.topCount)], sims);
-            }
-            m.exportDots(hints[i]);
-            return seen;
-          });
-          // The EAM inserted: the rows matched, plus (sometimes) rows the matcher never saw.
-          const x = step.unseenRows ? eam : eam.map((v, j) => (order.includes(Math.floor(j / E)) ? v : 0));
-          same((i) => {
-            const h = hints[i];
-            const dots: number[] = [];
-            if (h.valid) for (let n = 0; n < h.size; n++) dots.push(h.dot(n));
-            return [h.valid, dots];
-          });
-          if (colls[0].size > 0 && !x.every((v) => v === 0)) {
-            same((i) => {
-              const c = colls[i];
-              c.hintStaleLimit = 1;
-              const out = new Float64Array(c.size);
-              const used = c.similaritiesFromHint(x, hints[i], out);
-              return [used, [...out]];
-            });
-          }
-          same((i) => colls[i].insert(x, hints[i]));
-        }
-        same((i) => [colls[i].size, colls[i].version, colls[i].lanes]);
-      }),
-      { numRuns: 300 },
-    );
-  });
-});
+          same((i) => [colls[i].size, colls[i].version, colls[i].lanes]);
+        }),
+        { numRuns: 300 },
+      );
+    });
+  },
+);

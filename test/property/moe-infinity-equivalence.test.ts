@@ -15,7 +15,14 @@
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../../sim/kernel/rng.ts';
-import type { BufferEntryView, BufferView, EvictionQuery, ExpertKey, PolicyDecision, PrefetchRequest } from '../../sim/serving/policy.ts';
+import type {
+  BufferEntryView,
+  BufferView,
+  EvictionQuery,
+  ExpertKey,
+  PolicyDecision,
+  PrefetchRequest,
+} from '../../sim/serving/policy.ts';
 import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
 import { RequestEams } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection } from '../../policies/moe-infinity/eam-collection.ts';
@@ -43,7 +50,10 @@ class RefAccumulator implements RowSource {
   private entries = 0;
   private from = 0;
   private rows = 0;
-  constructor(private readonly L: number, private readonly E: number) {}
+  constructor(
+    private readonly L: number,
+    private readonly E: number,
+  ) {}
   private slots(coll: EamCollection): { slot: Int32Array; stamp: Uint32Array } {
     let s = this.perCollection.get(coll);
     if (!s || s.slot.length < coll.size) {
@@ -141,7 +151,13 @@ function refSiftDown(k: Int32Array, v: Float64Array, size: number, j: number): v
   }
 }
 
-function refSelect(scores: Float64Array, layer: number, budget: number, o: RankOptions, source?: RowSource): { keys: number[]; scores: number[]; urgency: number[] } {
+function refSelect(
+  scores: Float64Array,
+  layer: number,
+  budget: number,
+  o: RankOptions,
+  source?: RowSource,
+): { keys: number[]; scores: number[]; urgency: number[] } {
   const E = o.experts;
   const from = layer + 1;
   const to = Math.min(o.layers, layer + 1 + o.horizon);
@@ -318,7 +334,8 @@ class RefCache {
       const better =
         best === undefined ||
         (bestProt && !prot) ||
-        (prot === bestProt && (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
+        (prot === bestProt &&
+          (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
       if (better) {
         best = k;
         bestProt = prot;
@@ -378,7 +395,9 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       fc.property(fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 11 }), fc.integer(), (L, E, seed) => {
         const rng = new Rng(`acc-${seed}`);
         const cap = 1 + rng.int(6);
-        const colls = [0, 1].map(() => new EamCollection({ layers: L, experts: E }, cap, rng.next() < 0.5 ? 'most-similar' : 'lfu-access'));
+        const colls = [0, 1].map(
+          () => new EamCollection({ layers: L, experts: E }, cap, rng.next() < 0.5 ? 'most-similar' : 'lfu-access'),
+        );
         const insert = (c: EamCollection) => {
           const m = Float64Array.from({ length: L * E }, () => (rng.next() < 0.5 ? 0 : rng.int(9)));
           m[rng.int(L * E)] = 1 + rng.int(5);
@@ -418,7 +437,9 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
             });
           } else if (what === 2) {
             insert(colls[rng.int(2)]!);
-            groups = groups.map((g) => ({ ...g, top: (g.top as number[]).filter((n) => n < g.collection.size) })).map((g) => ({ ...g, count: g.top.length }));
+            groups = groups
+              .map((g) => ({ ...g, top: (g.top as number[]).filter((n) => n < g.collection.size) }))
+              .map((g) => ({ ...g, count: g.top.length }));
           } else if (what === 3) {
             groups = groups.map((g) => ({ ...g, weight: 1 + rng.int(4) }));
           }
@@ -466,7 +487,9 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           const o = { layers: L, experts: E, horizon, proximity, order };
           const layer = rng.int(L);
           const coarse = rng.next() < 0.5;
-          const scores = Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : coarse ? rng.int(4) / 4 : rng.next()));
+          const scores = Float64Array.from({ length: L * E }, () =>
+            rng.next() < 0.3 ? 0 : coarse ? rng.int(4) / 4 : rng.next(),
+          );
           const scratch = new RankScratch();
           for (let rep = 0; rep < 2; rep++) {
             const got = selectPrefetch(scores, layer, budget, o, scratch);
@@ -480,7 +503,8 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           }
           // With a row source (collections of random EAMs, one or two groups).
           const coll = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
-          for (let n = 0; n < 6; n++) coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.4 ? 0 : rng.int(7))));
+          for (let n = 0; n < 6; n++)
+            coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.4 ? 0 : rng.int(7))));
           if (coll.size === 0) return;
           const ng = 1 + rng.int(2);
           const groups = Array.from({ length: ng }, () => {
@@ -523,10 +547,13 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           const rng = new Rng(`seq-${seed}`);
           const o = { layers: L, experts: E, horizon: L, proximity, order };
           const coarse = rng.next() < 0.3;
-          let scores = Float64Array.from({ length: L * E }, () => (rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next()));
+          let scores = Float64Array.from({ length: L * E }, () =>
+            rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next(),
+          );
           const scratch = new RankScratch();
           const coll = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
-          for (let n = 0; n < 6; n++) coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
+          for (let n = 0; n < 6; n++)
+            coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
           // Matches that mostly stay (the next ranking's threshold is then near the last one's).
           let top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(Math.max(1, coll.size))))];
           let weight = 1 + rng.int(3);
@@ -535,12 +562,15 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
             const budget = 1 + rng.int(2 * E * (L - layer));
             // Scores drift (the guess is near), jump (far off) or stay.
             const jump = rng.next();
-            scores = scores.map((v) => (jump < 0.15 ? v * (0.2 + 3 * rng.next()) : jump < 0.8 ? v * (0.9 + 0.2 * rng.next()) : v));
+            scores = scores.map((v) =>
+              jump < 0.15 ? v * (0.2 + 3 * rng.next()) : jump < 0.8 ? v * (0.9 + 0.2 * rng.next()) : v,
+            );
             if (rng.next() < 0.1) scores[rng.int(L * E)] = 0;
             let got: Selection;
             let want: ReturnType<typeof refSelect>;
             if (withSource && coll.size > 0) {
-              if (rng.next() < 0.2) top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
+              if (rng.next() < 0.2)
+                top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
               if (rng.next() < 0.3) weight = 1 + rng.int(3);
               const groups = [{ collection: coll, top, count: top.length, weight }];
               const fast = new ScoreAccumulator({ layers: L, experts: E });
@@ -585,23 +615,35 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
           const rng = new Rng(`floor-${seed}`);
           const o = { layers: L, experts: E, horizon: L, proximity, order };
           const coarse = rng.next() < 0.3;
-          let scores = Float64Array.from({ length: L * E }, () => (rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next()));
+          let scores = Float64Array.from({ length: L * E }, () =>
+            rng.next() < 0.2 ? 0 : coarse ? rng.int(4) / 4 : rng.next(),
+          );
           const scratch = new RankScratch();
           const coll = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
-          for (let n = 0; n < 6; n++) coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
+          for (let n = 0; n < 6; n++)
+            coll.insert(Float64Array.from({ length: L * E }, () => (rng.next() < 0.3 ? 0 : rng.int(9))));
           let top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(Math.max(1, coll.size))))];
           const weight = 1 + rng.int(3);
           const budget = 1 + rng.int(Math.max(1, Math.floor((E * L) / 2)));
           for (let sweep = 0; sweep < 2; sweep++) {
             for (let layer = 0; layer < L - 1; layer++) {
               const jump = rng.next();
-              scores = scores.map((v) => (jump < 0.15 ? v * (0.2 + 3 * rng.next()) : jump < 0.3 ? v * 0.5 : jump < 0.8 ? v * (0.9 + 0.2 * rng.next()) : v));
+              scores = scores.map((v) =>
+                jump < 0.15
+                  ? v * (0.2 + 3 * rng.next())
+                  : jump < 0.3
+                    ? v * 0.5
+                    : jump < 0.8
+                      ? v * (0.9 + 0.2 * rng.next())
+                      : v,
+              );
               const guess = scratch.lastLayer === layer - 1 ? scratch.lastWorst * FLOOR_GUESS : 0;
               let got: Selection;
               let want: ReturnType<typeof refSelect>;
               let all: ReturnType<typeof refSelect>;
               if (withSource && coll.size > 0) {
-                if (rng.next() < 0.3) top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
+                if (rng.next() < 0.3)
+                  top = [...new Set(Array.from({ length: 1 + rng.int(4) }, () => rng.int(coll.size)))];
                 const groups = [{ collection: coll, top, count: top.length, weight }];
                 const fast = new ScoreAccumulator({ layers: L, experts: E });
                 const ref = new RefAccumulator(L, E);
@@ -686,63 +728,78 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
 
   it('CachePriorities: same victims, minimum victim priority and admissions', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 8 }), fc.boolean(), fc.integer(), (L, E, requestPriorities, seed) => {
-        const rng = new Rng(`cache-${seed}`);
-        const cells = L * E;
-        const fast = new CachePriorities({ layers: L, experts: E, requestPriorities, initialLayerBoost: 1 });
-        const ref = new RefCache(fast.priority, requestPriorities);
-        for (let step = 0; step < 10; step++) {
-          for (let k = 0; k < cells; k++) fast.priority[k] = rng.next() < 0.4 ? 0 : rng.int(5) / 4;
-          const ranked = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
-          const urgency = Float64Array.from(ranked, () => rng.int(6) / 2);
-          fast.setRanked(ranked, urgency, ranked.length);
-          ref.setRanked(ranked, urgency, ranked.length);
-          const slots = 1 + rng.int(cells + 2);
-          const buffer = randomBuffer(rng, cells, slots, rng.int(slots + 1));
-          const evictable = [...buffer.entries()].filter((e) => e.state === 'resident' && !e.pinned).map((e) => e.key);
-          expect(same(fast.minVictimPriority(buffer), ref.minVictimPriority(buffer))).toBe(true);
-          // Admission round over the absent ranked keys in random order and frequencies.
-          const absent = ranked.filter((k) => !buffer.has(k));
-          const limit = rng.next() < 0.5 ? absent.length : Infinity;
-          // Sometimes the ranked set changes between the minimum and the round.
-          if (rng.next() < 0.2) {
-            const again = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
-            const u2 = Float64Array.from(again, () => rng.int(6) / 2);
-            fast.setRanked(again, u2, again.length);
-            ref.setRanked(again, u2, again.length);
-          }
-          fast.beginAdmission(buffer, limit);
-          const gate = ref.admission(buffer, limit);
-          for (const k of absent) {
-            const freq = rng.int(6) / 4;
-            const a = fast.admitNext(buffer, k, freq);
-            expect(a).toBe(gate(k, freq));
-            if (!a && rng.next() < 0.7) break;
-          }
-          // Victims for the executor's queries: its candidate lists and arbitrary subsets.
-          for (let q = 0; q < 6; q++) {
-            const candidates = q === 0 ? evictable : evictable.filter(() => rng.next() < 0.6);
-            const forKey = absent.length > 0 && rng.next() < 0.7 ? absent[rng.int(absent.length)]! : rng.int(cells);
-            for (const reason of ['demand', 'prefetch'] as const) {
-              const query = { reason, forKey, candidates };
-              expect(fast.chooseVictim(buffer, query)).toBe(ref.chooseVictim(buffer, query));
+      fc.property(
+        fc.integer({ min: 1, max: 5 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.boolean(),
+        fc.integer(),
+        (L, E, requestPriorities, seed) => {
+          const rng = new Rng(`cache-${seed}`);
+          const cells = L * E;
+          const fast = new CachePriorities({ layers: L, experts: E, requestPriorities, initialLayerBoost: 1 });
+          const ref = new RefCache(fast.priority, requestPriorities);
+          for (let step = 0; step < 10; step++) {
+            for (let k = 0; k < cells; k++) fast.priority[k] = rng.next() < 0.4 ? 0 : rng.int(5) / 4;
+            const ranked = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
+            const urgency = Float64Array.from(ranked, () => rng.int(6) / 2);
+            fast.setRanked(ranked, urgency, ranked.length);
+            ref.setRanked(ranked, urgency, ranked.length);
+            const slots = 1 + rng.int(cells + 2);
+            const buffer = randomBuffer(rng, cells, slots, rng.int(slots + 1));
+            const evictable = [...buffer.entries()]
+              .filter((e) => e.state === 'resident' && !e.pinned)
+              .map((e) => e.key);
+            expect(same(fast.minVictimPriority(buffer), ref.minVictimPriority(buffer))).toBe(true);
+            // Admission round over the absent ranked keys in random order and frequencies.
+            const absent = ranked.filter((k) => !buffer.has(k));
+            const limit = rng.next() < 0.5 ? absent.length : Infinity;
+            // Sometimes the ranked set changes between the minimum and the round.
+            if (rng.next() < 0.2) {
+              const again = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
+              const u2 = Float64Array.from(again, () => rng.int(6) / 2);
+              fast.setRanked(again, u2, again.length);
+              ref.setRanked(again, u2, again.length);
+            }
+            fast.beginAdmission(buffer, limit);
+            const gate = ref.admission(buffer, limit);
+            for (const k of absent) {
+              const freq = rng.int(6) / 4;
+              const a = fast.admitNext(buffer, k, freq);
+              expect(a).toBe(gate(k, freq));
+              if (!a && rng.next() < 0.7) break;
+            }
+            // Victims for the executor's queries: its candidate lists and arbitrary subsets.
+            for (let q = 0; q < 6; q++) {
+              const candidates = q === 0 ? evictable : evictable.filter(() => rng.next() < 0.6);
+              const forKey = absent.length > 0 && rng.next() < 0.7 ? absent[rng.int(absent.length)]! : rng.int(cells);
+              for (const reason of ['demand', 'prefetch'] as const) {
+                const query = { reason, forKey, candidates };
+                expect(fast.chooseVictim(buffer, query)).toBe(ref.chooseVictim(buffer, query));
+              }
+            }
+            // The closure form keeps its own victims.
+            const g1 = fast.admission(buffer, limit);
+            const g2 = ref.admission(buffer, limit);
+            for (const k of absent) {
+              const freq = rng.int(6) / 4;
+              expect(g1(k, freq)).toBe(g2(k, freq));
             }
           }
-          // The closure form keeps its own victims.
-          const g1 = fast.admission(buffer, limit);
-          const g2 = ref.admission(buffer, limit);
-          for (const k of absent) {
-            const freq = rng.int(6) / 4;
-            expect(g1(k, freq)).toBe(g2(k, freq));
-          }
-        }
-      }),
+        },
+      ),
       { numRuns: 300 },
     );
   });
 
   it('CachePriorities: the same priorities after layer and key resets as per-request lookups', () => {
-    const refLayer = (pr: Float64Array, eams: RequestEams, ids: readonly number[], layer: number, E: number, boost: number): void => {
+    const refLayer = (
+      pr: Float64Array,
+      eams: RequestEams,
+      ids: readonly number[],
+      layer: number,
+      E: number,
+      boost: number,
+    ): void => {
       const base = layer * E;
       pr.fill(0, base, base + E);
       let tokens = 0;
@@ -756,7 +813,13 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       const f = tokens > 0 ? boost / tokens : 0;
       for (let e = 0; e < E; e++) pr[base + e]! *= f;
     };
-    const refKey = (eams: RequestEams, ids: readonly number[], layer: number, expert: number, boost: number): number => {
+    const refKey = (
+      eams: RequestEams,
+      ids: readonly number[],
+      layer: number,
+      expert: number,
+      boost: number,
+    ): number => {
       let count = 0;
       let tokens = 0;
       for (const id of ids) {
@@ -769,7 +832,12 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
       fc.property(fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 8 }), fc.integer(), (L, E, seed) => {
         const rng = new Rng(`reset-${seed}`);
         const eams = new RequestEams({ layers: L, experts: E });
-        const fast = new CachePriorities({ layers: L, experts: E, requestPriorities: true, initialLayerBoost: rng.int(3) / 2 });
+        const fast = new CachePriorities({
+          layers: L,
+          experts: E,
+          requestPriorities: true,
+          initialLayerBoost: rng.int(3) / 2,
+        });
         const ref = new Float64Array(L * E);
         let ids: number[] = [0];
         let nextId = 1;
@@ -789,7 +857,8 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
             const l = rng.int(L);
             for (const id of ids) {
               const counts = Array.from({ length: E }, () => (rng.next() < 0.5 ? 0 : rng.int(4)));
-              const row = rng.next() < 0.7 ? Int32Array.from(counts) : counts.map((c) => c + Math.sqrt(2 + rng.int(1000)) / 7);
+              const row =
+                rng.next() < 0.7 ? Int32Array.from(counts) : counts.map((c) => c + Math.sqrt(2 + rng.int(1000)) / 7);
               eams.addRow(id, rng.next() < 0.5 ? 'prefill' : 'decode', l, row);
             }
             fast.resetLayer(eams, ids, l);

@@ -25,11 +25,19 @@ import { servingWorldFields, smallModel, smallWorkload } from '../helpers/moe-in
 
 const matrixArb = (L: number, E: number) =>
   fc
-    .array(fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 9 }) }), { minLength: L * E, maxLength: L * E })
+    .array(
+      fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 9 }) }),
+      { minLength: L * E, maxLength: L * E },
+    )
     .map((a) => Float64Array.from(a));
 
 const matchCaseArb = fc
-  .record({ L: fc.integer({ min: 1, max: 6 }), E: fc.integer({ min: 1, max: 9 }), n: fc.integer({ min: 1, max: 24 }), M: fc.integer({ min: 1, max: 6 }) })
+  .record({
+    L: fc.integer({ min: 1, max: 6 }),
+    E: fc.integer({ min: 1, max: 9 }),
+    n: fc.integer({ min: 1, max: 24 }),
+    M: fc.integer({ min: 1, max: 6 }),
+  })
   .chain(({ L, E, n, M }) =>
     fc.record({
       L: fc.constant(L),
@@ -76,7 +84,7 @@ describe('incremental EAM matching', () => {
     );
   });
 
-  it('batch scores equal the brute-force sum of each group\'s row-normalised matches × its tokens', () => {
+  it("batch scores equal the brute-force sum of each group's row-normalised matches × its tokens", () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 5 }).chain((L) =>
@@ -84,9 +92,16 @@ describe('incremental EAM matching', () => {
             L: fc.constant(L),
             E: fc.integer({ min: 1, max: 5 }),
             from: fc.integer({ min: 0, max: L - 1 }),
-            groups: fc.array(fc.tuple(fc.boolean(), fc.uniqueArray(fc.integer({ min: 0, max: 7 }), { maxLength: 4 }), fc.integer({ min: 1, max: 9 })), {
-              maxLength: 6,
-            }),
+            groups: fc.array(
+              fc.tuple(
+                fc.boolean(),
+                fc.uniqueArray(fc.integer({ min: 0, max: 7 }), { maxLength: 4 }),
+                fc.integer({ min: 1, max: 9 }),
+              ),
+              {
+                maxLength: 6,
+              },
+            ),
             seed: fc.integer(),
           }),
         ),
@@ -94,16 +109,22 @@ describe('incremental EAM matching', () => {
           const rng = new Rng(`agg-${seed}`);
           const colls = [0, 1].map(() => {
             const c = new EamCollection({ layers: L, experts: E }, 8, 'most-similar');
-            for (let i = 0; i < 8; i++) c.insert(Float64Array.from({ length: L * E }, () => rng.int(4) + (i === 0 ? 1 : 0)));
+            for (let i = 0; i < 8; i++)
+              c.insert(Float64Array.from({ length: L * E }, () => rng.int(4) + (i === 0 ? 1 : 0)));
             return c;
           });
-          const gs = groups.map(([second, top, weight]) => ({ collection: colls[second ? 1 : 0]!, top: top.filter((n) => n < colls[second ? 1 : 0]!.size), weight }));
+          const gs = groups.map(([second, top, weight]) => ({
+            collection: colls[second ? 1 : 0]!,
+            top: top.filter((n) => n < colls[second ? 1 : 0]!.size),
+            weight,
+          }));
           const matched = gs.map((g) => ({ ...g, count: g.top.length }));
           const out = new Float64Array(L * E).fill(-7);
           const acc = new ScoreAccumulator({ layers: L, experts: E });
           acc.compute(matched, from, L, out);
           // Row bounds hold, and ranking row by row with pruning selects what full scores select.
-          for (let i = from; i < L; i++) for (let e = 0; e < E; e++) expect(out[i * E + e]!).toBeLessThanOrEqual(acc.bound(i) * (1 + 1e-12));
+          for (let i = from; i < L; i++)
+            for (let e = 0; e < E; e++) expect(out[i * E + e]!).toBeLessThanOrEqual(acc.bound(i) * (1 + 1e-12));
           const layer = from - 1;
           if (layer >= 0) {
             for (const budget of [1, 2, 5, 100]) {
@@ -120,7 +141,8 @@ describe('incremental EAM matching', () => {
               let want = 0;
               for (const g of matched) {
                 const tot = g.top.reduce((a, n) => a + g.collection.rowSum(n, i), 0);
-                if (tot > 0) want += (g.weight * g.top.reduce((a, n) => a + g.collection.entry(n)[i * E + e]!, 0)) / tot;
+                if (tot > 0)
+                  want += (g.weight * g.top.reduce((a, n) => a + g.collection.entry(n)[i * E + e]!, 0)) / tot;
               }
               expect(Math.abs(out[i * E + e]! - want)).toBeLessThan(1e-9 * (1 + want));
             }
@@ -160,10 +182,17 @@ describe('prefetch ranking', () => {
           }
           cells.sort((a, b) => b.s - a.s || a.key - b.key);
           const picked = cells.slice(0, budget);
-          if (order === 'nearest-first') picked.sort((a, b) => Math.floor(a.key / E) - Math.floor(b.key / E) || b.s - a.s || a.key - b.key);
+          if (order === 'nearest-first')
+            picked.sort((a, b) => Math.floor(a.key / E) - Math.floor(b.key / E) || b.s - a.s || a.key - b.key);
           expect(got).toEqual(picked.map((c) => c.key));
           // The selection's urgencies (the H2D priorities) follow the exact queue order.
-          const sel = selectPrefetch(scores, layer, budget, { layers: L, experts: E, horizon, proximity, order }, new RankScratch());
+          const sel = selectPrefetch(
+            scores,
+            layer,
+            budget,
+            { layers: L, experts: E, horizon, proximity, order },
+            new RankScratch(),
+          );
           const u = new Map<number, number>();
           for (let j = 0; j < sel.count; j++) u.set(sel.keys[j]!, sel.urgency[j]!);
           expect(u.size).toBe(got.length);

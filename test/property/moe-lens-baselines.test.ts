@@ -32,7 +32,10 @@ type BaselineRunResult = ContinuousRunResult;
 type Req = { readonly id: number; readonly promptTokens: number; readonly outputTokens: number };
 
 /** Runs `loop` through the family's loop with the invariant checker as the sink (every request arrives at 0). */
-function checked(requests: readonly Req[], make: (sink: InvariantChecker) => IterationLoop & { result: ReturnType<typeof continuousBooks>['result'] }): BaselineRunResult {
+function checked(
+  requests: readonly Req[],
+  make: (sink: InvariantChecker) => IterationLoop & { result: ReturnType<typeof continuousBooks>['result'] },
+): BaselineRunResult {
   const sink = new InvariantChecker({ experts: model.experts });
   for (const r of requests) sink.onRequest(r.id, 'arrive', 0);
   const loop = make(sink);
@@ -41,19 +44,39 @@ function checked(requests: readonly Req[], make: (sink: InvariantChecker) => Ite
   return out;
 }
 
-function runLightning(x: { requests: readonly Req[]; pageTokens: number; kvCapacityBytes: number; batchSeqs: number; microBatches: number; contention: boolean; reserveOutput: number; reservePrompt?: number }): BaselineRunResult {
+function runLightning(x: {
+  requests: readonly Req[];
+  pageTokens: number;
+  kvCapacityBytes: number;
+  batchSeqs: number;
+  microBatches: number;
+  contention: boolean;
+  reserveOutput: number;
+  reservePrompt?: number;
+}): BaselineRunResult {
   return checked(x.requests, (sink) => {
     const m: ModelProfile = model;
     const pages = Math.floor(x.kvCapacityBytes / (m.derived.kvBytesPerToken * x.pageTokens));
     const pool = new KvPages(Math.max(1, pages), x.pageTokens, m.derived.kvBytesPerToken, 'hostKv', sink);
     const scheduler = new LightningScheduler(x.requests, pool, x.batchSeqs, x.reserveOutput, x.reservePrompt);
-    const pipeline = new CgoPipe(layerCosts(m, hw, cost, hw.cpu.cores), { microBatches: x.microBatches, residentDense: true, ...(x.contention ? { dramBytesPerNs: hw.cpu.dramBytesPerSec / 1e9 } : {}) });
+    const pipeline = new CgoPipe(layerCosts(m, hw, cost, hw.cpu.cores), {
+      microBatches: x.microBatches,
+      residentDense: true,
+      ...(x.contention ? { dramBytesPerNs: hw.cpu.dramBytesPerSec / 1e9 } : {}),
+    });
     const books = continuousBooks(pool, 1, scheduler, pipeline.totals);
     return { scheduler, pipeline, afterIteration: books.afterIteration, result: books.result };
   });
 }
 
-function runVllm(x: { requests: readonly Req[]; pageTokens: number; gpuKvBytes: number; swapSpaceBytes: number; offloadedFraction: number; limits: VllmLimits }): BaselineRunResult {
+function runVllm(x: {
+  requests: readonly Req[];
+  pageTokens: number;
+  gpuKvBytes: number;
+  swapSpaceBytes: number;
+  offloadedFraction: number;
+  limits: VllmLimits;
+}): BaselineRunResult {
   return checked(x.requests, (sink) => {
     const kv = model.derived.kvBytesPerToken;
     const pageBytes = kv * x.pageTokens;
@@ -66,9 +89,15 @@ function runVllm(x: { requests: readonly Req[]; pageTokens: number; gpuKvBytes: 
   });
 }
 
-const reqsArb = fc.array(fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 40 }) }), { minLength: 1, maxLength: 50 });
+const reqsArb = fc.array(
+  fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 40 }) }),
+  { minLength: 1, maxLength: 50 },
+);
 
-const reqsManyArb = fc.array(fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 40 }) }), { minLength: 8, maxLength: 50 });
+const reqsManyArb = fc.array(
+  fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 40 }) }),
+  { minLength: 8, maxLength: 50 },
+);
 
 function checkRun(out: BaselineRunResult, rs: readonly { promptTokens: number; outputTokens: number }[]): void {
   expect(out.generatedPerSeq).toEqual(rs.map((r) => r.outputTokens));
@@ -84,22 +113,41 @@ describe('MoE-Lens setups of the baselines on random worlds', () => {
   it('MoE-Lightning-like: exact tokens, reservations within capacity, pool empty at the end', () => {
     const tally = new CoverageTally('moe-lightning-like', ['batches', 'cpuAttention', 'dramContention']);
     fc.assert(
-      fc.property(reqsArb, fc.integer({ min: 0, max: 3 }), fc.integer({ min: 1, max: 4 }), fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 8 }), fc.boolean(), fc.boolean(), (rs, bExp, kvScale, N, mu, contention, pad) => {
-        const b = 2 ** (bExp + 2);
-        const maxOut = Math.max(...rs.map((r) => r.outputTokens));
-        const maxPrompt = Math.max(...rs.map((r) => r.promptTokens));
-        const reserve = maxPrompt + maxOut;
-        const kvBytes = Math.ceil(reserve / b) * b * model.derived.kvBytesPerToken * kvScale;
-        const requests = rs.map((r, id) => ({ id, ...r }));
-        const out = runLightning({
-          requests, pageTokens: b, kvCapacityBytes: kvBytes, batchSeqs: N, microBatches: mu, contention,
-          reserveOutput: maxOut, ...(pad ? { reservePrompt: maxPrompt } : {}),
-        });
-        checkRun(out, rs);
-        expect(out.preemptions).toBe(0);
-        expect(out.batches).toBeGreaterThanOrEqual(Math.ceil(rs.length / N));
-        tally.record({ batches: out.batches > 1, cpuAttention: out.cpuBusyNs > 0, dramContention: out.dramBoundStages > 0 });
-      }),
+      fc.property(
+        reqsArb,
+        fc.integer({ min: 0, max: 3 }),
+        fc.integer({ min: 1, max: 4 }),
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 1, max: 8 }),
+        fc.boolean(),
+        fc.boolean(),
+        (rs, bExp, kvScale, N, mu, contention, pad) => {
+          const b = 2 ** (bExp + 2);
+          const maxOut = Math.max(...rs.map((r) => r.outputTokens));
+          const maxPrompt = Math.max(...rs.map((r) => r.promptTokens));
+          const reserve = maxPrompt + maxOut;
+          const kvBytes = Math.ceil(reserve / b) * b * model.derived.kvBytesPerToken * kvScale;
+          const requests = rs.map((r, id) => ({ id, ...r }));
+          const out = runLightning({
+            requests,
+            pageTokens: b,
+            kvCapacityBytes: kvBytes,
+            batchSeqs: N,
+            microBatches: mu,
+            contention,
+            reserveOutput: maxOut,
+            ...(pad ? { reservePrompt: maxPrompt } : {}),
+          });
+          checkRun(out, rs);
+          expect(out.preemptions).toBe(0);
+          expect(out.batches).toBeGreaterThanOrEqual(Math.ceil(rs.length / N));
+          tally.record({
+            batches: out.batches > 1,
+            cpuAttention: out.cpuBusyNs > 0,
+            dramContention: out.dramBoundStages > 0,
+          });
+        },
+      ),
       { numRuns: 40 },
     );
     tally.check();
@@ -126,13 +174,21 @@ describe('MoE-Lens setups of the baselines on random worlds', () => {
           const gpuKvBytes = Math.ceil(longest / b) * pageBytes * kvScale;
           const requests = rs.map((r, id) => ({ id, ...r }));
           const out = runVllm({
-            requests, pageTokens: b, gpuKvBytes, swapSpaceBytes: swapPages * pageBytes, offloadedFraction: 1,
+            requests,
+            pageTokens: b,
+            gpuKvBytes,
+            swapSpaceBytes: swapPages * pageBytes,
+            offloadedFraction: 1,
             limits: { maxNumSeqs, maxNumBatchedTokens: maxTok, watermark: 0.01, preemption },
           });
           checkRun(out, rs);
           if (preemption === 'recompute') expect(out.swapOuts).toBe(0);
           expect(out.swapOuts).toBeLessThanOrEqual(out.preemptions);
-          tally.record({ preemption: out.preemptions > 0, swap: out.swapOuts > 0, recompute: out.recomputedTokens > 0 });
+          tally.record({
+            preemption: out.preemptions > 0,
+            swap: out.swapOuts > 0,
+            recompute: out.recomputedTokens > 0,
+          });
         },
       ),
       { numRuns: 80 },

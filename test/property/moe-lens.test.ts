@@ -23,7 +23,10 @@ describe('MoE-Lens runs on random worlds', () => {
     const tally = new CoverageTally('moe-lens', ['preemption', 'cpuAttention', 'dramContention']);
     fc.assert(
       fc.property(
-        fc.array(fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 60 }) }), { minLength: 8, maxLength: 60 }),
+        fc.array(
+          fc.record({ promptTokens: fc.integer({ min: 1, max: 300 }), outputTokens: fc.integer({ min: 1, max: 60 }) }),
+          { minLength: 8, maxLength: 60 },
+        ),
         fc.integer({ min: 0, max: 3 }),
         fc.integer({ min: 1, max: 4 }),
         fc.integer({ min: 1, max: 2000 }),
@@ -35,7 +38,14 @@ describe('MoE-Lens runs on random worlds', () => {
           const requests = rs.map((r, id) => ({ id, ...r }));
           const sink = new InvariantChecker({ experts: model.experts });
           for (const r of requests) sink.onRequest(r.id, 'arrive', 0);
-          const out = runLens({ model, hardware: hw, cost, requests, sink, settings: { kvCapacityBytes: kvBytes, pageTokens: b, nReal, contention, timelineEvery: 1 } });
+          const out = runLens({
+            model,
+            hardware: hw,
+            cost,
+            requests,
+            sink,
+            settings: { kvCapacityBytes: kvBytes, pageTokens: b, nReal, contention, timelineEvery: 1 },
+          });
           expect(sink.violations()).toEqual([]);
           expect(sink.seen.memoryRecords).toBeGreaterThan(0);
           expect(Number.isSafeInteger(out.endNs)).toBe(true);
@@ -46,7 +56,11 @@ describe('MoE-Lens runs on random worlds', () => {
           for (let i = 1; i < tl.length; i++) expect(tl[i]![0]).toBeGreaterThanOrEqual(tl[i - 1]![0]);
           expect(tl[tl.length - 1]![1]).toBe(0);
           expect(out.analytic.t).toBeGreaterThan(0);
-          tally.record({ preemption: out.preemptions > 0, cpuAttention: out.cpuBusyNs > 0, dramContention: out.dramBoundStages > 0 });
+          tally.record({
+            preemption: out.preemptions > 0,
+            cpuAttention: out.cpuBusyNs > 0,
+            dramContention: out.dramBoundStages > 0,
+          });
         },
       ),
       { numRuns: 40 },

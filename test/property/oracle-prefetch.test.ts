@@ -62,7 +62,8 @@ type AnyDef = PolicyDefinition<unknown>;
 const def = (name: string): AnyDef => builtinPolicy(name)!;
 
 /** Buffer slots a policy runs with in world `w`. */
-const slotsOf = (w: World, d: AnyDef, raw: Record<string, unknown>): number => d.bufferSlots?.(d.params.parse(raw), w.model) ?? w.slots;
+const slotsOf = (w: World, d: AnyDef, raw: Record<string, unknown>): number =>
+  d.bufferSlots?.(d.params.parse(raw), w.model) ?? w.slots;
 
 /** Builds the executor as `experiments/world.ts` does, at `slots` buffer slots, caching disabled unless `caching`. */
 async function build(
@@ -76,8 +77,18 @@ async function build(
   const hardware = loadHardware(w.hardwareId);
   const streams = new RngStreams(w.seed);
   const m = w.model;
-  const workload = await buildWorkload(w.workload, { modelId: m.id, moeLayers: m.moeLayers, experts: m.experts, topK: m.topK }, streams);
-  const created = d.create(params, { rng: streams.stream(`policy:${d.name}`), model: m, hardware, workload, ...(o.oracle ? { oracle: o.oracle } : {}) });
+  const workload = await buildWorkload(
+    w.workload,
+    { modelId: m.id, moeLayers: m.moeLayers, experts: m.experts, topK: m.topK },
+    streams,
+  );
+  const created = d.create(params, {
+    rng: streams.stream(`policy:${d.name}`),
+    model: m,
+    hardware,
+    workload,
+    ...(o.oracle ? { oracle: o.oracle } : {}),
+  });
   const policy = o.wrap ? o.wrap(created) : created;
   const config: ServingConfig = {
     batching: 'static',
@@ -89,7 +100,15 @@ async function build(
     preloadAllExperts: false,
     releaseAfterUse: !o.caching,
   };
-  const executor = new ServingExecutor({ model: m, hardware, cost: createCostModel(m, hardware, () => {}), workload, policy, config, ...(o.sink ? { sink: o.sink } : {}) });
+  const executor = new ServingExecutor({
+    model: m,
+    hardware,
+    cost: createCostModel(m, hardware, () => {}),
+    workload,
+    policy,
+    config,
+    ...(o.sink ? { sink: o.sink } : {}),
+  });
   return { executor, policy };
 }
 
@@ -122,7 +141,14 @@ const worldArb: fc.Arbitrary<World> = fc
         experts: fc.integer({ min: 2, max: 10 }),
         topK: fc.integer({ min: 1, max: 3 }),
       })
-      .map((s) => shrinkModel(s.id, { layers: s.layers, denseLeading: s.denseLeading, experts: s.experts, topK: Math.min(s.topK, s.experts) })),
+      .map((s) =>
+        shrinkModel(s.id, {
+          layers: s.layers,
+          denseLeading: s.denseLeading,
+          experts: s.experts,
+          topK: Math.min(s.topK, s.experts),
+        }),
+      ),
     hardwareId: fc.constantFrom(...BIG_GPUS),
     workload: fc
       .record({ requests: fc.integer({ min: 1, max: 6 }), promptTokens: lengthArb(24), outputTokens: lengthArb(8) })
@@ -133,13 +159,19 @@ const worldArb: fc.Arbitrary<World> = fc
     seed: fc.integer({ min: 0, max: 10_000 }),
     slotsFraction: fc.double({ min: 0, max: 1, noNaN: true }),
   })
-  .map(({ slotsFraction, ...w }) => ({ ...w, slots: 1 + Math.floor(slotsFraction * (w.model.moeLayers * w.model.experts - 1)) }));
+  .map(({ slotsFraction, ...w }) => ({
+    ...w,
+    slots: 1 + Math.floor(slotsFraction * (w.model.moeLayers * w.model.experts - 1)),
+  }));
 
 /** Every other built-in serving policy that can run with caching disabled and no predictor, with some random parameters. */
 const othersArb = (m: ModelProfile): fc.Arbitrary<[string, Record<string, unknown>][]> =>
   fc
     .record({
-      mt: fc.record({ horizon: fc.integer({ min: 1, max: 3 }), prefetchPerLayer: fc.integer({ min: 1, max: m.experts }) }),
+      mt: fc.record({
+        horizon: fc.integer({ min: 1, max: 3 }),
+        prefetchPerLayer: fc.integer({ min: 1, max: m.experts }),
+      }),
       replaceQueue: fc.boolean(),
       eamcWarmup: fc.constantFrom(0, 20),
     })
@@ -183,7 +215,9 @@ describe('oracle-prefetch is the upper bound of prefetching (caching disabled)',
           const { executor, policy } = await build(w, def('oracle-prefetch'), {}, slots, { oracle, sink: checker });
           o = executor.run();
           expect(checker.finish(o)).toEqual([]);
-          expect(o.requests.every((r) => r.emittedTokens === r.outputTokens && r.finishNs >= r.firstTokenNs)).toBe(true);
+          expect(o.requests.every((r) => r.emittedTokens === r.outputTokens && r.finishNs >= r.firstTokenNs)).toBe(
+            true,
+          );
           expect(o.resources.vram.peakBytes).toBeLessThanOrEqual(o.resources.vram.capacityBytes);
           const h2d = o.resources.h2d;
           expect(h2d.bytesMoved).toBe(h2d.completedBytes + h2d.cancelledSentBytes);
@@ -214,7 +248,10 @@ describe('oracle-prefetch is the upper bound of prefetching (caching disabled)',
           any = true;
           comparisons++;
           expect(other.counters.needs, name).toBe(best.counters.needs);
-          expect(best.counters.blockedNs, `oracle-prefetch vs ${name} ${JSON.stringify(raw)} at ${slots} slots`).toBeLessThanOrEqual(other.counters.blockedNs + TOLERANCE_NS);
+          expect(
+            best.counters.blockedNs,
+            `oracle-prefetch vs ${name} ${JSON.stringify(raw)} at ${slots} slots`,
+          ).toBeLessThanOrEqual(other.counters.blockedNs + TOLERANCE_NS);
           if (best.counters.blockedNs < other.counters.blockedNs) strictlyBetter++;
         }
         if (any) compared++;
@@ -233,46 +270,65 @@ describe('oracle-prefetch with caching (conservative) is belady prefetched', () 
     let strictlyBetter = 0;
     await fc.assert(
       // At least a layer's experts: every layer's needs fit the buffer at once (MIN's model).
-      fc.asyncProperty(worldArb.chain((w) => fc.integer({ min: w.model.experts, max: w.model.moeLayers * w.model.experts }).map((slots) => ({ ...w, slots }))), async (w) => {
-        let oracle: NeedTrace;
-        try {
-          oracle = await record(w, w.slots, true);
-        } catch (err) {
-          refused(err);
-          return;
-        }
-        const m = w.model;
-        const checker = new InvariantChecker({ experts: m.experts, bytesPerExpert: m.derived.bytesPerExpert });
-        const { executor, policy } = await build(w, def('oracle-prefetch'), {}, w.slots, { oracle, sink: checker, caching: true });
-        const best = executor.run();
-        expect(checker.finish(best)).toEqual([]);
-        expect(best.requests.every((r) => r.emittedTokens === r.outputTokens)).toBe(true);
-        expect(best.resources.vram.peakBytes).toBeLessThanOrEqual(best.resources.vram.capacityBytes);
-        const stats = (policy as OraclePrefetchPolicy).stats;
-        expect(stats.matched).toBe(stats.routed);
-        const b = (await build(w, def('belady'), {}, w.slots, { oracle, caching: true })).executor.run();
-        expect(best.counters.needs).toBe(b.counters.needs);
-        expect(servingMetrics(best).prefetchWastedBytes).toBe(0);
-        expect(best.counters.prefetchesUsed).toBe(best.counters.prefetchesIssued);
-        // MIN's model holds when every layer's experts fit the buffer at once; a layer needing more
-        // experts than slots computes them through the buffer in expert order, and which ones stay
-        // depends on the order, not on the policy (see the header).
-        const overflow = oracle.steps.some((st) => st.experts.length > w.slots);
-        if (stats.planned > 0) expect(stats.overflow > 0).toBe(overflow);
-        if (overflow) return;
-        expect(best.resources.h2d.bytesMoved).toBe(b.resources.h2d.bytesMoved);
-        expect(best.counters.cacheHits).toBe(b.counters.cacheHits);
-        expect(best.counters.blockedNs, `oracle-prefetch vs belady at ${w.slots} slots`).toBeLessThanOrEqual(b.counters.blockedNs + TOLERANCE_NS);
-        compared++;
-        if (best.counters.blockedNs < b.counters.blockedNs) strictlyBetter++;
-        // The aggressive mode is no bound on belady (it trades extra fetches for lookahead), but it wastes nothing either.
-        const agg = new InvariantChecker({ experts: m.experts, bytesPerExpert: m.derived.bytesPerExpert });
-        const a = (await build(w, def('oracle-prefetch'), { caching: 'aggressive' }, w.slots, { oracle, sink: agg, caching: true })).executor.run();
-        expect(agg.finish(a)).toEqual([]);
-        expect(servingMetrics(a).prefetchWastedBytes).toBe(0);
-        expect(a.counters.prefetchesUsed).toBe(a.counters.prefetchesIssued);
-        expect(a.counters.demandFetches).toBe(0);
-      }),
+      fc.asyncProperty(
+        worldArb.chain((w) =>
+          fc
+            .integer({ min: w.model.experts, max: w.model.moeLayers * w.model.experts })
+            .map((slots) => ({ ...w, slots })),
+        ),
+        async (w) => {
+          let oracle: NeedTrace;
+          try {
+            oracle = await record(w, w.slots, true);
+          } catch (err) {
+            refused(err);
+            return;
+          }
+          const m = w.model;
+          const checker = new InvariantChecker({ experts: m.experts, bytesPerExpert: m.derived.bytesPerExpert });
+          const { executor, policy } = await build(w, def('oracle-prefetch'), {}, w.slots, {
+            oracle,
+            sink: checker,
+            caching: true,
+          });
+          const best = executor.run();
+          expect(checker.finish(best)).toEqual([]);
+          expect(best.requests.every((r) => r.emittedTokens === r.outputTokens)).toBe(true);
+          expect(best.resources.vram.peakBytes).toBeLessThanOrEqual(best.resources.vram.capacityBytes);
+          const stats = (policy as OraclePrefetchPolicy).stats;
+          expect(stats.matched).toBe(stats.routed);
+          const b = (await build(w, def('belady'), {}, w.slots, { oracle, caching: true })).executor.run();
+          expect(best.counters.needs).toBe(b.counters.needs);
+          expect(servingMetrics(best).prefetchWastedBytes).toBe(0);
+          expect(best.counters.prefetchesUsed).toBe(best.counters.prefetchesIssued);
+          // MIN's model holds when every layer's experts fit the buffer at once; a layer needing more
+          // experts than slots computes them through the buffer in expert order, and which ones stay
+          // depends on the order, not on the policy (see the header).
+          const overflow = oracle.steps.some((st) => st.experts.length > w.slots);
+          if (stats.planned > 0) expect(stats.overflow > 0).toBe(overflow);
+          if (overflow) return;
+          expect(best.resources.h2d.bytesMoved).toBe(b.resources.h2d.bytesMoved);
+          expect(best.counters.cacheHits).toBe(b.counters.cacheHits);
+          expect(best.counters.blockedNs, `oracle-prefetch vs belady at ${w.slots} slots`).toBeLessThanOrEqual(
+            b.counters.blockedNs + TOLERANCE_NS,
+          );
+          compared++;
+          if (best.counters.blockedNs < b.counters.blockedNs) strictlyBetter++;
+          // The aggressive mode is no bound on belady (it trades extra fetches for lookahead), but it wastes nothing either.
+          const agg = new InvariantChecker({ experts: m.experts, bytesPerExpert: m.derived.bytesPerExpert });
+          const a = (
+            await build(w, def('oracle-prefetch'), { caching: 'aggressive' }, w.slots, {
+              oracle,
+              sink: agg,
+              caching: true,
+            })
+          ).executor.run();
+          expect(agg.finish(a)).toEqual([]);
+          expect(servingMetrics(a).prefetchWastedBytes).toBe(0);
+          expect(a.counters.prefetchesUsed).toBe(a.counters.prefetchesIssued);
+          expect(a.counters.demandFetches).toBe(0);
+        },
+      ),
       { numRuns: 30 },
     );
     expect(compared).toBeGreaterThan(20);

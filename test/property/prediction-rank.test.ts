@@ -40,11 +40,20 @@ const case_ = fc
       experts: fc.constant(experts),
       layers: fc.constant(layers),
       // Popularity from a few levels, so ties between experts are common.
-      popularity: fc.array(fc.array(fc.integer({ min: 1, max: 4 }), { minLength: experts, maxLength: experts }), { minLength: layers, maxLength: layers }),
+      popularity: fc.array(fc.array(fc.integer({ min: 1, max: 4 }), { minLength: experts, maxLength: experts }), {
+        minLength: layers,
+        maxLength: layers,
+      }),
       layer: fc.integer({ min: 0, max: layers - 1 }),
       score: votes
-        ? fc.array(fc.oneof(fc.constant(0), fc.constant(0), fc.integer({ min: 0, max: 6 })), { minLength: experts, maxLength: experts })
-        : fc.array(fc.oneof(fc.double({ min: -1e6, max: 1e6, noNaN: true }), fc.constant(0), fc.constant(1.5)), { minLength: experts, maxLength: experts }),
+        ? fc.array(fc.oneof(fc.constant(0), fc.constant(0), fc.integer({ min: 0, max: 6 })), {
+            minLength: experts,
+            maxLength: experts,
+          })
+        : fc.array(fc.oneof(fc.double({ min: -1e6, max: 1e6, noNaN: true }), fc.constant(0), fc.constant(1.5)), {
+            minLength: experts,
+            maxLength: experts,
+          }),
     }),
   );
 

@@ -43,11 +43,19 @@ function admissionRecorder(): { sink: TraceSink; batches: () => string } {
   };
 }
 
-async function lruRun(w: WorldSpec, capacitySlots: number): Promise<{ hits: number; needs: number; hitRate: number; batches: string }> {
+async function lruRun(
+  w: WorldSpec,
+  capacitySlots: number,
+): Promise<{ hits: number; needs: number; hitRate: number; batches: string }> {
   const rec = admissionRecorder();
   const { executor } = await buildWorld({ ...w, policy: { kind: 'lru', capacitySlots } }, rec.sink);
   const o = executor.run();
-  return { hits: o.counters.cacheHits + o.counters.prefetchHits, needs: o.counters.needs, hitRate: servingMetrics(o).bufferHitRate, batches: rec.batches() };
+  return {
+    hits: o.counters.cacheHits + o.counters.prefetchHits,
+    needs: o.counters.needs,
+    hitRate: servingMetrics(o).bufferHitRate,
+    batches: rec.batches(),
+  };
 }
 
 // Shrunk models on GPUs with room to spare, so every capacity fits and KV admission never waits.

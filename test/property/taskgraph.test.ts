@@ -57,42 +57,60 @@ const rawTask = fc.record({
   own: fc.array(
     fc.record({
       pool: fc.constantFrom<PoolName>('vram', 'host'),
-      bytes: fc.oneof({ weight: 1, arbitrary: fc.integer({ min: 0, max: 40 }) }, { weight: 3, arbitrary: fc.integer({ min: 250, max: MAX_OWN_EACH }) }),
+      bytes: fc.oneof(
+        { weight: 1, arbitrary: fc.integer({ min: 0, max: 40 }) },
+        { weight: 3, arbitrary: fc.integer({ min: 250, max: MAX_OWN_EACH }) },
+      ),
     }),
     { minLength: 1, maxLength: 2 },
   ),
-  hold: fc.option(fc.record({ pool: fc.constantFrom<PoolName>('vram', 'host'), bytes: fc.integer({ min: 0, max: MAX_HOLD }), releaserPick: fc.option(fc.nat()) })),
+  hold: fc.option(
+    fc.record({
+      pool: fc.constantFrom<PoolName>('vram', 'host'),
+      bytes: fc.integer({ min: 0, max: MAX_HOLD }),
+      releaserPick: fc.option(fc.nat()),
+    }),
+  ),
 });
 
 // Lengths uniform in [1, 30] (fast-check's default size would keep most arrays under 10).
-const graphArb = fc.integer({ min: 1, max: 30 }).chain((n) => fc.array(rawTask, { minLength: n, maxLength: n })).map((raws): TaskSpec[] => {
-  const deps: number[][] = raws.map((r, i) => (i === 0 ? [] : r.depPicks.map((p) => p % i)));
-  const releases: string[][] = raws.map(() => []);
-  raws.forEach((r, i) => {
-    const pick = r.hold?.releaserPick;
-    if (pick !== undefined && pick !== null && i + 1 < raws.length) {
-      const j = i + 1 + (pick % (raws.length - i - 1));
-      releases[j]!.push(`h${i}`);
-      deps[j]!.push(i); // a releaser depends on its holder
-    }
+const graphArb = fc
+  .integer({ min: 1, max: 30 })
+  .chain((n) => fc.array(rawTask, { minLength: n, maxLength: n }))
+  .map((raws): TaskSpec[] => {
+    const deps: number[][] = raws.map((r, i) => (i === 0 ? [] : r.depPicks.map((p) => p % i)));
+    const releases: string[][] = raws.map(() => []);
+    raws.forEach((r, i) => {
+      const pick = r.hold?.releaserPick;
+      if (pick !== undefined && pick !== null && i + 1 < raws.length) {
+        const j = i + 1 + (pick % (raws.length - i - 1));
+        releases[j]!.push(`h${i}`);
+        deps[j]!.push(i); // a releaser depends on its holder
+      }
+    });
+    return raws.map((r, i): TaskSpec => {
+      const alloc: MemoryRequest[] = r.own.map((o) => ({ pool: o.pool, bytes: o.bytes, category: 'workspace' }));
+      if (r.hold) alloc.push({ pool: r.hold.pool, bytes: r.hold.bytes, category: 'expertWeights', hold: `h${i}` });
+      const base = { id: i, category: `c${i % 3}`, priority: r.priority, deps: deps[i]!, alloc, release: releases[i]! };
+      switch (r.kind) {
+        case 'gpu':
+          return { ...base, kind: 'gpu', stream: r.stream, durationNs: ns(r.amount) };
+        case 'cpu':
+          return {
+            ...base,
+            kind: 'cpu',
+            cores: r.cores,
+            computeNs: ns(r.computeNs),
+            bytes: r.amount % 2 === 0 ? r.amount : 0,
+          };
+        case 'h2d':
+        case 'd2h':
+          return { ...base, kind: r.kind, bytes: r.amount };
+        case 'barrier':
+          return { ...base, kind: 'barrier' };
+      }
+    });
   });
-  return raws.map((r, i): TaskSpec => {
-    const alloc: MemoryRequest[] = r.own.map((o) => ({ pool: o.pool, bytes: o.bytes, category: 'workspace' }));
-    if (r.hold) alloc.push({ pool: r.hold.pool, bytes: r.hold.bytes, category: 'expertWeights', hold: `h${i}` });
-    const base = { id: i, category: `c${i % 3}`, priority: r.priority, deps: deps[i]!, alloc, release: releases[i]! };
-    switch (r.kind) {
-      case 'gpu':
-        return { ...base, kind: 'gpu', stream: r.stream, durationNs: ns(r.amount) };
-      case 'cpu':
-        return { ...base, kind: 'cpu', cores: r.cores, computeNs: ns(r.computeNs), bytes: r.amount % 2 === 0 ? r.amount : 0 };
-      case 'h2d':
-      case 'd2h':
-        return { ...base, kind: r.kind, bytes: r.amount };
-      case 'barrier':
-        return { ...base, kind: 'barrier' };
-    }
-  });
-});
 
 const machineArb = fc.record({
   concurrentStreams: fc.boolean(),
@@ -138,7 +156,16 @@ function run(tasks: readonly TaskSpec[], m: Machine): Run {
     },
   };
   const hostDram = new FluidShare('hostDram', 1e15, sim);
-  const link = (name: 'h2d' | 'd2h') => new PcieLink({ name, bytesPerSec: 1e9, latencyNs: LATENCY_NS, packetBytes: m.packetBytes, sched: sim, dram: hostDram, sink });
+  const link = (name: 'h2d' | 'd2h') =>
+    new PcieLink({
+      name,
+      bytesPerSec: 1e9,
+      latencyNs: LATENCY_NS,
+      packetBytes: m.packetBytes,
+      sched: sim,
+      dram: hostDram,
+      sink,
+    });
   const r: Resources = {
     gpu: new Gpu({ streams: 2, concurrentStreams: m.concurrentStreams, sched: sim, sink, streamNames: ['s0', 's1'] }),
     h2d: link('h2d'),
@@ -177,7 +204,8 @@ describe('task graph on random DAGs', () => {
           expect(t.dispatchNs!).toBeGreaterThanOrEqual(t.readyNs!);
           expect(t.startNs!).toBeGreaterThanOrEqual(t.dispatchNs!);
           const took = t.finishNs! - t.startNs!;
-          if (spec.kind === 'h2d' || spec.kind === 'd2h') expect(took).toBeGreaterThanOrEqual(uncontendedNs(spec)); // may be overtaken
+          if (spec.kind === 'h2d' || spec.kind === 'd2h')
+            expect(took).toBeGreaterThanOrEqual(uncontendedNs(spec)); // may be overtaken
           else expect(took).toBe(uncontendedNs(spec));
         }
         // Pools never exceed capacity; what is left is exactly the unreleased holds.
@@ -186,13 +214,18 @@ describe('task graph on random DAGs', () => {
         expect(a.peak.host).toBeLessThanOrEqual(CAPACITY);
         const released = new Set(tasks.flatMap((t) => t.release ?? []));
         for (const pool of ['vram', 'host'] as const) {
-          const left = tasks.flatMap((t) => t.alloc ?? []).filter((x) => x.pool === pool && x.hold !== undefined && !released.has(x.hold));
+          const left = tasks
+            .flatMap((t) => t.alloc ?? [])
+            .filter((x) => x.pool === pool && x.hold !== undefined && !released.has(x.hold));
           expect(a.usedAtEnd[pool]).toBe(left.reduce((s, x) => s + x.bytes, 0));
         }
         // Serialised streams: our kernels never overlap on the SMs.
         if (!m.concurrentStreams) {
-          const kernels = a.timings.filter((t) => t.kind === 'gpu').sort((x, y) => x.startNs! - y.startNs! || x.finishNs! - y.finishNs!);
-          for (let i = 1; i < kernels.length; i++) expect(kernels[i]!.startNs!).toBeGreaterThanOrEqual(kernels[i - 1]!.finishNs!);
+          const kernels = a.timings
+            .filter((t) => t.kind === 'gpu')
+            .sort((x, y) => x.startNs! - y.startNs! || x.finishNs! - y.finishNs!);
+          for (let i = 1; i < kernels.length; i++)
+            expect(kernels[i]!.startNs!).toBeGreaterThanOrEqual(kernels[i - 1]!.finishNs!);
         }
         // Critical path ≤ makespan ≤ Σ durations (some task always runs until the end).
         const makespan = Math.max(...a.timings.map((t) => t.finishNs!));

@@ -25,12 +25,19 @@ import type { PlanContext } from '../../sim/throughput/policy.ts';
 import { UniformMultinomialCounts } from '../../sim/throughput/routing-counts.ts';
 import { prefillShape, worstDecodeShape } from '../../sim/throughput/search.ts';
 import { ThroughputExecutor } from '../../sim/throughput/throughput-executor.ts';
-import { defaultPassConfig, type PassConfig, type PassShape, type WorkloadSummary } from '../../sim/throughput/types.ts';
+import {
+  defaultPassConfig,
+  type PassConfig,
+  type PassShape,
+  type WorkloadSummary,
+} from '../../sim/throughput/types.ts';
 import type { RequestSpec, Workload } from '../../sim/workload.ts';
 import { BUILTIN_POLICIES } from '../../policies/registry.ts';
 import type { PolicyDefinition } from '../../policies/types.ts';
 
-const THROUGHPUT_POLICIES = Object.entries(BUILTIN_POLICIES as Record<string, PolicyDefinition<unknown>>).filter(([, d]) => d.family === 'throughput');
+const THROUGHPUT_POLICIES = Object.entries(BUILTIN_POLICIES as Record<string, PolicyDefinition<unknown>>).filter(
+  ([, d]) => d.family === 'throughput',
+);
 const MB = 1e6;
 /** Throughput policies whose plans the random machines below almost never make feasible (see the plans property). */
 const LENS_PLANS = new Set(['moe-lens', 'lens-moe-lightning', 'lens-vllm']);
@@ -92,7 +99,9 @@ const workloadArb = fc
     }),
   );
 
-const worldArb = modelArb.chain((model) => fc.record({ model: fc.constant(model), hw: machineArb(model), w: workloadArb }));
+const worldArb = modelArb.chain((model) =>
+  fc.record({ model: fc.constant(model), hw: machineArb(model), w: workloadArb }),
+);
 
 describe('throughput policies: plans respect memory', () => {
   for (const [name, def] of THROUGHPUT_POLICIES) {
@@ -101,7 +110,12 @@ describe('throughput policies: plans respect memory', () => {
       fc.assert(
         fc.property(worldArb, ({ model, hw, w }) => {
           const ctx: PlanContext = { model, hardware: hw, cost: createCostModel(model, hw), workload: w };
-          const policy = def.createThroughput!(def.params.parse({}), { rng: new Rng('t'), model, hardware: hw, workload: { requests: [], routing: {} as Workload['routing'], describe: '' } });
+          const policy = def.createThroughput!(def.params.parse({}), {
+            rng: new Rng('t'),
+            model,
+            hardware: hw,
+            workload: { requests: [], routing: {} as Workload['routing'], describe: '' },
+          });
           const r = policy.plan(ctx);
           tally.record({ feasible: r.feasible, infeasible: !r.feasible });
           if (!r.feasible) {
@@ -124,7 +138,11 @@ describe('throughput policies: plans respect memory', () => {
             expect(v.totalBytes).toBeLessThanOrEqual(hw.gpu.vramBytes);
           }
           if (w.phases.prefill) {
-            const v = vramNeeded(model, prefillShape(w, Math.min(r.plan.prefill.batchSeqs, N, w.sequences), N), r.plan.prefill.config);
+            const v = vramNeeded(
+              model,
+              prefillShape(w, Math.min(r.plan.prefill.batchSeqs, N, w.sequences), N),
+              r.plan.prefill.config,
+            );
             expect(v.totalBytes).toBeLessThanOrEqual(hw.gpu.vramBytes);
           }
           if (w.fixedBatchSeqs !== undefined) expect(N).toBeLessThanOrEqual(w.fixedBatchSeqs);
@@ -182,22 +200,38 @@ const configArb = (model: ModelProfile) =>
     });
 
 const shapeArb = fc
-  .record({ phase: fc.constantFrom<'prefill' | 'decode'>('prefill', 'decode'), seqs: fc.integer({ min: 1, max: 40 }), tokens: fc.integer({ min: 1, max: 64 }), past: fc.integer({ min: 1, max: 300 }) })
-  .map((s): PassShape => ({
-    phase: s.phase,
-    seqs: s.seqs,
-    newTokens: s.phase === 'prefill' ? s.tokens : 1,
-    pastTokens: s.phase === 'prefill' ? 0 : s.past,
-    hostSeqs: s.seqs,
-    reserveTokens: (s.phase === 'prefill' ? s.tokens : s.past) + 8,
-  }));
+  .record({
+    phase: fc.constantFrom<'prefill' | 'decode'>('prefill', 'decode'),
+    seqs: fc.integer({ min: 1, max: 40 }),
+    tokens: fc.integer({ min: 1, max: 64 }),
+    past: fc.integer({ min: 1, max: 300 }),
+  })
+  .map(
+    (s): PassShape => ({
+      phase: s.phase,
+      seqs: s.seqs,
+      newTokens: s.phase === 'prefill' ? s.tokens : 1,
+      pastTokens: s.phase === 'prefill' ? 0 : s.past,
+      hostSeqs: s.seqs,
+      reserveTokens: (s.phase === 'prefill' ? s.tokens : s.past) + 8,
+    }),
+  );
 
 describe('pass simulation against the critical path of the same DAG', () => {
   it('simulated ≥ critical path; no deadlock; peak VRAM ≤ the memory model', () => {
     const tally = new CoverageTally('pass simulation', ['cpuWork', 'weightStream', 'kvOffload']);
     fc.assert(
       fc.property(
-        modelArb.chain((model) => fc.record({ model: fc.constant(model), config: configArb(model), shape: shapeArb, slackMB: fc.integer({ min: 0, max: 50 }), seed: fc.integer(), packetMB: fc.constantFrom(0.25, 4, 64) })),
+        modelArb.chain((model) =>
+          fc.record({
+            model: fc.constant(model),
+            config: configArb(model),
+            shape: shapeArb,
+            slackMB: fc.integer({ min: 0, max: 50 }),
+            seed: fc.integer(),
+            packetMB: fc.constantFrom(0.25, 4, 64),
+          }),
+        ),
         ({ model, config, shape, slackMB, seed, packetMB }) => {
           const base = loadHardware('moe-gen-c1');
           const need = vramNeeded(model, shape, config).totalBytes;
@@ -206,7 +240,8 @@ describe('pass simulation against the critical path of the same DAG', () => {
             ...base,
             gpu: { ...base.gpu, vramBytes: need + slackMB * MB },
             cpu: { ...base.cpu, cores: 4, dramBytesPerSec: 30e9, perCoreDramBytesPerSec: 15e9 },
-            hostDramBytes: model.derived.totalBytes + shape.hostSeqs * hostKvBytesPerSeq(model, shape.reserveTokens, 0) + 1,
+            hostDramBytes:
+              model.derived.totalBytes + shape.hostSeqs * hostKvBytesPerSeq(model, shape.reserveTokens, 0) + 1,
           };
           const cost = createCostModel(model, hw);
           const counts = new UniformMultinomialCounts(model.experts, model.topK, new Rng(`c${seed}`));
@@ -238,15 +273,26 @@ class MemoryChecker implements TraceSink {
   records = 0;
   onMemory(r: MemoryRecord): void {
     this.records++;
-    if (r.usedBytes > r.capacityBytes) this.violations.push(`${r.pool} at ${r.timeNs}: used ${r.usedBytes} > ${r.capacityBytes}`);
-    if (r.categoryUsedBytes < 0 || r.categoryUsedBytes > r.usedBytes) this.violations.push(`${r.pool}/${r.category}: ${r.categoryUsedBytes} of ${r.usedBytes}`);
+    if (r.usedBytes > r.capacityBytes)
+      this.violations.push(`${r.pool} at ${r.timeNs}: used ${r.usedBytes} > ${r.capacityBytes}`);
+    if (r.categoryUsedBytes < 0 || r.categoryUsedBytes > r.usedBytes)
+      this.violations.push(`${r.pool}/${r.category}: ${r.categoryUsedBytes} of ${r.usedBytes}`);
   }
 }
 
 function tinyWorkload(n: number, prompt: number, outMax: number, seed: number): Workload {
   const rng = new Rng(`w${seed}`);
-  const requests: RequestSpec[] = Array.from({ length: n }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 1 + rng.int(prompt), outputTokens: 1 + rng.int(outMax) }));
-  return { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'tiny' };
+  const requests: RequestSpec[] = Array.from({ length: n }, (_, id) => ({
+    id,
+    arrivalNs: ns(0),
+    promptTokens: 1 + rng.int(prompt),
+    outputTokens: 1 + rng.int(outMax),
+  }));
+  return {
+    requests,
+    routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) },
+    describe: 'tiny',
+  };
 }
 
 describe('whole runs of every throughput policy', () => {
@@ -268,14 +314,26 @@ describe('whole runs of every throughput policy', () => {
           for (const [name, def] of THROUGHPUT_POLICIES) {
             const run = () => {
               const sink = new MemoryChecker();
-              const policy = def.createThroughput!(def.params.parse({}), { rng: new Rng('p'), model, hardware: hw, workload });
+              const policy = def.createThroughput!(def.params.parse({}), {
+                rng: new Rng('p'),
+                model,
+                hardware: hw,
+                workload,
+              });
               const ex = new ThroughputExecutor({
                 model,
                 hardware: hw,
                 cost,
                 workload,
                 policy,
-                config: { phase, contextBucketTokens: 8, kvLayout, kvPageTokens: 4, packetBytes: 4 * MB, memoise: true },
+                config: {
+                  phase,
+                  contextBucketTokens: 8,
+                  kvLayout,
+                  kvPageTokens: 4,
+                  packetBytes: 4 * MB,
+                  memoise: true,
+                },
                 fallbackRng: new Rng(`f${seed}`),
                 sink,
               });
@@ -293,11 +351,15 @@ describe('whole runs of every throughput policy', () => {
             if (outcome.prefill.passes + outcome.decode.passes > 0) expect(sink.records, name).toBeGreaterThan(0);
             const P = Math.max(...workload.requests.map((r) => r.promptTokens));
             const outputs = workload.requests.map((r) => r.outputTokens);
-            const expected = (phase !== 'decode' ? n : 0) + (phase !== 'prefill' ? outputs.reduce((a, b) => a + b - 1, 0) : 0);
+            const expected =
+              (phase !== 'decode' ? n : 0) + (phase !== 'prefill' ? outputs.reduce((a, b) => a + b - 1, 0) : 0);
             expect(outcome.prefill.generatedTokens + outcome.decode.generatedTokens, name).toBe(expected);
             expect(outcome.prefill.processedTokens, name).toBe(phase !== 'decode' ? n * P : 0);
-            for (const pool of ['vram', 'host'] as const) expect(outcome.peaks[pool].total!, `${name} ${pool}`).toBeLessThanOrEqual(outcome.peaks[pool].capacity!);
-            expect(JSON.stringify(throughputMetrics(run().outcome)), `${name} determinism`).toBe(JSON.stringify(throughputMetrics(outcome)));
+            for (const pool of ['vram', 'host'] as const)
+              expect(outcome.peaks[pool].total!, `${name} ${pool}`).toBeLessThanOrEqual(outcome.peaks[pool].capacity!);
+            expect(JSON.stringify(throughputMetrics(run().outcome)), `${name} determinism`).toBe(
+              JSON.stringify(throughputMetrics(outcome)),
+            );
           }
           tally.record(seen);
         },

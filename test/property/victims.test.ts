@@ -43,7 +43,9 @@ describe('firstVictimBy', () => {
           const candidates = keys.filter((k) => score[k]! !== 0 || k % 2 === 0);
           const capOf = withCaps ? (l: number) => caps[l]! : undefined;
           // With ties: equal scores compare 0 (the first in pool order wins); else ties broken by key.
-          const cmp = ties ? (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! : (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! || a - b;
+          const cmp = ties
+            ? (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]!
+            : (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! || a - b;
           const want = firstBy(victimPool(view, candidates, forKey, capOf, fallback), cmp);
           expect(firstVictimBy(view, candidates, forKey, capOf, cmp, fallback)).toBe(want);
         },

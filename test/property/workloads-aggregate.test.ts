@@ -5,7 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Rng } from '../../sim/kernel/rng.ts';
-import { InclusionAggregateRouter, binomial, estimateInclusion, successiveInclusion, type TokenSampler } from '../../workloads/aggregate-router.ts';
+import {
+  InclusionAggregateRouter,
+  binomial,
+  estimateInclusion,
+  successiveInclusion,
+  type TokenSampler,
+} from '../../workloads/aggregate-router.ts';
 import { AliasTables, aliasScratch } from '../../workloads/random/alias.ts';
 import { drawDistinctUniform } from '../../workloads/uniform-router.ts';
 import { SyntheticModel } from '../../workloads/synthetic/model.ts';
@@ -22,7 +28,10 @@ function chi2Upper(df: number, z = 3.29): number {
 function moments(draws: Float64Array[], E: number): { mean: number[]; variance: number[] } {
   const R = draws.length;
   const mean = Array.from({ length: E }, (_, e) => draws.reduce((a, d) => a + d[e]!, 0) / R);
-  const variance = Array.from({ length: E }, (_, e) => draws.reduce((a, d) => a + (d[e]! - mean[e]!) ** 2, 0) / (R - 1));
+  const variance = Array.from(
+    { length: E },
+    (_, e) => draws.reduce((a, d) => a + (d[e]! - mean[e]!) ** 2, 0) / (R - 1),
+  );
   return { mean, variance };
 }
 
@@ -49,7 +58,7 @@ describe('aggregate routing vs per-token routing', () => {
     // The sample variance of R draws has relative s.d. ≈ √(2/R) ≈ 3.7 %.
     for (const v of variance) expect(Math.abs(v / expectVar - 1)).toBeLessThan(0.12);
     // The plain multinomial of n·k slots would give n·q(1 − q/k), 25 % more here: the test can tell.
-    expect(n * (k / E) * (1 - 1 / E) / expectVar - 1).toBeGreaterThan(0.12 * 2);
+    expect((n * (k / E) * (1 - 1 / E)) / expectVar - 1).toBeGreaterThan(0.12 * 2);
   });
 
   it('skewed synthetic layer (DeepSeek-like top-6 of 64): aggregate and per-token moments agree', () => {
@@ -139,7 +148,14 @@ describe('aggregate routing vs per-token routing', () => {
     const table = new AliasTables(1, E);
     table.build(0, w, 0, aliasScratch(E));
     const N = 1 << 18;
-    const mc = estimateInclusion(1, E, k, (_l, r, out) => drawDistinctAlias(table, 0, E, k, r, out, 0), new Rng(`mc${E}`), N);
+    const mc = estimateInclusion(
+      1,
+      E,
+      k,
+      (_l, r, out) => drawDistinctAlias(table, 0, E, k, r, out, 0),
+      new Rng(`mc${E}`),
+      N,
+    );
     for (let e = 0; e < E; e++) {
       const sd = Math.sqrt((q[e]! * (1 - q[e]!)) / N) || 1e-9;
       expect(Math.abs(mc[e]! - q[e]!) / sd).toBeLessThan(4.5);
@@ -147,7 +163,14 @@ describe('aggregate routing vs per-token routing', () => {
   });
 
   it('estimated inclusion probabilities sum to k per layer', () => {
-    const q = estimateInclusion(2, 10, 3, (_l, r, out) => void drawDistinctUniform(r, 10, 3, out, 0), new Rng('inc'), 4096);
+    const q = estimateInclusion(
+      2,
+      10,
+      3,
+      (_l, r, out) => void drawDistinctUniform(r, 10, 3, out, 0),
+      new Rng('inc'),
+      4096,
+    );
     expect(q.subarray(0, 10).reduce((a, b) => a + b, 0)).toBeCloseTo(3, 9);
   });
 });

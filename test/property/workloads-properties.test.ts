@@ -24,7 +24,8 @@ import type { Knobs } from '../../workloads/synthetic/profile.ts';
 const dir = mkdtempSync(path.join(tmpdir(), 'moesim-wl-prop-'));
 
 /** k distinct ids out of E. */
-const kSubset = (E: number, k: number): fc.Arbitrary<number[]> => fc.shuffledSubarray([...Array(E).keys()], { minLength: k, maxLength: k });
+const kSubset = (E: number, k: number): fc.Arbitrary<number[]> =>
+  fc.shuffledSubarray([...Array(E).keys()], { minLength: k, maxLength: k });
 
 interface RawRequest {
   tokens: (number[] | null)[][];
@@ -43,7 +44,9 @@ function buildRequest(r: RawRequest, i: number, L: number, E: number, k: number)
   const promptTokens = r.prefillRecorded ? (T === 0 ? 0 : Math.min(Math.max(1, r.prompt), T)) : r.prompt;
   const experts = Int32Array.from(r.tokens.flatMap((t) => t.flatMap((l) => l ?? new Array<number>(k).fill(MISSING))));
   const rng = new Rng(String(r.seed));
-  const scores = r.withScores ? Float32Array.from(experts, (e) => (e === MISSING ? NaN : Math.fround(rng.next()))) : undefined;
+  const scores = r.withScores
+    ? Float32Array.from(experts, (e) => (e === MISSING ? NaN : Math.fround(rng.next())))
+    : undefined;
   let predictions: TraceRequest['predictions'];
   if (r.withPredictions) {
     const offsets = new Int32Array(T * L + 1);
@@ -73,12 +76,16 @@ function buildRequest(r: RawRequest, i: number, L: number, E: number, k: number)
 
 const traceArb = fc
   .record({ L: fc.integer({ min: 1, max: 4 }), E: fc.integer({ min: 1, max: 12 }) })
-  .chain(({ L, E }) => fc.record({ L: fc.constant(L), E: fc.constant(E), k: fc.integer({ min: 1, max: Math.min(E, 4) }) }))
+  .chain(({ L, E }) =>
+    fc.record({ L: fc.constant(L), E: fc.constant(E), k: fc.integer({ min: 1, max: Math.min(E, 4) }) }),
+  )
   .chain(({ L, E, k }) =>
     fc
       .array(
         fc.record({
-          tokens: fc.array(fc.array(fc.option(kSubset(E, k), { freq: 5, nil: null }), { minLength: L, maxLength: L }), { maxLength: 6 }),
+          tokens: fc.array(fc.array(fc.option(kSubset(E, k), { freq: 5, nil: null }), { minLength: L, maxLength: L }), {
+            maxLength: 6,
+          }),
           prompt: fc.nat(6),
           prefillRecorded: fc.boolean(),
           extraOutput: fc.nat(3),
@@ -99,7 +106,11 @@ describe('trace writer → reader', () => {
     await fc.assert(
       fc.asyncProperty(traceArb, async ({ L, E, k, requests }) => {
         const f = path.join(dir, `rt-${n++}.jsonl.gz`);
-        const w = await TraceWriter.create(f, { model: { id: 'm', moeLayers: L, experts: E, topK: k } }, { gzipLevel: 1 });
+        const w = await TraceWriter.create(
+          f,
+          { model: { id: 'm', moeLayers: L, experts: E, topK: k } },
+          { gzipLevel: 1 },
+        );
         for (const r of requests) await w.write(r);
         await w.close();
         const back = await readTraceFile(f);
@@ -115,7 +126,11 @@ const knobsArb: fc.Arbitrary<{ shape: { moeLayers: number; experts: number; topK
   .record({ L: fc.integer({ min: 1, max: 6 }), E: fc.integer({ min: 1, max: 40 }) })
   .chain(({ L, E }) =>
     fc.record({
-      shape: fc.record({ moeLayers: fc.constant(L), experts: fc.constant(E), topK: fc.integer({ min: 1, max: Math.min(E, 8) }) }),
+      shape: fc.record({
+        moeLayers: fc.constant(L),
+        experts: fc.constant(E),
+        topK: fc.integer({ min: 1, max: Math.min(E, 8) }),
+      }),
       knobs: fc.record({
         popularity: fc.record({ zipfExponent: fc.double({ min: 0, max: 3, noNaN: true }) }),
         requestConcentration: fc.option(fc.double({ min: 0.01, max: 1000, noNaN: true }), { nil: null }),
@@ -137,47 +152,54 @@ const knobsArb: fc.Arbitrary<{ shape: { moeLayers: number; experts: number; topK
 describe('synthetic router', () => {
   it('emits k distinct ids in 0…E−1, the same for route, peek, rewinds and a fresh router, in any chunking', () => {
     fc.assert(
-      fc.property(knobsArb, fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 6 }), fc.option(fc.constantFrom('x', 'y')), (g, chunks, task) => {
-        const { moeLayers: L, experts: E, topK: k } = g.shape;
-        const model = new SyntheticModel(g.shape, g.knobs);
-        const routing = new SyntheticRouting(model, 'seed');
-        const spec = { id: 7, arrivalNs: 0 as never, promptTokens: 1, outputTokens: 1, ...(task ? { task } : {}) };
-        const a = routing.forRequest(spec);
-        const T = chunks.reduce((x, y) => x + y, 0);
-        const viaRoute: Int32Array[] = Array.from({ length: L }, () => new Int32Array(T * k));
-        let from = 0;
-        for (const c of chunks) {
-          const buf = new Int32Array(c * k);
-          // a predictor may look ahead at the next layer before it is routed
-          if (L > 1) a.peek(1, from, from + c, buf);
-          for (let l = 0; l < L; l++) {
-            a.route(l, from, from + c, buf);
-            viaRoute[l]!.set(buf, from * k);
-          }
-          from += c;
-        }
-        for (let l = 0; l < L; l++) {
-          const o = viaRoute[l]!;
-          for (let t = 0; t < T; t++) {
-            const set = new Set<number>();
-            for (let j = 0; j < k; j++) {
-              const e = o[t * k + j]!;
-              expect(Number.isInteger(e) && e >= 0 && e < E).toBe(true);
-              set.add(e);
+      fc.property(
+        knobsArb,
+        fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 6 }),
+        fc.option(fc.constantFrom('x', 'y')),
+        (g, chunks, task) => {
+          const { moeLayers: L, experts: E, topK: k } = g.shape;
+          const model = new SyntheticModel(g.shape, g.knobs);
+          const routing = new SyntheticRouting(model, 'seed');
+          const spec = { id: 7, arrivalNs: 0 as never, promptTokens: 1, outputTokens: 1, ...(task ? { task } : {}) };
+          const a = routing.forRequest(spec);
+          const T = chunks.reduce((x, y) => x + y, 0);
+          const viaRoute: Int32Array[] = Array.from({ length: L }, () => new Int32Array(T * k));
+          let from = 0;
+          for (const c of chunks) {
+            const buf = new Int32Array(c * k);
+            // a predictor may look ahead at the next layer before it is routed
+            if (L > 1) a.peek(1, from, from + c, buf);
+            for (let l = 0; l < L; l++) {
+              a.route(l, from, from + c, buf);
+              viaRoute[l]!.set(buf, from * k);
             }
-            expect(set.size).toBe(k);
+            from += c;
           }
-        }
-        // Rewind: peek the first token again after the window moved on.
-        const first = new Int32Array(k);
-        a.peek(L - 1, 0, 1, first);
-        expect(first).toEqual(viaRoute[L - 1]!.subarray(0, k));
-        // A fresh router for the same request (as a predictor would build) agrees.
-        const b = routing.create(7, task ?? undefined);
-        const all = new Int32Array(T * L * k);
-        b.generateAll(T, all);
-        for (let l = 0; l < L; l++) for (let t = 0; t < T; t++) for (let j = 0; j < k; j++) expect(all[(t * L + l) * k + j]).toBe(viaRoute[l]![t * k + j]);
-      }),
+          for (let l = 0; l < L; l++) {
+            const o = viaRoute[l]!;
+            for (let t = 0; t < T; t++) {
+              const set = new Set<number>();
+              for (let j = 0; j < k; j++) {
+                const e = o[t * k + j]!;
+                expect(Number.isInteger(e) && e >= 0 && e < E).toBe(true);
+                set.add(e);
+              }
+              expect(set.size).toBe(k);
+            }
+          }
+          // Rewind: peek the first token again after the window moved on.
+          const first = new Int32Array(k);
+          a.peek(L - 1, 0, 1, first);
+          expect(first).toEqual(viaRoute[L - 1]!.subarray(0, k));
+          // A fresh router for the same request (as a predictor would build) agrees.
+          const b = routing.create(7, task ?? undefined);
+          const all = new Int32Array(T * L * k);
+          b.generateAll(T, all);
+          for (let l = 0; l < L; l++)
+            for (let t = 0; t < T; t++)
+              for (let j = 0; j < k; j++) expect(all[(t * L + l) * k + j]).toBe(viaRoute[l]![t * k + j]);
+        },
+      ),
       { numRuns: 150 },
     );
   });
@@ -188,7 +210,13 @@ describe('synthetic router', () => {
  * plainly: tokens [0, T) of request `seed`, token-major (L·k per token), every uniform drawn
  * with `Rng.next()`, the previous tokens read from the output.
  */
-function referenceTokens(model: SyntheticModel, seed: string, task: string | undefined, prompt: number, T: number): Int32Array {
+function referenceTokens(
+  model: SyntheticModel,
+  seed: string,
+  task: string | undefined,
+  prompt: number,
+  T: number,
+): Int32Array {
   const { L, E, k } = model;
   const stride = L * k;
   const aff = new Rng(`${seed}/affinity`);
@@ -227,7 +255,8 @@ function referenceTokens(model: SyntheticModel, seed: string, task: string | und
       for (let j = 0; j < k; j++) {
         let e = -1;
         if (cont && (model.rho >= 1 || rng.next() < model.rho)) e = out[src * stride + l * k + j]!;
-        else if (l > 0 && model.gamma > 0 && rng.next() < model.gamma) e = model.successor[(l - 1) * E + out[b - k + j]!]!;
+        else if (l > 0 && model.gamma > 0 && rng.next() < model.gamma)
+          e = model.successor[(l - 1) * E + out[b - k + j]!]!;
         if (e >= 0 && taken(e, j)) e = -1;
         for (let tries = 0; tries < 16 && e < 0; tries++) {
           e = table.sample(l, rng.next());
@@ -268,7 +297,9 @@ describe('aggregate routing', () => {
   it('counts are integers in [0, tokens] summing to tokens·k, in both regimes', () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 50 }).chain((E) => fc.record({ E: fc.constant(E), k: fc.integer({ min: 1, max: Math.min(E, 8) }) })),
+        fc
+          .integer({ min: 1, max: 50 })
+          .chain((E) => fc.record({ E: fc.constant(E), k: fc.integer({ min: 1, max: Math.min(E, 8) }) })),
         fc.integer({ min: 0, max: 20_000 }),
         fc.double({ min: 0, max: 2, noNaN: true }),
         fc.nat(),
@@ -285,7 +316,14 @@ describe('aggregate routing', () => {
             rest -= v;
             wsum -= w[e]!;
           }
-          const agg = new InclusionAggregateRouter(1, E, k, q, (_l, r, out) => void drawDistinctUniform(r, E, k, out, 0), new Rng(String(seed)));
+          const agg = new InclusionAggregateRouter(
+            1,
+            E,
+            k,
+            q,
+            (_l, r, out) => void drawDistinctUniform(r, E, k, out, 0),
+            new Rng(String(seed)),
+          );
           const out = new Float64Array(E);
           agg.counts(0, tokens, out);
           let sum = 0;

@@ -27,7 +27,11 @@ import { createLfu, LfuParams } from '../../policies/cache/lfu.ts';
 import { createRnd, RndParams } from '../../policies/cache/rnd.ts';
 import { createDependencyPrefetch, DependencyPrefetchParams } from '../../policies/prefetch/dependency-prefetch.ts';
 import { createModelTracing, ModelTracingParams } from '../../policies/prefetch/model-tracing.ts';
-import { createMixtralOffloading, MixtralOffloadingParams, mixtralOffloading } from '../../policies/prefetch/mixtral-offloading.ts';
+import {
+  createMixtralOffloading,
+  MixtralOffloadingParams,
+  mixtralOffloading,
+} from '../../policies/prefetch/mixtral-offloading.ts';
 import { createPreGated, PreGatedParams } from '../../policies/prefetch/pre-gated.ts';
 import { AdapMoeParams, createAdapMoe } from '../../policies/prefetch/adapmoe.ts';
 import { allocateSlots, equalSlots, LayerStats } from '../../policies/prefetch/adapmoe-allocator.ts';
@@ -75,7 +79,16 @@ class StubBuffer implements BufferView {
     return this.map.values();
   }
   put(key: ExpertKey, o: Partial<StubEntry> = {}): void {
-    this.map.set(key, { key, state: 'resident', origin: 'cache', pinned: false, residentSinceNs: 0, lastUsedNs: -1, uses: 0, ...o });
+    this.map.set(key, {
+      key,
+      state: 'resident',
+      origin: 'cache',
+      pinned: false,
+      residentSinceNs: 0,
+      lastUsedNs: -1,
+      uses: 0,
+      ...o,
+    });
   }
   /** Resident, unpinned keys in insertion order (the executor's candidates). */
   candidates(): ExpertKey[] {
@@ -90,7 +103,13 @@ interface StubView extends ServingView {
   readonly buffer: StubBuffer;
 }
 
-function stubView(o: { layers: number; experts: number; topK?: number; slots?: number; predict?: (layer: number) => number[] }): StubView {
+function stubView(o: {
+  layers: number;
+  experts: number;
+  topK?: number;
+  slots?: number;
+  predict?: (layer: number) => number[];
+}): StubView {
   const E = o.experts;
   const slots = o.slots ?? o.layers * E;
   return {
@@ -131,7 +150,6 @@ const prefetchKeys = (d: PolicyDecision | void): ExpertKey[] => (d?.prefetch ?? 
 
 // ------------------------------------------------------------------ tiny executor world
 
-
 function stubCost(expertNs: number): CostModel {
   const ns: Record<Operation['kind'], number> = {
     attention: 10_000,
@@ -170,12 +188,19 @@ interface TinyWorld {
 
 function tinyWorkload(w: TinyWorld): Workload {
   const k = w.topK ?? 1;
-  const requests = (w.requests ?? [{}]).map((r, id) => ({ id, arrivalNs: 0 as Ns, promptTokens: 1, outputTokens: 4, ...r }));
+  const requests = (w.requests ?? [{}]).map((r, id) => ({
+    id,
+    arrivalNs: 0 as Ns,
+    promptTokens: 1,
+    outputTokens: 4,
+    ...r,
+  }));
   const predictor: ExpertPredictor | undefined = w.predict
     ? {
         predict(requestId, layer, fromToken, toToken) {
           const score = new Map<number, number>();
-          for (let t = fromToken; t < toToken; t++) w.predict!(requestId, layer, t).forEach((e, r) => score.set(e, (score.get(e) ?? 0) + 100 - r));
+          for (let t = fromToken; t < toToken; t++)
+            w.predict!(requestId, layer, t).forEach((e, r) => score.set(e, (score.get(e) ?? 0) + 100 - r));
           return [...score.keys()].sort((a, b) => score.get(b)! - score.get(a)! || a - b);
         },
       }
@@ -222,10 +247,17 @@ class Recorder implements TraceSink {
   }
 }
 
-function runTiny(w: TinyWorld, policy: ServingPolicy): { outcome: ServingOutcome; rec: Recorder; violations: string[] } {
+function runTiny(
+  w: TinyWorld,
+  policy: ServingPolicy,
+): { outcome: ServingOutcome; rec: Recorder; violations: string[] } {
   const model = tinyModel(w.layers, w.experts, w.topK ?? 1);
   const rec = new Recorder(w.experts);
-  const checker = new InvariantChecker({ experts: w.experts, bytesPerExpert: MB, allowPreload: w.preloadAllExperts ?? false });
+  const checker = new InvariantChecker({
+    experts: w.experts,
+    bytesPerExpert: MB,
+    allowPreload: w.preloadAllExperts ?? false,
+  });
   const config: ServingConfig = {
     batching: w.batching ?? 'static',
     maxBatchSize: w.maxBatchSize ?? 1,
@@ -249,7 +281,8 @@ function runTiny(w: TinyWorld, policy: ServingPolicy): { outcome: ServingOutcome
   return { outcome, rec, violations: checker.finish(outcome) };
 }
 
-const transfersOf = (rec: Recorder, layer: number, expert: number) => rec.transfers.filter((t) => t.label === `expert M${layer}E${expert}`);
+const transfersOf = (rec: Recorder, layer: number, expert: number) =>
+  rec.transfers.filter((t) => t.label === `expert M${layer}E${expert}`);
 
 // ------------------------------------------------------------------ lfu
 
@@ -315,8 +348,15 @@ describe('rnd', () => {
   });
 
   it('end to end: the same seed gives the same run', () => {
-    const w: TinyWorld = { layers: 2, experts: 4, route: (_r, l, t) => [(t * (l + 1)) % 4], requests: [{ outputTokens: 12 }], bufferSlots: 3 };
-    const run = (seed: number) => runTiny(w, createRnd('rnd', RndParams.parse({}), new RngStreams(seed).stream('policy:rnd')));
+    const w: TinyWorld = {
+      layers: 2,
+      experts: 4,
+      route: (_r, l, t) => [(t * (l + 1)) % 4],
+      requests: [{ outputTokens: 12 }],
+      bufferSlots: 3,
+    };
+    const run = (seed: number) =>
+      runTiny(w, createRnd('rnd', RndParams.parse({}), new RngStreams(seed).stream('policy:rnd')));
     const a = run(7);
     expect(a.violations).toEqual([]);
     expect(run(7).outcome.counters).toEqual(a.outcome.counters);
@@ -353,10 +393,18 @@ describe('dependency-prefetch', () => {
   });
 
   it('end to end: every expert of every layer crosses PCIe; with a cache holding them all, exactly once', () => {
-    const w: TinyWorld = { layers: 3, experts: 4, route: (_r, l, t) => [(l + t) % 4], requests: [{ outputTokens: 4 }], bufferSlots: 12, expertNs: 2_000_000 };
+    const w: TinyWorld = {
+      layers: 3,
+      experts: 4,
+      route: (_r, l, t) => [(l + t) % 4],
+      requests: [{ outputTokens: 4 }],
+      bufferSlots: 12,
+      expertNs: 2_000_000,
+    };
     const none = runTiny(w, createDependencyPrefetch('dp', DependencyPrefetchParams.parse({})));
     expect(none.violations).toEqual([]);
-    for (let l = 0; l < 3; l++) for (let e = 0; e < 4; e++) expect(transfersOf(none.rec, l, e).length).toBeGreaterThan(0);
+    for (let l = 0; l < 3; l++)
+      for (let e = 0; e < 4; e++) expect(transfersOf(none.rec, l, e).length).toBeGreaterThan(0);
     expect(none.outcome.counters.cacheHits).toBe(0);
     const lru = runTiny(w, createDependencyPrefetch('dp', DependencyPrefetchParams.parse({ cache: 'lru' })));
     expect(lru.violations).toEqual([]);
@@ -371,7 +419,11 @@ describe('dependency-prefetch', () => {
 describe('model-tracing', () => {
   it('ranks by counts since start and cancels loading prefetches found unnecessary', () => {
     const v = stubView({ layers: 3, experts: 4 });
-    const p = createModelTracing('mt', ModelTracingParams.parse({ countBy: 'needs', horizon: 2, prefetchPerLayer: 1 }), 1);
+    const p = createModelTracing(
+      'mt',
+      ModelTracingParams.parse({ countBy: 'needs', horizon: 2, prefetchPerLayer: 1 }),
+      1,
+    );
     p.init?.(v);
     // History: layer 1 mostly expert 2, layer 2 mostly expert 3.
     for (let i = 0; i < 3; i++) {
@@ -399,7 +451,12 @@ describe('model-tracing', () => {
     const v = stubView({ layers: 2, experts: 4 });
     const p = createModelTracing('mt', ModelTracingParams.parse({ countBy: 'needs' }), 1);
     p.init?.(v);
-    for (const [l, e, n] of [[0, 0, 5], [0, 1, 2], [1, 3, 4]] as const) for (let i = 0; i < n; i++) p.onLayerRouted?.(v, routed(v, l, [e]));
+    for (const [l, e, n] of [
+      [0, 0, 5],
+      [0, 1, 2],
+      [1, 3, 4],
+    ] as const)
+      for (let i = 0; i < n; i++) p.onLayerRouted?.(v, routed(v, l, [e]));
     v.buffer.put(v.keyOf(0, 0));
     v.buffer.put(v.keyOf(0, 1));
     expect(p.chooseVictim?.(v, { reason: 'demand', forKey: v.keyOf(0, 2), candidates: [0, 1] })).toBe(1);
@@ -461,7 +518,9 @@ describe('mixtral-offloading', () => {
     p.onLayerRouted?.(v, routed(v, 0, [0, 1]));
     for (const k of [v.keyOf(0, 0), v.keyOf(0, 1), v.keyOf(1, 0), v.keyOf(1, 2)]) v.buffer.put(k);
     // The last routing predicted [3, 2] for layer 1: M1E2 is protected, M1E0 is the victim.
-    expect(p.chooseVictim?.(v, { reason: 'prefetch', forKey: v.keyOf(1, 3), candidates: v.buffer.candidates() })).toBe(v.keyOf(1, 0));
+    expect(p.chooseVictim?.(v, { reason: 'prefetch', forKey: v.keyOf(1, 3), candidates: v.buffer.candidates() })).toBe(
+      v.keyOf(1, 0),
+    );
   });
 
   it('end to end: never more than perLayerSlots experts of a layer resident; a correct prediction gives prefetch hits', () => {
@@ -474,7 +533,10 @@ describe('mixtral-offloading', () => {
       bufferSlots: 2,
       expertNs: 2_000_000,
     };
-    const { outcome, rec, violations } = runTiny(w, createMixtralOffloading('mo', MixtralOffloadingParams.parse({ perLayerSlots: 1 }), 4, 1));
+    const { outcome, rec, violations } = runTiny(
+      w,
+      createMixtralOffloading('mo', MixtralOffloadingParams.parse({ perLayerSlots: 1 }), 4, 1),
+    );
     expect(violations).toEqual([]);
     expect(Math.max(...rec.maxResidentPerLayer.values())).toBe(1);
     expect(outcome.counters.prefetchHits).toBe(8);
@@ -563,13 +625,21 @@ describe('adapmoe', () => {
     v.batch = [decodeReq('prefill')];
     expect(prefetchKeys(p.onLayerRouted?.(v, routed(v, 0, [0, 1])))).toEqual([]);
     // Prefetches only use free slots.
-    expect(p.chooseVictim?.(v, { reason: 'prefetch', forKey: v.keyOf(1, 6), candidates: [v.keyOf(1, 4)] })).toBeUndefined();
+    expect(
+      p.chooseVictim?.(v, { reason: 'prefetch', forKey: v.keyOf(1, 6), candidates: [v.keyOf(1, 4)] }),
+    ).toBeUndefined();
   });
 
   it('end to end: reallocation gives the layer that reuses two experts two slots', () => {
     // Layer 0 always uses expert 0 (one slot suffices); layer 1 alternates experts 0 and 1 (a
     // one-slot LRU always misses). Budget 3: the equal split starts (2, 1), the DP moves to (1, 2).
-    const w: TinyWorld = { layers: 2, experts: 4, route: (_r, l, t) => [l === 0 ? 0 : t % 2], requests: [{ outputTokens: 12 }], bufferSlots: 4 };
+    const w: TinyWorld = {
+      layers: 2,
+      experts: 4,
+      route: (_r, l, t) => [l === 0 ? 0 : t % 2],
+      requests: [{ outputTokens: 12 }],
+      bufferSlots: 4,
+    };
     const p = createAdapMoe('adapmoe', AdapMoeParams.parse({ totalSlots: 3, reallocateEveryIterations: 4 }), 2, 4, 1);
     expect(Array.from(p.sizes())).toEqual([2, 1]);
     const { outcome, violations } = runTiny(w, p);
@@ -584,7 +654,13 @@ describe('adapmoe', () => {
 // ------------------------------------------------------------------ belady
 
 /** Drives a policy's chooseVictim over a need sequence with a simulated buffer; returns hits. */
-function simulateCache(policy: ServingPolicy, trace: NeedTrace, layers: number, experts: number, slots: number): number {
+function simulateCache(
+  policy: ServingPolicy,
+  trace: NeedTrace,
+  layers: number,
+  experts: number,
+  slots: number,
+): number {
   const v = stubView({ layers, experts, slots });
   policy.init?.(v);
   let hits = 0;
@@ -592,10 +668,11 @@ function simulateCache(policy: ServingPolicy, trace: NeedTrace, layers: number, 
     v.iteration = s.iteration;
     v.layer = s.layer;
     const keys = s.experts.map((e) => v.keyOf(s.layer, e));
-    for (const k of keys) if (v.buffer.has(k)) {
-      hits++;
-      v.buffer.entry(k)!.pinned = true;
-    }
+    for (const k of keys)
+      if (v.buffer.has(k)) {
+        hits++;
+        v.buffer.entry(k)!.pinned = true;
+      }
     for (const k of keys) {
       if (v.buffer.has(k)) continue;
       if (v.buffer.occupied >= slots) {
@@ -653,9 +730,26 @@ describe('belady', () => {
 
   it('matches the exhaustive optimum on hand-made multi-expert needs, and beats LFU', () => {
     const seqs: number[][][] = [
-      [[0, 1], [2, 3], [0, 4], [1, 2], [3, 4], [0, 1], [2, 4], [0, 3]],
+      [
+        [0, 1],
+        [2, 3],
+        [0, 4],
+        [1, 2],
+        [3, 4],
+        [0, 1],
+        [2, 4],
+        [0, 3],
+      ],
       [[0], [1, 2], [3], [0, 1], [2, 3], [4, 5], [0], [5, 1], [2], [3, 4]],
-      [[5, 4], [3, 2], [1, 0], [5, 4], [3, 2], [1, 0], [0, 5]],
+      [
+        [5, 4],
+        [3, 2],
+        [1, 0],
+        [5, 4],
+        [3, 2],
+        [1, 0],
+        [0, 5],
+      ],
     ];
     for (const seq of seqs) {
       for (const slots of [2, 3, 4]) {
@@ -688,10 +782,14 @@ describe('belady', () => {
     // At (1, 0): M0E1 is never needed again, M1E0 at step 3: evict M0E1.
     v.iteration = 1;
     v.layer = 0;
-    expect(p.chooseVictim?.(v, { reason: 'demand', forKey: v.keyOf(0, 2), candidates: [v.keyOf(1, 0), v.keyOf(0, 1)] })).toBe(v.keyOf(0, 1));
+    expect(
+      p.chooseVictim?.(v, { reason: 'demand', forKey: v.keyOf(0, 2), candidates: [v.keyOf(1, 0), v.keyOf(0, 1)] }),
+    ).toBe(v.keyOf(0, 1));
     // Ties (both never again): lowest key.
     v.layer = 1;
-    expect(p.chooseVictim?.(v, { reason: 'demand', forKey: 4, candidates: [v.keyOf(1, 3), v.keyOf(0, 3)] })).toBe(v.keyOf(0, 3));
+    expect(p.chooseVictim?.(v, { reason: 'demand', forKey: 4, candidates: [v.keyOf(1, 3), v.keyOf(0, 3)] })).toBe(
+      v.keyOf(0, 3),
+    );
     // Routing that differs from the recording is counted, not trusted.
     p.onLayerRouted?.(v, routed(v, 1, [0]));
     p.onLayerRouted?.(v, routed(v, 1, [3]));
@@ -699,7 +797,13 @@ describe('belady', () => {
   });
 
   it('the recorder wraps a policy and records (iteration, layer, activated) of a real run', () => {
-    const w: TinyWorld = { layers: 2, experts: 4, route: (_r, l, t) => [(t + 2 * l) % 4], requests: [{ outputTokens: 3 }], bufferSlots: 2 };
+    const w: TinyWorld = {
+      layers: 2,
+      experts: 4,
+      route: (_r, l, t) => [(t + 2 * l) % 4],
+      requests: [{ outputTokens: 3 }],
+      bufferSlots: 2,
+    };
     const recorder = recordNeeds(builtinPolicy('on-demand')!.create({ keep: false }, undefined as never));
     const { violations } = runTiny(w, recorder.policy);
     expect(violations).toEqual([]);
@@ -716,11 +820,20 @@ describe('belady', () => {
   it('world builder: records a pass with on-demand and replays it exactly (offline arrivals, static batching); belady ≥ lru and lfu', async () => {
     const spec = (name: string): RunSpec => ({
       index: 0,
-      policy: { label: name, definition: builtinPolicy(name)!, params: builtinPolicy(name)!.params.parse({ capacitySlots: 12 }) },
+      policy: {
+        label: name,
+        definition: builtinPolicy(name)!,
+        params: builtinPolicy(name)!.params.parse({ capacitySlots: 12 }),
+      },
       model: 'mixtral-8x7b',
       hardware: 'h100',
       seed: 3,
-      workload: WorkloadSchema.parse({ requests: 4, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 6 }, outputTokens: { kind: 'fixed', tokens: 4 } }),
+      workload: WorkloadSchema.parse({
+        requests: 4,
+        arrival: { kind: 'offline' },
+        promptTokens: { kind: 'fixed', tokens: 6 },
+        outputTokens: { kind: 'fixed', tokens: 4 },
+      }),
       executor: ServingExecutorSchema.parse({ batching: 'static', maxBatchSize: 2 }),
       params: {},
     });

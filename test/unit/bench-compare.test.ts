@@ -9,11 +9,21 @@ import { betterWay, compareRounds, formatValue, median } from '../../bench/compa
 describe('bench --vs comparison', () => {
   it('names which way a figure is better from its name', () => {
     const higher = ['simulatedSPerWallS', 'simulatedSPerCpuS', 'eventsPerS', 'medianRatio'];
-    const lower = ['eamcShareOfWall', 'peakRssBytes', 'coldWallS', 'wallS', 'runCpuS', 'usPerDecodeRowInRun', 'nsPerCall', 'wallRatio_100000to1000000'];
+    const lower = [
+      'eamcShareOfWall',
+      'peakRssBytes',
+      'coldWallS',
+      'wallS',
+      'runCpuS',
+      'usPerDecodeRowInRun',
+      'nsPerCall',
+      'wallRatio_100000to1000000',
+    ];
     for (const f of higher) expect(betterWay(f), f).toBe('higher');
     for (const f of lower) expect(betterWay(f), f).toBe('lower');
     // Descriptions of the run, not speed: no direction.
-    for (const f of ['events', 'simulatedS', 'bufferHitRate', 'requests', 'ttftP50Ms', 'tokensPerCall']) expect(betterWay(f), f).toBeUndefined();
+    for (const f of ['events', 'simulatedS', 'bufferHitRate', 'requests', 'ttftP50Ms', 'tokensPerCall'])
+      expect(betterWay(f), f).toBeUndefined();
   });
 
   it('takes medians', () => {
@@ -49,14 +59,25 @@ describe('bench --vs comparison', () => {
   });
 
   it('says worse when every base round beats every head round, for lower-is-better figures too', () => {
-    const rows = compareRounds([[{ name: 'x', eamcShareOfWall: 0.2 }], [{ name: 'x', eamcShareOfWall: 0.21 }]], [[{ name: 'x', eamcShareOfWall: 0.3 }], [{ name: 'x', eamcShareOfWall: 0.25 }]]);
+    const rows = compareRounds(
+      [[{ name: 'x', eamcShareOfWall: 0.2 }], [{ name: 'x', eamcShareOfWall: 0.21 }]],
+      [[{ name: 'x', eamcShareOfWall: 0.3 }], [{ name: 'x', eamcShareOfWall: 0.25 }]],
+    );
     expect(rows).toHaveLength(1);
     expect(rows[0]!.verdict).toBe('worse');
     expect(rows[0]!.better).toBe('lower');
   });
 
   it('keeps a benchmark found on one side only, with no values on the other', () => {
-    const rows = compareRounds([[{ name: 'old', wallS: 1 }]], [[{ name: 'old', wallS: 1 }, { name: 'new', wallS: 3 }]]);
+    const rows = compareRounds(
+      [[{ name: 'old', wallS: 1 }]],
+      [
+        [
+          { name: 'old', wallS: 1 },
+          { name: 'new', wallS: 3 },
+        ],
+      ],
+    );
     // `old` is equal everywhere (context); `new` exists at head only.
     expect(rows).toHaveLength(1);
     expect(rows[0]!.name).toBe('new');

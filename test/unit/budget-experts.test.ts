@@ -28,8 +28,12 @@ describe('budgetExperts → each policy capacity', () => {
     expect(slots('mixtral-offloading', { budgetExperts: 96 }, mixtral)).toBe(96 + 2);
     // Capped at every expert of a layer; below one per layer, or with perLayerSlots too: user errors.
     expect(mixtralOffloadingPerLayer(MixtralOffloadingParams.parse({ budgetExperts: 1000 }), mixtral)).toBe(8);
-    expect(() => mixtralOffloadingPerLayer(MixtralOffloadingParams.parse({ budgetExperts: 20 }), qwen)).toThrow(UserError);
-    expect(() => mixtralOffloadingPerLayer(MixtralOffloadingParams.parse({ budgetExperts: 240, perLayerSlots: 4 }), qwen)).toThrow(/either/);
+    expect(() => mixtralOffloadingPerLayer(MixtralOffloadingParams.parse({ budgetExperts: 20 }), qwen)).toThrow(
+      UserError,
+    );
+    expect(() =>
+      mixtralOffloadingPerLayer(MixtralOffloadingParams.parse({ budgetExperts: 240, perLayerSlots: 4 }), qwen),
+    ).toThrow(/either/);
     // Without it, unchanged: ⌊E/2⌋ per layer.
     expect(slots('mixtral-offloading', {}, mixtral)).toBe(4 * 32 + 2);
   });
@@ -60,15 +64,30 @@ describe('budgetExperts → each policy capacity', () => {
       {
         model: 'mixtral-8x7b-hqq',
         hardware: 'a6000-xeon8358p-512gb',
-        workload: { requests: 1, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 8 }, outputTokens: { kind: 'fixed', tokens: 2 } },
-        policies: [{ name: 'moepic' }, { name: 'pre-gated' }, { name: 'mixtral-offloading' }, { name: 'adapmoe' }, { name: 'moe-infinity' }],
+        workload: {
+          requests: 1,
+          arrival: { kind: 'offline' },
+          promptTokens: { kind: 'fixed', tokens: 8 },
+          outputTokens: { kind: 'fixed', tokens: 2 },
+        },
+        policies: [
+          { name: 'moepic' },
+          { name: 'pre-gated' },
+          { name: 'mixtral-offloading' },
+          { name: 'adapmoe' },
+          { name: 'moe-infinity' },
+        ],
         sweep: { 'policy.budgetExperts': [64, 128] },
       },
       'mem.yaml',
     );
     const runs = await expandRuns(config, '.', 'mem.yaml');
     expect(runs.length).toBe(10);
-    const sized = runs.map((r) => [r.policy.label, r.params['policy.budgetExperts'], r.policy.definition.bufferSlots?.(r.policy.params, mixtral)]);
+    const sized = runs.map((r) => [
+      r.policy.label,
+      r.params['policy.budgetExperts'],
+      r.policy.definition.bufferSlots?.(r.policy.params, mixtral),
+    ]);
     expect(sized).toEqual([
       ['moepic', 64, 4],
       ['pre-gated', 64, 4],

@@ -38,7 +38,14 @@ const model = {
 const hardware = {
   id: 'hand',
   gpu: { hbmBytesPerSec: 2100, bf16FlopsPerSec: 4728, priceUsd: 2000, tdpWatts: 300 },
-  cpu: { cores: 2, vectorFlopsPerSecPerCore: 12, dramBytesPerSec: 32, dramPeakBytesPerSec: 40, priceUsd: 1000, tdpWatts: 100 },
+  cpu: {
+    cores: 2,
+    vectorFlopsPerSecPerCore: 12,
+    dramBytesPerSec: 32,
+    dramPeakBytesPerSec: 40,
+    priceUsd: 1000,
+    tdpWatts: 100,
+  },
   hostDramBytes: 250e9,
   cost: { boardUsd: 500, dramUsdPerGb: 4, ssdUsd: 500, lifetimeYears: 1, electricityUsdPerKwh: 0.15 },
 } as unknown as HardwareProfile;
@@ -48,7 +55,18 @@ const hardware = {
  * and one decode pass (expert 2), 1 s from admission to finish.
  */
 const outcome = {
-  requests: [{ id: 0, arrivalNs: 0, admitNs: 0, firstTokenNs: 5e8, finishNs: 1e9, promptTokens: 2, outputTokens: 2, emittedTokens: 2 }],
+  requests: [
+    {
+      id: 0,
+      arrivalNs: 0,
+      admitNs: 0,
+      firstTokenNs: 5e8,
+      finishNs: 1e9,
+      promptTokens: 2,
+      outputTokens: 2,
+      emittedTokens: 2,
+    },
+  ],
   counters: { iterations: 2, activationRatioSum: 2 / 4 + 1 / 4, layerRoutings: 2 },
 } as unknown as ServingOutcome;
 
@@ -101,8 +119,21 @@ describe('MoE-CAP by hand on a two-layer model', () => {
   it('one of three equal experts active, nothing else read: dense MBU = 3 × S-MBU, by hand', () => {
     // The setting of MoE-CAP's Fig. 2a toy, as a formula check: dense counts 3 experts' bytes, sparse 1.
     // The judged comparison (A.4's "over 260 %" on Mixtral) is in experiments/moe-cap/README.md.
-    const toy = { ...model, layers: 1, moeLayers: 1, experts: 3, derived: { ...model.derived, attentionBytesPerLayer: 0, routerBytesPerLayer: 0, sharedExpertBytesPerLayer: 0 } } as unknown as ModelProfile;
-    const c = capMetrics(toy, hardware, { passes: 1, tokens: 1, contextTokenSum: 0, activatedPairs: 1, kvReadBytes: 0, forwardNs: 1e9 });
+    const toy = {
+      ...model,
+      layers: 1,
+      moeLayers: 1,
+      experts: 3,
+      derived: { ...model.derived, attentionBytesPerLayer: 0, routerBytesPerLayer: 0, sharedExpertBytesPerLayer: 0 },
+    } as unknown as ModelProfile;
+    const c = capMetrics(toy, hardware, {
+      passes: 1,
+      tokens: 1,
+      contextTokenSum: 0,
+      activatedPairs: 1,
+      kvReadBytes: 0,
+      forwardNs: 1e9,
+    });
     expect(c.mbuOverSMbu).toBe(3);
   });
 });
@@ -111,7 +142,13 @@ describe('throughput totals', () => {
   const zero = { passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0, expertLayerPairs: 0 };
   it('without recorded activations: the uniform-routing expectation, labelled', () => {
     // 2 decode passes of 2 tokens each, top-1 of 4: 2 passes × 1 MoE layer × 4 × (1 − 0.75²) = 3.5.
-    const o = { requests: 2, promptTokens: 1, outputTokensMax: 3, prefill: zero, decode: { ...zero, passes: 2, ns: 1e9, generatedTokens: 4 } } as unknown as ThroughputOutcome;
+    const o = {
+      requests: 2,
+      promptTokens: 1,
+      outputTokensMax: 3,
+      prefill: zero,
+      decode: { ...zero, passes: 2, ns: 1e9, generatedTokens: 4 },
+    } as unknown as ThroughputOutcome;
     const t = throughputCapTotals(o, model);
     expect(t.activatedPairs).toBeCloseTo(3.5, 9);
     expect(t.activations).toBe('uniform-estimate');

@@ -43,7 +43,8 @@ describe('a self-contained checkout', () => {
       if (f.endsWith('package-lock.json')) continue;
       const lines = readFileSync(f, 'utf8').split('\n');
       lines.forEach((line, i) => {
-        if (ABSOLUTE.test(line)) offenders.push(`${path.relative(REPO_ROOT, f)}:${i + 1}: ${line.trim().slice(0, 100)}`);
+        if (ABSOLUTE.test(line))
+          offenders.push(`${path.relative(REPO_ROOT, f)}:${i + 1}: ${line.trim().slice(0, 100)}`);
       });
     }
     expect(offenders).toEqual([]);
@@ -60,7 +61,9 @@ describe('shipped traces and their licenses', () => {
   const licenses = readFileSync(path.join(traces, 'LICENSES.md'), 'utf8');
 
   it('the OLMoE aggregate is byte-identical to the recorded conversion, with the Apache-2.0 text beside it', () => {
-    const sha = createHash('sha256').update(readFileSync(path.join(traces, 'olmoe-routing-aggregates.json.gz'))).digest('hex');
+    const sha = createHash('sha256')
+      .update(readFileSync(path.join(traces, 'olmoe-routing-aggregates.json.gz')))
+      .digest('hex');
     expect(sha).toBe('57e76860b077a13fcc5c298123eab9f52f091263e8412929718fe7d70dd501d5');
     expect(licenses).toContain(sha);
     expect(readFileSync(path.join(traces, 'LICENSE-Apache-2.0.txt'), 'utf8')).toMatch(/Apache License\s+Version 2\.0/);

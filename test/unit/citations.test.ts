@@ -20,17 +20,38 @@ import { REPO_ROOT } from '../helpers/cli.ts';
 /** Folders that are not the repository's content (outputs, dependencies, tools' scratch). */
 const SKIP_DIRS = new Set(['node_modules', '.git', 'results', '.vitest-cache']);
 /** Top-level folders a citation starts from. */
-const ROOTS = ['test', 'sim', 'experiments', 'hardware-profiles', 'policies', 'workloads', 'bench', 'docs', 'traces',
-  'bin', 'assembly', 'examples', 'build'];
+const ROOTS = [
+  'test',
+  'sim',
+  'experiments',
+  'hardware-profiles',
+  'policies',
+  'workloads',
+  'bench',
+  'docs',
+  'traces',
+  'bin',
+  'assembly',
+  'examples',
+  'build',
+];
 /** Files the plugin tutorial (README.md, docs/PLUGINS.md) has the reader write: not in the repository. */
-const TUTORIAL = new Set(['experiments/my.yaml', 'test/plugins/my-cache.test.ts', 'plugins/my-cache.ts',
-  'plugins/my-cache.yaml']);
+const TUTORIAL = new Set([
+  'experiments/my.yaml',
+  'test/plugins/my-cache.test.ts',
+  'plugins/my-cache.ts',
+  'plugins/my-cache.yaml',
+]);
 /**
  * Files of other repositories that profiles and notes cite by their own path (each note names the
  * repository beside it): kekzl/imp, EchoCog/gpt-oss-20b, llama.cpp and gajsanders/moe-trace.
  */
-const OTHER_REPOS = new Set(['docs/roadmap.md', 'docs/gpt-oss-20b-architecture.md', 'examples/moe-trace',
-  'docs/findings/007_cache_policy_headroom.md']);
+const OTHER_REPOS = new Set([
+  'docs/roadmap.md',
+  'docs/gpt-oss-20b-architecture.md',
+  'examples/moe-trace',
+  'docs/findings/007_cache_policy_headroom.md',
+]);
 /** Prefixes of relative paths that point outside the checkout or at run outputs. */
 const ELSEWHERE = ['../', 'reference/', 'results/'];
 
@@ -97,7 +118,8 @@ describe('citations of repository files', () => {
     for (const f of DOCS) {
       for (const p of rootedCitations(readFileSync(path.join(REPO_ROOT, f), 'utf8'))) {
         n++;
-        if (!TUTORIAL.has(p) && !OTHER_REPOS.has(p) && !existsSync(path.join(REPO_ROOT, p))) missing.push(`${f} cites ${p}`);
+        if (!TUTORIAL.has(p) && !OTHER_REPOS.has(p) && !existsSync(path.join(REPO_ROOT, p)))
+          missing.push(`${f} cites ${p}`);
       }
     }
     expect(n).toBeGreaterThan(200);

@@ -20,7 +20,8 @@ const GOOD: Record<string, string> = {
   model: 'olmoe',
   hardware: 'rtx4090',
   seeds: '[1]',
-  workload: '{ requests: 2, arrival: { kind: poisson, ratePerS: 2 }, promptTokens: { kind: fixed, tokens: 4 }, outputTokens: { kind: fixed, tokens: 2 } }',
+  workload:
+    '{ requests: 2, arrival: { kind: poisson, ratePerS: 2 }, promptTokens: { kind: fixed, tokens: 4 }, outputTokens: { kind: fixed, tokens: 2 } }',
   executor: '{ maxBatchSize: 2 }',
   policies: '[{ name: on-demand }]',
 };
@@ -53,10 +54,26 @@ function cases(): Case[] {
   const out: Case[] = [];
   // Numeric fields of the workload and executor, each with values of the wrong kind or range.
   const numeric: [string, (v: string) => Record<string, string>, string][] = [
-    ['workload.requests', (v) => ({ workload: GOOD.workload!.replace('requests: 2', `requests: ${v}`) }), 'workload.requests'],
-    ['workload.arrival.ratePerS', (v) => ({ workload: GOOD.workload!.replace('ratePerS: 2', `ratePerS: ${v}`) }), 'workload.arrival.ratePerS'],
-    ['workload.promptTokens.tokens', (v) => ({ workload: GOOD.workload!.replace('tokens: 4', `tokens: ${v}`) }), 'workload.promptTokens.tokens'],
-    ['workload.outputTokens.tokens', (v) => ({ workload: GOOD.workload!.replace('tokens: 2 }', `tokens: ${v} }`) }), 'workload.outputTokens.tokens'],
+    [
+      'workload.requests',
+      (v) => ({ workload: GOOD.workload!.replace('requests: 2', `requests: ${v}`) }),
+      'workload.requests',
+    ],
+    [
+      'workload.arrival.ratePerS',
+      (v) => ({ workload: GOOD.workload!.replace('ratePerS: 2', `ratePerS: ${v}`) }),
+      'workload.arrival.ratePerS',
+    ],
+    [
+      'workload.promptTokens.tokens',
+      (v) => ({ workload: GOOD.workload!.replace('tokens: 4', `tokens: ${v}`) }),
+      'workload.promptTokens.tokens',
+    ],
+    [
+      'workload.outputTokens.tokens',
+      (v) => ({ workload: GOOD.workload!.replace('tokens: 2 }', `tokens: ${v} }`) }),
+      'workload.outputTokens.tokens',
+    ],
     ['executor.maxBatchSize', (v) => ({ executor: `{ maxBatchSize: ${v} }` }), 'executor.maxBatchSize'],
     ['executor.maxWaitMs', (v) => ({ executor: `{ maxWaitMs: ${v} }` }), 'executor.maxWaitMs'],
     ['executor.maxBatchTokens', (v) => ({ executor: `{ maxBatchTokens: ${v} }` }), 'executor.maxBatchTokens'],
@@ -76,15 +93,32 @@ function cases(): Case[] {
     ['true', 'true'],
     ['-0.5', '-0.5'],
   ];
-  for (const [field, set, path] of numeric) for (const [v, shown] of values) out.push(cfgCase(`${field} = ${v}`, set(v), [path, shown]));
+  for (const [field, set, path] of numeric)
+    for (const [v, shown] of values) out.push(cfgCase(`${field} = ${v}`, set(v), [path, shown]));
   // Top-level fields.
   for (const [field, v, shown] of [
-    ['model', '""', '""'], ['model', 'no-such-model', 'no-such-model'], ['model', '[a]', '["a"]'], ['hardware', 'cray-1', 'cray-1'], ['hardware', '7', '7'],
-    ['name', '""', '""'], ['name', '[x]', '["x"]'], ['runtime', 'no-such-runtime', 'no-such-runtime'], ['seeds', '[]', '[]'], ['seeds', 'seven', 'seven'],
-    ['policies', '[]', '[]'], ['policies', '[{ name: teleport }]', 'teleport'], ['policies', '[{ name: lru, capacitySlots: -3 }]', '-3'], ['policies', '[{ name: lru, capacitySlots: .nan }]', 'NaN'],
-    ['policies', '[{ path: ./nowhere.ts }]', './nowhere.ts'], ['policies', '[{ path: "" }]', '""'], ['executor', '{ kind: quantum }', 'quantum'], ['executor', '{ batching: sometimes }', 'sometimes'],
-    ['workload', '{ requests: 2, arrival: { kind: bursty } }', 'bursty'], ['bogus', '1', 'bogus'],
-  ] as const) out.push(cfgCase(`${field}: ${v}`, { [field]: v }, [field === 'bogus' ? 'bogus' : field, shown]));
+    ['model', '""', '""'],
+    ['model', 'no-such-model', 'no-such-model'],
+    ['model', '[a]', '["a"]'],
+    ['hardware', 'cray-1', 'cray-1'],
+    ['hardware', '7', '7'],
+    ['name', '""', '""'],
+    ['name', '[x]', '["x"]'],
+    ['runtime', 'no-such-runtime', 'no-such-runtime'],
+    ['seeds', '[]', '[]'],
+    ['seeds', 'seven', 'seven'],
+    ['policies', '[]', '[]'],
+    ['policies', '[{ name: teleport }]', 'teleport'],
+    ['policies', '[{ name: lru, capacitySlots: -3 }]', '-3'],
+    ['policies', '[{ name: lru, capacitySlots: .nan }]', 'NaN'],
+    ['policies', '[{ path: ./nowhere.ts }]', './nowhere.ts'],
+    ['policies', '[{ path: "" }]', '""'],
+    ['executor', '{ kind: quantum }', 'quantum'],
+    ['executor', '{ batching: sometimes }', 'sometimes'],
+    ['workload', '{ requests: 2, arrival: { kind: bursty } }', 'bursty'],
+    ['bogus', '1', 'bogus'],
+  ] as const)
+    out.push(cfgCase(`${field}: ${v}`, { [field]: v }, [field === 'bogus' ? 'bogus' : field, shown]));
   // Sweeps and cases.
   for (const [key, vals, mentions] of [
     ['workload.__proto__.maxBatchSize', '[8]', ['sweep.workload.__proto__.maxBatchSize', '__proto__']],
@@ -99,7 +133,8 @@ function cases(): Case[] {
     ['workload.requests', '["x"]', ['workload.requests', '"x"']],
     ['executor.maxBatchSize', '[0]', ['executor.maxBatchSize', '0']],
     ['model', '[nope]', ['nope']],
-  ] as const) out.push(cfgCase(`sweep ${key}: ${vals}`, { sweep: `{ ${JSON.stringify(key)}: ${vals} }` }, mentions));
+  ] as const)
+    out.push(cfgCase(`sweep ${key}: ${vals}`, { sweep: `{ ${JSON.stringify(key)}: ${vals} }` }, mentions));
   // Malformed files.
   for (const [name, text, mention] of [
     ['unclosed YAML', 'model: [unclosed\n', 'not valid YAML'],
@@ -108,10 +143,30 @@ function cases(): Case[] {
     ['empty file', '', 'must be a mapping'],
     ['tab indentation', 'model:\n\t- x\n', 'not valid YAML'],
     ['duplicate key', 'model: a\nmodel: b\n', 'not valid YAML'],
-  ] as const) out.push({ name: `config: ${name}`, files: { 'c.yaml': text }, args: ['experiment', '$D/c.yaml', '--out', '$OUT'], mentions: [mention] });
-  out.push({ name: 'config JSON malformed', files: { 'c.json': '{"model": ' }, args: ['experiment', '$D/c.json', '--out', '$OUT'], mentions: ['not valid JSON'] });
-  out.push({ name: 'config file missing', args: ['experiment', '$D/none.yaml', '--out', '$OUT'], mentions: ['no such file'] });
-  out.push({ name: 'config path is a folder', files: { 'sub/x': '' }, args: ['experiment', '$D/sub', '--out', '$OUT'], mentions: ['sub'] });
+  ] as const)
+    out.push({
+      name: `config: ${name}`,
+      files: { 'c.yaml': text },
+      args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
+      mentions: [mention],
+    });
+  out.push({
+    name: 'config JSON malformed',
+    files: { 'c.json': '{"model": ' },
+    args: ['experiment', '$D/c.json', '--out', '$OUT'],
+    mentions: ['not valid JSON'],
+  });
+  out.push({
+    name: 'config file missing',
+    args: ['experiment', '$D/none.yaml', '--out', '$OUT'],
+    mentions: ['no such file'],
+  });
+  out.push({
+    name: 'config path is a folder',
+    files: { 'sub/x': '' },
+    args: ['experiment', '$D/sub', '--out', '$OUT'],
+    mentions: ['sub'],
+  });
   // Plugins.
   for (const [name, code, mention] of [
     ['syntax error', 'export default {\n  name: "x",,\n};\n', 'plugin.ts:2'],
@@ -119,27 +174,87 @@ function cases(): Case[] {
     ['default export a number', 'export default 42;\n', 'must default-export'],
     ['throws at import', 'throw new Error("nope at import");\n', 'nope at import'],
   ] as const) {
-    out.push({ name: `plugin: ${name}`, spawn: name === 'syntax error', files: { 'c.yaml': yaml({ policies: '[{ path: ./plugin.ts }]' }), 'plugin.ts': code, 'package.json': '{"type":"module"}' }, args: ['experiment', '$D/c.yaml', '--out', '$OUT'], mentions: ['policies[0].path', mention] });
+    out.push({
+      name: `plugin: ${name}`,
+      spawn: name === 'syntax error',
+      files: {
+        'c.yaml': yaml({ policies: '[{ path: ./plugin.ts }]' }),
+        'plugin.ts': code,
+        'package.json': '{"type":"module"}',
+      },
+      args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
+      mentions: ['policies[0].path', mention],
+    });
   }
   // Traces.
-  out.push({ name: 'trace stats of a folder', files: { 'tr/x': '' }, args: ['trace', 'stats', '$D/tr'], mentions: ['tr'] });
-  out.push({ name: 'trace stats of a missing file', args: ['trace', 'stats', '$D/none.jsonl'], mentions: ['none.jsonl'] });
-  out.push({ name: 'trace stats of garbage', files: { 't.jsonl': 'not json\n' }, args: ['trace', 'stats', '$D/t.jsonl'], mentions: ['t.jsonl'] });
+  out.push({
+    name: 'trace stats of a folder',
+    files: { 'tr/x': '' },
+    args: ['trace', 'stats', '$D/tr'],
+    mentions: ['tr'],
+  });
+  out.push({
+    name: 'trace stats of a missing file',
+    args: ['trace', 'stats', '$D/none.jsonl'],
+    mentions: ['none.jsonl'],
+  });
+  out.push({
+    name: 'trace stats of garbage',
+    files: { 't.jsonl': 'not json\n' },
+    args: ['trace', 'stats', '$D/t.jsonl'],
+    mentions: ['t.jsonl'],
+  });
   // Sizes and values the schema accepts but a run cannot: bounded, or checked before the run.
   const wl = (s: string) => ({ workload: GOOD.workload!.replace('requests: 2', s) });
   out.push(cfgCase('workload.requests = 1e12', wl('requests: 1e12'), ['workload.requests', '1000000000000']));
   out.push(cfgCase('workload.requests = 10000001', wl('requests: 10000001'), ['workload.requests', '10000001']));
-  out.push(cfgCase('ratePerS = 1e-300', { workload: GOOD.workload!.replace('ratePerS: 2', 'ratePerS: 1e-300') }, ['workload.arrival.ratePerS', '1e-300']));
-  out.push(cfgCase('sweep ratePerS: [1e-300]', { sweep: '{ workload.arrival.ratePerS: [1e-300] }' }, ['workload.arrival.ratePerS', '1e-300']));
-  out.push(cfgCase('sweep requests: [1e12]', { sweep: '{ workload.requests: [1e12] }' }, ['workload.requests', '1000000000000']));
+  out.push(
+    cfgCase('ratePerS = 1e-300', { workload: GOOD.workload!.replace('ratePerS: 2', 'ratePerS: 1e-300') }, [
+      'workload.arrival.ratePerS',
+      '1e-300',
+    ]),
+  );
+  out.push(
+    cfgCase('sweep ratePerS: [1e-300]', { sweep: '{ workload.arrival.ratePerS: [1e-300] }' }, [
+      'workload.arrival.ratePerS',
+      '1e-300',
+    ]),
+  );
+  out.push(
+    cfgCase('sweep requests: [1e12]', { sweep: '{ workload.requests: [1e12] }' }, [
+      'workload.requests',
+      '1000000000000',
+    ]),
+  );
   const ten = `[${Array.from({ length: 10 }, (_, i) => i + 1).join(', ')}]`;
-  const huge = ['workload.requests', 'executor.maxBatchSize', 'executor.packetMiB', 'executor.bufferSlots', 'executor.maxWaitMs', 'executor.maxBatchTokens']
-    .map((k) => `${k}: ${ten}`).join(', ');
+  const huge = [
+    'workload.requests',
+    'executor.maxBatchSize',
+    'executor.packetMiB',
+    'executor.bufferSlots',
+    'executor.maxWaitMs',
+    'executor.maxBatchTokens',
+  ]
+    .map((k) => `${k}: ${ten}`)
+    .join(', ');
   out.push(cfgCase('sweep of 10^6 points', { sweep: `{ ${huge} }` }, ['too many sweep points', '100000']));
-  out.push({ name: 'routing trace path is a folder', files: { 'c.yaml': yaml(wl('requests: 2, routing: { kind: trace, path: ./tr }')), 'tr/x': '' }, args: ['experiment', '$D/c.yaml', '--out', '$OUT'], mentions: ['workload.routing.path', './tr'] });
+  out.push({
+    name: 'routing trace path is a folder',
+    files: { 'c.yaml': yaml(wl('requests: 2, routing: { kind: trace, path: ./tr }')), 'tr/x': '' },
+    args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
+    mentions: ['workload.routing.path', './tr'],
+  });
   // trace generate: flags checked before anything is written.
   const profile = path.join(REPO_ROOT, 'workloads/profiles/arctic-128.json');
-  const gen = (...flags: string[]): string[] => ['trace', 'generate', '--profile', profile, '--requests', '3', ...flags];
+  const gen = (...flags: string[]): string[] => [
+    'trace',
+    'generate',
+    '--profile',
+    profile,
+    '--requests',
+    '3',
+    ...flags,
+  ];
   for (const [name, args, mentions] of [
     ['--gzip-level 99', gen('--gzip-level', '99', '--out', '$D/t.jsonl.gz'), ['--gzip-level', '99']],
     ['--rate -1', gen('--rate', '-1', '--out', '$D/t.jsonl.gz'), ['--rate', '-1']],
@@ -147,7 +262,8 @@ function cases(): Case[] {
     ['--out a folder', gen('--out', '$D/sub'), ['--out', 'sub']],
     ['--out /proc/x', gen('--out', '/proc/x'), ['--out', '/proc']],
     ['--out empty', gen('--out', ''), ['--out', '""']],
-  ] as const) out.push({ name: `trace generate ${name}`, files: { 'sub/x': '' }, args, mentions });
+  ] as const)
+    out.push({ name: `trace generate ${name}`, files: { 'sub/x': '' }, args, mentions });
   out.push({ name: 'new policy --dir /proc', args: ['new', 'policy', 'x', '--dir', '/proc'], mentions: ['/proc'] });
   // CLI flags.
   const exp = (...flags: string[]): string[] => ['experiment', '$D/c.yaml', '--out', '$OUT', ...flags];
@@ -168,7 +284,8 @@ function cases(): Case[] {
     ['report of a missing folder', ['report', '$D/none'], ['none']],
     ['report of a file', ['report', '$D/c.yaml'], ['c.yaml']],
     ['validate missing', ['validate', '$D/none.yaml'], ['no such file']],
-  ] as const) out.push({ name: `flag: ${name}`, files: { 'c.yaml': yaml({}) }, args, mentions });
+  ] as const)
+    out.push({ name: `flag: ${name}`, files: { 'c.yaml': yaml({}) }, args, mentions });
   return out;
 }
 
@@ -194,7 +311,9 @@ describe(`bad input table (${CASES.length} cases, in process)`, () => {
   const clean: string[] = [];
   const dirty: string[] = [];
   afterAll(() => {
-    process.stderr.write(`cli-bad-input-table: ${clean.length} of ${CASES.length} cases clean (exit 2, one line naming field and value, nothing left)\n`);
+    process.stderr.write(
+      `cli-bad-input-table: ${clean.length} of ${CASES.length} cases clean (exit 2, one line naming field and value, nothing left)\n`,
+    );
     if (dirty.length) process.stderr.write(`  not clean:\n${dirty.map((d) => `  - ${d}`).join('\n')}\n`);
   });
 
@@ -209,7 +328,9 @@ describe(`bad input table (${CASES.length} cases, in process)`, () => {
     const before = readdirSync(d).sort();
     const outDir = path.join(d, 'out');
     const args = c.args.map((a) => a.replace('$D', d).replace('$OUT', outDir));
-    const r = c.spawn ? await runCliAsync(args).then((x) => ({ code: x.status ?? -1, stdout: x.stdout, stderr: x.stderr })) : await runInProcess(args);
+    const r = c.spawn
+      ? await runCliAsync(args).then((x) => ({ code: x.status ?? -1, stdout: x.stdout, stderr: x.stderr }))
+      : await runInProcess(args);
     const lines = r.stderr.split('\n').filter((l) => l.length > 0);
     const problems: string[] = [];
     if (r.code !== 2) problems.push(`exit ${r.code}`);
@@ -218,8 +339,11 @@ describe(`bad input table (${CASES.length} cases, in process)`, () => {
     if (/internal error|\bat .*\.ts:\d+:\d+/.test(r.stderr)) problems.push('stack');
     if (existsSync(outDir)) problems.push('left the output folder');
     const after = readdirSync(d).sort();
-    if (after.join('/') !== before.join('/')) problems.push(`left ${after.filter((f) => !before.includes(f)).join(', ')}`);
-    (problems.length ? dirty : clean).push(problems.length ? `${c.name}: ${problems.join('; ')} — ${lines[0] ?? ''}` : c.name);
+    if (after.join('/') !== before.join('/'))
+      problems.push(`left ${after.filter((f) => !before.includes(f)).join(', ')}`);
+    (problems.length ? dirty : clean).push(
+      problems.length ? `${c.name}: ${problems.join('; ')} — ${lines[0] ?? ''}` : c.name,
+    );
     expect(problems, r.stderr).toEqual([]);
   });
 });

@@ -46,9 +46,21 @@ const CASES: readonly Case[] = [
   { name: 'malformed YAML', config: 'model: [unclosed\n  - x: {\n', mentions: ['not valid YAML', 'line 1, column 9'] },
   { name: 'config not a mapping', config: '- just\n- a list\n', mentions: ['must be a mapping', '["just","a list"]'] },
   { name: 'missing model', config: replace('model: olmoe\n', ''), mentions: ['model:', '(missing)'] },
-  { name: 'unknown model id', config: replace('model: olmoe', 'model: no-such-model'), mentions: ['model:', 'unknown model', '"no-such-model"'] },
-  { name: 'unknown hardware id', config: replace('hardware: rtx4090', 'hardware: cray-1'), mentions: ['hardware:', 'unknown hardware', '"cray-1"'] },
-  { name: 'unknown policy name', config: replace('name: on-demand', 'name: teleport'), mentions: ['policies[0].name', 'unknown policy', '"teleport"'] },
+  {
+    name: 'unknown model id',
+    config: replace('model: olmoe', 'model: no-such-model'),
+    mentions: ['model:', 'unknown model', '"no-such-model"'],
+  },
+  {
+    name: 'unknown hardware id',
+    config: replace('hardware: rtx4090', 'hardware: cray-1'),
+    mentions: ['hardware:', 'unknown hardware', '"cray-1"'],
+  },
+  {
+    name: 'unknown policy name',
+    config: replace('name: on-demand', 'name: teleport'),
+    mentions: ['policies[0].name', 'unknown policy', '"teleport"'],
+  },
   {
     name: 'policy with an unknown parameter',
     config: replace('  - name: on-demand', '  - name: lru\n    capacityBananas: 3'),
@@ -59,7 +71,11 @@ const CASES: readonly Case[] = [
     config: replace('policies:', 'executor: { maxBatchSize: -4 }\npolicies:'),
     mentions: ['executor.maxBatchSize', '-4'],
   },
-  { name: 'wrong type (string for requests)', config: replace('requests: 2', 'requests: "many"'), mentions: ['workload.requests', 'expected number', '"many"'] },
+  {
+    name: 'wrong type (string for requests)',
+    config: replace('requests: 2', 'requests: "many"'),
+    mentions: ['workload.requests', 'expected number', '"many"'],
+  },
   {
     name: 'sweep over a path that is not a config section',
     config: replace('policies:', 'sweep:\n  wrokload.requests: [1, 2]\npolicies:'),
@@ -72,15 +88,45 @@ const CASES: readonly Case[] = [
   },
   {
     name: 'bufferSlots too large for VRAM (10000 slots of mixtral on an A5000)',
-    config: replace('model: olmoe', 'model: mixtral-8x7b').replace('hardware: rtx4090', 'hardware: a5000-pcie4-1tb').replace('policies:', 'executor: { bufferSlots: 10000 }\npolicies:'),
+    config: replace('model: olmoe', 'model: mixtral-8x7b')
+      .replace('hardware: rtx4090', 'hardware: a5000-pcie4-1tb')
+      .replace('policies:', 'executor: { bufferSlots: 10000 }\npolicies:'),
     mentions: ['executor.bufferSlots', 'do not fit', '10000'],
   },
-  { name: 'plugin path that does not exist', config: replace('  - name: on-demand', '  - path: ./nowhere/policy.ts'), mentions: ['policies[0].path', 'not found', '"./nowhere/policy.ts"'] },
-  { name: 'duplicate policy labels', config: replace('  - name: on-demand', '  - name: lru\n  - name: lru'), mentions: ['policies[1].label', 'same name', '"lru"'] },
-  { name: 'unknown CLI option', config: GOOD, args: ['experiment', '$CONFIG', '--out', '$OUT', '--bogus-flag'], mentions: ['arguments', 'bogus-flag'] },
-  { name: '`list` with a bad argument', config: null, args: ['list', 'gizmos'], mentions: ['arguments', 'what', '"gizmos"'] },
-  { name: 'nonexistent config file', config: null, args: ['experiment', '$MISSING', '--out', '$OUT'], mentions: ['no such file'] },
-  { name: '`validate` of a bad config', config: replace('requests: 2', 'requests: 0'), args: ['validate', '$CONFIG'], mentions: ['workload.requests', '(got 0)'] },
+  {
+    name: 'plugin path that does not exist',
+    config: replace('  - name: on-demand', '  - path: ./nowhere/policy.ts'),
+    mentions: ['policies[0].path', 'not found', '"./nowhere/policy.ts"'],
+  },
+  {
+    name: 'duplicate policy labels',
+    config: replace('  - name: on-demand', '  - name: lru\n  - name: lru'),
+    mentions: ['policies[1].label', 'same name', '"lru"'],
+  },
+  {
+    name: 'unknown CLI option',
+    config: GOOD,
+    args: ['experiment', '$CONFIG', '--out', '$OUT', '--bogus-flag'],
+    mentions: ['arguments', 'bogus-flag'],
+  },
+  {
+    name: '`list` with a bad argument',
+    config: null,
+    args: ['list', 'gizmos'],
+    mentions: ['arguments', 'what', '"gizmos"'],
+  },
+  {
+    name: 'nonexistent config file',
+    config: null,
+    args: ['experiment', '$MISSING', '--out', '$OUT'],
+    mentions: ['no such file'],
+  },
+  {
+    name: '`validate` of a bad config',
+    config: replace('requests: 2', 'requests: 0'),
+    args: ['validate', '$CONFIG'],
+    mentions: ['workload.requests', '(got 0)'],
+  },
 ];
 
 interface Prepared {
@@ -97,7 +143,11 @@ function prepare(c: Case): Prepared {
   const raw = c.args ?? ['experiment', '$CONFIG', '--out', '$OUT'];
   const args = raw.map((a) => (a === '$CONFIG' ? config! : a === '$OUT' ? out : a === '$MISSING' ? missing : a));
   // The file the error must name: the config, or the missing one; argument errors have none.
-  const file = raw.includes('$MISSING') ? missing : raw[0] === 'list' || raw.includes('--bogus-flag') ? undefined : config;
+  const file = raw.includes('$MISSING')
+    ? missing
+    : raw[0] === 'list' || raw.includes('--bogus-flag')
+      ? undefined
+      : config;
   return { args, file, out };
 }
 
@@ -106,7 +156,10 @@ describe('CLI: bad input exits 2 with one line naming file, field and value', ()
   let results: CliResult[] = [];
   // The invocations are independent; overlapping them halves the wall time of this file.
   beforeAll(async () => {
-    results = await pooled(prepared.map((p) => () => runCliAsync(p.args)), 4);
+    results = await pooled(
+      prepared.map((p) => () => runCliAsync(p.args)),
+      4,
+    );
   }, 300_000);
 
   it.each(CASES.map((c, i) => [c.name, i] as const))('%s', (_name, i) => {

@@ -48,7 +48,9 @@ describe('sizes in messages are human-readable', () => {
     expect(formatBytes(34_235_267_072)).toBe('31.9 GiB');
     expect(formatBytes(88_080_384)).toBe('84.0 MiB');
     expect(formatBytes(512)).toBe('512 B');
-    expect(humanizeSizes('25769803776 B of VRAM cannot hold dense weights (34235267072 B), 12 B')).toBe('24.0 GiB of VRAM cannot hold dense weights (31.9 GiB), 12 B');
+    expect(humanizeSizes('25769803776 B of VRAM cannot hold dense weights (34235267072 B), 12 B')).toBe(
+      '24.0 GiB of VRAM cannot hold dense weights (31.9 GiB), 12 B',
+    );
   });
 });
 
@@ -58,16 +60,38 @@ describe('--out is checked before the first run', () => {
   const readOnly = path.join(dir, 'out/read-only');
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const cases: { name: string; out: string; mentions: string[]; skip?: boolean }[] = [
-    { name: 'a special filesystem (/proc)', out: '/proc/moesim-out', mentions: ['--out', '/proc'], skip: !existsSync('/proc/self') },
-    { name: 'a file in the way of a parent', out: path.join(aFile, 'sub'), mentions: ['--out', 'is a file, not a folder'] },
+    {
+      name: 'a special filesystem (/proc)',
+      out: '/proc/moesim-out',
+      mentions: ['--out', '/proc'],
+      skip: !existsSync('/proc/self'),
+    },
+    {
+      name: 'a file in the way of a parent',
+      out: path.join(aFile, 'sub'),
+      mentions: ['--out', 'is a file, not a folder'],
+    },
     { name: 'a file where the folder should be', out: aFile, mentions: ['--out', 'is a file, not a folder'] },
     // Root may write anywhere, so the permission case only means something for other users.
-    { name: 'a read-only folder', out: path.join(readOnly, 'results'), mentions: ['--out', 'permission denied'], skip: isRoot },
+    {
+      name: 'a read-only folder',
+      out: path.join(readOnly, 'results'),
+      mentions: ['--out', 'permission denied'],
+      skip: isRoot,
+    },
   ];
   let results: CliResult[] = [];
   beforeAll(async () => {
     mkdirSync(readOnly, { mode: 0o555, recursive: true });
-    results = await pooled(cases.map((c) => () => (c.skip ? Promise.resolve({ status: null, stdout: '', stderr: '' }) : runCliIn(REPO_ROOT, ['experiment', good, '--out', c.out]))), 2);
+    results = await pooled(
+      cases.map(
+        (c) => () =>
+          c.skip
+            ? Promise.resolve({ status: null, stdout: '', stderr: '' })
+            : runCliIn(REPO_ROOT, ['experiment', good, '--out', c.out]),
+      ),
+      2,
+    );
   }, 120_000);
 
   it.each(cases.map((c, i) => [c.name, i] as const))('%s: one line, exit 2, nothing created', (_n, i) => {
@@ -87,7 +111,9 @@ describe('--out is checked before the first run', () => {
 });
 
 describe('validate runs the feasibility preflight of experiment', () => {
-  const r1 = write('r1/r1-on-l4.yaml', `name: r1-on-l4
+  const r1 = write(
+    'r1/r1-on-l4.yaml',
+    `name: r1-on-l4
 model: deepseek-r1
 hardware: l4
 workload:
@@ -97,12 +123,16 @@ workload:
   outputTokens: { kind: fixed, tokens: 4 }
 policies:
   - name: on-demand
-`);
+`,
+  );
   const out = path.join(dir, 'r1/out');
   let v: CliResult;
   let e: CliResult;
   beforeAll(async () => {
-    const r = await pooled([() => runCliIn(REPO_ROOT, ['validate', r1]), () => runCliIn(REPO_ROOT, ['experiment', r1, '--out', out])], 2);
+    const r = await pooled(
+      [() => runCliIn(REPO_ROOT, ['validate', r1]), () => runCliIn(REPO_ROOT, ['experiment', r1, '--out', out])],
+      2,
+    );
     [v, e] = [r[0]!, r[1]!];
   }, 120_000);
 
@@ -130,10 +160,19 @@ describe('one rule for relative paths', () => {
     mkdirSync(path.join(root, 'exp'), { recursive: true });
     mkdirSync(path.join(root, 'profiles'), { recursive: true });
     mkdirSync(path.join(root, 'plugins'), { recursive: true });
-    copyFileSync(path.join(REPO_ROOT, 'hardware-profiles/models/olmoe.json'), path.join(root, 'profiles/my-olmoe.json'));
-    copyFileSync(path.join(REPO_ROOT, 'hardware-profiles/testbeds/rtx4090.json'), path.join(root, 'profiles/my-box.json'));
+    copyFileSync(
+      path.join(REPO_ROOT, 'hardware-profiles/models/olmoe.json'),
+      path.join(root, 'profiles/my-olmoe.json'),
+    );
+    copyFileSync(
+      path.join(REPO_ROOT, 'hardware-profiles/testbeds/rtx4090.json'),
+      path.join(root, 'profiles/my-box.json'),
+    );
     copyFileSync(path.join(REPO_ROOT, 'workloads/profiles/olmoe.json'), path.join(root, 'profiles/routing.json'));
-    writeFileSync(path.join(root, 'profiles/arrivals.csv'), 'arrivalS,promptTokens,outputTokens\n0,8,4\n0.05,12,3\n0.2,6,5\n');
+    writeFileSync(
+      path.join(root, 'profiles/arrivals.csv'),
+      'arrivalS,promptTokens,outputTokens\n0,8,4\n0.05,12,3\n0.2,6,5\n',
+    );
     writePlugin(path.join(root, 'plugins'), 'fifo', 'export default { ...base, name: "fifo-copy" };');
     writeFileSync(
       cfg,
@@ -159,7 +198,10 @@ policies:
     // From the repository root, and from the config's grandparent folder, each naming the config
     // (a command-line path) relative to its own working directory.
     const [a, b] = (await pooled(
-      [() => runCliIn(REPO_ROOT, ['experiment', path.relative(REPO_ROOT, cfg), '--out', outA]), () => runCliIn(root, ['experiment', 'exp/paths.yaml', '--out', outB])],
+      [
+        () => runCliIn(REPO_ROOT, ['experiment', path.relative(REPO_ROOT, cfg), '--out', outA]),
+        () => runCliIn(root, ['experiment', 'exp/paths.yaml', '--out', outB]),
+      ],
       2,
     )) as [CliResult, CliResult];
     expect(a.status, a.stderr).toBe(0);
@@ -175,7 +217,8 @@ policies:
 describe('plugin failures are the plugin’s errors', () => {
   const pdir = path.join(dir, 'plugins');
   mkdirSync(pdir, { recursive: true });
-  const plugin = (name: string, create: string) => writePlugin(pdir, name, `export default { ...base, name: ${JSON.stringify(name)}, create: ${create} };`);
+  const plugin = (name: string, create: string) =>
+    writePlugin(pdir, name, `export default { ...base, name: ${JSON.stringify(name)}, create: ${create} };`);
   const cases = [
     {
       name: 'thrower',
@@ -216,20 +259,28 @@ describe('plugin failures are the plugin’s errors', () => {
   let debug: CliResult;
   beforeAll(async () => {
     results = await pooled(
-      [...configs.map((f, i) => () => runCliIn(REPO_ROOT, ['experiment', f, '--out', path.join(dir, `plugin-out-${i}`)])), () => runCliIn(REPO_ROOT, ['experiment', configs[0]!, '--out', path.join(dir, 'plugin-debug'), '--debug'])],
+      [
+        ...configs.map(
+          (f, i) => () => runCliIn(REPO_ROOT, ['experiment', f, '--out', path.join(dir, `plugin-out-${i}`)]),
+        ),
+        () => runCliIn(REPO_ROOT, ['experiment', configs[0]!, '--out', path.join(dir, 'plugin-debug'), '--debug']),
+      ],
       2,
     );
     debug = results.pop()!;
   }, 300_000);
 
-  it.each(cases.map((c, i) => [c.name, i] as const))('%s: one line naming policy, file, hook and time; exit 3; no stack', (_n, i) => {
-    const r = results[i]!;
-    expect(r.status, r.stderr).toBe(3);
-    const errorLines = lines(r).filter((l) => !/^moesim: tiny: .*\(1 run\)$/.test(l));
-    expect(errorLines, r.stderr).toHaveLength(1);
-    expect(errorLines[0]).toMatch(cases[i]!.line);
-    expect(r.stderr).not.toMatch(NO_STACK);
-  });
+  it.each(cases.map((c, i) => [c.name, i] as const))(
+    '%s: one line naming policy, file, hook and time; exit 3; no stack',
+    (_n, i) => {
+      const r = results[i]!;
+      expect(r.status, r.stderr).toBe(3);
+      const errorLines = lines(r).filter((l) => !/^moesim: tiny: .*\(1 run\)$/.test(l));
+      expect(errorLines, r.stderr).toHaveLength(1);
+      expect(errorLines[0]).toMatch(cases[i]!.line);
+      expect(r.stderr).not.toMatch(NO_STACK);
+    },
+  );
 
   it('--debug adds the plugin’s own stack', () => {
     expect(debug.status).toBe(3);

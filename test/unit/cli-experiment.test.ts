@@ -62,7 +62,8 @@ beforeAll(async () => {
   [a, b, p] = [results[0]!, results[1]!, results[2]!];
 }, 300_000);
 
-const readJson = (file: string): Record<string, unknown> => JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+const readJson = (file: string): Record<string, unknown> =>
+  JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
 
 const DISTRIBUTIONS = ['ttftMs', 'ttftQueueMs', 'ttftServiceMs', 'tpotMs', 'e2eMs'] as const;
 const SCALARS = [
@@ -106,7 +107,12 @@ describe('moesim experiment (default config)', () => {
       expect(run.params).toMatchObject({ model: 'mixtral-8x7b', hardware: 'a5000-pcie4-1tb' });
       const m = run.metrics as Record<string, unknown>;
       for (const d of DISTRIBUTIONS) {
-        expect(m[d], d).toEqual({ mean: expect.any(Number), p50: expect.any(Number), p90: expect.any(Number), p99: expect.any(Number) });
+        expect(m[d], d).toEqual({
+          mean: expect.any(Number),
+          p50: expect.any(Number),
+          p90: expect.any(Number),
+          p99: expect.any(Number),
+        });
       }
       for (const s of SCALARS) expect(typeof m[s], s).toBe('number');
       expect(m.peakBytes).toMatchObject({ vram: { total: expect.any(Number) }, host: { total: expect.any(Number) } });
@@ -126,7 +132,9 @@ describe('moesim experiment (default config)', () => {
 
   it('gives byte-identical results.json and runs.csv when run twice', () => {
     expect(b.status, b.stderr).toBe(0);
-    expect(readFileSync(path.join(outB, 'results.json'), 'utf8')).toBe(readFileSync(path.join(outA, 'results.json'), 'utf8'));
+    expect(readFileSync(path.join(outB, 'results.json'), 'utf8')).toBe(
+      readFileSync(path.join(outA, 'results.json'), 'utf8'),
+    );
     expect(readFileSync(path.join(outB, 'runs.csv'), 'utf8')).toBe(readFileSync(path.join(outA, 'runs.csv'), 'utf8'));
   });
 
@@ -139,26 +147,41 @@ describe('moesim experiment with a plugin policy and --timeline', () => {
   it('runs the example plugin named by path; its label is in the table and the results', () => {
     expect(p.status, p.stderr).toBe(0);
     expect(p.stdout).toMatch(/│\s*my-fifo\s*│/);
-    const runs = readJson(path.join(outPlugin, 'results.json')).runs as { policy: string; metrics: { requests: number; outputTokens: number } }[];
+    const runs = readJson(path.join(outPlugin, 'results.json')).runs as {
+      policy: string;
+      metrics: { requests: number; outputTokens: number };
+    }[];
     expect(runs.map((r) => r.policy)).toEqual(['my-fifo', 'lru']);
     for (const r of runs) expect(r.metrics).toMatchObject({ requests: 3, outputTokens: 9 });
   });
 
   it('writes one Chrome trace per run with GPU and PCIe slices and memory counters', () => {
-    const files = readdirSync(outPlugin).filter((f) => /^timeline-.*\.json$/.test(f)).sort();
+    const files = readdirSync(outPlugin)
+      .filter((f) => /^timeline-.*\.json$/.test(f))
+      .sort();
     expect(files).toHaveLength(2);
     for (const f of files) {
       const t = readJson(path.join(outPlugin, f));
       expect(Array.isArray(t.traceEvents), f).toBe(true);
       const events = t.traceEvents as { ph: string; pid: number; name: string; args?: { name?: string } }[];
-      const pidOf = (name: string) => events.find((e) => e.ph === 'M' && e.name === 'process_name' && e.args?.name === name)?.pid;
+      const pidOf = (name: string) =>
+        events.find((e) => e.ph === 'M' && e.name === 'process_name' && e.args?.name === name)?.pid;
       const gpu = pidOf('gpu');
       const pcie = pidOf('pcie');
       expect(gpu, f).toBeDefined();
       expect(pcie, f).toBeDefined();
-      expect(events.some((e) => e.ph === 'X' && e.pid === gpu), `${f}: GPU slices`).toBe(true);
-      expect(events.some((e) => e.ph === 'X' && e.pid === pcie), `${f}: PCIe slices`).toBe(true);
-      expect(events.some((e) => e.ph === 'C'), `${f}: counters`).toBe(true);
+      expect(
+        events.some((e) => e.ph === 'X' && e.pid === gpu),
+        `${f}: GPU slices`,
+      ).toBe(true);
+      expect(
+        events.some((e) => e.ph === 'X' && e.pid === pcie),
+        `${f}: PCIe slices`,
+      ).toBe(true);
+      expect(
+        events.some((e) => e.ph === 'C'),
+        `${f}: counters`,
+      ).toBe(true);
     }
   });
 

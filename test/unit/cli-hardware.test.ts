@@ -23,8 +23,20 @@ describe('moesim hardware new', () => {
     const t0 = Date.now();
     const box = path.join(dir, 'my-box.yaml');
     const made = await runCliAsync([
-      'hardware', 'new', '--gpu', 'rtx-4090', '--cpu', 'ryzen-9-7950x', '--dram', 'ddr5-6000x2',
-      '--link', 'pcie4x16', '--drive', 'samsung-990-pro-2tb', '--out', box,
+      'hardware',
+      'new',
+      '--gpu',
+      'rtx-4090',
+      '--cpu',
+      'ryzen-9-7950x',
+      '--dram',
+      'ddr5-6000x2',
+      '--link',
+      'pcie4x16',
+      '--drive',
+      'samsung-990-pro-2tb',
+      '--out',
+      box,
     ]);
     expect(made.stderr).toBe('');
     expect(made.status).toBe(0);
@@ -56,7 +68,20 @@ policies:
 
   it('a wrong flag writes nothing and names the flag', async () => {
     const out = path.join(dir, 'bad.yaml');
-    const r = await runCliAsync(['hardware', 'new', '--gpu', 'rtx-9999', '--cpu', 'i5-10400f', '--dram', 'ddr4-2667x2', '--link', 'pcie3x16', '--out', out]);
+    const r = await runCliAsync([
+      'hardware',
+      'new',
+      '--gpu',
+      'rtx-9999',
+      '--cpu',
+      'i5-10400f',
+      '--dram',
+      'ddr4-2667x2',
+      '--link',
+      'pcie3x16',
+      '--out',
+      out,
+    ]);
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/--gpu/);
     expect(existsSync(out)).toBe(false);

@@ -23,7 +23,8 @@ function run(cmd: string, args: readonly string[], cwd: string): Promise<CliResu
   return runProcess(cmd, args, cwd, 300_000);
 }
 
-const node = (script: string, args: readonly string[], cwd: string) => run(process.execPath, [path.join(REPO_ROOT, 'node_modules', script), ...args], cwd);
+const node = (script: string, args: readonly string[], cwd: string) =>
+  run(process.execPath, [path.join(REPO_ROOT, 'node_modules', script), ...args], cwd);
 
 describe('moesim new policy', () => {
   let serving: CliResult;
@@ -35,8 +36,14 @@ describe('moesim new policy', () => {
   beforeAll(async () => {
     serving = await runCliIn(root, ['new', 'policy', 'my-cache']);
     throughput = await runCliIn(root, ['new', 'policy', 'my-batcher', '--family', 'throughput']);
-    writeFileSync(path.join(root, 'tsconfig.json'), JSON.stringify({ extends: '../tsconfig.json', include: ['plugins', 'test'] }));
-    writeFileSync(path.join(root, 'vitest.config.ts'), "import { defineConfig } from 'vitest/config';\nexport default defineConfig({ test: { include: ['test/**/*.test.ts'], testTimeout: 120_000, pool: 'forks' } });\n");
+    writeFileSync(
+      path.join(root, 'tsconfig.json'),
+      JSON.stringify({ extends: '../tsconfig.json', include: ['plugins', 'test'] }),
+    );
+    writeFileSync(
+      path.join(root, 'vitest.config.ts'),
+      "import { defineConfig } from 'vitest/config';\nexport default defineConfig({ test: { include: ['test/**/*.test.ts'], testTimeout: 120_000, pool: 'forks' } });\n",
+    );
     // Independent: two at a time.
     [tsc, vitest, runServing, runThroughput] = (await pooled(
       [
@@ -52,13 +59,30 @@ describe('moesim new policy', () => {
   it('writes the plugin, a config and a test for each family', () => {
     expect(serving.status, serving.stderr).toBe(0);
     expect(throughput.status, throughput.stderr).toBe(0);
-    for (const f of ['plugins/my-cache.ts', 'plugins/my-cache.yaml', 'test/plugins/my-cache.test.ts', 'plugins/my-batcher.ts', 'plugins/my-batcher.yaml', 'test/plugins/my-batcher.test.ts']) {
+    for (const f of [
+      'plugins/my-cache.ts',
+      'plugins/my-cache.yaml',
+      'test/plugins/my-cache.test.ts',
+      'plugins/my-batcher.ts',
+      'plugins/my-batcher.yaml',
+      'test/plugins/my-batcher.test.ts',
+    ]) {
       expect(existsSync(path.join(root, f)), f).toBe(true);
     }
     expect(serving.stdout).toContain('npm run experiment -- plugins/my-cache.yaml');
     // Every serving hook is stubbed and documented.
     const plugin = readFileSync(path.join(root, 'plugins/my-cache.ts'), 'utf8');
-    for (const hook of ['init', 'onIterationStart', 'onLayerRouted', 'onLayerDone', 'afterUse', 'onPrefetchDone', 'chooseVictim', 'onIterationEnd', 'onRequestFinished']) {
+    for (const hook of [
+      'init',
+      'onIterationStart',
+      'onLayerRouted',
+      'onLayerDone',
+      'afterUse',
+      'onPrefetchDone',
+      'chooseVictim',
+      'onIterationEnd',
+      'onRequestFinished',
+    ]) {
       expect(plugin, hook).toMatch(new RegExp(`/\\*\\*[^]*?\\*/\\s*\\n\\s*${hook}\\(`));
     }
     expect(plugin).toContain('docs/PLUGINS.md');
@@ -66,7 +90,10 @@ describe('moesim new policy', () => {
     const doc = readFileSync(path.join(REPO_ROOT, 'docs/PLUGINS.md'), 'utf8');
     const example = doc.slice(doc.indexOf('## The generated serving example')).split('```ts')[1]!.split('```')[0]!;
     const generated = new Set(plugin.split('\n').map((l) => l.trim()));
-    const shown = example.split('\n').map((l) => l.trim()).filter((l) => l && !/\{\},?$/.test(l) && !l.startsWith('//') && !l.startsWith('import '));
+    const shown = example
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !/\{\},?$/.test(l) && !l.startsWith('//') && !l.startsWith('import '));
     expect(shown.filter((l) => !generated.has(l))).toEqual([]);
   });
 
@@ -87,7 +114,10 @@ describe('moesim new policy', () => {
   });
 
   it('refuses a bad name and an existing file, writing nothing', async () => {
-    const [bad, again] = (await pooled([() => runCliIn(root, ['new', 'policy', 'My Cache']), () => runCliIn(root, ['new', 'policy', 'my-cache'])], 2)) as [CliResult, CliResult];
+    const [bad, again] = (await pooled(
+      [() => runCliIn(root, ['new', 'policy', 'My Cache']), () => runCliIn(root, ['new', 'policy', 'my-cache'])],
+      2,
+    )) as [CliResult, CliResult];
     expect(bad.status).toBe(2);
     expect(bad.stderr.trim().split('\n')).toHaveLength(1);
     expect(bad.stderr).toMatch(/^moesim: name: a policy name is lower case/);

@@ -4,7 +4,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { loadHardware, loadModel } from '../../hardware-profiles/load.ts';
-import type { CpuProfile, GpuProfile, HardwareProfile, ModelProfile, PcieProfile } from '../../hardware-profiles/types.ts';
+import type {
+  CpuProfile,
+  GpuProfile,
+  HardwareProfile,
+  ModelProfile,
+  PcieProfile,
+} from '../../hardware-profiles/types.ts';
 import { createCostModel, gemmEfficiency, interpolate } from '../../sim/cost/cost-model.ts';
 
 // ---- synthetic profiles ----------------------------------------------------------------
@@ -140,7 +146,12 @@ describe('GPU roofline', () => {
   it('memory-bound expert: 1 token', () => {
     // FLOPs = 2e8; eff = 0.5/101 → 2e8 · 101 / 5e13 s = 404 000 ns.
     // Bytes = 2e8 + 4000 = 200 004 000 → / 2.5e11 = 800 016 ns. ns = 10 000 + 800 016 = 810 016, HBM-bound.
-    expect(cm.estimate({ kind: 'expert', tokens: 1 })).toMatchObject({ ns: 810_016, bound: 'hbm', flops: 2e8, bytes: 200_004_000 });
+    expect(cm.estimate({ kind: 'expert', tokens: 1 })).toMatchObject({
+      ns: 810_016,
+      bound: 'hbm',
+      flops: 2e8,
+      bytes: 200_004_000,
+    });
   });
 
   it('expert segment of fraction 0.5 scales weight bytes and FLOPs', () => {
@@ -173,7 +184,12 @@ describe('GPU roofline', () => {
 
   it('attentionProj excludes the scores and the KV', () => {
     // FLOPs 8e6 · 101 / 5e13 s = 16 160 ns; bytes 8e6 + 4000 → 32 016 ns; ns = 42 016.
-    expect(cm.estimate({ kind: 'attentionProj', tokens: 1 })).toMatchObject({ ns: 42_016, bound: 'hbm', flops: 8e6, bytes: 8_004_000 });
+    expect(cm.estimate({ kind: 'attentionProj', tokens: 1 })).toMatchObject({
+      ns: 42_016,
+      bound: 'hbm',
+      flops: 8e6,
+      bytes: 8_004_000,
+    });
   });
 
   it('zero tokens cost nothing', () => {
@@ -224,7 +240,11 @@ describe('PCIe transfers', () => {
   it('latency + bytes / bandwidth, per direction', () => {
     const cm = createCostModel(syntheticModel(), hardware());
     // H2D: 10 000 + 1e8 B / 10 GB/s = 10 000 + 10 000 000 ns.
-    expect(cm.estimate({ kind: 'transfer', bytes: 1e8, direction: 'h2d' })).toMatchObject({ ns: 10_010_000, bound: 'pcie', bytes: 1e8 });
+    expect(cm.estimate({ kind: 'transfer', bytes: 1e8, direction: 'h2d' })).toMatchObject({
+      ns: 10_010_000,
+      bound: 'pcie',
+      bytes: 1e8,
+    });
     // D2H: 10 000 + 1e8 / 20 GB/s = 10 000 + 5 000 000 ns.
     expect(cm.estimate({ kind: 'transfer', bytes: 1e8, direction: 'd2h' })).toMatchObject({ ns: 5_010_000 });
     expect(cm.estimate({ kind: 'transfer', bytes: 0, direction: 'h2d' }).ns).toBe(0);
@@ -271,11 +291,21 @@ describe('measured tables', () => {
     const cm = createCostModel(syntheticModel(), hardware({ measured: table }), { onWarning: (w) => warnings.push(w) });
     // Beyond 1000: slope (1 100 000 − 200 000)/900 = 1000 ns/token → 1 100 000 + 1000 · 1000 = 2 100 000.
     const c = cm.estimate({ kind: 'expert', tokens: 2000 });
-    expect(c).toMatchObject({ ns: 2_100_000, source: 'table', warning: 'extrapolated expert table beyond 1000 tokens' });
+    expect(c).toMatchObject({
+      ns: 2_100_000,
+      source: 'table',
+      warning: 'extrapolated expert table beyond 1000 tokens',
+    });
     expect(cm.estimate({ kind: 'expert', tokens: 3000 }).ns).toBe(3_100_000);
     // Below 1 token: 100 000 + (100 000/99) · (0.5 − 1) = 99 494.9… → 99 495.
-    expect(cm.estimate({ kind: 'expert', tokens: 0.5 })).toMatchObject({ ns: 99_495, warning: 'extrapolated expert table below 1 tokens' });
-    expect(warnings).toEqual(['extrapolated expert table beyond 1000 tokens', 'extrapolated expert table below 1 tokens']);
+    expect(cm.estimate({ kind: 'expert', tokens: 0.5 })).toMatchObject({
+      ns: 99_495,
+      warning: 'extrapolated expert table below 1 tokens',
+    });
+    expect(warnings).toEqual([
+      'extrapolated expert table beyond 1000 tokens',
+      'extrapolated expert table below 1 tokens',
+    ]);
   });
 
   it('accepts the onWarning callback as the third argument', () => {
@@ -287,15 +317,49 @@ describe('measured tables', () => {
 
   it('clamps extrapolation at 1 ns', () => {
     // From (10, 100) and (20, 1000): at 1 token 100 + 90 · (1 − 10) = −710 → clamped to 1 ns.
-    const cm = createCostModel(syntheticModel(), hardware({ measured: { router: [[10, 100], [20, 1000]] } }));
+    const cm = createCostModel(
+      syntheticModel(),
+      hardware({
+        measured: {
+          router: [
+            [10, 100],
+            [20, 1000],
+          ],
+        },
+      }),
+    );
     expect(cm.estimate({ kind: 'router', tokens: 1 })).toMatchObject({ ns: 1, source: 'table' });
-    expect(interpolate([[10, 100], [20, 1000]], 1, 'router').ns).toBe(1);
+    expect(
+      interpolate(
+        [
+          [10, 100],
+          [20, 1000],
+        ],
+        1,
+        'router',
+      ).ns,
+    ).toBe(1);
   });
 
   it('prefers a table for this model (kind@model) over a plain one', () => {
     const cm = createCostModel(
       syntheticModel(),
-      hardware({ measured: { expert: [[1, 5], [2, 6]], 'expert@synthetic': [[1, 1000], [2, 2000]], 'expert@other': [[1, 7], [2, 8]] } }),
+      hardware({
+        measured: {
+          expert: [
+            [1, 5],
+            [2, 6],
+          ],
+          'expert@synthetic': [
+            [1, 1000],
+            [2, 2000],
+          ],
+          'expert@other': [
+            [1, 7],
+            [2, 8],
+          ],
+        },
+      }),
     );
     expect(cm.estimate({ kind: 'expert', tokens: 1.5 }).ns).toBe(1500);
   });
@@ -321,8 +385,12 @@ describe('memoisation', () => {
       expect(createCostModel(syntheticModel(), hardware()).estimate(op)).toEqual(first);
     }
     // Different shapes do not collide.
-    expect(cm.estimate({ kind: 'expert', tokens: 7 })).not.toBe(cm.estimate({ kind: 'expert', tokens: 7, fraction: 0.25 }));
-    expect(cm.estimate({ kind: 'transfer', bytes: 12345, direction: 'h2d' })).not.toEqual(cm.estimate({ kind: 'transfer', bytes: 12345, direction: 'd2h' }));
+    expect(cm.estimate({ kind: 'expert', tokens: 7 })).not.toBe(
+      cm.estimate({ kind: 'expert', tokens: 7, fraction: 0.25 }),
+    );
+    expect(cm.estimate({ kind: 'transfer', bytes: 12345, direction: 'h2d' })).not.toEqual(
+      cm.estimate({ kind: 'transfer', bytes: 12345, direction: 'd2h' }),
+    );
   });
 });
 
@@ -338,11 +406,15 @@ describe('shipped profiles', () => {
     // 352 321 536 B / 25 GB/s = 14.09 ms + 10 µs.
     expect(cm.estimate({ kind: 'transfer', bytes: 352_321_536, direction: 'h2d' }).ns).toBe(14_102_862);
     // CPU attention over 128 KiB/token of KV is memory-bound on the EPYC 7453.
-    expect(cm.estimate({ kind: 'cpuAttention', tokens: 64, contextTokens: 64 * 1024, cores: 28 }).bound).toBe('hostMem');
+    expect(cm.estimate({ kind: 'cpuAttention', tokens: 64, contextTokens: 64 * 1024, cores: 28 }).bound).toBe(
+      'hostMem',
+    );
   });
 
   it('DeepSeek-V2 latent (MLA) attention is FLOP-bound on the CPU', () => {
     const cm = createCostModel(loadModel('deepseek-v2'), hw);
-    expect(cm.estimate({ kind: 'cpuAttention', tokens: 64, contextTokens: 64 * 1024, cores: 28 }).bound).toBe('cpuFlops');
+    expect(cm.estimate({ kind: 'cpuAttention', tokens: 64, contextTokens: 64 * 1024, cores: 28 }).bound).toBe(
+      'cpuFlops',
+    );
   });
 });

@@ -50,7 +50,10 @@ const waitFor = (child: ChildProcess, re: RegExp, what: string): Promise<void> =
     child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before ${re}: ${seen}`)));
   });
 
-const exited = (child: ChildProcess): Promise<void> => (child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve())));
+const exited = (child: ChildProcess): Promise<void> =>
+  child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => child.once('exit', () => resolve()));
 
 const HOSTILE_JOBS = 3;
 
@@ -61,17 +64,35 @@ const HOSTILE_JOBS = 3;
  */
 async function pushHostileJobs(url: string, dir: string, logs: readonly string[]): Promise<void> {
   const evil = path.join(tmpdir(), `moesim-evil-${process.pid}.ts`);
-  writeFileSync(evil, `import { writeFileSync } from 'node:fs'; writeFileSync(${JSON.stringify(path.join(dir, 'evil-ran'))}, 'x'); export default {};`);
+  writeFileSync(
+    evil,
+    `import { writeFileSync } from 'node:fs'; writeFileSync(${JSON.stringify(path.join(dir, 'evil-ran'))}, 'x'); export default {};`,
+  );
   const base = JSON.parse(readFileSync(path.join(dir, 'serial', 'results.json'), 'utf8')).config;
-  const task = (config: unknown) => ({ config, file: 'hostile.yaml', baseDir: dir, index: 0, key: JSON.stringify([0, 'x', {}, 1]), timeline: false });
-  const proto = JSON.parse(JSON.stringify({ ...base, sweep: {} }).replace('"sweep":{}', '"sweep":{"workload.__proto__.maxBatchSize":[8]}'));
+  const task = (config: unknown) => ({
+    config,
+    file: 'hostile.yaml',
+    baseDir: dir,
+    index: 0,
+    key: JSON.stringify([0, 'x', {}, 1]),
+    timeline: false,
+  });
+  const proto = JSON.parse(
+    JSON.stringify({ ...base, sweep: {} }).replace('"sweep":{}', '"sweep":{"workload.__proto__.maxBatchSize":[8]}'),
+  );
   const outside = { ...base, policies: [{ path: evil, params: {} }] };
-  const jobs = [task(proto), task(outside), task(base)].map((t, i) => ({ task: t, root: REPO_ROOT, configHash: i === 2 ? 'not-the-hash' : configHash(t as never) }));
+  const jobs = [task(proto), task(outside), task(base)].map((t, i) => ({
+    task: t,
+    root: REPO_ROOT,
+    configHash: i === 2 ? 'not-the-hash' : configHash(t as never),
+  }));
   const connection = new Redis(url, { maxRetriesPerRequest: null });
   const queue = new Queue('moesim-runs', { connection });
-  for (const [i, data] of jobs.entries()) await queue.add('run', data, { jobId: `hostile-${i}`, removeOnComplete: true, removeOnFail: true });
+  for (const [i, data] of jobs.entries())
+    await queue.add('run', data, { jobId: `hostile-${i}`, removeOnComplete: true, removeOnFail: true });
   const t0 = Date.now();
-  while (logs.join('').split(' rejected: ').length - 1 < HOSTILE_JOBS && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 200));
+  while (logs.join('').split(' rejected: ').length - 1 < HOSTILE_JOBS && Date.now() - t0 < 30_000)
+    await new Promise((r) => setTimeout(r, 200));
   await queue.close();
   connection.disconnect();
   rmSync(evil, { force: true });
@@ -94,22 +115,40 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
     dir = tempDir('distributed');
     small = path.join(dir, 'small.yaml');
     thrower = path.join(dir, 'thrower.yaml');
-    writeFileSync(small, config('distributed-small', path.relative(dir, path.join(REPO_ROOT, 'examples/fifo-cache-policy.ts'))));
+    writeFileSync(
+      small,
+      config('distributed-small', path.relative(dir, path.join(REPO_ROOT, 'examples/fifo-cache-policy.ts'))),
+    );
     mkdirSync(path.join(dir, 'plugins'));
-    writePlugin(path.join(dir, 'plugins'), 'boom', `export default { ...base, name: 'boom', create: (p, ctx) => { const inner = base.create(p, ctx); return { ...inner, onIterationStart: () => { throw new Error('boom at start'); } }; } };`);
+    writePlugin(
+      path.join(dir, 'plugins'),
+      'boom',
+      `export default { ...base, name: 'boom', create: (p, ctx) => { const inner = base.create(p, ctx); return { ...inner, onIterationStart: () => { throw new Error('boom at start'); } }; } };`,
+    );
     writeFileSync(thrower, config('distributed-thrower', 'plugins/boom.ts'));
     const port = await freePort();
     const url = `redis://127.0.0.1:${port}`;
-    const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const redis = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(redis);
     await waitFor(redis, /Ready to accept connections/, 'redis-server');
     const workers = [0, 1].map((i) => {
-      const w = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/moesim.mjs'), 'worker', '--queue', url, '--jobs', '1'], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      const w = spawn(
+        process.execPath,
+        [path.join(REPO_ROOT, 'bin/moesim.mjs'), 'worker', '--queue', url, '--jobs', '1'],
+        { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+      );
       w.stderr.on('data', (d: Buffer) => (workerLogs[i] += d.toString()));
       children.push(w);
       return waitFor(w, /joined redis:/, `moesim worker ${i}`);
     });
-    [serial] = await Promise.all([runCliAsync(['experiment', small, '--out', path.join(dir, 'serial'), '--jobs', '1']), ...workers]);
+    [serial] = await Promise.all([
+      runCliAsync(['experiment', small, '--out', path.join(dir, 'serial'), '--jobs', '1']),
+      ...workers,
+    ]);
     await pushHostileJobs(url, dir, workerLogs);
     queued = await runCliAsync(['experiment', small, '--out', path.join(dir, 'queued'), '--queue', url]);
     [thrownSerial, thrownQueued] = await Promise.all([
@@ -131,14 +170,19 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
     expect(serial.status, serial.stderr).toBe(0);
     expect(queued.status, queued.stderr).toBe(0);
     for (const f of ['results.json', 'runs.csv', 'tpot.svg']) {
-      expect(readFileSync(path.join(dir, 'queued', f), 'utf8'), f).toBe(readFileSync(path.join(dir, 'serial', f), 'utf8'));
+      expect(readFileSync(path.join(dir, 'queued', f), 'utf8'), f).toBe(
+        readFileSync(path.join(dir, 'serial', f), 'utf8'),
+      );
     }
     expect(queued.stdout).toBe(serial.stdout);
     expect(queued.stderr).toMatch(/runs sent to redis:\/\/127\.0\.0\.1:\d+ \(queue moesim-runs\)/);
   });
 
   it('rejects hostile jobs before importing anything, and is not poisoned by them', () => {
-    const rejected = workerLogs.join('').split('\n').filter((l) => / rejected: /.test(l));
+    const rejected = workerLogs
+      .join('')
+      .split('\n')
+      .filter((l) => / rejected: /.test(l));
     expect(rejected.length, workerLogs.join('')).toBe(HOSTILE_JOBS);
     expect(rejected.join('\n')).toContain('__proto__');
     expect(rejected.join('\n')).toContain('only from the config’s folder');
@@ -147,7 +191,9 @@ describe.skipIf(!hasRedis)('moesim experiment --queue with two moesim workers', 
   });
 
   it('simulates every run exactly once, on the workers', () => {
-    const done = workerLogs.flatMap((l) => [...l.matchAll(/distributed-small: run (\d+) done/g)].map((m) => Number(m[1])));
+    const done = workerLogs.flatMap((l) =>
+      [...l.matchAll(/distributed-small: run (\d+) done/g)].map((m) => Number(m[1])),
+    );
     expect(done.sort((a, b) => a - b)).toEqual([...Array(12).keys()]);
   });
 

@@ -10,8 +10,17 @@ import { totalParams } from '../../hardware-profiles/derive.ts';
 import { isLinearAttentionLayer, linearAttentionCost } from '../../sim/cost/linear-attention.ts';
 
 const NEW = [
-  'qwen3-30b-a3b-q4km', 'qwen3.5-35b-a3b', 'qwen3.6-35b-a3b', 'qwen3.6-35b-a3b-iq2m', 'qwen3-next-80b-a3b',
-  'qwen3.5-397b-a17b', 'qwen3.8-flash-next', 'gpt-oss-20b', 'gpt-oss-120b', 'glm-4.5-air', 'gemma-4-26b-a4b',
+  'qwen3-30b-a3b-q4km',
+  'qwen3.5-35b-a3b',
+  'qwen3.6-35b-a3b',
+  'qwen3.6-35b-a3b-iq2m',
+  'qwen3-next-80b-a3b',
+  'qwen3.5-397b-a17b',
+  'qwen3.8-flash-next',
+  'gpt-oss-20b',
+  'gpt-oss-120b',
+  'glm-4.5-air',
+  'gemma-4-26b-a4b',
 ];
 
 describe('engine model profiles', () => {

@@ -16,7 +16,8 @@ const base = {
   policies: [{ name: 'on-demand' }, { name: 'lru' }],
 };
 
-const summary = (runs: Awaited<ReturnType<typeof expandRuns>>) => runs.map((r) => `${r.policy.label} ${JSON.stringify(r.params)} s${r.seed}`);
+const summary = (runs: Awaited<ReturnType<typeof expandRuns>>) =>
+  runs.map((r) => `${r.policy.label} ${JSON.stringify(r.params)} s${r.seed}`);
 
 describe('sweep expansion', () => {
   it('a policy the swept parameter does not apply to runs once per seed, not once per value', async () => {
@@ -31,7 +32,11 @@ describe('sweep expansion', () => {
       'lru {"model":"olmoe","hardware":"rtx4090","policy.capacitySlots":128} s2',
     ]);
     expect(runs.map((r) => r.index)).toEqual([0, 1, 2, 3, 4, 5]);
-    expect(runs.filter((r) => r.policy.label === 'lru').map((r) => (r.policy.params as { capacitySlots: number }).capacitySlots)).toEqual([64, 64, 128, 128]);
+    expect(
+      runs
+        .filter((r) => r.policy.label === 'lru')
+        .map((r) => (r.policy.params as { capacitySlots: number }).capacitySlots),
+    ).toEqual([64, 64, 128, 128]);
   });
 
   it('a workload sweep applies to every policy; the last key varies fastest', async () => {
@@ -64,21 +69,37 @@ describe('config errors', () => {
 
   it('preflight errors from profiles and capacities name the config file, and nothing starts', async () => {
     let ready = -1;
-    const bad = validateConfig({ ...base, model: 'mixtral-8x7b', hardware: 'a5000-pcie4-1tb', executor: { bufferSlots: 10000 } });
-    const err = await runExperiment({ config: bad, file: 'cfg.yaml', baseDir: process.cwd() }, { progress: false, onReady: (n) => (ready = n) }).catch((e: unknown) => e);
+    const bad = validateConfig({
+      ...base,
+      model: 'mixtral-8x7b',
+      hardware: 'a5000-pcie4-1tb',
+      executor: { bufferSlots: 10000 },
+    });
+    const err = await runExperiment(
+      { config: bad, file: 'cfg.yaml', baseDir: process.cwd() },
+      { progress: false, onReady: (n) => (ready = n) },
+    ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UserError);
-    expect((err as UserError).oneLine()).toMatch(/^cfg\.yaml: executor\.bufferSlots: 10000 expert slots do not fit a5000-pcie4-1tb: .* \(got 10000\)$/);
+    expect((err as UserError).oneLine()).toMatch(
+      /^cfg\.yaml: executor\.bufferSlots: 10000 expert slots do not fit a5000-pcie4-1tb: .* \(got 10000\)$/,
+    );
     expect(ready).toBe(-1);
 
     const unknownModel = validateConfig({ ...base, model: 'no-such-model' });
-    const err2 = await runExperiment({ config: unknownModel, file: 'cfg.yaml', baseDir: process.cwd() }, { progress: false }).catch((e: unknown) => e);
+    const err2 = await runExperiment(
+      { config: unknownModel, file: 'cfg.yaml', baseDir: process.cwd() },
+      { progress: false },
+    ).catch((e: unknown) => e);
     expect((err2 as UserError).oneLine()).toMatch(/^cfg\.yaml: model: unknown model .*\(got "no-such-model"\)$/);
   });
 
   it('onReady reports the number of runs once preflight has passed', async () => {
     let ready = -1;
     const good = validateConfig({ ...base, workload: { ...base.workload, requests: 1 } });
-    const result = await runExperiment({ config: good, file: 'cfg.yaml', baseDir: process.cwd() }, { progress: false, onReady: (n) => (ready = n) });
+    const result = await runExperiment(
+      { config: good, file: 'cfg.yaml', baseDir: process.cwd() },
+      { progress: false, onReady: (n) => (ready = n) },
+    );
     expect(ready).toBe(2);
     expect(result.runs).toHaveLength(2);
   });

@@ -5,7 +5,14 @@
  */
 import seedrandom from 'seedrandom';
 import { describe, expect, it } from 'vitest';
-import { CapacityError, InvariantError, PolicyError, SimError, UserError, formatValue } from '../../sim/kernel/errors.ts';
+import {
+  CapacityError,
+  InvariantError,
+  PolicyError,
+  SimError,
+  UserError,
+  formatValue,
+} from '../../sim/kernel/errors.ts';
 import { Rng, RngStreams } from '../../sim/kernel/rng.ts';
 import { EventPriority, Simulation } from '../../sim/kernel/simulation.ts';
 import {
@@ -379,7 +386,10 @@ describe('Rng', () => {
 
   it("keeps seedrandom's Alea state, carry included, over long runs (the carry is taken with Math.floor, not | 0)", () => {
     for (const seed of ['', 'x', '7/tokens']) {
-      const reference = seedrandom.alea(seed, { state: true }) as unknown as { (): number; state(): { s0: number; s1: number; s2: number; c: number } };
+      const reference = seedrandom.alea(seed, { state: true }) as unknown as {
+        (): number;
+        state(): { s0: number; s1: number; s2: number; c: number };
+      };
       const rng = new Rng(seed);
       for (let i = 0; i < 200_000; i++) {
         const a = rng.next();
@@ -394,7 +404,9 @@ describe('Rng', () => {
 
 describe('RngStreams', () => {
   it('same master seed and name ⇒ same sequence', () => {
-    expect(draws(new RngStreams(42).stream('arrivals'), 100)).toEqual(draws(new RngStreams(42).stream('arrivals'), 100));
+    expect(draws(new RngStreams(42).stream('arrivals'), 100)).toEqual(
+      draws(new RngStreams(42).stream('arrivals'), 100),
+    );
   });
 
   it('different names or seeds ⇒ different sequences', () => {
@@ -513,7 +525,9 @@ describe('Rng distributions (fixed seed, so deterministic)', () => {
 
 describe('errors', () => {
   it('UserError.oneLine is `file: field: message (got value)`', () => {
-    expect(new UserError('must be ≥ 1', 'exp.yaml', 'cache.slots', -3).oneLine()).toBe('exp.yaml: cache.slots: must be ≥ 1 (got -3)');
+    expect(new UserError('must be ≥ 1', 'exp.yaml', 'cache.slots', -3).oneLine()).toBe(
+      'exp.yaml: cache.slots: must be ≥ 1 (got -3)',
+    );
     expect(new UserError('unknown policy', undefined, 'policies[0].name', 'lru2').oneLine()).toBe(
       'policies[0].name: unknown policy (got "lru2")',
     );

@@ -14,7 +14,9 @@ function naiveRanked(s: LcpScores, layer: number): number[] {
     const mu = s.mu[key]!;
     return mu === 0 ? 0 : mu * Math.pow(s.rho, s.nu(key) / s.omega);
   };
-  return Array.from({ length: s.experts }, (_, e) => e).sort((a, b) => p(b) - p(a) || s.last[base + b]! - s.last[base + a]! || a - b);
+  return Array.from({ length: s.experts }, (_, e) => e).sort(
+    (a, b) => p(b) - p(a) || s.last[base + b]! - s.last[base + a]! || a - b,
+  );
 }
 
 describe('LcpScores ranking', () => {
@@ -22,7 +24,10 @@ describe('LcpScores ranking', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 12 }),
-        fc.array(fc.tuple(fc.nat(1), fc.array(fc.nat(3), { minLength: 12, maxLength: 12 }), fc.integer({ min: 1, max: 4 })), { maxLength: 60 }),
+        fc.array(
+          fc.tuple(fc.nat(1), fc.array(fc.nat(3), { minLength: 12, maxLength: 12 }), fc.integer({ min: 1, max: 4 })),
+          { maxLength: 60 },
+        ),
         fc.constantFrom(128, 3),
         (E, steps, omega) => {
           const s = new LcpScores(2, E, omega, 0.25);

@@ -45,12 +45,26 @@ function eam(L: number, E: number, cells: readonly (readonly [number, number, nu
 }
 
 /** An EAM whose row l has one count at `experts[l]`. */
-const path = (E: number, experts: readonly number[]): Float64Array => eam(experts.length, E, experts.map((e, l) => [l, e, 1] as const));
+const path = (E: number, experts: readonly number[]): Float64Array =>
+  eam(
+    experts.length,
+    E,
+    experts.map((e, l) => [l, e, 1] as const),
+  );
 
 function fakeBuffer(entries: Record<number, Partial<BufferEntryView>>): BufferView {
   const map = new Map<number, BufferEntryView>();
   for (const [k, v] of Object.entries(entries)) {
-    map.set(Number(k), { key: Number(k), state: 'resident', origin: 'cache', pinned: false, residentSinceNs: 0, lastUsedNs: 0, uses: 1, ...v });
+    map.set(Number(k), {
+      key: Number(k),
+      state: 'resident',
+      origin: 'cache',
+      pinned: false,
+      residentSinceNs: 0,
+      lastUsedNs: 0,
+      uses: 1,
+      ...v,
+    });
   }
   return {
     slots: 64,
@@ -117,8 +131,15 @@ function runTiny(w: TinyWorld, policy: ServingPolicy, sinkExtra: TraceSink = {})
         return 1000;
     }
   };
-  const cost: CostModel = { estimate: (op) => ({ ns: dur(op) as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 }) };
-  const requests: RequestSpec[] = w.requests.map((r, id) => ({ id, arrivalNs: (r.arrivalNs ?? 0) as Ns, promptTokens: r.promptTokens, outputTokens: r.outputTokens }));
+  const cost: CostModel = {
+    estimate: (op) => ({ ns: dur(op) as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 }),
+  };
+  const requests: RequestSpec[] = w.requests.map((r, id) => ({
+    id,
+    arrivalNs: (r.arrivalNs ?? 0) as Ns,
+    promptTokens: r.promptTokens,
+    outputTokens: r.outputTokens,
+  }));
   const k = w.k ?? 1;
   const routing: RoutingSource = {
     moeLayers: w.L,
@@ -244,12 +265,25 @@ describe('request EAMs', () => {
 describe('EAM collection', () => {
   it('replaces the most similar stored EAM when full', () => {
     const c = new EamCollection({ layers: 2, experts: 3 }, 3, 'most-similar');
-    const a = eam(2, 3, [[0, 0, 5], [1, 0, 5]]);
-    const b = eam(2, 3, [[0, 1, 5], [1, 1, 5]]);
-    const d = eam(2, 3, [[0, 2, 5], [1, 2, 5]]);
+    const a = eam(2, 3, [
+      [0, 0, 5],
+      [1, 0, 5],
+    ]);
+    const b = eam(2, 3, [
+      [0, 1, 5],
+      [1, 1, 5],
+    ]);
+    const d = eam(2, 3, [
+      [0, 2, 5],
+      [1, 2, 5],
+    ]);
     expect([c.insert(a), c.insert(b), c.insert(d)]).toEqual([0, 1, 2]);
     // Close to b (cosine 0.97), far from a and d.
-    const near = eam(2, 3, [[0, 1, 4], [1, 1, 5], [1, 2, 1]]);
+    const near = eam(2, 3, [
+      [0, 1, 4],
+      [1, 1, 5],
+      [1, 2, 1],
+    ]);
     expect(c.mostSimilar(near)).toBe(1);
     expect(c.insert(near)).toBe(1);
     expect([...c.entry(1)]).toEqual([...near]);
@@ -274,7 +308,10 @@ describe('EAM collection', () => {
     const c = new EamCollection({ layers: 2, experts: 2 }, 100, 'most-similar');
     const all: Float64Array[] = [];
     for (let i = 0; i < 40; i++) {
-      const m = eam(2, 2, [[0, i % 2, i + 1], [1, (i >> 1) % 2, 2 * i + 1]]);
+      const m = eam(2, 2, [
+        [0, i % 2, i + 1],
+        [1, (i >> 1) % 2, 2 * i + 1],
+      ]);
       all.push(m);
       c.insert(m);
     }
@@ -305,14 +342,29 @@ describe('incremental matching', () => {
     expect(m.similarity(1)).toBeCloseTo(1, 12);
     expect(m.similarity(0)).toBeCloseTo(0.5, 12);
     expect([...m.top.subarray(0, m.topCount)]).toEqual([1, 0]);
-    const cur = eam(L, E, [[0, 0, 1], [1, 1, 1]]);
+    const cur = eam(L, E, [
+      [0, 0, 1],
+      [1, 1, 1],
+    ]);
     for (let n = 0; n < 3; n++) expect(m.similarity(n)).toBeCloseTo(cosineSimilarity(cur, c.entry(n), E, [0, 1]), 12);
   });
 
   it('sums the best matches, normalises each row, and weights by tokens', () => {
     const c = new EamCollection({ layers: 3, experts: 2 }, 4, 'most-similar');
-    c.insert(eam(3, 2, [[0, 0, 2], [1, 0, 2], [2, 1, 2]]));
-    c.insert(eam(3, 2, [[0, 0, 1], [1, 1, 1], [2, 1, 1]]));
+    c.insert(
+      eam(3, 2, [
+        [0, 0, 2],
+        [1, 0, 2],
+        [2, 1, 2],
+      ]),
+    );
+    c.insert(
+      eam(3, 2, [
+        [0, 0, 1],
+        [1, 1, 1],
+        [2, 1, 1],
+      ]),
+    );
     const out = new Float64Array(6).fill(-1);
     new ScoreAccumulator({ layers: 3, experts: 2 }).compute(
       [
@@ -330,7 +382,14 @@ describe('incremental matching', () => {
 // ---------------------------------------------------------------------------- ranking
 
 describe('prefetch ranking', () => {
-  const opts = (o: Partial<RankOptions> = {}): RankOptions => ({ layers: 4, experts: 2, horizon: 4, proximity: true, order: 'nearest-first', ...o });
+  const opts = (o: Partial<RankOptions> = {}): RankOptions => ({
+    layers: 4,
+    experts: 2,
+    horizon: 4,
+    proximity: true,
+    order: 'nearest-first',
+    ...o,
+  });
 
   it('scales future layers by 1 − (i − l)/L: a nearer layer ranks first for equal probabilities', () => {
     expect(proximityFactor(1, 0, 4)).toBe(0.75);
@@ -394,7 +453,13 @@ describe('prefetch ranking', () => {
     expect([...q.outstanding]).toEqual([14]);
     // 14 still loading and still ranked: re-prioritised; keys outside the set are never issued.
     const buf2 = fakeBuffer({ 14: { state: 'loading' } });
-    expect(q.plan(buf2, sel([15, 14]), [15, 99])).toEqual({ cancel: [], prefetch: [{ key: 14, priority: 2 }, { key: 15, priority: 1 }] });
+    expect(q.plan(buf2, sel([15, 14]), [15, 99])).toEqual({
+      cancel: [],
+      prefetch: [
+        { key: 14, priority: 2 },
+        { key: 15, priority: 1 },
+      ],
+    });
   });
 });
 
@@ -487,11 +552,20 @@ describe('moe-infinity in the serving executor', () => {
     const seenAfterCancel: { has20: boolean; has21: boolean; occupied: number }[] = [];
     const origAfter = p.afterUse.bind(p);
     p.afterUse = (v, key) => {
-      if (key === 1 * E + 1) seenAfterCancel.push({ has20: v.buffer.has(k20), has21: v.buffer.has(k21), occupied: v.buffer.occupied });
+      if (key === 1 * E + 1)
+        seenAfterCancel.push({ has20: v.buffer.has(k20), has21: v.buffer.has(k21), occupied: v.buffer.occupied });
       return origAfter(v, key);
     };
     const run = runTiny(
-      { L, E, route: (_r, l) => [[0, 1, 1][l]!], requests: [{ promptTokens: 1, outputTokens: 1 }], slots: 4, attentionT: 1.5, packetsPerExpert: 8 },
+      {
+        L,
+        E,
+        route: (_r, l) => [[0, 1, 1][l]!],
+        requests: [{ promptTokens: 1, outputTokens: 1 }],
+        slots: 4,
+        attentionT: 1.5,
+        packetsPerExpert: 8,
+      },
       p,
     );
     expect(log.map((x) => x.layer)).toEqual([0, 1, 2]);
@@ -530,7 +604,18 @@ describe('moe-infinity in the serving executor', () => {
         onIterationStart: () => ({ prefetch: [{ key: A, priority: 5 }] }),
         onLayerRouted: (_v, r) => (r.layer === 0 ? { prefetch: [{ key: B, priority: 1 }] } : undefined),
       };
-      const run = runTiny({ L: 2, E, route: () => [0], requests: [{ promptTokens: 1, outputTokens: 1 }], slots: 4, attentionT: 0.5, packetsPerExpert: 16 }, stub);
+      const run = runTiny(
+        {
+          L: 2,
+          E,
+          route: () => [0],
+          requests: [{ promptTokens: 1, outputTokens: 1 }],
+          slots: 4,
+          attentionT: 0.5,
+          packetsPerExpert: 16,
+        },
+        stub,
+      );
       checkBytes(run.outcome);
       return run.transfers.find((t) => t.label === expertLabel(E, A))!.endNs;
     };
@@ -538,7 +623,10 @@ describe('moe-infinity in the serving executor', () => {
     const noJump = doneOf(false);
     expect(jump).toBeLessThan(noJump);
     // And the moe-infinity policy forwards its switch.
-    expect(moeInfinity.create(MoeInfinityParams.parse({ queueJump: false }), { model: tinyModel(2, 2, 1) } as never).queueJump).toBe(false);
+    expect(
+      moeInfinity.create(MoeInfinityParams.parse({ queueJump: false }), { model: tinyModel(2, 2, 1) } as never)
+        .queueJump,
+    ).toBe(false);
   });
 
   it('requestTracing off: a fixed-size dependency prefetch of the next layer only', () => {
@@ -546,7 +634,10 @@ describe('moe-infinity in the serving executor', () => {
     const E = 4;
     const p = createPolicy({ requestTracing: false, fixedPrefetchExperts: 2 }, L, E);
     const log = recordDecisions(p);
-    const run = runTiny({ L, E, route: (_r, l, t) => [(l + t) % E], requests: [{ promptTokens: 2, outputTokens: 3 }], slots: 12 }, p);
+    const run = runTiny(
+      { L, E, route: (_r, l, t) => [(l + t) % E], requests: [{ promptTokens: 2, outputTokens: 3 }], slots: 12 },
+      p,
+    );
     checkBytes(run.outcome);
     for (const { layer, d } of log) {
       const keys = (d.prefetch ?? []).map((x) => x.key);
@@ -566,7 +657,10 @@ describe('moe-infinity in the serving executor', () => {
       const p = createPolicy(raw, L, E);
       p.preload('prefill', history);
       const log = recordDecisions(p);
-      const run = runTiny({ L, E, route: (_r, l) => [[0, 1, 2, 3, 0][l]!], requests: [{ promptTokens: 1, outputTokens: 1 }], slots: 16 }, p);
+      const run = runTiny(
+        { L, E, route: (_r, l) => [[0, 1, 2, 3, 0][l]!], requests: [{ promptTokens: 1, outputTokens: 1 }], slots: 16 },
+        p,
+      );
       checkBytes(run.outcome);
       let maxAhead = 0;
       let maxCount = 0;
@@ -592,7 +686,20 @@ describe('moe-infinity in the serving executor', () => {
       const p = createPolicy({ topMatches: 1, batchMatching }, L, E);
       p.preload('prefill', [path(E, [0, 0, 0]), path(E, [1, 1, 1])]);
       const log = recordDecisions(p);
-      runTiny({ L, E, route: (r) => [r], requests: [{ promptTokens: 1, outputTokens: 1 }, { promptTokens: 1, outputTokens: 1 }], slots: 16, maxBatchSize: 2 }, p);
+      runTiny(
+        {
+          L,
+          E,
+          route: (r) => [r],
+          requests: [
+            { promptTokens: 1, outputTokens: 1 },
+            { promptTokens: 1, outputTokens: 1 },
+          ],
+          slots: 16,
+          maxBatchSize: 2,
+        },
+        p,
+      );
       return (log[0]!.d.prefetch ?? []).map((x) => x.key).sort((a, b) => a - b);
     };
     expect(predicted('per-request')).toEqual([4, 5, 8, 9]);
@@ -604,7 +711,13 @@ describe('moe-infinity in the serving executor', () => {
     const E = 4;
     const p = createPolicy({}, L, E);
     const run = runTiny(
-      { L, E, route: (r, l, t) => [(r + l + (t % 2)) % E], requests: [1, 2, 3].map(() => ({ promptTokens: 3, outputTokens: 4 })), slots: 6 },
+      {
+        L,
+        E,
+        route: (r, l, t) => [(r + l + (t % 2)) % E],
+        requests: [1, 2, 3].map(() => ({ promptTokens: 3, outputTokens: 4 })),
+        slots: 6,
+      },
       p,
     );
     checkBytes(run.outcome);
@@ -626,10 +739,31 @@ describe('moe-infinity in the serving executor', () => {
     const requests = Array.from({ length: 12 }, (_, i) => ({ promptTokens: 2 + (i % 3), outputTokens: 4 + (i % 4) }));
     const summary = (raw: Record<string, unknown>): string => {
       const p = createPolicy(raw, L, E, 2);
-      const run = runTiny({ L, E, k: 2, route, requests, slots: 18, attentionT: 1.5, expertT: 0.05, batching: 'continuous', maxBatchSize: 3 }, p);
+      const run = runTiny(
+        {
+          L,
+          E,
+          k: 2,
+          route,
+          requests,
+          slots: 18,
+          attentionT: 1.5,
+          expertT: 0.05,
+          batching: 'continuous',
+          maxBatchSize: 3,
+        },
+        p,
+      );
       checkBytes(run.outcome);
       const c = run.outcome.counters;
-      return JSON.stringify([run.outcome.endNs, c.prefetchesIssued, c.prefetchesCancelled, c.cacheHits, c.prefetchHits, c.evictions]);
+      return JSON.stringify([
+        run.outcome.endNs,
+        c.prefetchesIssued,
+        c.prefetchesCancelled,
+        c.cacheHits,
+        c.prefetchHits,
+        c.evictions,
+      ]);
     };
     // Each switch against the defaults; queue order and queue jumping against always-admit
     // prefetching (with priority admission this small world prefetches too little for them).

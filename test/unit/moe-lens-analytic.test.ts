@@ -70,7 +70,16 @@ describe('MoE-Lens analytic model by hand', () => {
 
   it('Eq. 1/2/5 extras: intensity k/E, tokens to saturate, host bandwidth', () => {
     // Mixtral-like: E = 8, k = 2, C = 150e12, B = 32e9 → 150e12/32e9·4 = 18750 (settings §9c.1)
-    const a = lensAnalytic({ ...base, tGpuTokPerS: 50, experts: 8, topK: 2, gpuFlops: 150e12, ioBytesPerS: 32e9, modelBytes: 64e9, kvCapacityBytes: 128e9 });
+    const a = lensAnalytic({
+      ...base,
+      tGpuTokPerS: 50,
+      experts: 8,
+      topK: 2,
+      gpuFlops: 150e12,
+      ioBytesPerS: 32e9,
+      modelBytes: 64e9,
+      kvCapacityBytes: 128e9,
+    });
     expect(a.intensityPerToken).toBe(0.25);
     expect(a.saturateTokens).toBeCloseTo(18750, 6);
     // (128+64)/64·32e9 = 96e9
@@ -79,7 +88,14 @@ describe('MoE-Lens analytic model by hand', () => {
 
   it('profiler: line fit and n_real = (t_transfer − a)/s', () => {
     // t = 0.01 + 0.001·n; transfer 0.15 s → n = 140
-    const r = profilerNReal([[100, 0.11], [200, 0.21], [400, 0.41]], 0.15);
+    const r = profilerNReal(
+      [
+        [100, 0.11],
+        [200, 0.21],
+        [400, 0.41],
+      ],
+      0.15,
+    );
     expect(r.slopeS).toBeCloseTo(0.001, 12);
     expect(r.interceptS).toBeCloseTo(0.01, 12);
     expect(r.nReal).toBe(140);

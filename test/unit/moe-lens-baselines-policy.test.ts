@@ -19,8 +19,17 @@ import { builtinPolicy } from '../../policies/registry.ts';
 const model = loadModel('mixtral-8x7b');
 const hw = loadHardware('a40-xeon8380-750gb');
 const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
-const requests: RequestSpec[] = Array.from({ length: 400 }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 20 + (id % 80), outputTokens: 16 }));
-const workload: Workload = { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'test' };
+const requests: RequestSpec[] = Array.from({ length: 400 }, (_, id) => ({
+  id,
+  arrivalNs: ns(0),
+  promptTokens: 20 + (id % 80),
+  outputTokens: 16,
+}));
+const workload: Workload = {
+  requests,
+  routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) },
+  describe: 'test',
+};
 
 /** The MoE-Lens setup of a baseline: `lens-moe-lightning` / `lens-vllm` are moe-lightning-like / vllm-like with setup: moe-lens. */
 const LENS_SETUP: Record<string, string> = { 'lens-moe-lightning': 'moe-lightning-like', 'lens-vllm': 'vllm-like' };
@@ -29,7 +38,22 @@ function run(name: string, params: Record<string, unknown>, phase: 'both' | 'dec
   const def = builtinPolicy(LENS_SETUP[name] ?? name)!;
   const all = LENS_SETUP[name] ? { ...params, setup: 'moe-lens' } : params;
   const policy = def.createThroughput!(def.params.parse(all), { rng: new Rng('p'), model, hardware: hw, workload });
-  const ex = new ThroughputExecutor({ model, hardware: hw, cost, workload, policy, fallbackRng: new Rng('f'), config: { phase, contextBucketTokens: 64, kvLayout: 'paged', kvPageTokens: 16, packetBytes: 64 << 20, memoise: true } });
+  const ex = new ThroughputExecutor({
+    model,
+    hardware: hw,
+    cost,
+    workload,
+    policy,
+    fallbackRng: new Rng('f'),
+    config: {
+      phase,
+      contextBucketTokens: 64,
+      kvLayout: 'paged',
+      kvPageTokens: 16,
+      packetBytes: 64 << 20,
+      memoise: true,
+    },
+  });
   return ex.run();
 }
 
@@ -52,11 +76,15 @@ describe('lens-moe-lightning policy', () => {
   });
 
   it('a fixed batch size is honoured; padding the plan to the longest prompt shrinks the batch', () => {
-    const fixed = throughputMetrics(run('lens-moe-lightning', { kvCapacityGB: 10, batchSeqs: 50, memorySetting: 'large' }));
+    const fixed = throughputMetrics(
+      run('lens-moe-lightning', { kvCapacityGB: 10, batchSeqs: 50, memorySetting: 'large' }),
+    );
     expect(fixed.schedule!.batchSeqs).toBe(50);
     expect(fixed.schedule!.batches).toBe(8);
     const mean = throughputMetrics(run('lens-moe-lightning', { kvCapacityGB: 1, memorySetting: 'normal' }));
-    const padded = throughputMetrics(run('lens-moe-lightning', { kvCapacityGB: 1, memorySetting: 'normal', planPrompt: 'max' }));
+    const padded = throughputMetrics(
+      run('lens-moe-lightning', { kvCapacityGB: 1, memorySetting: 'normal', planPrompt: 'max' }),
+    );
     expect(padded.schedule!.batchSeqs as number).toBeLessThan(mean.schedule!.batchSeqs as number);
   });
 

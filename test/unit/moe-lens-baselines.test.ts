@@ -126,7 +126,10 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
     while (!s.done) st = s.next();
     expect(s.seqs.map((q) => q.generated)).toEqual([4, 4, 4]);
     // Recompute mode: the preempted sequence goes back to the waiting queue.
-    const r = new VllmScheduler(reqs, new KvPages(4, 4, 1), new KvPages(2, 4, 1), { ...limits, preemption: 'recompute' });
+    const r = new VllmScheduler(reqs, new KvPages(4, 4, 1), new KvPages(2, 4, 1), {
+      ...limits,
+      preemption: 'recompute',
+    });
     r.next();
     st = r.next();
     expect(ids(st.recomputePreempted)).toEqual([2]);
@@ -146,7 +149,10 @@ describe('VllmScheduler (continuous batching, paged GPU KV, swapping)', () => {
   });
 
   it('caps a prefill step by maxNumBatchedTokens and maxNumSeqs', () => {
-    const s = new VllmScheduler(reqs, new KvPages(40, 4, 1), new KvPages(2, 4, 1), { ...limits, maxNumBatchedTokens: 9 });
+    const s = new VllmScheduler(reqs, new KvPages(40, 4, 1), new KvPages(2, 4, 1), {
+      ...limits,
+      maxNumBatchedTokens: 9,
+    });
     expect(ids(s.next().prefill.map((p) => p.seq))).toEqual([0, 1]);
     const t = new VllmScheduler(reqs, new KvPages(40, 4, 1), new KvPages(2, 4, 1), { ...limits, maxNumSeqs: 1 });
     expect(ids(t.next().prefill.map((p) => p.seq))).toEqual([0]);

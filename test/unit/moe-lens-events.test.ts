@@ -11,7 +11,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ceilNs } from '../../sim/kernel/time.ts';
-import { DataMover, EventPipe, PAPER_PACKET_BYTES, type PipeIteration } from '../../sim/throughput/pipelines/vslpipe-events.ts';
+import {
+  DataMover,
+  EventPipe,
+  PAPER_PACKET_BYTES,
+  type PipeIteration,
+} from '../../sim/throughput/pipelines/vslpipe-events.ts';
 import { Simulation } from '../../sim/kernel/simulation.ts';
 import { FluidShare } from '../../sim/resources/fluid-share.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
@@ -52,11 +57,29 @@ function randomShape(r: (lo: number, hi: number) => number, act: boolean): PipeI
   // KV bytes read: demand up to ~150 GB/s over the CPU time.
   const ka = ca > 0 ? Math.floor((ca / 1e9) * r(1, 150) * 1e9) : 0;
   const kb = cb > 0 ? Math.floor((cb / 1e9) * r(1, 150) * 1e9) : 0;
-  return { layerBytes, ga, gb, ca, cb, ka, kb, actA: act && ca > 0 ? r(1, 40) * 1_000_000 : 0, actB: act && cb > 0 ? r(1, 40) * 1_000_000 : 0, lmHeadNs: r(0, 5_000_000) };
+  return {
+    layerBytes,
+    ga,
+    gb,
+    ca,
+    cb,
+    ka,
+    kb,
+    actA: act && ca > 0 ? r(1, 40) * 1_000_000 : 0,
+    actB: act && cb > 0 ? r(1, 40) * 1_000_000 : 0,
+    lmHeadNs: r(0, 5_000_000),
+  };
 }
 
 const pipeOf = (bps: number, contention: boolean) =>
-  new EventPipe({ linkBytesPerSec: bps, linkLatencyNs: LAT, packetBytes: PAPER_PACKET_BYTES, dramBytesPerSec: 164e9, contention, cores: 40 });
+  new EventPipe({
+    linkBytesPerSec: bps,
+    linkLatencyNs: LAT,
+    packetBytes: PAPER_PACKET_BYTES,
+    dramBytesPerSec: 164e9,
+    contention,
+    cores: 40,
+  });
 
 describe('event-level VSLPipe vs the closed form', () => {
   it('no contention, no activations: equal to the ns when a 100 MB packet takes whole ns (20 GB/s)', () => {
@@ -129,7 +152,14 @@ describe('event-level VSLPipe vs the closed form', () => {
   it('contention with DRAM capacity far above demand changes nothing', () => {
     const r = rng(5);
     const free = pipeOf(19.5e9, false);
-    const wide = new EventPipe({ linkBytesPerSec: 19.5e9, linkLatencyNs: LAT, packetBytes: PAPER_PACKET_BYTES, dramBytesPerSec: 1e15, contention: true, cores: 40 });
+    const wide = new EventPipe({
+      linkBytesPerSec: 19.5e9,
+      linkLatencyNs: LAT,
+      packetBytes: PAPER_PACKET_BYTES,
+      dramBytesPerSec: 1e15,
+      contention: true,
+      cores: 40,
+    });
     for (let i = 0; i < 100; i++) {
       const x = randomShape(r, true);
       expect(wide.runIteration(x)).toBe(free.runIteration(x));
@@ -203,8 +233,19 @@ describe('runLens pipeline: events', () => {
   const model = loadModel('mixtral-8x7b');
   const hw = loadHardware('a40-xeon8380-750gb');
   const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
-  const reqs = Array.from({ length: 300 }, (_, id) => ({ id, promptTokens: 50 + ((id * 37) % 100), outputTokens: 16 + ((id * 13) % 17) }));
-  const run = (s: Partial<LensSettings> = {}) => runLens({ model, hardware: hw, cost, requests: reqs, settings: { kvCapacityBytes: 1e9, pageTokens: 16, contention: false, ...s } });
+  const reqs = Array.from({ length: 300 }, (_, id) => ({
+    id,
+    promptTokens: 50 + ((id * 37) % 100),
+    outputTokens: 16 + ((id * 13) % 17),
+  }));
+  const run = (s: Partial<LensSettings> = {}) =>
+    runLens({
+      model,
+      hardware: hw,
+      cost,
+      requests: reqs,
+      settings: { kvCapacityBytes: 1e9, pageTokens: 16, contention: false, ...s },
+    });
 
   it('same schedule and tokens as the closed form; reports its mode; contention never faster; deterministic', () => {
     const cf = run();

@@ -12,8 +12,19 @@ import { runLens, type LensSettings } from '../../policies/moe-lens/execution.ts
 const model = loadModel('mixtral-8x7b');
 const hw = loadHardware('a40-xeon8380-750gb');
 const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
-const reqs = Array.from({ length: 600 }, (_, id) => ({ id, promptTokens: 50 + ((id * 37) % 100), outputTokens: 32 + ((id * 13) % 33) }));
-const run = (s: Partial<LensSettings> = {}) => runLens({ model, hardware: hw, cost, requests: reqs, settings: { kvCapacityBytes: 2e9, pageTokens: 16, contention: false, ...s } });
+const reqs = Array.from({ length: 600 }, (_, id) => ({
+  id,
+  promptTokens: 50 + ((id * 37) % 100),
+  outputTokens: 32 + ((id * 13) % 33),
+}));
+const run = (s: Partial<LensSettings> = {}) =>
+  runLens({
+    model,
+    hardware: hw,
+    cost,
+    requests: reqs,
+    settings: { kvCapacityBytes: 2e9, pageTokens: 16, contention: false, ...s },
+  });
 
 describe('MoE-Lens executor', () => {
   it('generates exactly every output token, over simulated iterations', () => {
@@ -60,7 +71,10 @@ describe('MoE-Lens trace records', () => {
     let preemptedInSlices = 0;
     const phases = new Map<string, number>();
     const r = runLens({
-      model, hardware: hw, cost, requests: reqs,
+      model,
+      hardware: hw,
+      cost,
+      requests: reqs,
       settings: { kvCapacityBytes: 2e9, pageTokens: 16, contention: false },
       sink: {
         onBlocked: (b) => {

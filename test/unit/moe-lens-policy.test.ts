@@ -16,13 +16,37 @@ import { builtinPolicy } from '../../policies/registry.ts';
 const model = loadModel('mixtral-8x7b');
 const hw = loadHardware('a40-xeon8380-750gb');
 const cost = createCostModel(model, hw, { runtime: loadRuntime('moe-lightning') });
-const requests: RequestSpec[] = Array.from({ length: 300 }, (_, id) => ({ id, arrivalNs: ns(0), promptTokens: 20 + (id % 80), outputTokens: 16 }));
-const workload: Workload = { requests, routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) }, describe: 'test' };
+const requests: RequestSpec[] = Array.from({ length: 300 }, (_, id) => ({
+  id,
+  arrivalNs: ns(0),
+  promptTokens: 20 + (id % 80),
+  outputTokens: 16,
+}));
+const workload: Workload = {
+  requests,
+  routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) },
+  describe: 'test',
+};
 
 function run(params: Record<string, unknown>, phase: 'both' | 'decode' = 'both') {
   const def = builtinPolicy('moe-lens')!;
   const policy = def.createThroughput!(def.params.parse(params), { rng: new Rng('p'), model, hardware: hw, workload });
-  const ex = new ThroughputExecutor({ model, hardware: hw, cost, workload, policy, fallbackRng: new Rng('f'), config: { phase, contextBucketTokens: 64, kvLayout: 'paged', kvPageTokens: 16, packetBytes: 64 << 20, memoise: true } });
+  const ex = new ThroughputExecutor({
+    model,
+    hardware: hw,
+    cost,
+    workload,
+    policy,
+    fallbackRng: new Rng('f'),
+    config: {
+      phase,
+      contextBucketTokens: 64,
+      kvLayout: 'paged',
+      kvPageTokens: 16,
+      packetBytes: 64 << 20,
+      memoise: true,
+    },
+  });
   return ex.run();
 }
 

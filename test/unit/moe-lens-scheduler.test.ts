@@ -100,7 +100,10 @@ describe('LensScheduler properties over random worlds', () => {
   it('exact tokens, counted recomputation, pages freed exactly once', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.record({ promptTokens: fc.integer({ min: 1, max: 20 }), outputTokens: fc.integer({ min: 1, max: 30 }) }), { minLength: 1, maxLength: 25 }),
+        fc.array(
+          fc.record({ promptTokens: fc.integer({ min: 1, max: 20 }), outputTokens: fc.integer({ min: 1, max: 30 }) }),
+          { minLength: 1, maxLength: 25 },
+        ),
         fc.integer({ min: 1, max: 8 }),
         fc.integer({ min: 0, max: 40 }),
         fc.integer({ min: 1, max: 80 }),
@@ -116,7 +119,9 @@ describe('LensScheduler properties over random worlds', () => {
             const it = s.next();
             for (const v of it.preempted) recomputed += v.prompt + before.get(v.id)! - 1;
             expect(pool.usedPages).toBeLessThanOrEqual(pool.pages);
-            expect(it.decode.length + it.prefill.reduce((a, p) => a + p.tokens, 0)).toBeLessThanOrEqual(Math.max(nReal, ...it.prefill.map((p) => p.tokens + it.decode.length)));
+            expect(it.decode.length + it.prefill.reduce((a, p) => a + p.tokens, 0)).toBeLessThanOrEqual(
+              Math.max(nReal, ...it.prefill.map((p) => p.tokens + it.decode.length)),
+            );
             if (++guard > 100_000) throw new Error('no progress');
           }
           expect(s.seqs.every((q, i) => q.generated === Math.max(1, reqs[i]!.outputTokens))).toBe(true);

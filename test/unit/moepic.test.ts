@@ -13,7 +13,13 @@ import { msToNs } from '../../sim/kernel/time.ts';
 import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
 import { ServingExecutor } from '../../sim/serving/serving-executor.ts';
 import { LcpScores } from '../../policies/cache/lcp.ts';
-import { expertSplit, layerModels, SplitStats, vramAllocation, type ModuleTimes } from '../../policies/moepic/configurator.ts';
+import {
+  expertSplit,
+  layerModels,
+  SplitStats,
+  vramAllocation,
+  type ModuleTimes,
+} from '../../policies/moepic/configurator.ts';
 import { createMoepic, MoepicParams } from '../../policies/moepic/policy.ts';
 import { buildWorkload, WorkloadSchema } from '../../workloads/config.ts';
 import { shrinkModel } from '../helpers/serving-world.ts';
@@ -98,7 +104,8 @@ describe('cache configurator (Algorithm 1)', () => {
             expect(r.v[l]!).toBeLessThanOrEqual(E + 1e-9);
             // θ·C ≈ V (the cache holds V_i expert units) and C ≤ N.
             expect(r.split.cache[l]!).toBeLessThanOrEqual(E);
-            if (r.split.cache[l]! > 0) expect(r.split.theta[l]! * r.split.cache[l]!).toBeLessThanOrEqual(r.v[l]! + 1e-9);
+            if (r.split.cache[l]! > 0)
+              expect(r.split.theta[l]! * r.split.cache[l]!).toBeLessThanOrEqual(r.v[l]! + 1e-9);
             sum += r.v[l]!;
           }
           expect(sum).toBeLessThanOrEqual(total + 1e-6);
@@ -109,7 +116,15 @@ describe('cache configurator (Algorithm 1)', () => {
   });
 });
 
-async function runMoepic(o: { layers: number; experts: number; topK: number; budget: number; raw: Record<string, unknown>; seed: number; requests: number }) {
+async function runMoepic(o: {
+  layers: number;
+  experts: number;
+  topK: number;
+  budget: number;
+  raw: Record<string, unknown>;
+  seed: number;
+  requests: number;
+}) {
   const model = shrinkModel('mixtral-8x7b', { layers: o.layers, denseLeading: 0, experts: o.experts, topK: o.topK });
   const hardware = loadHardware('a6000-xeon8358p-512gb');
   const runtime = loadRuntime('hf-eager-moepic');
@@ -137,7 +152,15 @@ async function runMoepic(o: { layers: number; experts: number; topK: number; bud
     workload,
     policy,
     runtime,
-    config: { batching: 'static', maxBatchSize: 1, maxWaitNs: msToNs(0), maxBatchTokens: 8192, bufferSlots: params.bufferExperts ?? model.topK, packetBytes: 16 * 1024 * 1024, preloadAllExperts: false },
+    config: {
+      batching: 'static',
+      maxBatchSize: 1,
+      maxWaitNs: msToNs(0),
+      maxBatchTokens: 8192,
+      bufferSlots: params.bufferExperts ?? model.topK,
+      packetBytes: 16 * 1024 * 1024,
+      preloadAllExperts: false,
+    },
     sink: checker,
     maxEvents: 2_000_000,
   });
@@ -163,7 +186,15 @@ describe('moepic over random small worlds', () => {
         async (w) => {
           const topK = Math.min(w.topK, w.experts);
           const budget = Math.floor(w.budgetFrac * w.layers * w.experts * 100) / 100;
-          const o = { layers: w.layers, experts: w.experts, topK, budget, seed: w.seed, requests: 4, raw: { theta: w.theta, prefetch: w.prefetch, cache: w.cache, configurator: w.configurator } };
+          const o = {
+            layers: w.layers,
+            experts: w.experts,
+            topK,
+            budget,
+            seed: w.seed,
+            requests: 4,
+            raw: { theta: w.theta, prefetch: w.prefetch, cache: w.cache, configurator: w.configurator },
+          };
           const a = await runMoepic(o);
           expect(a.violations).toEqual([]);
           // The configurator's budgets never exceed V_e (the segment cache's byte cap itself is enforced by the executor, which throws).

@@ -11,7 +11,12 @@ import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
 import type { ServingPolicy } from '../../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig, type ServingOutcome } from '../../sim/serving/serving-executor.ts';
 import type { RequestSpec, Workload } from '../../sim/workload.ts';
-import { createOraclePrefetch, minPlan, oraclePrefetch, type OraclePrefetchPolicy } from '../../policies/oracle/oracle-prefetch.ts';
+import {
+  createOraclePrefetch,
+  minPlan,
+  oraclePrefetch,
+  type OraclePrefetchPolicy,
+} from '../../policies/oracle/oracle-prefetch.ts';
 import { BeladyParams, createBelady, NeedIndex } from '../../policies/oracle/belady.ts';
 import { recordNeeds } from '../../policies/oracle/need-recorder.ts';
 import { createDependencyPrefetch, DependencyPrefetchParams } from '../../policies/prefetch/dependency-prefetch.ts';
@@ -38,7 +43,8 @@ function stubCost(expertNs: number | ((tokens: number) => number)): CostModel {
     expert: typeof expertNs === 'number' ? expertNs : 0,
     lmHead: LM_HEAD,
   };
-  const of = (op: Operation): number => (op.kind === 'expert' && typeof expertNs === 'function' ? expertNs(op.tokens) : (ns[op.kind] ?? 0));
+  const of = (op: Operation): number =>
+    op.kind === 'expert' && typeof expertNs === 'function' ? expertNs(op.tokens) : (ns[op.kind] ?? 0);
   return { estimate: (op) => ({ ns: of(op) as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 }) };
 }
 
@@ -56,7 +62,13 @@ interface Tiny {
 }
 
 function workloadOf(w: Tiny): Workload {
-  const requests = (w.requests ?? [{}]).map((r, id) => ({ id, arrivalNs: 0 as Ns, promptTokens: 1, outputTokens: 4, ...r }));
+  const requests = (w.requests ?? [{}]).map((r, id) => ({
+    id,
+    arrivalNs: 0 as Ns,
+    promptTokens: 1,
+    outputTokens: 4,
+    ...r,
+  }));
   return {
     requests,
     routing: {
@@ -109,7 +121,10 @@ function record(w: Tiny): NeedTrace {
   return r.trace;
 }
 
-function runOracle(w: Tiny, trace: NeedTrace = record(w)): { outcome: ServingOutcome; violations: string[]; policy: OraclePrefetchPolicy } {
+function runOracle(
+  w: Tiny,
+  trace: NeedTrace = record(w),
+): { outcome: ServingOutcome; violations: string[]; policy: OraclePrefetchPolicy } {
   const policy = createOraclePrefetch('oracle-prefetch', trace, w.experts, w.layers);
   return { ...run(w, policy), policy };
 }
@@ -138,7 +153,15 @@ describe('oracle-prefetch: prefetch-only (releaseAfterUse)', () => {
     const { outcome, violations, policy } = runOracle(w);
     expect(violations).toEqual([]);
     expect(outcome.counters.blockedNs).toBe(LOAD - ATTENTION - ROUTER);
-    expect(outcome.counters).toMatchObject({ needs: 4, demandFetches: 0, prefetchesIssued: 4, prefetchesUsed: 4, prefetchHits: 3, prefetchWastedBytes: 0, prefetchesCancelled: 0 });
+    expect(outcome.counters).toMatchObject({
+      needs: 4,
+      demandFetches: 0,
+      prefetchesIssued: 4,
+      prefetchesUsed: 4,
+      prefetchHits: 3,
+      prefetchWastedBytes: 0,
+      prefetchesCancelled: 0,
+    });
     expect(outcome.endNs).toBe(7038_000 + 2_000_000 + LM_HEAD);
     expect(policy.stats).toMatchObject({ routed: 4, matched: 4 });
     const m = servingMetrics(outcome);
@@ -176,11 +199,25 @@ describe('oracle-prefetch: prefetch-only (releaseAfterUse)', () => {
     // One MoE layer, every token routes to expert 0: each iteration needs key 0, released after
     // use. Iteration 0 waits 989 µs; each later one's load starts at the previous layer done,
     // overlapping LM head + attention + router (16 µs): 984 µs each.
-    const w: Tiny = { layers: 1, experts: 2, route: () => [0], requests: [{ outputTokens: 3 }], slots: 3, expertNs: 100_000, releaseAfterUse: true };
+    const w: Tiny = {
+      layers: 1,
+      experts: 2,
+      route: () => [0],
+      requests: [{ outputTokens: 3 }],
+      slots: 3,
+      expertNs: 100_000,
+      releaseAfterUse: true,
+    };
     const { outcome, violations } = runOracle(w);
     expect(violations).toEqual([]);
     expect(outcome.counters.blockedNs).toBe(989_000 + 2 * 984_000);
-    expect(outcome.counters).toMatchObject({ needs: 3, demandFetches: 0, prefetchesIssued: 3, prefetchesUsed: 3, prefetchWastedBytes: 0 });
+    expect(outcome.counters).toMatchObject({
+      needs: 3,
+      demandFetches: 0,
+      prefetchesIssued: 3,
+      prefetchesUsed: 3,
+      prefetchWastedBytes: 0,
+    });
   });
 
   it('batches, top-2, more needs per layer than slots: zero waste, precision 1, blocking ≤ on-demand and dependency-prefetch', () => {
@@ -239,7 +276,15 @@ describe('oracle-prefetch: known gaps (where it is not a bound)', () => {
     // it would not have waited the last 984 µs either.
     const johnson: ServingPolicy = {
       name: 'longest-first',
-      onIterationStart: (v) => (v.iteration === 0 ? { prefetch: [{ key: 1, priority: 1 }, { key: 0, priority: 2 }] } : undefined),
+      onIterationStart: (v) =>
+        v.iteration === 0
+          ? {
+              prefetch: [
+                { key: 1, priority: 1 },
+                { key: 0, priority: 2 },
+              ],
+            }
+          : undefined,
       onLayerDone: () => ({ prefetch: [{ key: 2, priority: 1 }] }),
     };
     const other = run(w, johnson);
@@ -252,10 +297,24 @@ describe('oracle-prefetch: with caching', () => {
   it('keeps an expert needed again and releases one never needed again', () => {
     // Every token routes to expert 0 of the single layer: loaded once (989 µs exposed), then a
     // cache hit at every later iteration.
-    const w: Tiny = { layers: 1, experts: 2, route: () => [0], requests: [{ outputTokens: 3 }], slots: 2, expertNs: 100_000, releaseAfterUse: false };
+    const w: Tiny = {
+      layers: 1,
+      experts: 2,
+      route: () => [0],
+      requests: [{ outputTokens: 3 }],
+      slots: 2,
+      expertNs: 100_000,
+      releaseAfterUse: false,
+    };
     const { outcome, violations } = runOracle(w);
     expect(violations).toEqual([]);
-    expect(outcome.counters).toMatchObject({ needs: 3, cacheHits: 2, prefetchesIssued: 1, demandFetches: 0, blockedNs: 989_000 });
+    expect(outcome.counters).toMatchObject({
+      needs: 3,
+      cacheHits: 2,
+      prefetchesIssued: 1,
+      demandFetches: 0,
+      blockedNs: 989_000,
+    });
     const p = createOraclePrefetch('oracle-prefetch', record(w), 2, 1);
     const view = { layer: 0, iteration: 2 } as never;
     expect(p.afterUse?.(view, 0)).toBe(false); // last need of key 0
@@ -268,7 +327,15 @@ describe('oracle-prefetch: with caching', () => {
   // starts, or 16 µs after the previous layer's end (LM head 5 + attention 10 + router 1).
   const belady6 = (): Tiny => {
     const seq = [0, 1, 0, 2, 1, 0];
-    return { layers: 1, experts: 4, route: (_r, _l, t) => [seq[t]!], requests: [{ outputTokens: seq.length }], slots: 2, expertNs: 2_000_000, releaseAfterUse: false };
+    return {
+      layers: 1,
+      experts: 4,
+      route: (_r, _l, t) => [seq[t]!],
+      requests: [{ outputTokens: seq.length }],
+      slots: 2,
+      expertNs: 2_000_000,
+      releaseAfterUse: false,
+    };
   };
 
   it("conservative (default): exactly Belady's fetches, each issued once its victim is done with", () => {
@@ -282,7 +349,14 @@ describe('oracle-prefetch: with caching', () => {
     const { outcome, violations, policy } = runOracle(w);
     expect(violations).toEqual([]);
     expect(policy.stats).toMatchObject({ mode: 'cache', planned: 4, overflow: 0 });
-    expect(outcome.counters).toMatchObject({ needs: 6, cacheHits: 2, prefetchHits: 2, demandFetches: 0, prefetchesIssued: 4, prefetchWastedBytes: 0 });
+    expect(outcome.counters).toMatchObject({
+      needs: 6,
+      cacheHits: 2,
+      prefetchHits: 2,
+      demandFetches: 0,
+      prefetchesIssued: 4,
+      prefetchWastedBytes: 0,
+    });
     expect(outcome.counters.blockedNs).toBe(989_000 + 984_000);
     // Belady moves the same bytes, each on demand: 4 × 1000 µs blocked.
     const belady = run(w, createBelady('belady', BeladyParams.parse({}), record(w), 4, 1)).outcome;
@@ -300,7 +374,14 @@ describe('oracle-prefetch: with caching', () => {
     const policy = createOraclePrefetch('oracle-prefetch', record(w), 4, 1, 'aggressive');
     const { outcome, violations } = run(w, policy);
     expect(violations).toEqual([]);
-    expect(outcome.counters).toMatchObject({ needs: 6, cacheHits: 1, prefetchHits: 4, demandFetches: 0, prefetchWastedBytes: 0, prefetchesIssued: 5 });
+    expect(outcome.counters).toMatchObject({
+      needs: 6,
+      cacheHits: 1,
+      prefetchHits: 4,
+      demandFetches: 0,
+      prefetchWastedBytes: 0,
+      prefetchesIssued: 5,
+    });
     expect(outcome.counters.blockedNs).toBe(989_000);
   });
 
@@ -312,7 +393,12 @@ describe('oracle-prefetch: with caching', () => {
     expect(Array.from(plan.victim)).toEqual([-1, -1, 0, 2]);
     expect(Array.from(plan.readyAt)).toEqual([0, 0, 3, 4]);
     // A step needing more experts than slots overflows: the extra fetch is left to the executor.
-    const wide: NeedTrace = { steps: [{ iteration: 0, layer: 0, experts: [0, 1, 2] }, { iteration: 1, layer: 0, experts: [0] }] };
+    const wide: NeedTrace = {
+      steps: [
+        { iteration: 0, layer: 0, experts: [0, 1, 2] },
+        { iteration: 1, layer: 0, experts: [0] },
+      ],
+    };
     const p2 = minPlan(new NeedIndex(wide, 4, 4), 4, 2);
     expect(Array.from(p2.overflow)).toEqual([0, 0, 1]);
   });
@@ -344,7 +430,9 @@ describe('oracle-prefetch: registry and world builder', () => {
     expect(builtinPolicy('oracle-prefetch')).toBe(oraclePrefetch);
     expect(oraclePrefetch.oracle).toBe('needs');
     expect(oraclePrefetch.bufferSlots?.(oraclePrefetch.params.parse({ capacitySlots: 7 }), tinyModel(1, 2, 1))).toBe(7);
-    expect(() => oraclePrefetch.create(oraclePrefetch.params.parse({}), { model: tinyModel(1, 2, 1) } as never)).toThrow(/ctx\.oracle/);
+    expect(() =>
+      oraclePrefetch.create(oraclePrefetch.params.parse({}), { model: tinyModel(1, 2, 1) } as never),
+    ).toThrow(/ctx\.oracle/);
   });
 
   it('through experiments/world.ts (offline, static, releaseAfterUse): replays exactly, no waste, blocking ≤ on-demand', async () => {
@@ -354,8 +442,18 @@ describe('oracle-prefetch: registry and world builder', () => {
       model: 'mixtral-8x7b',
       hardware: 'h100',
       seed: 3,
-      workload: WorkloadSchema.parse({ requests: 4, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 6 }, outputTokens: { kind: 'fixed', tokens: 4 } }),
-      executor: ServingExecutorSchema.parse({ batching: 'static', maxBatchSize: 2, bufferSlots: 12, releaseAfterUse: true }),
+      workload: WorkloadSchema.parse({
+        requests: 4,
+        arrival: { kind: 'offline' },
+        promptTokens: { kind: 'fixed', tokens: 6 },
+        outputTokens: { kind: 'fixed', tokens: 4 },
+      }),
+      executor: ServingExecutorSchema.parse({
+        batching: 'static',
+        maxBatchSize: 2,
+        bufferSlots: 12,
+        releaseAfterUse: true,
+      }),
       params: {},
     });
     const oracle = await buildServingWorld(spec('oracle-prefetch'), { baseDir: '.' });

@@ -56,10 +56,18 @@ describe('worker threads (jobs: 2) give the outputs of a serial run', () => {
   });
 
   it('writes every timeline, in results order and with the same content', () => {
-    const timelines = readdirSync(serial).filter((f) => f.startsWith('timeline-')).sort();
+    const timelines = readdirSync(serial)
+      .filter((f) => f.startsWith('timeline-'))
+      .sort();
     expect(timelines).toHaveLength(12);
-    expect(readdirSync(threads).filter((f) => f.startsWith('timeline-')).sort()).toEqual(timelines);
-    expect(read(path.join(threads, 'timeline-4-my-fifo.json'))).toBe(read(path.join(serial, 'timeline-4-my-fifo.json')));
+    expect(
+      readdirSync(threads)
+        .filter((f) => f.startsWith('timeline-'))
+        .sort(),
+    ).toEqual(timelines);
+    expect(read(path.join(threads, 'timeline-4-my-fifo.json'))).toBe(
+      read(path.join(serial, 'timeline-4-my-fifo.json')),
+    );
   });
 
   it('timing.json has one entry per run, in index order', () => {
@@ -82,7 +90,11 @@ describe('resume', () => {
     const [u] = await Promise.all([
       runCliAsync(['experiment', resumeConfig, '--out', whole, '--jobs', '1'], { timeoutMs: 300_000 }),
       (async () => {
-        const child = spawn(process.execPath, [path.join(REPO_ROOT, 'bin/moesim.mjs'), 'experiment', resumeConfig, '--out', killed, '--jobs', '1'], { cwd: REPO_ROOT, stdio: 'ignore' });
+        const child = spawn(
+          process.execPath,
+          [path.join(REPO_ROOT, 'bin/moesim.mjs'), 'experiment', resumeConfig, '--out', killed, '--jobs', '1'],
+          { cwd: REPO_ROOT, stdio: 'ignore' },
+        );
         const exited = new Promise((resolve) => child.on('exit', resolve));
         const results = path.join(killed, 'results.json');
         for (;;) {
@@ -112,7 +124,9 @@ describe('resume', () => {
   it('the rerun skips the runs already written and ends byte-identical to an uninterrupted run', () => {
     expect(uninterrupted.status, uninterrupted.stderr).toBe(0);
     expect(resumed.status, resumed.stderr).toBe(0);
-    expect(resumed.stderr).toMatch(new RegExp(`resuming: ${runsAtKill} of 12 runs already in .*results\\.json, ${12 - runsAtKill} to simulate`));
+    expect(resumed.stderr).toMatch(
+      new RegExp(`resuming: ${runsAtKill} of 12 runs already in .*results\\.json, ${12 - runsAtKill} to simulate`),
+    );
     for (const f of OUTPUTS) expect(read(path.join(killed, f)), f).toBe(read(path.join(whole, f)));
     expect(resumed.stdout).toBe(uninterrupted.stdout);
     const timing = JSON.parse(read(path.join(killed, 'timing.json'))) as { runs: { index: number }[] };
@@ -124,16 +138,35 @@ describe('resume', () => {
     const loaded = loadConfigFile(small);
     await runExperiment(loaded, { outDir: out, jobs: 1, progress: false });
     // Make it an interrupted run of another config: 3 runs kept, a different request count.
-    const r = JSON.parse(read(path.join(out, 'results.json'))) as { complete: boolean; config: { workload: { requests: number } }; runs: unknown[] };
+    const r = JSON.parse(read(path.join(out, 'results.json'))) as {
+      complete: boolean;
+      config: { workload: { requests: number } };
+      runs: unknown[];
+    };
     const before = read(path.join(out, 'results.json'));
-    writeFileSync(path.join(out, 'results.json'), JSON.stringify({ ...r, complete: false, config: { ...r.config, workload: { ...r.config.workload, requests: 7 } }, runs: r.runs.slice(0, 3) }, null, 2));
+    writeFileSync(
+      path.join(out, 'results.json'),
+      JSON.stringify(
+        {
+          ...r,
+          complete: false,
+          config: { ...r.config, workload: { ...r.config.workload, requests: 7 } },
+          runs: r.runs.slice(0, 3),
+        },
+        null,
+        2,
+      ),
+    );
     const log: string[] = [];
     const again = await runExperiment(loaded, { outDir: out, jobs: 1, progress: false, log: (m) => log.push(m) });
     expect(log.join('\n')).toMatch(/interrupted run of a different config: starting afresh/);
     expect(again.runs).toHaveLength(12);
     expect(read(path.join(out, 'results.json'))).toBe(before);
     // The same config, interrupted: resumed.
-    writeFileSync(path.join(out, 'results.json'), JSON.stringify({ ...r, complete: false, runs: r.runs.slice(0, 3) }, null, 2));
+    writeFileSync(
+      path.join(out, 'results.json'),
+      JSON.stringify({ ...r, complete: false, runs: r.runs.slice(0, 3) }, null, 2),
+    );
     const log2: string[] = [];
     await runExperiment(loaded, { outDir: out, jobs: 1, progress: false, log: (m) => log2.push(m) });
     expect(log2.join('\n')).toMatch(/resuming: 3 of 12 runs/);
@@ -149,8 +182,17 @@ describe('errors', () => {
     rmSync(pluginDir, { recursive: true, force: true });
     const { mkdirSync } = await import('node:fs');
     mkdirSync(pluginDir);
-    writePlugin(pluginDir, 'boom', `export default { ...base, name: 'boom', create: (p, ctx) => { const inner = base.create(p, ctx); return { ...inner, onIterationStart: () => { throw new Error('boom at start'); } }; } };`);
-    writeFileSync(thrower, read(small).replace(JSON.stringify(plugin), JSON.stringify('plugins/boom.ts')).replace('name: parallel-small', 'name: parallel-thrower'));
+    writePlugin(
+      pluginDir,
+      'boom',
+      `export default { ...base, name: 'boom', create: (p, ctx) => { const inner = base.create(p, ctx); return { ...inner, onIterationStart: () => { throw new Error('boom at start'); } }; } };`,
+    );
+    writeFileSync(
+      thrower,
+      read(small)
+        .replace(JSON.stringify(plugin), JSON.stringify('plugins/boom.ts'))
+        .replace('name: parallel-small', 'name: parallel-thrower'),
+    );
     results = await pooled(
       [
         () => runCliAsync(['experiment', small, '--out', path.join(dir, 'e1'), '--jobs', '0']),
@@ -165,14 +207,20 @@ describe('errors', () => {
 
   it('--jobs must be a positive whole number', () => {
     expect(results[0]!.status).toBe(2);
-    expect(results[0]!.stderr.trim()).toBe('moesim: --jobs: must be a whole number of runs at once, at least 1 (got 0)');
+    expect(results[0]!.stderr.trim()).toBe(
+      'moesim: --jobs: must be a whole number of runs at once, at least 1 (got 0)',
+    );
   });
 
   it('--queue must be a reachable redis:// URL', () => {
     expect(results[1]!.status).toBe(2);
-    expect(results[1]!.stderr.trim()).toBe('moesim: --queue: expected a redis:// (or rediss://) URL (got "http://localhost:1")');
+    expect(results[1]!.stderr.trim()).toBe(
+      'moesim: --queue: expected a redis:// (or rediss://) URL (got "http://localhost:1")',
+    );
     expect(results[2]!.status).toBe(2);
-    expect(results[2]!.stderr.trim().split('\n').at(-1)).toMatch(/^moesim: --queue: cannot reach Redis at 127\.0\.0\.1:1 \(ECONNREFUSED\)/);
+    expect(results[2]!.stderr.trim().split('\n').at(-1)).toMatch(
+      /^moesim: --queue: cannot reach Redis at 127\.0\.0\.1:1 \(ECONNREFUSED\)/,
+    );
   });
 
   it("a plugin's failure in a worker thread is reported as in a serial run (exit 3, the same line)", () => {
@@ -180,7 +228,9 @@ describe('errors', () => {
     expect(serial.status, serial.stderr).toBe(3);
     expect(threads.status, threads.stderr).toBe(3);
     const last = (r: CliResult) => r.stderr.trim().split('\n').at(-1);
-    expect(last(serial)).toMatch(/^moesim: policy 'my-fifo' \(.*boom\.ts\) threw in hook 'onIterationStart' at t=[\d.]+ s: boom at start$/);
+    expect(last(serial)).toMatch(
+      /^moesim: policy 'my-fifo' \(.*boom\.ts\) threw in hook 'onIterationStart' at t=[\d.]+ s: boom at start$/,
+    );
     expect(last(threads)).toBe(last(serial));
     // The runs before the failing one are kept in both.
     expect(read(path.join(dir, 'e5', 'results.json'))).toContain('"complete": false');

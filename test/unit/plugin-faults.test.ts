@@ -81,7 +81,10 @@ function runPluginNow(src: string, budgetMs?: number, args: readonly string[] = 
   writeFileSync(cfg, configYaml(plugin, budgetMs));
   const out = path.join(dir, 'out');
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, 'experiment', cfg, '--out', out, ...args], { cwd: dir, env: { ...process.env, NO_COLOR: '1' } });
+    const child = spawn(process.execPath, [BIN, 'experiment', cfg, '--out', out, ...args], {
+      cwd: dir,
+      env: { ...process.env, NO_COLOR: '1' },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -92,34 +95,77 @@ function runPluginNow(src: string, budgetMs?: number, args: readonly string[] = 
 
 const CASES: readonly { name: string; hook: string; src: string; budgetMs?: number; jobs?: string }[] = [
   { name: 'process.exit(0) in create', hook: 'create', src: pluginSource({ create: 'process.exit(0)', hooks: '' }) },
-  { name: 'process.exit(0) in a hook', hook: 'onLayerRouted', src: pluginSource({ hooks: 'onLayerRouted() { process.exit(0); },' }) },
-  { name: 'process.exit(0) in a hook, --jobs 2', hook: 'onLayerRouted', src: pluginSource({ hooks: 'onLayerRouted() { process.exit(0); },' }), jobs: '2' },
+  {
+    name: 'process.exit(0) in a hook',
+    hook: 'onLayerRouted',
+    src: pluginSource({ hooks: 'onLayerRouted() { process.exit(0); },' }),
+  },
+  {
+    name: 'process.exit(0) in a hook, --jobs 2',
+    hook: 'onLayerRouted',
+    src: pluginSource({ hooks: 'onLayerRouted() { process.exit(0); },' }),
+    jobs: '2',
+  },
   { name: 'process.exit(0) at import', hook: 'import', src: pluginSource({ top: 'process.exit(0);', hooks: '' }) },
-  { name: 'an async hook', hook: 'onLayerDone', src: pluginSource({ hooks: 'async onLayerDone() { return { evict: [] }; },' }) },
-  { name: 'a hook returning 42', hook: 'onLayerRouted', src: pluginSource({ hooks: 'onLayerRouted() { return 42; },' }) },
-  { name: 'a hook returning a string', hook: 'onIterationStart', src: pluginSource({ hooks: 'onIterationStart() { return "x"; },' }) },
+  {
+    name: 'an async hook',
+    hook: 'onLayerDone',
+    src: pluginSource({ hooks: 'async onLayerDone() { return { evict: [] }; },' }),
+  },
+  {
+    name: 'a hook returning 42',
+    hook: 'onLayerRouted',
+    src: pluginSource({ hooks: 'onLayerRouted() { return 42; },' }),
+  },
+  {
+    name: 'a hook returning a string',
+    hook: 'onIterationStart',
+    src: pluginSource({ hooks: 'onIterationStart() { return "x"; },' }),
+  },
   { name: 'afterUse returning a string', hook: 'afterUse', src: pluginSource({ hooks: 'afterUse: () => "keep",' }) },
   {
     name: 'a write to a request spec',
     hook: 'onIterationStart',
     src: pluginSource({ hooks: 'onIterationStart(view) { for (const r of view.batch) r.spec.outputTokens = 1; },' }),
   },
-  { name: 'a write to tokensPerExpert', hook: 'onLayerRouted', src: pluginSource({ hooks: 'onLayerRouted(_v, r) { r.tokensPerExpert[0] = 99; },' }) },
-  { name: 'a looping hook', hook: 'onLayerRouted', budgetMs: 2000, src: pluginSource({ hooks: 'onLayerRouted() { for (;;) {} },' }) },
-  { name: 'a looping hook, --jobs 2', hook: 'onLayerRouted', budgetMs: 2000, jobs: '2', src: pluginSource({ hooks: 'onLayerRouted() { for (;;) {} },' }) },
+  {
+    name: 'a write to tokensPerExpert',
+    hook: 'onLayerRouted',
+    src: pluginSource({ hooks: 'onLayerRouted(_v, r) { r.tokensPerExpert[0] = 99; },' }),
+  },
+  {
+    name: 'a looping hook',
+    hook: 'onLayerRouted',
+    budgetMs: 2000,
+    src: pluginSource({ hooks: 'onLayerRouted() { for (;;) {} },' }),
+  },
+  {
+    name: 'a looping hook, --jobs 2',
+    hook: 'onLayerRouted',
+    budgetMs: 2000,
+    jobs: '2',
+    src: pluginSource({ hooks: 'onLayerRouted() { for (;;) {} },' }),
+  },
   { name: 'a loop at import', hook: 'import', budgetMs: 3000, src: pluginSource({ top: 'for (;;) {}', hooks: '' }) },
 ];
 
 describe('plugin faults are exit 3, one line naming plugin and hook, no --out left', () => {
-  it.concurrent.each(CASES)('$name', async (c) => {
-    const r = await runPlugin(c.src, c.budgetMs, c.jobs ? ['--jobs', c.jobs] : []);
-    // The header line ("moesim: faults: … (1 run)") may come first; the error is one line.
-    const lines = r.stderr.trim().split('\n').filter((l) => !/\(\d+ runs?\)$/.test(l));
-    expect(r.code, r.stderr).toBe(3);
-    expect(lines.length, r.stderr).toBe(1);
-    expect(lines[0]).toContain("policy 'hostile'");
-    expect(lines[0]).toContain('hostile.ts');
-    expect(lines[0]).toContain(`'${c.hook}'`);
-    expect(existsSync(r.out)).toBe(false);
-  }, 300_000);
+  it.concurrent.each(CASES)(
+    '$name',
+    async (c) => {
+      const r = await runPlugin(c.src, c.budgetMs, c.jobs ? ['--jobs', c.jobs] : []);
+      // The header line ("moesim: faults: … (1 run)") may come first; the error is one line.
+      const lines = r.stderr
+        .trim()
+        .split('\n')
+        .filter((l) => !/\(\d+ runs?\)$/.test(l));
+      expect(r.code, r.stderr).toBe(3);
+      expect(lines.length, r.stderr).toBe(1);
+      expect(lines[0]).toContain("policy 'hostile'");
+      expect(lines[0]).toContain('hostile.ts');
+      expect(lines[0]).toContain(`'${c.hook}'`);
+      expect(existsSync(r.out)).toBe(false);
+    },
+    300_000,
+  );
 });

@@ -18,9 +18,27 @@ import { PolicyError } from '../../sim/kernel/errors.ts';
 /** zod as the repository resolves it (a plugin in a temporary folder has no node_modules). */
 const ZOD = import.meta.resolve('zod');
 const TYPES = path.resolve(import.meta.dirname, '../../policies/types.ts');
-const HOOKS = ['onIterationStart', 'onLayerRouted', 'onLayerDone', 'onIterationEnd', 'onPrefetchDone', 'afterUse'] as const;
+const HOOKS = [
+  'onIterationStart',
+  'onLayerRouted',
+  'onLayerDone',
+  'onIterationEnd',
+  'onPrefetchDone',
+  'afterUse',
+] as const;
 /** What a hostile hook tries (by index in the plugin below). */
-const ACTS = ['spec', 'tokens', 'nowNs', 'batchPush', 'activated', 'deleteBatch', 'junk42', 'junkString', 'promise', 'throw'] as const;
+const ACTS = [
+  'spec',
+  'tokens',
+  'nowNs',
+  'batchPush',
+  'activated',
+  'deleteBatch',
+  'junk42',
+  'junkString',
+  'promise',
+  'throw',
+] as const;
 
 const PLUGIN = `import { z } from ${JSON.stringify(ZOD)};
 import { definePolicy } from ${JSON.stringify(TYPES)};

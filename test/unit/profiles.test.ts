@@ -76,7 +76,13 @@ interface RefModel {
   vocab_size: number;
   tied_embeddings?: boolean;
   shared_experts: { count: number; intermediate_size?: number; intermediate_size_each?: number } | null;
-  attention: { num_heads: number; num_kv_heads: number; head_dim?: number; kv_lora_rank?: number; q_lora_rank?: number | null };
+  attention: {
+    num_heads: number;
+    num_kv_heads: number;
+    head_dim?: number;
+    kv_lora_rank?: number;
+    q_lora_rank?: number | null;
+  };
   params_per_routed_expert: number;
   bytes_per_routed_expert_bf16: number;
   bytes_all_routed_experts_per_moe_layer_bf16: number;
@@ -143,23 +149,53 @@ describe('shipped profiles load', () => {
     for (const id of listCpus()) expect(loadCpu(id).id).toBe(id);
     for (const id of listPcie()) expect(loadPcie(id).id).toBe(id);
     expect(listGpus()).toEqual(
-      expect.arrayContaining(['t4', 'l4', 'rtx3090', 'rtx4090', 'rtx-a5000', 'rtx-a6000', 'a40', 'a100-40gb-pcie', 'a100-80gb-pcie', 'a100-80gb-sxm', 'h100-pcie', 'h100-sxm', 'h200-sxm', 'l40s']),
+      expect.arrayContaining([
+        't4',
+        'l4',
+        'rtx3090',
+        'rtx4090',
+        'rtx-a5000',
+        'rtx-a6000',
+        'a40',
+        'a100-40gb-pcie',
+        'a100-80gb-pcie',
+        'a100-80gb-sxm',
+        'h100-pcie',
+        'h100-sxm',
+        'h200-sxm',
+        'l40s',
+      ]),
     );
-    expect(listCpus()).toEqual(expect.arrayContaining(['epyc-7453', 'epyc-7313p', 'xeon-8380', 'xeon-8358p', 'desktop-16c']));
+    expect(listCpus()).toEqual(
+      expect.arrayContaining(['epyc-7453', 'epyc-7313p', 'xeon-8380', 'xeon-8358p', 'desktop-16c']),
+    );
     expect(listPcie()).toEqual(expect.arrayContaining(['gen3-x16', 'gen4-x16', 'gen4-x16-measured-19p5', 'gen5-x16']));
   });
 
   it('converts units: GiB, GB/s, TFLOP/s, µs', () => {
     const hw = loadHardware('moe-gen-c1');
-    expect(hw.gpu).toMatchObject({ vramBytes: 24 * GIB, hbmBytesPerSec: 768e9, bf16FlopsPerSec: 111.1e12, kernelLaunchNs: 5000 });
+    expect(hw.gpu).toMatchObject({
+      vramBytes: 24 * GIB,
+      hbmBytesPerSec: 768e9,
+      bf16FlopsPerSec: 111.1e12,
+      kernelLaunchNs: 5000,
+    });
     expect(hw.cpu.id).toBe('epyc-7453');
     expect(hw.cpu.cores).toBe(28);
     // 8 channels × 3200 MT/s × 8 B × 0.8 sustained.
     expect(hw.cpu.dramBytesPerSec).toBeCloseTo(163.84e9, -3);
     expect(hw.pcie).toMatchObject({ generation: 4, h2dBytesPerSec: 25e9, latencyNs: 10_000 }); // pcie/gen4-x16.json (variant -pcie19p5: 19.5 GB/s)
     expect(hw.hostDramBytes).toBe(256 * GIB);
-    expect(loadHardware('moe-gen-c3')).toMatchObject({ hostDramBytes: 480 * GIB, gpu: { id: 'rtx-a6000' }, cpu: { id: 'epyc-7313p', cores: 16 } });
-    expect(loadHardware('a40-xeon8380-750gb')).toMatchObject({ hostDramBytes: 750 * GIB, gpu: { id: 'a40' }, cpu: { id: 'xeon-8380' } });
+    expect(loadHardware('moe-gen-c3')).toMatchObject({
+      hostDramBytes: 480 * GIB,
+      gpu: { id: 'rtx-a6000' },
+      cpu: { id: 'epyc-7313p', cores: 16 },
+    });
+    expect(loadHardware('a40-xeon8380-750gb')).toMatchObject({
+      hostDramBytes: 750 * GIB,
+      gpu: { id: 'a40' },
+      cpu: { id: 'xeon-8380' },
+    });
     expect(loadHardware('a5000-pcie4-1tb').hostDramBytes).toBe(1024 * GIB);
   });
 
@@ -182,55 +218,68 @@ describe.skipIf(!reference.present)(reference.title('derived sizes agree with re
     for (const r of refModels) for (const id of PROFILES_OF[r.id] ?? [r.id]) expect(listModels()).toContain(id);
   });
 
-  describe.each(refModels.flatMap((r) => (PROFILES_OF[r.id] ?? [r.id]).map((id) => [id, r] as const)))('%s', (id, r) => {
-    const m = loadModel(id);
+  describe.each(refModels.flatMap((r) => (PROFILES_OF[r.id] ?? [r.id]).map((id) => [id, r] as const)))(
+    '%s',
+    (id, r) => {
+      const m = loadModel(id);
 
-    it('architecture numbers', () => {
-      expect(m.layers).toBe(r.num_layers);
-      expect(m.moeLayers).toBe(r.moe_layers);
-      expect(m.layers - m.moeLayers).toBe(r.first_dense_layers ?? r.num_layers - r.moe_layers);
-      expect(m.hiddenSize).toBe(r.hidden_size);
-      expect(m.expertIntermediateSize).toBe(r.expert_intermediate_size);
-      expect(m.experts).toBe(r.num_routed_experts);
-      expect(m.topK).toBe(r.top_k);
-      expect(m.vocabSize).toBe(r.vocab_size);
-      if (r.tied_embeddings !== undefined) expect(m.tiedEmbeddings).toBe(r.tied_embeddings);
-      expect(m.attention.heads).toBe(r.attention.num_heads);
-      expect(m.attention.kvHeads).toBe(r.attention.num_kv_heads);
-      if (r.attention.head_dim !== undefined) expect(m.attention.headDim).toBe(r.attention.head_dim);
-      if (r.attention.kv_lora_rank !== undefined) expect(m.attention.kvLoraRank).toBe(r.attention.kv_lora_rank);
-      if (r.attention.q_lora_rank !== undefined) expect(m.attention.qLoraRank).toBe(r.attention.q_lora_rank ?? undefined);
-      const shared = r.shared_experts;
-      if (shared) {
-        expect(m.sharedExperts).toBe(shared.count);
-        expect(m.sharedIntermediateSize).toBe(shared.intermediate_size ?? (shared.intermediate_size_each ?? 0) * shared.count);
-      }
-    });
+      it('architecture numbers', () => {
+        expect(m.layers).toBe(r.num_layers);
+        expect(m.moeLayers).toBe(r.moe_layers);
+        expect(m.layers - m.moeLayers).toBe(r.first_dense_layers ?? r.num_layers - r.moe_layers);
+        expect(m.hiddenSize).toBe(r.hidden_size);
+        expect(m.expertIntermediateSize).toBe(r.expert_intermediate_size);
+        expect(m.experts).toBe(r.num_routed_experts);
+        expect(m.topK).toBe(r.top_k);
+        expect(m.vocabSize).toBe(r.vocab_size);
+        if (r.tied_embeddings !== undefined) expect(m.tiedEmbeddings).toBe(r.tied_embeddings);
+        expect(m.attention.heads).toBe(r.attention.num_heads);
+        expect(m.attention.kvHeads).toBe(r.attention.num_kv_heads);
+        if (r.attention.head_dim !== undefined) expect(m.attention.headDim).toBe(r.attention.head_dim);
+        if (r.attention.kv_lora_rank !== undefined) expect(m.attention.kvLoraRank).toBe(r.attention.kv_lora_rank);
+        if (r.attention.q_lora_rank !== undefined)
+          expect(m.attention.qLoraRank).toBe(r.attention.q_lora_rank ?? undefined);
+        const shared = r.shared_experts;
+        if (shared) {
+          expect(m.sharedExperts).toBe(shared.count);
+          expect(m.sharedIntermediateSize).toBe(
+            shared.intermediate_size ?? (shared.intermediate_size_each ?? 0) * shared.count,
+          );
+        }
+      });
 
-    it('expert, attention and shared parameters; KV bytes per token', () => {
-      expect(m.derived.paramsPerExpert).toBe(r.params_per_routed_expert);
-      if (m.dtypes.expertBytesPerParam === 2) {
-        expect(m.derived.bytesPerExpert).toBe(r.bytes_per_routed_expert_bf16);
-        expect(m.experts * m.derived.bytesPerExpert).toBe(r.bytes_all_routed_experts_per_moe_layer_bf16);
-      }
-      if (r.attention_params_per_layer !== undefined) expect(attentionParams(m, m.details)).toBe(r.attention_params_per_layer);
-      if (r.shared_experts && r.shared_expert_params_per_moe_layer !== undefined && m.dtypes.expertBytesPerParam === 2) {
-        expect(m.derived.sharedExpertBytesPerLayer).toBe(2 * r.shared_expert_params_per_moe_layer);
-      }
-      const kvRef = r.kv_cache_bytes_per_token_bf16 ?? r.kv_cache_bytes_per_token_bf16_decoder_self_attn;
-      expect(kvRef).toBeDefined();
-      // The reference counts BF16 (2-byte) KV; FP32 checkpoints (Switch, NLLB) cache 4-byte elements.
-      expect(m.derived.kvBytesPerToken).toBe((kvRef! * m.dtypes.kvBytesPerElement) / 2);
-    });
+      it('expert, attention and shared parameters; KV bytes per token', () => {
+        expect(m.derived.paramsPerExpert).toBe(r.params_per_routed_expert);
+        if (m.dtypes.expertBytesPerParam === 2) {
+          expect(m.derived.bytesPerExpert).toBe(r.bytes_per_routed_expert_bf16);
+          expect(m.experts * m.derived.bytesPerExpert).toBe(r.bytes_all_routed_experts_per_moe_layer_bf16);
+        }
+        if (r.attention_params_per_layer !== undefined)
+          expect(attentionParams(m, m.details)).toBe(r.attention_params_per_layer);
+        if (
+          r.shared_experts &&
+          r.shared_expert_params_per_moe_layer !== undefined &&
+          m.dtypes.expertBytesPerParam === 2
+        ) {
+          expect(m.derived.sharedExpertBytesPerLayer).toBe(2 * r.shared_expert_params_per_moe_layer);
+        }
+        const kvRef = r.kv_cache_bytes_per_token_bf16 ?? r.kv_cache_bytes_per_token_bf16_decoder_self_attn;
+        expect(kvRef).toBeDefined();
+        // The reference counts BF16 (2-byte) KV; FP32 checkpoints (Switch, NLLB) cache 4-byte elements.
+        expect(m.derived.kvBytesPerToken).toBe((kvRef! * m.dtypes.kvBytesPerElement) / 2);
+      });
 
-    it('total parameters within 0.01 % (exact for decoder-only models)', () => {
-      const total = totalParams(m);
-      expect(Math.abs(total - r.computed_total_params) / r.computed_total_params).toBeLessThan(1e-4);
-      if (m.dtypes.expertBytesPerParam === 2 && m.dtypes.attentionBytesPerParam === 2) {
-        expect(Math.abs(m.derived.totalBytes - r.computed_total_bytes_bf16) / r.computed_total_bytes_bf16).toBeLessThan(1e-4);
-      }
-    });
-  });
+      it('total parameters within 0.01 % (exact for decoder-only models)', () => {
+        const total = totalParams(m);
+        expect(Math.abs(total - r.computed_total_params) / r.computed_total_params).toBeLessThan(1e-4);
+        if (m.dtypes.expertBytesPerParam === 2 && m.dtypes.attentionBytesPerParam === 2) {
+          expect(
+            Math.abs(m.derived.totalBytes - r.computed_total_bytes_bf16) / r.computed_total_bytes_bf16,
+          ).toBeLessThan(1e-4);
+        }
+      });
+    },
+  );
 
   it('DeepSeek-R1 is DeepSeek-V3 architecturally', () => {
     expect(loadModel('deepseek-r1').derived).toEqual(loadModel('deepseek-v3').derived);
@@ -282,7 +331,9 @@ describe.skipIf(!reference.present)(reference.title('derived sizes agree with re
     const int4 = deriveModel({ ...m, dtypes: { ...m.dtypes, expertBytesPerParam: 0.5 } });
     expect(int4.bytesPerExpert).toBe(8_650_752 / 2);
     expect(int4.attentionBytesPerLayer).toBe(m.derived.attentionBytesPerLayer);
-    expect(loadModel('deepseek-r1-fp8').derived.bytesPerExpert).toBe(loadModel('deepseek-r1').derived.bytesPerExpert / 2);
+    expect(loadModel('deepseek-r1-fp8').derived.bytesPerExpert).toBe(
+      loadModel('deepseek-r1').derived.bytesPerExpert / 2,
+    );
   });
 });
 
@@ -318,7 +369,13 @@ describe('errors', () => {
   });
 
   it('cross-field checks point at the offending array element', () => {
-    const path = tempFile('bad-idx.json', { ...mixtral, layers: 4, moeLayers: 3, moeLayerIndices: [0, 2, 1], denseIntermediateSize: 100 });
+    const path = tempFile('bad-idx.json', {
+      ...mixtral,
+      layers: 4,
+      moeLayers: 3,
+      moeLayerIndices: [0, 2, 1],
+      denseIntermediateSize: 100,
+    });
     const e = userError(() => loadModel(path));
     expect(e).toMatchObject({ file: path, field: 'moeLayerIndices.2', value: 1 });
     expect(e.message).toMatch(/increasing/);
@@ -344,7 +401,10 @@ describe('errors', () => {
   });
 
   it('a testbed with an unknown component id names the testbed file and field', () => {
-    const testbed = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'testbeds', 'moe-gen-c1.json'), 'utf8')) as Record<string, unknown>;
+    const testbed = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'testbeds', 'moe-gen-c1.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
     const path = tempFile('tb.json', { ...testbed, gpu: 'rtx-a9000' });
     const e = userError(() => loadHardware(path));
     expect(e).toMatchObject({ file: path, field: 'gpu', value: 'rtx-a9000' });
@@ -352,9 +412,15 @@ describe('errors', () => {
   });
 
   it('a testbed may reference a component file by path relative to itself', () => {
-    const gpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'gpus', 'rtx-a5000.json'), 'utf8')) as Record<string, unknown>;
+    const gpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'gpus', 'rtx-a5000.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
     const gpuPath = tempFile('my-gpu.json', { ...gpu, id: 'my-gpu', kernelLaunchUs: 2 });
-    const testbed = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'testbeds', 'moe-gen-c1.json'), 'utf8')) as Record<string, unknown>;
+    const testbed = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'testbeds', 'moe-gen-c1.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
     const tbPath = join(gpuPath, '..', 'tb.json');
     writeFileSync(tbPath, JSON.stringify({ ...testbed, id: 'mine', gpu: './my-gpu.json' }));
     expect(loadHardware(tbPath).gpu).toMatchObject({ id: 'my-gpu', kernelLaunchNs: 2000 });

@@ -26,14 +26,18 @@ if (!hasRedis) console.warn(`queue-failures.test.ts: ${SKIP}`);
 
 const BIN = path.join(REPO_ROOT, 'bin/moesim.mjs');
 
-const listen = (server: Server): Promise<number> => new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
+const listen = (server: Server): Promise<number> =>
+  new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
 const freePort = async (): Promise<number> => {
   const s = createServer();
   const port = await listen(s);
   await new Promise((r) => s.close(r));
   return port;
 };
-const exited = (c: ChildProcess): Promise<number | null> => (c.exitCode !== null || c.signalCode !== null ? Promise.resolve(c.exitCode) : new Promise((r) => c.once('exit', (code) => r(code))));
+const exited = (c: ChildProcess): Promise<number | null> =>
+  c.exitCode !== null || c.signalCode !== null
+    ? Promise.resolve(c.exitCode)
+    : new Promise((r) => c.once('exit', (code) => r(code)));
 const waitOutput = (c: ChildProcess, re: RegExp, log: { text: string }): Promise<void> =>
   new Promise((resolve, reject) => {
     const on = (d: Buffer) => {
@@ -47,16 +51,28 @@ const waitOutput = (c: ChildProcess, re: RegExp, log: { text: string }): Promise
 
 async function startRedis(children: ChildProcess[]): Promise<{ url: string; proc: ChildProcess }> {
   const port = await freePort();
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   children.push(proc);
   await waitOutput(proc, /Ready to accept connections/, { text: '' });
   return { url: `redis://127.0.0.1:${port}`, proc };
 }
 
 /** A moesim process (experiment or worker), its output collected. */
-function moesim(args: string[], children: ChildProcess[], env: Record<string, string> = {}): { proc: ChildProcess; log: { text: string }; done: Promise<{ status: number | null; stderr: string; ms: number }> } {
+function moesim(
+  args: string[],
+  children: ChildProcess[],
+  env: Record<string, string> = {},
+): { proc: ChildProcess; log: { text: string }; done: Promise<{ status: number | null; stderr: string; ms: number }> } {
   const t0 = Date.now();
-  const proc = spawn(process.execPath, [BIN, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1', ...env } });
+  const proc = spawn(process.execPath, [BIN, ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NO_COLOR: '1', ...env },
+  });
   children.push(proc);
   const log = { text: '' };
   let stderr = '';
@@ -98,7 +114,10 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     servers.push(silent, http);
     const config = path.join(dir, 'plain.yaml');
     writeFileSync(config, CONFIG('plain'));
-    for (const [server, says] of [[silent, 'no Redis answer to PING'], [http, 'not a Redis server']] as const) {
+    for (const [server, says] of [
+      [silent, 'no Redis answer to PING'],
+      [http, 'not a Redis server'],
+    ] as const) {
       const port = await listen(server);
       const out = path.join(dir, `out-${port}`);
       const t0 = Date.now();
@@ -130,7 +149,9 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     const r1 = await sub1.done;
     const waited1 = Date.now() - tKill;
     expect(r1.status, r1.stderr).toBe(2);
-    expect(lastLine(r1.stderr)).toMatch(/lost the Redis queue at redis:\/\/127\.0\.0\.1:\d+ \(no answer for 15 s\).*resume with `moesim experiment .*lost\.yaml --out <the same folder> --queue redis:/);
+    expect(lastLine(r1.stderr)).toMatch(
+      /lost the Redis queue at redis:\/\/127\.0\.0\.1:\d+ \(no answer for 15 s\).*resume with `moesim experiment .*lost\.yaml --out <the same folder> --queue redis:/,
+    );
     expect(waited1).toBeLessThan(LIVENESS.lostAfterMs + 15_000);
     // Flushed (Redis restarted empty): the queued runs are gone.
     const flushed = await startRedis(children);
@@ -150,8 +171,12 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     await waitOutput(worker.proc, /joined redis:/, worker.log);
     const resumed = await runCliAsync(['experiment', config, '--out', out2, '--queue', flushed.url]);
     expect(resumed.status, resumed.stderr).toBe(0);
-    expect(readFileSync(path.join(out2, 'results.json'), 'utf8')).toBe(readFileSync(path.join(dir, 'serial', 'results.json'), 'utf8'));
-    process.stderr.write(`queue-failures: Redis killed → submitter stopped after ${(waited1 / 1000).toFixed(1)} s; flushed → ${((r2.ms) / 1000).toFixed(1)} s after submit\n`);
+    expect(readFileSync(path.join(out2, 'results.json'), 'utf8')).toBe(
+      readFileSync(path.join(dir, 'serial', 'results.json'), 'utf8'),
+    );
+    process.stderr.write(
+      `queue-failures: Redis killed → submitter stopped after ${(waited1 / 1000).toFixed(1)} s; flushed → ${(r2.ms / 1000).toFixed(1)} s after submit\n`,
+    );
     worker.proc.kill('SIGTERM');
     await exited(worker.proc);
   }, 180_000);
@@ -165,8 +190,12 @@ describe.skipIf(!hasRedis)('the queue fails loudly', () => {
     // Sleeps (not spins) in create while the hold file exists, only in the first worker's process
     // (marked by an environment variable, which its worker threads inherit; `process.argv` is not
     // the parent's inside a worker thread, and the submitter's own checks must not be held).
-    writePlugin(plugins, 'held', `import { existsSync } from 'node:fs';
-export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.env.MOESIM_TEST_HOLD === "1" && existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`);
+    writePlugin(
+      plugins,
+      'held',
+      `import { existsSync } from 'node:fs';
+export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.env.MOESIM_TEST_HOLD === "1" && existsSync(${JSON.stringify(hold)})) Atomics.wait(a, 0, 0, 100); return base.create(p, ctx); } };`,
+    );
     const config = path.join(dir, 'stalled.yaml');
     writeFileSync(config, CONFIG('stalled', 'plugins/held.ts').replace('seeds: [1, 2]', 'seeds: [1]'));
     const w1 = moesim(['worker', '--queue', url, '--jobs', '1'], children, { MOESIM_TEST_HOLD: '1' });
@@ -189,10 +218,17 @@ export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int3
     w1.proc.kill('SIGKILL');
     const tKill = Date.now();
     rmSync(hold);
-    const r = await Promise.race([sub.done, new Promise<never>((_r, rej) => setTimeout(() => rej(new Error(`not finished: ${sub.log.text} | ${w2.log.text}`)), 90_000))]);
+    const r = await Promise.race([
+      sub.done,
+      new Promise<never>((_r, rej) =>
+        setTimeout(() => rej(new Error(`not finished: ${sub.log.text} | ${w2.log.text}`)), 90_000),
+      ),
+    ]);
     const recovered = Date.now() - tKill;
     expect(r.status, r.stderr).toBe(0);
-    process.stderr.write(`queue-failures: a killed worker's run finished by another worker ${(recovered / 1000).toFixed(1)} s after the kill (stalled-job interval ${STALLED_CHECK_MS / 1000} s)\n`);
+    process.stderr.write(
+      `queue-failures: a killed worker's run finished by another worker ${(recovered / 1000).toFixed(1)} s after the kill (stalled-job interval ${STALLED_CHECK_MS / 1000} s)\n`,
+    );
     expect(recovered).toBeLessThan(2 * STALLED_CHECK_MS + 15_000);
     w2.proc.kill('SIGTERM');
     await exited(w2.proc);

@@ -12,16 +12,28 @@ import { parseConfigText, validateConfig } from '../../experiments/config/load.t
 import { checkJob, configHash } from '../../experiments/parallel/job-check.ts';
 import { REPO_ROOT } from '../helpers/cli.ts';
 
-const GOOD = validateConfig(parseConfigText(`name: good
+const GOOD = validateConfig(
+  parseConfigText(
+    `name: good
 model: olmoe
 hardware: rtx4090
 workload: { requests: 2, promptTokens: { kind: fixed, tokens: 4 }, outputTokens: { kind: fixed, tokens: 2 } }
 policies:
   - path: ../examples/fifo-cache-policy.ts
-`, 'x.yaml'));
+`,
+    'x.yaml',
+  ),
+);
 
 const job = (over: Record<string, unknown> = {}, config: unknown = GOOD): Record<string, unknown> => {
-  const task = { config: JSON.parse(JSON.stringify(config)), file: 'cfg.yaml', baseDir: path.join(REPO_ROOT, 'experiments'), index: 0, key: JSON.stringify([0, 'fifo', {}, 1]), timeline: false };
+  const task = {
+    config: JSON.parse(JSON.stringify(config)),
+    file: 'cfg.yaml',
+    baseDir: path.join(REPO_ROOT, 'experiments'),
+    index: 0,
+    key: JSON.stringify([0, 'fifo', {}, 1]),
+    timeline: false,
+  };
   return { task, root: REPO_ROOT, configHash: configHash(task), ...over };
 };
 

@@ -34,6 +34,7 @@ describe('the quickstart', () => {
     const width = Math.max(...r.table.split('\n').map((l) => [...l].length));
     expect(width).toBeLessThanOrEqual(120);
     expect(r.table).not.toMatch(/left out/);
-    for (const h of ['TTFT', 'TPOT', 'tok/s', 'hit', 'blocked', 'GB/s', 'VRAM', 'sim s', 'queue', 'service']) expect(r.table).toContain(h);
+    for (const h of ['TTFT', 'TPOT', 'tok/s', 'hit', 'blocked', 'GB/s', 'VRAM', 'sim s', 'queue', 'service'])
+      expect(r.table).toContain(h);
   });
 });

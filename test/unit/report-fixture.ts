@@ -16,7 +16,8 @@ export const HOSTILE_LABEL = `<script>alert(3)</script>"&'`;
 export const HOSTILE_DESCRIPTION = `desc <img id="injected" src="x" onerror="document.title='pwned'"> & <script>document.title='pwned'</script>`;
 
 /** Escaped as the report writes text (`&`, `<`, `>`, `"`, `'`). */
-export const escaped = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+export const escaped = (s: string): string =>
+  s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
 
 const CONFIG = `name: ${JSON.stringify(HOSTILE_NAME)}
 description: ${JSON.stringify(HOSTILE_DESCRIPTION)}

@@ -25,7 +25,14 @@ import { COLUMN_METRICS, metricDef } from '../../experiments/outputs/report/metr
 import { inlineRenderedSvg } from '../../experiments/outputs/report/html.ts';
 import { SERVING_COLUMNS, THROUGHPUT_COLUMNS } from '../../experiments/outputs/table.ts';
 import { pooled, runCliAsync, tempDir, type CliResult } from '../helpers/cli.ts';
-import { escaped, HOSTILE_DESCRIPTION, HOSTILE_LABEL, HOSTILE_NAME, runTinyExperiment, writeTinyConfig } from './report-fixture.ts';
+import {
+  escaped,
+  HOSTILE_DESCRIPTION,
+  HOSTILE_LABEL,
+  HOSTILE_NAME,
+  runTinyExperiment,
+  writeTinyConfig,
+} from './report-fixture.ts';
 
 const dir = tempDir('report');
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -41,7 +48,13 @@ beforeAll(async () => {
   mkdirSync(cliDir);
   const config = writeTinyConfig(cliDir);
   // The CLI runs overlap the in-process run.
-  const cli = pooled([() => runCliAsync(['report', path.join(dir, 'no-such-folder')]), () => runCliAsync(['experiment', config, '--out', cliOut, '--report'])], 2);
+  const cli = pooled(
+    [
+      () => runCliAsync(['report', path.join(dir, 'no-such-folder')]),
+      () => runCliAsync(['experiment', config, '--out', cliOut, '--report']),
+    ],
+    2,
+  );
   out = await runTinyExperiment(dir);
   html = readFileSync(await writeReport(out), 'utf8');
   const r = await cli;
@@ -57,8 +70,10 @@ function variant(name: string, edit: (folder: string) => void): string {
   return folder;
 }
 
-const results = (folder: string): Record<string, any> => JSON.parse(readFileSync(path.join(folder, 'results.json'), 'utf8'));
-const writeResults = (folder: string, r: unknown): void => writeFileSync(path.join(folder, 'results.json'), JSON.stringify(r));
+const results = (folder: string): Record<string, any> =>
+  JSON.parse(readFileSync(path.join(folder, 'results.json'), 'utf8'));
+const writeResults = (folder: string, r: unknown): void =>
+  writeFileSync(path.join(folder, 'results.json'), JSON.stringify(r));
 
 describe('the report of a tiny experiment', () => {
   it('has the name, description, table, plot, bounds, definitions, config and timeline links', () => {
@@ -93,7 +108,9 @@ describe('the report of a tiny experiment', () => {
     expect(html.toLowerCase()).not.toContain('<script');
     expect(html).not.toContain('<img id="injected"');
     expect(html).not.toContain(HOSTILE_NAME);
-    expect(html).toContain(`<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'">`);
+    expect(html).toContain(
+      `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'">`,
+    );
   });
 
   it('is the same bytes when written again from the same folder', async () => {
@@ -150,16 +167,23 @@ describe('plots', () => {
     expect(page).not.toContain('onclick');
     expect(page).not.toContain('refresh');
     expect(page).toContain(`<img alt="evil" src="data:image/svg+xml;base64,${Buffer.from(evil).toString('base64')}">`);
-    expect(page).toContain(`<img alt="plain" src="data:image/svg+xml;base64,${Buffer.from(plain).toString('base64')}">`);
-    expect(page).toContain('evil.svg (a file of the results folder, not one of the config’s output.plots; shown as an image)');
+    expect(page).toContain(
+      `<img alt="plain" src="data:image/svg+xml;base64,${Buffer.from(plain).toString('base64')}">`,
+    );
+    expect(page).toContain(
+      'evil.svg (a file of the results folder, not one of the config’s output.plots; shown as an image)',
+    );
     // The config's plot is drawn from results.json: exactly one inline SVG, Vega's.
     expect(page.match(/<svg /g)?.length).toBe(1);
     expect(page).toMatch(/<figure><svg [^>]*class="marks"/);
   });
 
   it('gives each inline SVG its own ids (two plots never share a clip path)', () => {
-    const svg = '<svg class="marks"><defs><clipPath id="clip1"><rect/></clipPath></defs><g clip-path="url(#clip1)"><use href="#clip1"/></g></svg>';
-    expect(inlineRenderedSvg(svg, 'plot3')).toBe('<svg class="marks"><defs><clipPath id="plot3-clip1"><rect/></clipPath></defs><g clip-path="url(#plot3-clip1)"><use href="#plot3-clip1"/></g></svg>');
+    const svg =
+      '<svg class="marks"><defs><clipPath id="clip1"><rect/></clipPath></defs><g clip-path="url(#clip1)"><use href="#clip1"/></g></svg>';
+    expect(inlineRenderedSvg(svg, 'plot3')).toBe(
+      '<svg class="marks"><defs><clipPath id="plot3-clip1"><rect/></clipPath></defs><g clip-path="url(#plot3-clip1)"><use href="#plot3-clip1"/></g></svg>',
+    );
   });
 });
 
@@ -167,12 +191,23 @@ describe('analytic models and bounds', () => {
   it('shows MoE-Lens’s metrics.analytic beside the simulated throughput', async () => {
     const folder = variant('lens', (f) => {
       const r = results(f);
-      r.runs[0].metrics.analytic = { simulatedTokPerS: 726.288, t: 731.8, simulatedOverT: 0.992469, tMaxGenTokPerS: 981.1, simulatedOverTMaxGen: 0.74, tMemTokPerS: 3994.1, stage2Regime: 'memory<b>', deltaS: 4.76 };
+      r.runs[0].metrics.analytic = {
+        simulatedTokPerS: 726.288,
+        t: 731.8,
+        simulatedOverT: 0.992469,
+        tMaxGenTokPerS: 981.1,
+        simulatedOverTMaxGen: 0.74,
+        tMemTokPerS: 3994.1,
+        stage2Regime: 'memory<b>',
+        deltaS: 4.76,
+      };
       writeResults(f, r);
     });
     const page = readFileSync(await writeReport(folder), 'utf8');
     expect(page).toContain('Analytic model (MoE-Lens, Eqs. 2–14)');
-    expect(page).toContain(`<tr><td class="policy">${escaped(HOSTILE_LABEL)}</td><td class="num">726.3</td><td class="num">731.8</td><td class="num">0.992</td>`);
+    expect(page).toContain(
+      `<tr><td class="policy">${escaped(HOSTILE_LABEL)}</td><td class="num">726.3</td><td class="num">731.8</td><td class="num">0.992</td>`,
+    );
     expect(page).toContain('<td>memory&lt;b&gt;</td>');
     expect(page).toContain('<td><code>analytic.t</code></td><td>Eq. 14: the analytic generation throughput');
     expect(page).toContain('<td><code>deltaS</code></td><td class="num">4.76</td>');
@@ -203,7 +238,9 @@ describe('bad input', () => {
 
   it('results.json that is not JSON', async () => {
     const folder = variant('not-json', (f) => writeFileSync(path.join(f, 'results.json'), '{"runs": ['));
-    expect((await failure(folder)).oneLine()).toMatch(new RegExp(`^${path.join(folder, 'results.json')}: not valid JSON: `));
+    expect((await failure(folder)).oneLine()).toMatch(
+      new RegExp(`^${path.join(folder, 'results.json')}: not valid JSON: `),
+    );
   });
 
   it('a malformed field, named by its path', async () => {
@@ -223,7 +260,9 @@ describe('bad input', () => {
       r.config.output.plots[0].kind = 'pie';
       writeResults(f, r);
     });
-    expect((await failure(folder)).oneLine()).toMatch(/results\.json: config\.output\.plots\[0\]\.kind: .*\(got "pie"\)$/);
+    expect((await failure(folder)).oneLine()).toMatch(
+      /results\.json: config\.output\.plots\[0\]\.kind: .*\(got "pie"\)$/,
+    );
   });
 
   it('an unknown schema version', async () => {
@@ -234,17 +273,25 @@ describe('bad input', () => {
 
 describe('metric definitions', () => {
   it('every column of the printed table (both families) names a metric path with a definition', () => {
-    for (const [family, columns] of [['serving', SERVING_COLUMNS], ['throughput', THROUGHPUT_COLUMNS]] as const) {
+    for (const [family, columns] of [
+      ['serving', SERVING_COLUMNS],
+      ['throughput', THROUGHPUT_COLUMNS],
+    ] as const) {
       for (const c of columns) {
         const m = COLUMN_METRICS[family][c.id];
-        expect(m, `${family} column '${c.id}': add it to COLUMN_METRICS in experiments/outputs/report/metric-defs.ts`).toBeDefined();
+        expect(
+          m,
+          `${family} column '${c.id}': add it to COLUMN_METRICS in experiments/outputs/report/metric-defs.ts`,
+        ).toBeDefined();
         expect(metricDef(m!.path, family), `${family} column '${c.id}': no definition for ${m!.path}`).toBeDefined();
       }
     }
   });
 
   it('distribution statistics and family-specific definitions', () => {
-    expect(metricDef('ttftQueueMs.p99')?.def).toBe('p99 of: queueing part of TTFT: admission − arrival (waiting for the batcher, a batch slot or KV room)');
+    expect(metricDef('ttftQueueMs.p99')?.def).toBe(
+      'p99 of: queueing part of TTFT: admission − arrival (waiting for the batcher, a batch slot or KV room)',
+    );
     expect(metricDef('decodeTokPerS', 'throughput')?.def).toBe('tokens generated by decode passes / decode time');
     expect(metricDef('cap.decode.sMbu')?.def).toMatch(/over the decode passes alone$/);
     expect(metricDef('no.such.metric')).toBeUndefined();

@@ -13,9 +13,23 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { cells, keepPaths, metric, recording, tableMarkdown, type Run, type Table } from '../../experiments/cli/reproduce/kit.ts';
+import {
+  cells,
+  keepPaths,
+  metric,
+  recording,
+  tableMarkdown,
+  type Run,
+  type Table,
+} from '../../experiments/cli/reproduce/kit.ts';
 import { PAPERS, REPRODUCTION_DIR } from '../../experiments/cli/reproduce/papers.ts';
-import { generatedSections, spliceSections, staleTables, TABLES_INPUT, unverifiedSections } from '../../experiments/cli/reproduce/tables.ts';
+import {
+  generatedSections,
+  spliceSections,
+  staleTables,
+  TABLES_INPUT,
+  unverifiedSections,
+} from '../../experiments/cli/reproduce/tables.ts';
 import { runCliAsync, tempDir } from '../helpers/cli.ts';
 
 describe('committed comparison tables are the generated ones', () => {
@@ -28,7 +42,8 @@ describe('committed comparison tables are the generated ones', () => {
       const { comparisonOf, fidelityFile } = await import('../../experiments/cli/reproduce/papers.ts');
       const c = await comparisonOf(paper);
       const f = fidelityFile(paper);
-      for (const id of generatedSections(readFileSync(f, 'utf8'), f).keys()) expect(Object.keys(c.sources), `${f}: ${id}`).toContain(id);
+      for (const id of generatedSections(readFileSync(f, 'utf8'), f).keys())
+        expect(Object.keys(c.sources), `${f}: ${id}`).toContain(id);
       // Sections whose experiment is not reproduced in this checkout yet are printed, not failed.
       const unverified = await unverifiedSections(paper, dir);
       if (unverified.length > 0) console.log(`${paper}: not checked (no stored results yet): ${unverified.join(', ')}`);
@@ -36,7 +51,14 @@ describe('committed comparison tables are the generated ones', () => {
   }
 });
 
-const table = (rows: Table['rows'], band?: string): Table => ({ id: 't', title: 'T', keyHeads: ['k'], digits: 1, rows, ...(band ? { band } : {}) });
+const table = (rows: Table['rows'], band?: string): Table => ({
+  id: 't',
+  title: 'T',
+  keyHeads: ['k'],
+  digits: 1,
+  rows,
+  ...(band ? { band } : {}),
+});
 
 describe('comparison kit', () => {
   it('shows the band over the readings and ours / paper under the default reading', () => {
@@ -72,17 +94,31 @@ describe('comparison kit', () => {
   });
 
   it('keeps in the stored input exactly the metrics that were read', () => {
-    const runs: Run[] = [{ index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2, c: 3 }, d: 4 }, relative: { a: 0.5, z: 1 } }];
+    const runs: Run[] = [
+      {
+        index: 0,
+        policy: 'p',
+        params: { case: 'c' },
+        seed: 1,
+        metrics: { a: { b: 2, c: 3 }, d: 4 },
+        relative: { a: 0.5, z: 1 },
+      },
+    ];
     const { paths } = recording(() => metric(runs[0], 'a.b'));
     expect([...paths]).toEqual(['metrics.a.b']);
-    expect(keepPaths(runs, paths)).toEqual([{ index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2 } } }]);
+    expect(keepPaths(runs, paths)).toEqual([
+      { index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2 } } },
+    ]);
   });
 });
 
 describe('moesim reproduce: bad input', () => {
   it('an unknown paper or a bad --jobs: one line, exit 2, nothing written', async () => {
     const out = path.join(tempDir('reproduce-bad'), 'out');
-    const [paper, jobs] = await Promise.all([runCliAsync(['reproduce', 'moe-nothing', '--out', out]), runCliAsync(['reproduce', 'moe-cap', '--jobs', '0', '--out', out])]);
+    const [paper, jobs] = await Promise.all([
+      runCliAsync(['reproduce', 'moe-nothing', '--out', out]),
+      runCliAsync(['reproduce', 'moe-cap', '--jobs', '0', '--out', out]),
+    ]);
     expect(paper.status).toBe(2);
     expect(paper.stderr.trim().split('\n')).toHaveLength(1);
     expect(paper.stderr).toMatch(/paper.*moe-infinity, moepic, moe-gen, moe-lens, moe-cap, all.*moe-nothing/);

@@ -88,7 +88,15 @@ describe('buildWorkload streams its requests', () => {
         cost: createCostModel(model, hardware, () => {}),
         workload,
         policy,
-        config: { batching: 'continuous', maxBatchSize: 4, maxWaitNs: msToNs(10), maxBatchTokens: 4096, bufferSlots: 'auto', packetBytes: 16 * 1024 * 1024, preloadAllExperts: false },
+        config: {
+          batching: 'continuous',
+          maxBatchSize: 4,
+          maxWaitNs: msToNs(10),
+          maxBatchTokens: 4096,
+          bufferSlots: 'auto',
+          packetBytes: 16 * 1024 * 1024,
+          preloadAllExperts: false,
+        },
       });
       const o = ex.run();
       return { requests: o.requests, counters: { ...o.counters }, endNs: o.endNs, events: o.events };

@@ -109,7 +109,14 @@ describe('DMA sharing host DRAM with CPU work', () => {
     const { link, cpu, sink, dram, sim, runAll } = makeRig(opts);
     const t = link!.submit({ bytes: 4000, priority: 0, label: 'w', category: 'expert' });
     let cpuDone = -1;
-    cpu!.submit({ cores: 4, computeNs: nsOf(0), bytes: 1500, label: 'attn', category: 'attention', onDone: () => (cpuDone = sim.now) });
+    cpu!.submit({
+      cores: 4,
+      computeNs: nsOf(0),
+      bytes: 1500,
+      label: 'attn',
+      category: 'attention',
+      onDone: () => (cpuDone = sim.now),
+    });
     runAll();
     // Demands 1 + 2 GB/s > 1.5: proportional shares, factor 0.5: DMA 0.5 B/ns, CPU 1 B/ns.
     //  - the CPU task's 1500 B end at 1500; packet 1 has then served 750 B;
@@ -125,7 +132,14 @@ describe('DMA sharing host DRAM with CPU work', () => {
   it('the CPU task slows down too: alone it would be done at 1000', () => {
     const { cpu, sim, runAll } = makeRig(opts);
     let end = -1;
-    cpu!.submit({ cores: 4, computeNs: nsOf(0), bytes: 1500, label: 'attn', category: 'attention', onDone: () => (end = sim.now) });
+    cpu!.submit({
+      cores: 4,
+      computeNs: nsOf(0),
+      bytes: 1500,
+      label: 'attn',
+      category: 'attention',
+      onDone: () => (end = sim.now),
+    });
     runAll();
     expect(end).toBe(1000); // capped by DRAM at 1.5 B/ns (its cores could draw 2)
   });

@@ -14,7 +14,13 @@ function gpuRig(streams: number, concurrentStreams: boolean) {
   const gpu = r.gpu!;
   const done: string[] = [];
   const kernel = (stream: number, label: string, durationNs: number, category = 'expert') =>
-    gpu.submit({ stream, durationNs: nsOf(durationNs), label, category, onDone: () => done.push(`${label}@${r.sim.now}`) });
+    gpu.submit({
+      stream,
+      durationNs: nsOf(durationNs),
+      label,
+      category,
+      onDone: () => done.push(`${label}@${r.sim.now}`),
+    });
   const timeline = () => r.sink.kernels.map((k) => `${k.stream}:${k.label}:${k.startNs}-${k.endNs}`);
   return { ...r, gpu, done, kernel, timeline };
 }
@@ -43,7 +49,12 @@ describe('Gpu, serialised streams (default)', () => {
     kernel(0, 'c', 10);
     kernel(2, 'd', 10);
     runAll();
-    expect(timeline()).toEqual(['gpu.stream1:a:0-10', 'gpu.stream0:b:10-20', 'gpu.stream0:c:20-30', 'gpu.stream2:d:30-40']);
+    expect(timeline()).toEqual([
+      'gpu.stream1:a:0-10',
+      'gpu.stream0:b:10-20',
+      'gpu.stream0:c:20-30',
+      'gpu.stream2:d:30-40',
+    ]);
   });
 
   it('kernels submitted from onDone queue behind what is already waiting', () => {
@@ -113,7 +124,9 @@ describe('Gpu validation', () => {
   it('rejects unknown streams and bad stream counts', () => {
     const { gpu } = gpuRig(2, false);
     expect(() => gpu.submit({ stream: 2, durationNs: nsOf(1), label: 'x', category: 'expert' })).toThrow(SimError);
-    expect(() => gpu.submit({ stream: -1, durationNs: nsOf(1), label: 'x', category: 'expert' })).toThrow(/no stream -1/);
+    expect(() => gpu.submit({ stream: -1, durationNs: nsOf(1), label: 'x', category: 'expert' })).toThrow(
+      /no stream -1/,
+    );
     const sim = new Simulation<ResourceEvent>();
     expect(() => new Gpu({ streams: 0, concurrentStreams: false, sched: sim })).toThrow(RangeError);
     expect(() => new Gpu({ streams: 1.5, concurrentStreams: false, sched: sim })).toThrow(RangeError);
@@ -122,7 +135,9 @@ describe('Gpu validation', () => {
   it('rejects negative or fractional durations before touching the stream', () => {
     const { gpu, kernel, timeline, runAll } = gpuRig(1, false);
     for (const bad of [-5, 1.5, Number.NaN]) {
-      expect(() => gpu.submit({ stream: 0, durationNs: bad as never, label: 'bad', category: 'expert' })).toThrow(/gpu.*duration/);
+      expect(() => gpu.submit({ stream: 0, durationNs: bad as never, label: 'bad', category: 'expert' })).toThrow(
+        /gpu.*duration/,
+      );
     }
     expect(gpu.idle).toBe(true);
     kernel(0, 'ok', 10);
@@ -150,7 +165,11 @@ describe('Gpu chains (submitChain)', () => {
     );
     chained.runAll();
     // Worked by hand: attention 0–40, an empty kernel at 40, router 40–47; done at 47.
-    expect(chained.timeline()).toEqual(['gpu.stream0:attention:0-40', 'gpu.stream0:empty:40-40', 'gpu.stream0:router:40-47']);
+    expect(chained.timeline()).toEqual([
+      'gpu.stream0:attention:0-40',
+      'gpu.stream0:empty:40-40',
+      'gpu.stream0:router:40-47',
+    ]);
     expect(chained.done).toEqual(['chain@47']);
     expect(Object.fromEntries(chained.gpu.busyNsByCategory)).toEqual({ attention: 40, router: 7 });
     expect(chained.gpu.busyNsByStream).toEqual([47]);
@@ -203,7 +222,14 @@ describe('Gpu chains (submitChain)', () => {
         durationNs: nsOf(submitAt),
         label: 'lead-in',
         category: 'expert',
-        onDone: () => gpu.submit({ stream: 1, durationNs: nsOf(47 - submitAt), label: 'other', category: 'expert', onDone: () => order.push('other') }),
+        onDone: () =>
+          gpu.submit({
+            stream: 1,
+            durationNs: nsOf(47 - submitAt),
+            label: 'other',
+            category: 'expert',
+            onDone: () => order.push('other'),
+          }),
       });
       runAll();
       expect(order).toEqual(expected);

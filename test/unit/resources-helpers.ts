@@ -116,7 +116,9 @@ export function makeRig(o: RigOptions): Rig {
         sink,
       })
     : undefined;
-  const gpu = o.gpu ? new Gpu({ streams: o.gpu.streams, concurrentStreams: o.gpu.concurrentStreams, sched: sim, sink }) : undefined;
+  const gpu = o.gpu
+    ? new Gpu({ streams: o.gpu.streams, concurrentStreams: o.gpu.concurrentStreams, sched: sim, sink })
+    : undefined;
   const linkFor = (name: LinkName): PcieLink => (link && link.name === name ? link : missing(`link ${name}`));
   sim.setHandlers({
     'gpu.kernelDone': (e) => (gpu ?? missing('gpu')).onKernelDone(e.stream),

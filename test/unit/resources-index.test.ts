@@ -6,7 +6,12 @@ import { describe, expect, it } from 'vitest';
 import { Simulation } from '../../sim/kernel/simulation.ts';
 import { ns } from '../../sim/kernel/time.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
-import { DEFAULT_PACKET_BYTES, createResources, resourceHandlers, type ResourceOptions } from '../../sim/resources/index.ts';
+import {
+  DEFAULT_PACKET_BYTES,
+  createResources,
+  resourceHandlers,
+  type ResourceOptions,
+} from '../../sim/resources/index.ts';
 import type { HardwareProfile } from '../../hardware-profiles/types.ts';
 
 /** Only the fields createResources reads. */
@@ -30,7 +35,12 @@ function world(pinned: boolean, o: Partial<ResourceOptions> = {}) {
 describe('createResources', () => {
   it('builds every resource from the profile', () => {
     const { r } = world(true);
-    expect([r.h2d.name, r.h2d.bytesPerSec, r.h2d.latencyNs, r.h2d.packetBytes]).toEqual(['h2d', 1e9, 100, DEFAULT_PACKET_BYTES]);
+    expect([r.h2d.name, r.h2d.bytesPerSec, r.h2d.latencyNs, r.h2d.packetBytes]).toEqual([
+      'h2d',
+      1e9,
+      100,
+      DEFAULT_PACKET_BYTES,
+    ]);
     expect([r.d2h.name, r.d2h.bytesPerSec]).toEqual(['d2h', 5e8]);
     expect(DEFAULT_PACKET_BYTES).toBe(16 * 1024 * 1024);
     expect([r.gpu.streams, r.gpu.streamName(1), r.gpu.concurrentStreams]).toEqual([2, 'copy', false]);
@@ -42,7 +52,12 @@ describe('createResources', () => {
   it('applies the pageable factor when host memory is not pinned, and capacity overrides', () => {
     const { r } = world(false, { vramBytes: 7, hostBytes: 9, packetBytes: 64, concurrentStreams: true });
     expect([r.h2d.bytesPerSec, r.d2h.bytesPerSec]).toEqual([5e8, 2.5e8]);
-    expect([r.vram.capacityBytes, r.host.capacityBytes, r.h2d.packetBytes, r.gpu.concurrentStreams]).toEqual([7, 9, 64, true]);
+    expect([r.vram.capacityBytes, r.host.capacityBytes, r.h2d.packetBytes, r.gpu.concurrentStreams]).toEqual([
+      7,
+      9,
+      64,
+      true,
+    ]);
   });
 
   it('dispatches every resource event to its resource; H2D and D2H run in parallel', () => {
@@ -51,9 +66,29 @@ describe('createResources', () => {
     // h2d: 100 + 1000 B at 1 B/ns = 1100; d2h: 100 + 1000 B at 0.5 B/ns = 2100 (not 1100 + 2100).
     r.h2d.submit({ bytes: 1000, priority: 0, label: 'up', category: 'x', onDone: () => done.push(`h2d@${sim.now}`) });
     r.d2h.submit({ bytes: 1000, priority: 0, label: 'down', category: 'x', onDone: () => done.push(`d2h@${sim.now}`) });
-    r.gpu.submit({ stream: 1, durationNs: ns(300), label: 'k', category: 'expert', onDone: () => done.push(`gpu@${sim.now}`) });
-    r.cpu.submit({ cores: 1, computeNs: ns(400), bytes: 0, label: 'c', category: 'attention', onDone: () => done.push(`cpu@${sim.now}`) });
-    r.cpu.submit({ cores: 1, computeNs: ns(0), bytes: 500, label: 'm', category: 'attention', onDone: () => done.push(`cpuMem@${sim.now}`) });
+    r.gpu.submit({
+      stream: 1,
+      durationNs: ns(300),
+      label: 'k',
+      category: 'expert',
+      onDone: () => done.push(`gpu@${sim.now}`),
+    });
+    r.cpu.submit({
+      cores: 1,
+      computeNs: ns(400),
+      bytes: 0,
+      label: 'c',
+      category: 'attention',
+      onDone: () => done.push(`cpu@${sim.now}`),
+    });
+    r.cpu.submit({
+      cores: 1,
+      computeNs: ns(0),
+      bytes: 500,
+      label: 'm',
+      category: 'attention',
+      onDone: () => done.push(`cpuMem@${sim.now}`),
+    });
     sim.run();
     // The memory task draws 1 B/ns alone (cap = min(core 1 B/ns, DRAM 1 B/ns)): 500.
     expect(done).toEqual(['gpu@300', 'cpu@400', 'cpuMem@500', 'h2d@1100', 'd2h@2100']);

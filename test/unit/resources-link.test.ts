@@ -179,7 +179,13 @@ describe('PcieLink cancellation', () => {
     expect(link.bytesMoved).toBe(2000 + 1000);
     expect(link.cancelledSentBytes).toBe(2000);
     expect(link.completedBytes).toBe(1000);
-    expect(sink.transfers[0]).toMatchObject({ id: a.id, outcome: 'cancelled', sentBytes: 2000, startNs: 0, endNs: 1168 });
+    expect(sink.transfers[0]).toMatchObject({
+      id: a.id,
+      outcome: 'cancelled',
+      sentBytes: 2000,
+      startNs: 0,
+      endNs: 1168,
+    });
     // b starts when a's last packet lands: 1168 + 500 + 334.
     expect(b.startNs).toBe(1168);
     expect(b.doneNs).toBe(2002);

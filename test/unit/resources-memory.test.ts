@@ -73,10 +73,22 @@ describe('MemoryPool', () => {
     const sink = new RecordingSink();
     const { pool: p } = pool(1000, sink);
     p.allocate(700, 'expertCache');
-    const before = { used: p.usedBytes, peak: p.peakBytes, peaks: p.peaks(), live: p.liveAllocations, records: sink.memory.length };
+    const before = {
+      used: p.usedBytes,
+      peak: p.peakBytes,
+      peaks: p.peaks(),
+      live: p.liveAllocations,
+      records: sink.memory.length,
+    };
     expect(p.tryAllocate(301, 'kvCache')).toBeNull();
     expect(() => p.allocate(400, 'kvCache')).toThrow(CapacityError);
-    expect({ used: p.usedBytes, peak: p.peakBytes, peaks: p.peaks(), live: p.liveAllocations, records: sink.memory.length }).toEqual(before);
+    expect({
+      used: p.usedBytes,
+      peak: p.peakBytes,
+      peaks: p.peaks(),
+      live: p.liveAllocations,
+      records: sink.memory.length,
+    }).toEqual(before);
     expect(p.peakBy('kvCache')).toBe(0);
     // The id counter is not consumed either: ids stay dense.
     const a = p.allocate(300, 'kvCache');
@@ -104,7 +116,8 @@ describe('MemoryPool', () => {
       expect(() => p.allocate(bad, 'workspace')).toThrow(RangeError);
     }
     expect(p.usedBytes).toBe(0);
-    for (const bad of [-1, 0.5, Number.NaN, 2 ** 53]) expect(() => new MemoryPool('x', bad, clockAt(0))).toThrow(RangeError);
+    for (const bad of [-1, 0.5, Number.NaN, 2 ** 53])
+      expect(() => new MemoryPool('x', bad, clockAt(0))).toThrow(RangeError);
     expect(new MemoryPool('empty', 0, clockAt(0)).capacityBytes).toBe(0);
   });
 
@@ -118,7 +131,14 @@ describe('MemoryPool', () => {
     p.free(a);
     expect(sink.memory).toEqual([
       { pool: 'vram', category: 'kvCache', timeNs: 0, categoryUsedBytes: 300, usedBytes: 300, capacityBytes: 1000 },
-      { pool: 'vram', category: 'expertCache', timeNs: 50, categoryUsedBytes: 200, usedBytes: 500, capacityBytes: 1000 },
+      {
+        pool: 'vram',
+        category: 'expertCache',
+        timeNs: 50,
+        categoryUsedBytes: 200,
+        usedBytes: 500,
+        capacityBytes: 1000,
+      },
       { pool: 'vram', category: 'kvCache', timeNs: 90, categoryUsedBytes: 0, usedBytes: 200, capacityBytes: 1000 },
     ]);
   });

@@ -15,7 +15,14 @@ import { describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { loadProfile, parseProfile } from '../../workloads/synthetic/profile.ts';
 import { loadTargets, parseTargets, type RoutingTargets } from '../../workloads/synthetic/targets.ts';
-import { compareWithTargets, fitTargets, knobsOf, summaryOptionsOf, targetSpecs, tokensPerRequestRange } from '../../workloads/synthetic/calibrate-targets.ts';
+import {
+  compareWithTargets,
+  fitTargets,
+  knobsOf,
+  summaryOptionsOf,
+  targetSpecs,
+  tokensPerRequestRange,
+} from '../../workloads/synthetic/calibrate-targets.ts';
 import { routingSummary } from '../../workloads/stats/routing-summary.ts';
 import { SyntheticModel } from '../../workloads/synthetic/model.ts';
 import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
@@ -34,9 +41,21 @@ async function check(profileName: string, targetsFile: string) {
   expect(m).toBeGreaterThanOrEqual(lo);
   expect(m).toBeLessThanOrEqual(hi);
   const tasks = t.tasks ?? profile.tasks;
-  const s = routingSummary(profile.model, profile.knobs, { ...summaryOptionsOf(t, 'moesim-check', [1, m]), ...(tasks ? { tasks } : {}) });
+  const s = routingSummary(profile.model, profile.knobs, {
+    ...summaryOptionsOf(t, 'moesim-check', [1, m]),
+    ...(tasks ? { tasks } : {}),
+  });
   const rows = compareWithTargets({ ...t, decode: t.decode ? { ...t.decode, tokensPerRequest: m } : undefined }, s, m);
-  return { profile, t, m, s, rows, failures: rows.filter((r) => !(Math.abs(r.residual) <= r.tolerance)).map((r) => `${r.stat}: target ${JSON.stringify(r.target)}, achieved ${r.achieved} (tolerance ${r.tolerance})`) };
+  return {
+    profile,
+    t,
+    m,
+    s,
+    rows,
+    failures: rows
+      .filter((r) => !(Math.abs(r.residual) <= r.tolerance))
+      .map((r) => `${r.stat}: target ${JSON.stringify(r.target)}, achieved ${r.achieved} (tolerance ${r.tolerance})`),
+  };
 }
 
 describe('profiles calibrated to the MoE-Infinity paper reproduce their targets (router run with an unseen seed)', () => {
@@ -58,7 +77,7 @@ describe('profiles calibrated to the MoE-Infinity paper reproduce their targets 
     });
   }
 
-  it('Mixtral-8x7B (trace-fitted, not refitted) gives Table 1\'s Mixtral row within 10 %', async () => {
+  it("Mixtral-8x7B (trace-fitted, not refitted) gives Table 1's Mixtral row within 10 %", async () => {
     const r = await check('mixtral-8x7b', 'mixtral-8x7b.yaml');
     expect(r.m).toBe(1);
     expect(r.failures).toEqual([]);
@@ -80,7 +99,13 @@ describe('targets files', () => {
     name: 'tiny',
     model: { id: 'tiny', moeLayers: 2, experts: 16, topK: 1 },
     source: 'made up',
-    knobs: { popularity: { zipfExponent: 0.3 }, requestConcentration: null, temporalReuse: 0, crossLayer: 0, taskConcentration: null },
+    knobs: {
+      popularity: { zipfExponent: 0.3 },
+      requestConcentration: null,
+      temporalReuse: 0,
+      crossLayer: 0,
+      taskConcentration: null,
+    },
     knobsFrom: 'test',
     fit: ['zipfExponent'],
     decode: { activationPercent: { '1': 6.25, '4': 20 }, source: 'made up' },
@@ -96,10 +121,16 @@ describe('targets files', () => {
 
   it('errors name the file and the field', () => {
     expect(err({ ...base(), format: 'x' }).oneLine()).toMatch(/^t\.json: format: /);
-    expect(err({ ...base(), decode: { activationPercent: { x: 3 }, source: 's' } }).oneLine()).toMatch(/^t\.json: decode\.activationPercent\.x: /);
-    expect(err({ ...base(), decode: { activationPercent: { '2': 130 }, source: 's' } }).oneLine()).toMatch(/decode\.activationPercent\.2: .*\(got 130\)/);
+    expect(err({ ...base(), decode: { activationPercent: { x: 3 }, source: 's' } }).oneLine()).toMatch(
+      /^t\.json: decode\.activationPercent\.x: /,
+    );
+    expect(err({ ...base(), decode: { activationPercent: { '2': 130 }, source: 's' } }).oneLine()).toMatch(
+      /decode\.activationPercent\.2: .*\(got 130\)/,
+    );
     expect(err({ ...base(), fit: ['zipfExponent', 'nope'] }).oneLine()).toMatch(/fit\[1\]/);
-    expect(err({ ...base(), decode: { ...(base()['decode'] as object), tokensPerRequest: { fit: [4, 2] } } }).oneLine()).toMatch(/decode\.tokensPerRequest/);
+    expect(
+      err({ ...base(), decode: { ...(base()['decode'] as object), tokensPerRequest: { fit: [4, 2] } } }).oneLine(),
+    ).toMatch(/decode\.tokensPerRequest/);
     expect(err({ ...base(), decode: undefined }).oneLine()).toMatch(/give at least one of decode, prefill, reuse/);
     expect(err({ ...base(), extra: 1 }).oneLine()).toMatch(/t\.json/);
     expect(() => parseTargets('a: [', 't.yaml')).toThrow(/not valid YAML/);
@@ -113,17 +144,39 @@ describe('targets files', () => {
     expect(bs1.adjusted?.why).toMatch(/below the least possible value 1\.5625/);
     const sw = await loadTargets(path.join(TARGETS, 'switch-large-128.yaml'));
     expect(targetSpecs(sw).every((s) => s.adjusted === undefined)).toBe(true); // feasible once m may exceed 1
-    const one = parseTargets(JSON.stringify({ ...(sw as unknown as Record<string, unknown>), decode: { ...sw.decode!, tokensPerRequest: 1 } }), 'x.json');
-    expect(targetSpecs(one).filter((s) => s.adjusted).map((s) => s.stat)).toEqual(['decode bs=1', 'decode bs=2']);
+    const one = parseTargets(
+      JSON.stringify({ ...(sw as unknown as Record<string, unknown>), decode: { ...sw.decode!, tokensPerRequest: 1 } }),
+      'x.json',
+    );
+    expect(
+      targetSpecs(one)
+        .filter((s) => s.adjusted)
+        .map((s) => s.stat),
+    ).toEqual(['decode bs=1', 'decode bs=2']);
   });
 
   it('the calibrator recovers a known popularity skew from its own activation table, deterministically', () => {
-    const known = { popularity: { zipfExponent: 1.2 }, requestConcentration: null, temporalReuse: 0, crossLayer: 0, taskConcentration: null };
+    const known = {
+      popularity: { zipfExponent: 1.2 },
+      requestConcentration: null,
+      temporalReuse: 0,
+      crossLayer: 0,
+      taskConcentration: null,
+    };
     const model = { id: 'tiny', moeLayers: 2, experts: 16, topK: 1 };
-    const s = routingSummary(model, knobsOf(parseTargets(JSON.stringify({ ...base(), knobs: known }), 'k.json')), { batchSizes: [1, 2, 4, 8], poolRequests: 64, batchesPerSize: 256, seed: 'truth' });
+    const s = routingSummary(model, knobsOf(parseTargets(JSON.stringify({ ...base(), knobs: known }), 'k.json')), {
+      batchSizes: [1, 2, 4, 8],
+      poolRequests: 64,
+      batchesPerSize: 256,
+      seed: 'truth',
+    });
     const row = Object.fromEntries(Object.entries(s.decode['1']!).map(([b, v]) => [b, Math.round(1e4 * v) / 100]));
     const t: RoutingTargets = parseTargets(
-      JSON.stringify({ ...base(), decode: { activationPercent: row, source: 'self' }, search: { evaluations: 40, seed: 'fit' } }),
+      JSON.stringify({
+        ...base(),
+        decode: { activationPercent: row, source: 'self' },
+        search: { evaluations: 40, seed: 'fit' },
+      }),
       't.json',
     );
     const a = fitTargets(t);
@@ -157,7 +210,12 @@ describe('prefill temporal reuse (prefillTemporalReuse)', () => {
   /** Layer 1 of a request with `prompt` prompt tokens, `total` tokens routed. */
   const route = (k: ReturnType<typeof knobs>, prompt: number, total = prompt + 20): Int32Array => {
     const routing = new SyntheticRouting(new SyntheticModel(shape, k), 's');
-    const r = routing.forRequest({ id: 3, arrivalNs: 0 as never, promptTokens: Math.max(1, prompt), outputTokens: total - Math.max(1, prompt) + 1 });
+    const r = routing.forRequest({
+      id: 3,
+      arrivalNs: 0 as never,
+      promptTokens: Math.max(1, prompt),
+      outputTokens: total - Math.max(1, prompt) + 1,
+    });
     const out = new Int32Array(total * 2);
     r.route(1, 0, total, out);
     return out;
@@ -214,7 +272,7 @@ describe('moesim trace calibrate / activation with summary targets (CLI)', () =>
     expect(j.targets).toHaveLength(3);
   });
 
-  it('activation for a shipped profile: one-iteration and Table-1-definition columns and the paper\'s row', async () => {
+  it("activation for a shipped profile: one-iteration and Table-1-definition columns and the paper's row", async () => {
     const a = await runCliAsync(['trace', 'activation', '--profile', 'switch-large-128']);
     expect(a.status).toBe(0);
     expect(a.stdout).toMatch(/one decode iteration \(1 token\/request\)/);
@@ -225,7 +283,10 @@ describe('moesim trace calibrate / activation with summary targets (CLI)', () =>
 
   it('bad targets: one line naming the field, exit 2, nothing written; a check-only file is refused', async () => {
     const bad = path.join(dir, 'bad.yaml');
-    writeFileSync(bad, 'format: moesim-routing-targets\nversion: 1\nname: x\nmodel: { id: x, moeLayers: 2, experts: 16, topK: 1 }\nsource: s\nknobsFrom: s\nfit: [zipfExponent]\ndecode: { activationPercent: { 1: 250 }, source: s }\n');
+    writeFileSync(
+      bad,
+      'format: moesim-routing-targets\nversion: 1\nname: x\nmodel: { id: x, moeLayers: 2, experts: 16, topK: 1 }\nsource: s\nknobsFrom: s\nfit: [zipfExponent]\ndecode: { activationPercent: { 1: 250 }, source: s }\n',
+    );
     const out = path.join(dir, 'bad.json');
     const [r, mix] = await Promise.all([
       runCliAsync(['trace', 'calibrate', bad, '--out', out]),

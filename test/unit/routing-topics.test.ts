@@ -16,13 +16,31 @@ import type { TraceRequest } from '../../workloads/trace/format.ts';
 /** A one-layer request from per-token expert lists. */
 function req(id: string, tokens: number[][]): TraceRequest {
   const experts = Int32Array.from(tokens.flat());
-  return { id, line: 0, promptTokens: tokens.length, prefillRecorded: true, tokens: tokens.length, outputTokens: 1, experts };
+  return {
+    id,
+    line: 0,
+    promptTokens: tokens.length,
+    prefillRecorded: true,
+    tokens: tokens.length,
+    outputTokens: 1,
+    experts,
+  };
 }
 
 describe('adjacent-token shared fraction (L=1, E=4, k=2)', () => {
   // A: {0,1} {1,2} {2,3}: both pairs share 1 of 2 → 1/2 each, any-shared 1 each.
   // B: {0,1} {2,3}: shares 0.  Pairs: 3; shared = (1 + 1 + 0) / (3 · 2) = 1/3; any = 2/3.
-  const s = statsOf({ moeLayers: 1, experts: 4, topK: 2 }, [req('A', [[0, 1], [1, 2], [2, 3]]), req('B', [[0, 1], [2, 3]])]);
+  const s = statsOf({ moeLayers: 1, experts: 4, topK: 2 }, [
+    req('A', [
+      [0, 1],
+      [1, 2],
+      [2, 3],
+    ]),
+    req('B', [
+      [0, 1],
+      [2, 3],
+    ]),
+  ]);
   it('shared = 1/3 and temporal = 2/3; `shared` only when asked for', () => {
     const f = fitStatsOf(s, true);
     expect(f.values['shared']).toBeCloseTo(1 / 3, 12);
@@ -31,13 +49,28 @@ describe('adjacent-token shared fraction (L=1, E=4, k=2)', () => {
   });
 
   it('τ = ρ = 1 (every token repeats the previous one): the router measures shared fraction 1 exactly', () => {
-    const knobs = KnobsSchema.parse({ popularity: { zipfExponent: 0 }, requestConcentration: null, temporalReuse: 1, temporalDepth: 1, crossLayer: 0, taskConcentration: null });
+    const knobs = KnobsSchema.parse({
+      popularity: { zipfExponent: 0 },
+      requestConcentration: null,
+      temporalReuse: 1,
+      temporalDepth: 1,
+      crossLayer: 0,
+      taskConcentration: null,
+    });
     const m = new SyntheticModel({ moeLayers: 2, experts: 16, topK: 2 }, knobs);
     const routing = new SyntheticRouting(m, 's');
     const reqs = Array.from({ length: 5 }, (_, i) => {
       const out = new Int32Array(10 * 2 * 2);
       routing.create(i, undefined).generateAll(10, out);
-      return { id: String(i), line: 0, promptTokens: 0, prefillRecorded: false, tokens: 10, outputTokens: 10, experts: out } as TraceRequest;
+      return {
+        id: String(i),
+        line: 0,
+        promptTokens: 0,
+        prefillRecorded: false,
+        tokens: 10,
+        outputTokens: 10,
+        experts: out,
+      } as TraceRequest;
     });
     const f = fitStatsOf(statsOf({ moeLayers: 2, experts: 16, topK: 2 }, reqs), true);
     expect(f.values['shared']).toBe(1);
@@ -81,6 +114,8 @@ describe('batch composition', () => {
     expect(topic['8']!).toBeLessThan(mixed['8']!);
   });
   it('mixed is the default: omitting it or naming it measures the same', () => {
-    expect(routingSummary(shape, clustered, { ...o, batchComposition: 'mixed' })).toEqual(routingSummary(shape, clustered, o));
+    expect(routingSummary(shape, clustered, { ...o, batchComposition: 'mixed' })).toEqual(
+      routingSummary(shape, clustered, o),
+    );
   });
 });

@@ -77,7 +77,10 @@ describe('cost model runtime terms', () => {
     expect(c.ns).toBe(Math.ceil(a5000.gpu.kernelLaunchNs + body + 2 * 50_000));
     expect(c.runtimeNs).toBe(7 * 30_000 + 2 * 50_000);
     // A small op is dispatch-bound: 7 × 30 µs > its body.
-    const small = createCostModel(loadModel('switch-large-128'), a5000, { runtime: custom }).estimate({ kind: 'expert', tokens: 1 });
+    const small = createCostModel(loadModel('switch-large-128'), a5000, { runtime: custom }).estimate({
+      kind: 'expert',
+      tokens: 1,
+    });
     expect(small.bound).toBe('dispatch');
     expect(small.ns).toBe(7 * 30_000 + 2 * 50_000);
   });
@@ -100,7 +103,9 @@ describe('cost model runtime terms', () => {
     const cm = createCostModel(nllb, a5000, { runtime: loadRuntime('fused') });
     const c = cm.estimate({ kind: 'crossAttention', tokens: 2, contextTokens: 300 });
     expect(c.bytes).toBeGreaterThan(300 * nllb.derived.kvBytesPerTokenPerLayer);
-    expect(c.flops).toBe(2 * nllb.derived.attentionProjFlopsPerToken + 300 * nllb.derived.attentionScoreFlopsPerContextToken);
+    expect(c.flops).toBe(
+      2 * nllb.derived.attentionProjFlopsPerToken + 300 * nllb.derived.attentionScoreFlopsPerContextToken,
+    );
   });
 
   it('CPU attention takes the runtime kernel efficiency and thread count', () => {
@@ -117,7 +122,7 @@ describe('cost model runtime terms', () => {
     expect(sw.dtypes.expertBytesPerParam).toBe(4);
     const c = createCostModel(sw, a5000).estimate({ kind: 'expert', tokens: 4096 });
     expect(c.bound).toBe('flops');
-    const eff = 0.75 * 4096 / (4096 + 128);
+    const eff = (0.75 * 4096) / (4096 + 128);
     expect(c.ns).toBe(Math.ceil(a5000.gpu.kernelLaunchNs + (c.flops / (a5000.gpu.fp32FlopsPerSec! * eff)) * 1e9));
   });
 });
@@ -155,14 +160,20 @@ describe('executor under a runtime', () => {
     expect(mh.h2dBytes).toBe(mf.h2dBytes);
     // Each decode token walks 12 decoder MoE layers × 127 idle experts at (3 ops + 1 sync).
     const rt = loadRuntime('hf-eager');
-    const idlePerToken = 12 * 127 * (3 * rt.dispatchNs! + rt.syncNs) / 1e6;
+    const idlePerToken = (12 * 127 * (3 * rt.dispatchNs! + rt.syncNs)) / 1e6;
     expect(mh.tpotMs.mean - mf.tpotMs.mean).toBeGreaterThan(idlePerToken);
   });
 
   it('encoder-decoder: the encoder runs once per request; decode iterations route only decoder MoE layers', async () => {
     const model = loadModel('switch-large-128');
     const workload = await buildWorkload(
-      WorkloadSchema.parse({ requests: 1, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 32 }, outputTokens: { kind: 'fixed', tokens: 3 }, routing: { kind: 'synthetic', profile: 'switch-large-128' } }),
+      WorkloadSchema.parse({
+        requests: 1,
+        arrival: { kind: 'offline' },
+        promptTokens: { kind: 'fixed', tokens: 32 },
+        outputTokens: { kind: 'fixed', tokens: 3 },
+        routing: { kind: 'synthetic', profile: 'switch-large-128' },
+      }),
       { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK },
       new RngStreams(1),
       process.cwd(),
@@ -185,7 +196,15 @@ describe('executor under a runtime', () => {
       cost: createCostModel(model, a5000),
       workload,
       policy,
-      config: { batching: 'static', maxBatchSize: 1, maxWaitNs: msToNs(0), maxBatchTokens: 8192, bufferSlots: 'auto', packetBytes: 16 * 2 ** 20, preloadAllExperts: false },
+      config: {
+        batching: 'static',
+        maxBatchSize: 1,
+        maxWaitNs: msToNs(0),
+        maxBatchTokens: 8192,
+        bufferSlots: 'auto',
+        packetBytes: 16 * 2 ** 20,
+        preloadAllExperts: false,
+      },
     });
     x.run();
     const enc = Array.from({ length: 12 }, (_, i) => i);

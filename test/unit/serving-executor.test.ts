@@ -33,7 +33,6 @@ const EXPERTS = 4;
 
 const model: ModelProfile = { ...tinyModel(2, EXPERTS, 1), id: 'tiny' };
 
-
 const stubCost: CostModel = stubKernelCost();
 
 /** Every token: expert 1 at layer 0, expert 2 at layer 1. */
@@ -85,7 +84,15 @@ class Recorder implements TraceSink {
   }
 }
 
-function run(policy: ServingPolicy, o: { cfg?: Partial<ServingConfig>; requests?: readonly Partial<RequestSpec>[]; runtime?: RuntimeProfile; cost?: CostModel } = {}) {
+function run(
+  policy: ServingPolicy,
+  o: {
+    cfg?: Partial<ServingConfig>;
+    requests?: readonly Partial<RequestSpec>[];
+    runtime?: RuntimeProfile;
+    cost?: CostModel;
+  } = {},
+) {
   const rec = new Recorder();
   const checker = new InvariantChecker({ experts: EXPERTS, bytesPerExpert: MB });
   const executor = new ServingExecutor({
@@ -106,7 +113,8 @@ function run(policy: ServingPolicy, o: { cfg?: Partial<ServingConfig>; requests?
 
 const onDemand = (): ServingPolicy => builtinPolicy('on-demand')!.create({ keep: false }, undefined as never);
 /** LRU; the buffer size comes from the config here (the world builder maps `capacitySlots` to it). */
-const lru = (capacitySlots: number): ServingPolicy => builtinPolicy('lru')!.create({ capacitySlots }, undefined as never);
+const lru = (capacitySlots: number): ServingPolicy =>
+  builtinPolicy('lru')!.create({ capacitySlots }, undefined as never);
 
 const key = (layer: number, expert: number) => layer * EXPERTS + expert;
 
@@ -120,7 +128,13 @@ describe('serving executor: hand-checked timings', () => {
     expect(r.finishNs).toBe(4_454_000);
     expect(outcome.endNs).toBe(4_454_000);
     expect(outcome.counters.blockedNs).toBe(4 * 1_000_000);
-    expect(outcome.counters).toMatchObject({ needs: 4, cacheHits: 0, prefetchHits: 0, demandFetches: 4, iterations: 2 });
+    expect(outcome.counters).toMatchObject({
+      needs: 4,
+      cacheHits: 0,
+      prefetchHits: 0,
+      demandFetches: 4,
+      iterations: 2,
+    });
     expect(outcome.resources.h2d.bytesMoved).toBe(4 * MB);
     const m = servingMetrics(outcome);
     expect(m.ttftMs.mean).toBe(2.227);
@@ -167,7 +181,14 @@ describe('serving executor: hand-checked timings', () => {
     const { outcome, rec, violations } = run(policy, { requests: [{ outputTokens: 1 }] });
     expect(violations).toEqual([]);
     expect(outcome.requests[0]!.firstTokenNs).toBe(2_216_000);
-    expect(outcome.counters).toMatchObject({ needs: 2, prefetchHits: 1, cacheHits: 0, demandFetches: 1, prefetchesIssued: 1, prefetchesUsed: 1 });
+    expect(outcome.counters).toMatchObject({
+      needs: 2,
+      prefetchHits: 1,
+      cacheHits: 0,
+      demandFetches: 1,
+      prefetchesIssued: 1,
+      prefetchesUsed: 1,
+    });
     expect(outcome.counters.blockedNs).toBe(2_000_000 - 11_000);
     expect(rec.transfers.map((t) => [t.label, t.category, t.startNs, t.endNs, t.outcome])).toEqual([
       ['expert M1E2', 'expert-prefetch', 0, 1_000_000, 'done'],
@@ -206,9 +227,33 @@ describe('serving executor: policy errors', () => {
 
   it('init, afterUse and chooseVictim errors name their hook too', () => {
     const cases: [string, ServingPolicy][] = [
-      ['init', { name: 'p', init: () => { throw new Error('x'); } }],
-      ['afterUse', { name: 'p', afterUse: () => { throw new Error('x'); } }],
-      ['chooseVictim', { name: 'p', chooseVictim: () => { throw new Error('x'); } }],
+      [
+        'init',
+        {
+          name: 'p',
+          init: () => {
+            throw new Error('x');
+          },
+        },
+      ],
+      [
+        'afterUse',
+        {
+          name: 'p',
+          afterUse: () => {
+            throw new Error('x');
+          },
+        },
+      ],
+      [
+        'chooseVictim',
+        {
+          name: 'p',
+          chooseVictim: () => {
+            throw new Error('x');
+          },
+        },
+      ],
     ];
     for (const [hook, policy] of cases) {
       const cfg = hook === 'chooseVictim' ? { bufferSlots: 1 } : {};
@@ -228,7 +273,10 @@ describe('serving executor: policy errors', () => {
     ['not a number', Number.NaN],
     ['a string', '3' as unknown as number],
   ])('a prefetch of an invalid key (%s) is a PolicyError', (_what, badKey) => {
-    const policy: ServingPolicy = { name: 'bad-key', onIterationStart: () => ({ prefetch: [{ key: badKey, priority: 1 }] }) };
+    const policy: ServingPolicy = {
+      name: 'bad-key',
+      onIterationStart: () => ({ prefetch: [{ key: badKey, priority: 1 }] }),
+    };
     expect(() => run(policy)).toThrow(PolicyError);
     try {
       run(policy);
@@ -248,12 +296,17 @@ describe('serving executor: the executor enforces the buffer', () => {
   it('a policy that prefetches every expert into a 2-slot buffer never overflows it', () => {
     const policy: ServingPolicy = {
       name: 'greedy',
-      onIterationStart: () => ({ prefetch: Array.from({ length: 2 * EXPERTS }, (_, k) => ({ key: k, priority: 1 + k })) }),
+      onIterationStart: () => ({
+        prefetch: Array.from({ length: 2 * EXPERTS }, (_, k) => ({ key: k, priority: 1 + k })),
+      }),
       onLayerRouted: () => ({ prefetch: Array.from({ length: 2 * EXPERTS }, (_, k) => ({ key: k, priority: 1 })) }),
       onPrefetchDone: () => ({ prefetch: Array.from({ length: 2 * EXPERTS }, (_, k) => ({ key: k, priority: 1 })) }),
       afterUse: () => true,
     };
-    const { outcome, rec, violations } = run(policy, { cfg: { bufferSlots: 2 }, requests: [{ outputTokens: 3 }, { outputTokens: 2, arrivalNs: 1_000 as Ns }] });
+    const { outcome, rec, violations } = run(policy, {
+      cfg: { bufferSlots: 2 },
+      requests: [{ outputTokens: 3 }, { outputTokens: 2, arrivalNs: 1_000 as Ns }],
+    });
     expect(violations).toEqual([]);
     for (const r of outcome.requests) expect(r.emittedTokens).toBe(r.outputTokens);
     const expertCache = rec.memory.filter((m) => m.pool === 'vram' && m.category === 'expertCache');
@@ -287,7 +340,10 @@ describe('serving executor: the executor enforces the buffer', () => {
         return false;
       },
     };
-    const { outcome, rec, violations } = run(policy, { cfg: { bufferSlots: 2, packetBytes: 250_000 }, requests: [{ outputTokens: 1 }] });
+    const { outcome, rec, violations } = run(policy, {
+      cfg: { bufferSlots: 2, packetBytes: 250_000 },
+      requests: [{ outputTokens: 1 }],
+    });
     expect(violations).toEqual([]);
     expect(stillThere).toBe(false);
     // During M0E1's compute only M0E1 holds a slot.
@@ -298,7 +354,9 @@ describe('serving executor: the executor enforces the buffer', () => {
     const packetsOfCancelled = rec.packets.filter((p) => p.transferId === cancelled[0]!.id);
     expect(packetsOfCancelled.map((p) => [p.startNs, p.endNs, p.bytes])).toEqual([[0, 250_000, 250_000]]);
     // At t = 11 000 the demand fetch takes the second slot (2 MB) and the cancel frees one (1 MB).
-    const at11k = rec.memory.filter((m) => m.category === 'expertCache' && m.timeNs === 11_000).map((m) => m.categoryUsedBytes);
+    const at11k = rec.memory
+      .filter((m) => m.category === 'expertCache' && m.timeNs === 11_000)
+      .map((m) => m.categoryUsedBytes);
     expect(at11k).toEqual([2 * MB, 1 * MB]);
     const h2d = outcome.resources.h2d;
     expect(h2d.cancelledSentBytes).toBe(250_000);
@@ -315,7 +373,10 @@ describe('serving metrics', () => {
   it('bufferHitRate is exactly cacheHitRate + prefetchHitRate, even when both parts round', () => {
     const { outcome } = run(lru(4), { cfg: { bufferSlots: 4 } });
     // 41/147 and 5/147 each round to 6 digits; rounding the total separately (46/147) disagreed by 6e-7.
-    const fake: ServingOutcome = { ...outcome, counters: { ...outcome.counters, needs: 147, cacheHits: 41, prefetchHits: 5 } };
+    const fake: ServingOutcome = {
+      ...outcome,
+      counters: { ...outcome.counters, needs: 147, cacheHits: 41, prefetchHits: 5 },
+    };
     const m = servingMetrics(fake);
     expect(m.cacheHitRate).toBe(0.278912);
     expect(m.prefetchHitRate).toBe(0.0340136);

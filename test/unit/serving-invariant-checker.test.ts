@@ -13,19 +13,41 @@ const t = (n: number) => n as Ns;
 const MB = 1_000_000;
 
 function transfer(id: number, label: string, o: Partial<TransferRecord> = {}): TransferRecord {
-  return { link: 'h2d', id, label, category: 'expert-demand', bytes: MB, priority: 0, submitNs: t(0), startNs: t(0), endNs: t(10), outcome: 'done', sentBytes: MB, ...o };
+  return {
+    link: 'h2d',
+    id,
+    label,
+    category: 'expert-demand',
+    bytes: MB,
+    priority: 0,
+    submitNs: t(0),
+    startNs: t(0),
+    endNs: t(10),
+    outcome: 'done',
+    sentBytes: MB,
+    ...o,
+  };
 }
 function packet(transferId: number, label: string, bytes = MB, o: Partial<PacketRecord> = {}): PacketRecord {
   return { link: 'h2d', transferId, label, category: 'expert-demand', bytes, startNs: t(0), endNs: t(10), ...o };
 }
 
 /** The parts of an outcome `finish` reads. */
-function outcome(o: { bytesMoved: number; completedBytes: number; cancelledSentBytes: number; requests?: ServingOutcome['requests'] }): ServingOutcome {
+function outcome(o: {
+  bytesMoved: number;
+  completedBytes: number;
+  cancelledSentBytes: number;
+  requests?: ServingOutcome['requests'];
+}): ServingOutcome {
   const pool = (name: string) => ({ name, usedBytes: 0, capacityBytes: 100, peakBytes: 0 });
   return {
     requests: o.requests ?? [],
     counters: {} as ServingOutcome['counters'],
-    resources: { vram: pool('vram'), host: pool('host'), h2d: { bytesMoved: o.bytesMoved, completedBytes: o.completedBytes, cancelledSentBytes: o.cancelledSentBytes } } as unknown as ServingOutcome['resources'],
+    resources: {
+      vram: pool('vram'),
+      host: pool('host'),
+      h2d: { bytesMoved: o.bytesMoved, completedBytes: o.completedBytes, cancelledSentBytes: o.cancelledSentBytes },
+    } as unknown as ServingOutcome['resources'],
     endNs: t(1000),
     events: 0,
     slots: 1,
@@ -36,7 +58,14 @@ function outcome(o: { bytesMoved: number; completedBytes: number; cancelledSentB
 function cleanRun(c: InvariantChecker): void {
   c.onRequest(0, 'arrive', t(0));
   c.onRequest(0, 'admit', t(0));
-  c.onMemory({ pool: 'vram', category: 'expertCache', timeNs: t(0), categoryUsedBytes: MB, usedBytes: MB, capacityBytes: 2 * MB });
+  c.onMemory({
+    pool: 'vram',
+    category: 'expertCache',
+    timeNs: t(0),
+    categoryUsedBytes: MB,
+    usedBytes: MB,
+    capacityBytes: 2 * MB,
+  });
   c.onPacket(packet(0, 'expert M0E1'));
   c.onTransfer(transfer(0, 'expert M0E1'));
   c.onExpertResidency(1, true, t(10));
@@ -46,18 +75,36 @@ function cleanRun(c: InvariantChecker): void {
   c.onRequest(0, 'token', t(30));
   c.onRequest(0, 'finish', t(30));
 }
-const cleanRequest = { id: 0, arrivalNs: 0, admitNs: 0, firstTokenNs: 20, finishNs: 30, promptTokens: 1, outputTokens: 2, emittedTokens: 2 };
+const cleanRequest = {
+  id: 0,
+  arrivalNs: 0,
+  admitNs: 0,
+  firstTokenNs: 20,
+  finishNs: 30,
+  promptTokens: 1,
+  outputTokens: 2,
+  emittedTokens: 2,
+};
 
 describe('invariant checker', () => {
   it('accepts a clean run', () => {
     const c = new InvariantChecker({ experts: 4, bytesPerExpert: MB });
     cleanRun(c);
-    expect(c.finish(outcome({ bytesMoved: MB, completedBytes: MB, cancelledSentBytes: 0, requests: [cleanRequest] }))).toEqual([]);
+    expect(
+      c.finish(outcome({ bytesMoved: MB, completedBytes: MB, cancelledSentBytes: 0, requests: [cleanRequest] })),
+    ).toEqual([]);
   });
 
   it('(a) a pool over capacity, or categories that do not add up', () => {
     const c = new InvariantChecker({ experts: 4 });
-    c.onMemory({ pool: 'vram', category: 'kvCache', timeNs: t(5), categoryUsedBytes: 90, usedBytes: 110, capacityBytes: 100 });
+    c.onMemory({
+      pool: 'vram',
+      category: 'kvCache',
+      timeNs: t(5),
+      categoryUsedBytes: 90,
+      usedBytes: 110,
+      capacityBytes: 100,
+    });
     expect(c.violations().join('\n')).toMatch(/used 110 B > capacity 100 B/);
     expect(c.violations().join('\n')).toMatch(/categories sum to 90 B but the pool reports 110 B/);
   });
@@ -79,7 +126,9 @@ describe('invariant checker', () => {
     c.onTransfer(transfer(0, 'expert M0E1'));
     c.onExpertResidency(2, true, t(10));
     expect(c.violations().join('\n')).toMatch(/M0E2\) became resident without a completed transfer/);
-    expect(c.finish(outcome({ bytesMoved: MB, completedBytes: MB, cancelledSentBytes: 0 })).join('\n')).toMatch(/transfer\(s\) of expert 1 \(M0E1\) never made it resident/);
+    expect(c.finish(outcome({ bytesMoved: MB, completedBytes: MB, cancelledSentBytes: 0 })).join('\n')).toMatch(
+      /transfer\(s\) of expert 1 \(M0E1\) never made it resident/,
+    );
   });
 
   it('(c) packets that do not add up to the transfer, and a link total that disagrees', () => {
@@ -106,7 +155,16 @@ describe('invariant checker', () => {
     c.onRequest(0, 'token', t(7));
     c.onRequest(0, 'finish', t(7));
     c.onRequest(0, 'finish', t(8));
-    const v = c.finish(outcome({ bytesMoved: 0, completedBytes: 0, cancelledSentBytes: 0, requests: [{ ...cleanRequest, outputTokens: 1, emittedTokens: 2 }] })).join('\n');
+    const v = c
+      .finish(
+        outcome({
+          bytesMoved: 0,
+          completedBytes: 0,
+          cancelledSentBytes: 0,
+          requests: [{ ...cleanRequest, outputTokens: 1, emittedTokens: 2 }],
+        }),
+      )
+      .join('\n');
     expect(v).toMatch(/firstToken at t=5 before it was admitted/);
     expect(v).toMatch(/'finish' reported 2 times/);
     expect(v).toMatch(/2 tokens emitted for 1 output tokens/);

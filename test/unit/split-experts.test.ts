@@ -58,7 +58,16 @@ class Transfers implements TraceSink {
 function run(policy: ServingPolicy, outputTokens = 1) {
   const checker = new SegmentChecker(E, SPAN, MB);
   const transfers = new Transfers();
-  const x = new ServingExecutor({ model, hardware: tinyHardware(100 * MB), cost: stubCost, workload: workload(outputTokens), policy, config, sink: fanout([checker, transfers]), maxEvents: 100_000 });
+  const x = new ServingExecutor({
+    model,
+    hardware: tinyHardware(100 * MB),
+    cost: stubCost,
+    workload: workload(outputTokens),
+    policy,
+    config,
+    sink: fanout([checker, transfers]),
+    maxEvents: 100_000,
+  });
   const outcome = x.run();
   return { outcome, transfers: transfers.list, checker, violations: checker.finish(outcome) };
 }
@@ -134,7 +143,16 @@ describe('split experts', () => {
     const policy: ServingPolicy = {
       name: 'reshape',
       segmentCacheBytes: MB,
-      onIterationStart: (view) => (view.iteration === 0 ? { loadTops: [{ key: 1, fraction: 0.5 }, { key: 2, fraction: 0.5 }, { key: 3, fraction: 0.5 }] } : { dropTops: [2] }),
+      onIterationStart: (view) =>
+        view.iteration === 0
+          ? {
+              loadTops: [
+                { key: 1, fraction: 0.5 },
+                { key: 2, fraction: 0.5 },
+                { key: 3, fraction: 0.5 },
+              ],
+            }
+          : { dropTops: [2] },
       afterUse: () => false,
     };
     const { outcome, transfers, violations } = run(policy, 2);

@@ -54,7 +54,16 @@ const throughputRow = (policy: string, params: Record<string, unknown>, feasible
         prefillTokPerS: 1234.5,
         decodeTokPerS: 833.8,
         passes: { prefill: 0, decode: 120 },
-        search: { B: 4533, ba: 64, be: 512, omega: 1, sExpertBytes: 2 ** 32, sParamsBytes: 2 ** 33, predictedPassS: 1.2, simulatedPassS: 1.3 },
+        search: {
+          B: 4533,
+          ba: 64,
+          be: 512,
+          omega: 1,
+          sExpertBytes: 2 ** 32,
+          sParamsBytes: 2 ** 33,
+          predictedPassS: 1.2,
+          simulatedPassS: 1.3,
+        },
         gpuBusyFrac: 0.295,
         h2dUtil: 0.918,
         cpuUtil: 0.5,
@@ -67,9 +76,17 @@ const width = (text: string) => Math.max(...text.split('\n').map((l) => [...l].l
 
 describe('the default table fits 120 columns', () => {
   it('serving: key columns, long swept parameters, extra config columns', () => {
-    const params = (i: number) => ({ model: 'mixtral-8x7b', 'workload.arrival.ratePerS': 0.05 * (i + 1), 'policy.capacitySlots': 32 * (i + 1), 'executor.maxBatchSize': i + 1 });
+    const params = (i: number) => ({
+      model: 'mixtral-8x7b',
+      'workload.arrival.ratePerS': 0.05 * (i + 1),
+      'policy.capacitySlots': 32 * (i + 1),
+      'executor.maxBatchSize': i + 1,
+    });
     const rows = ['on-demand', 'lru-with-a-long-label', 'moe-infinity'].map((p, i) => servingRow(p, params(i), i + 1));
-    const { columns, fit } = chooseColumns('serving', {}, [metricColumn('prefetchPrecision'), metricColumn('ttftQueueMs.p99')]);
+    const { columns, fit } = chooseColumns('serving', {}, [
+      metricColumn('prefetchPrecision'),
+      metricColumn('ttftQueueMs.p99'),
+    ]);
     expect(fit).toBe(true);
     const t = renderTable(rows, columns, 'box', { maxWidth: 120, hideEmpty: true });
     expect(width(t)).toBeLessThanOrEqual(120);
@@ -87,7 +104,8 @@ describe('the default table fits 120 columns', () => {
     const t = renderTable(rows, columns, 'box', { maxWidth: 120, hideEmpty: true });
     expect(width(t)).toBeLessThanOrEqual(120);
     expect(t).not.toMatch(/left out/);
-    for (const h of ['TTFT', 'p99 ms', 'TPOT', 'tok/s', 'hit', 'blocked', 'GB/s', 'VRAM', 'sim s']) expect(t).toContain(h);
+    for (const h of ['TTFT', 'p99 ms', 'TPOT', 'tok/s', 'hit', 'blocked', 'GB/s', 'VRAM', 'sim s'])
+      expect(t).toContain(h);
   });
 
   it('throughput: an infeasible run is marked and its reason is on its own line under the table', () => {
@@ -122,7 +140,9 @@ describe('--columns and --wide', () => {
   });
 
   it('an unknown column is an error listing the ids', () => {
-    expect(() => chooseColumns('serving', { columns: ['tok/s', 'TTFT p50'] })).toThrow(/unknown column 'TTFT p50' \(columns of the serving family: ttft\.p50, .*tok\/s/);
+    expect(() => chooseColumns('serving', { columns: ['tok/s', 'TTFT p50'] })).toThrow(
+      /unknown column 'TTFT p50' \(columns of the serving family: ttft\.p50, .*tok\/s/,
+    );
     expect(() => chooseColumns('throughput', { columns: ['a b'] })).toThrow(/unknown column/);
   });
 
@@ -130,13 +150,24 @@ describe('--columns and --wide', () => {
     const { columns, fit } = chooseColumns('serving', { wide: true });
     expect(fit).toBe(false);
     expect(columns.map((c) => c.id)).toEqual(columnIds('serving'));
-    expect(columnIds('serving')).toEqual(expect.arrayContaining(['queue.p50', 'service.p50', 'pcie', 'sim', 'wall', 'events/s']));
-    expect(columnIds('throughput')).toEqual(expect.arrayContaining(['batch', 'omega', 'gpu', 'pcie', 'vram', 'host', 'sim']));
+    expect(columnIds('serving')).toEqual(
+      expect.arrayContaining(['queue.p50', 'service.p50', 'pcie', 'sim', 'wall', 'events/s']),
+    );
+    expect(columnIds('throughput')).toEqual(
+      expect.arrayContaining(['batch', 'omega', 'gpu', 'pcie', 'vram', 'host', 'sim']),
+    );
   });
 
   it('MoE-CAP columns (s-mbu, s-mfu, dense mbu/mfu, usd/Mtok) in both families, as percentages of the metrics', () => {
     const row = servingRow('lru', {}, 1);
-    const withCap: TableRow = { ...row, metrics: { ...row.metrics, cap: { sMbu: 0.0351, sMfu: 0.0018, mbu: 0.1141, mfu: 0.0067 }, cost: { usdPerMTok: 144.857 } } };
+    const withCap: TableRow = {
+      ...row,
+      metrics: {
+        ...row.metrics,
+        cap: { sMbu: 0.0351, sMfu: 0.0018, mbu: 0.1141, mfu: 0.0067 },
+        cost: { usdPerMTok: 144.857 },
+      },
+    };
     const { columns } = chooseColumns('serving', { columns: ['s-mbu', 's-mfu', 'mbu', 'mfu', 'usd/Mtok'] });
     const t = renderTable([withCap], columns, 'markdown');
     expect(t.split('\n')[2]).toBe('| lru | 3.51 | 0.18 | 11.41 | 0.67 | 144.86 |');

@@ -56,7 +56,13 @@ function world(o: WorldOptions = {}) {
       sink: o.sink,
     });
   const r: Resources = {
-    gpu: new Gpu({ streams: streamNames.length, concurrentStreams: o.concurrentStreams ?? false, sched: sim, sink: o.sink, streamNames }),
+    gpu: new Gpu({
+      streams: streamNames.length,
+      concurrentStreams: o.concurrentStreams ?? false,
+      sched: sim,
+      sink: o.sink,
+      streamNames,
+    }),
     h2d: link('h2d'),
     d2h: link('d2h'),
     cpu: new CpuPool({ cores: o.cores ?? 8, perCoreBytesPerSec: 1e9, sched: sim, dram: hostDram, sink: o.sink }),
@@ -87,14 +93,64 @@ describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () =>
   const tasks: TaskSpec[] = [
     // H2D, 2 MB each = 2 ms each, back to back by priority:
     //   L1.w [0,2]  L1.x0 [2,4]  L1.x1 [4,6]  L2.w [6,8]  L2.x0 [8,10]  L2.x1 [10,12]
-    { id: 'L1.w', kind: 'h2d', bytes: 2 * MB, priority: 0, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'denseWeights', hold: 'L1.w' }] },
-    { id: 'L1.x0', kind: 'h2d', bytes: 2 * MB, priority: 1, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L1.x0' }] },
-    { id: 'L1.x1', kind: 'h2d', bytes: 2 * MB, priority: 2, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L1.x1' }] },
-    { id: 'L2.w', kind: 'h2d', bytes: 2 * MB, priority: 3, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'denseWeights', hold: 'L2.w' }] },
-    { id: 'L2.x0', kind: 'h2d', bytes: 2 * MB, priority: 4, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L2.x0' }] },
-    { id: 'L2.x1', kind: 'h2d', bytes: 2 * MB, priority: 5, category: 'weights', alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L2.x1' }] },
+    {
+      id: 'L1.w',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 0,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'denseWeights', hold: 'L1.w' }],
+    },
+    {
+      id: 'L1.x0',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 1,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L1.x0' }],
+    },
+    {
+      id: 'L1.x1',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 2,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L1.x1' }],
+    },
+    {
+      id: 'L2.w',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 3,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'denseWeights', hold: 'L2.w' }],
+    },
+    {
+      id: 'L2.x0',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 4,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L2.x0' }],
+    },
+    {
+      id: 'L2.x1',
+      kind: 'h2d',
+      bytes: 2 * MB,
+      priority: 5,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 2 * MB, category: 'expertWeights', hold: 'L2.x1' }],
+    },
     // Layer 1. GPU: attention waits for its weights (2) → [2,5].
-    { id: 'L1.attn', kind: 'gpu', durationNs: ms(3), category: 'attention', deps: ['L1.w'], release: ['L1.w'], alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'activations' }] },
+    {
+      id: 'L1.attn',
+      kind: 'gpu',
+      durationNs: ms(3),
+      category: 'attention',
+      deps: ['L1.w'],
+      release: ['L1.w'],
+      alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'activations' }],
+    },
     // CPU attention (4 cores, 4 ms of FLOPs, 1 MB of KV read: FLOP-bound) in parallel → [0,4].
     { id: 'L1.cpuAttn', kind: 'cpu', cores: 4, computeNs: ms(4), bytes: 1 * MB, category: 'attention' },
     // KV of layer 1 D2H after attention, 1 MB → [5,6].
@@ -105,8 +161,23 @@ describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () =>
     // Layer 1 done when both experts and the CPU attention are: max(7, 9, 4) = 9.
     { id: 'L1.done', kind: 'barrier', category: 'sync', deps: ['L1.e0', 'L1.e1', 'L1.cpuAttn'] },
     // Layer 2: weights prefetched by 8, layer 1 done at 9 → attention [9,12]; CPU [9,13]; KV [12,13].
-    { id: 'L2.attn', kind: 'gpu', durationNs: ms(3), category: 'attention', deps: ['L1.done', 'L2.w'], release: ['L2.w'] },
-    { id: 'L2.cpuAttn', kind: 'cpu', cores: 4, computeNs: ms(4), bytes: 1 * MB, category: 'attention', deps: ['L1.done'] },
+    {
+      id: 'L2.attn',
+      kind: 'gpu',
+      durationNs: ms(3),
+      category: 'attention',
+      deps: ['L1.done', 'L2.w'],
+      release: ['L2.w'],
+    },
+    {
+      id: 'L2.cpuAttn',
+      kind: 'cpu',
+      cores: 4,
+      computeNs: ms(4),
+      bytes: 1 * MB,
+      category: 'attention',
+      deps: ['L1.done'],
+    },
     { id: 'L2.kv', kind: 'd2h', bytes: 1 * MB, category: 'kv', deps: ['L2.attn'] },
     // Both experts' weights arrived (10, 12) before attention ends (12): [12,14], [14,16].
     { id: 'L2.e0', kind: 'gpu', durationNs: ms(2), category: 'expert', deps: ['L2.attn', 'L2.x0'], release: ['L2.x0'] },
@@ -119,7 +190,12 @@ describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () =>
     graph.add(tasks);
     sim.run();
     graph.assertDone();
-    expect(spans(graph, tasks.map((t) => t.id))).toEqual({
+    expect(
+      spans(
+        graph,
+        tasks.map((t) => t.id),
+      ),
+    ).toEqual({
       'L1.w': [0, 2],
       'L1.x0': [2, 4],
       'L1.x1': [4, 6],
@@ -140,7 +216,13 @@ describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () =>
       'L2.done': [16, 16],
     });
     // Transfers were all handed to the link at 0 (memory allows), and waited there.
-    expect(graph.timing('L2.x1')).toMatchObject({ readyNs: 0, dispatchNs: 0, startNs: ms(10), finishNs: ms(12), state: 'done' });
+    expect(graph.timing('L2.x1')).toMatchObject({
+      readyNs: 0,
+      dispatchNs: 0,
+      startNs: ms(10),
+      finishNs: ms(12),
+      state: 'done',
+    });
     // L1.e1 was ready at 6 (its weights) but the GPU was busy until 7.
     expect(graph.timing('L1.e1')).toMatchObject({ readyNs: ms(6), dispatchNs: ms(7) });
     // VRAM: six 2 MB buffers reserved at 0, plus 1 MB of activations at 2 → peak 13 MB; all released at the end.
@@ -189,12 +271,32 @@ describe('task graph: memory', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, sink: { onMemory: (m) => records.push(m) } });
     graph.add([
       // fill [0,6] holds 6 MB until use [6,8] releases it.
-      { id: 'fill', kind: 'h2d', bytes: 6 * MB, category: 'weights', alloc: [{ pool: 'vram', bytes: 6 * MB, category: 'expertWeights', hold: 'buf' }] },
+      {
+        id: 'fill',
+        kind: 'h2d',
+        bytes: 6 * MB,
+        category: 'weights',
+        alloc: [{ pool: 'vram', bytes: 6 * MB, category: 'expertWeights', hold: 'buf' }],
+      },
       { id: 'use', kind: 'gpu', durationNs: ms(2), category: 'expert', deps: ['fill'], release: ['buf'] },
       // next needs 6 MB: only 4 MB free until 8 → dispatched at 8; the link is busy with small until 9 → [9,15].
-      { id: 'next', kind: 'h2d', bytes: 6 * MB, priority: 1, category: 'weights', alloc: [{ pool: 'vram', bytes: 6 * MB, category: 'expertWeights', hold: 'buf2' }] },
+      {
+        id: 'next',
+        kind: 'h2d',
+        bytes: 6 * MB,
+        priority: 1,
+        category: 'weights',
+        alloc: [{ pool: 'vram', bytes: 6 * MB, category: 'expertWeights', hold: 'buf2' }],
+      },
       // small is less urgent but fits (6 + 3 ≤ 10): dispatched at 0, waits for the link until 6 → [6,9].
-      { id: 'small', kind: 'h2d', bytes: 3 * MB, priority: 2, category: 'weights', alloc: [{ pool: 'vram', bytes: 3 * MB, category: 'prefetchBuffer' }] },
+      {
+        id: 'small',
+        kind: 'h2d',
+        bytes: 3 * MB,
+        priority: 2,
+        category: 'weights',
+        alloc: [{ pool: 'vram', bytes: 3 * MB, category: 'prefetchBuffer' }],
+      },
       { id: 'use2', kind: 'gpu', durationNs: ms(1), category: 'expert', deps: ['next'], release: ['buf2'] },
     ]);
     sim.run();
@@ -218,9 +320,26 @@ describe('task graph: memory', () => {
   it('acquires a task’s allocations all or nothing, across pools', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, hostBytes: 10 * MB });
     graph.add([
-      { id: 'hostHog', kind: 'gpu', durationNs: ms(5), category: 'x', alloc: [{ pool: 'host', bytes: 8 * MB, category: 'kvCache' }] },
+      {
+        id: 'hostHog',
+        kind: 'gpu',
+        durationNs: ms(5),
+        category: 'x',
+        alloc: [{ pool: 'host', bytes: 8 * MB, category: 'kvCache' }],
+      },
       // Needs both pools: VRAM is free but host is not until 5; nothing is taken meanwhile.
-      { id: 'both', kind: 'cpu', cores: 1, computeNs: ms(1), bytes: 0, category: 'x', alloc: [{ pool: 'vram', bytes: 4 * MB, category: 'workspace' }, { pool: 'host', bytes: 4 * MB, category: 'kvCache' }] },
+      {
+        id: 'both',
+        kind: 'cpu',
+        cores: 1,
+        computeNs: ms(1),
+        bytes: 0,
+        category: 'x',
+        alloc: [
+          { pool: 'vram', bytes: 4 * MB, category: 'workspace' },
+          { pool: 'host', bytes: 4 * MB, category: 'kvCache' },
+        ],
+      },
     ]);
     sim.run({ until: ms(4) });
     expect(r.vram.usedBytes).toBe(0);
@@ -233,8 +352,21 @@ describe('task graph: memory', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, graph: { onStall: 'wait' } });
     const outside = r.vram.allocate(8 * MB, 'expertCache', 'someone else');
     // Foreign CPU work frees the outside allocation at 3 ms.
-    r.cpu.submit({ cores: 1, computeNs: ms(3), bytes: 0, label: 'foreign', category: 'x', onDone: () => r.vram.free(outside) });
-    graph.add({ id: 'g', kind: 'gpu', durationNs: ms(1), category: 'x', alloc: [{ pool: 'vram', bytes: 5 * MB, category: 'activations' }] });
+    r.cpu.submit({
+      cores: 1,
+      computeNs: ms(3),
+      bytes: 0,
+      label: 'foreign',
+      category: 'x',
+      onDone: () => r.vram.free(outside),
+    });
+    graph.add({
+      id: 'g',
+      kind: 'gpu',
+      durationNs: ms(1),
+      category: 'x',
+      alloc: [{ pool: 'vram', bytes: 5 * MB, category: 'activations' }],
+    });
     const result = sim.run();
     expect(result.events).toBeLessThan(10);
     expect(spans(graph, ['g'])).toEqual({ g: [3, 4] });
@@ -257,8 +389,21 @@ describe('task graph: growth', () => {
         const experts = [2, 5]; // "routing": known only now
         ctx.add(
           experts.flatMap((e): TaskSpec[] => [
-            { id: `fetch${e}`, kind: 'h2d', bytes: 1 * MB, category: 'weights', alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'expertWeights', hold: `w${e}` }] },
-            { id: `gemm${e}`, kind: 'gpu', durationNs: ms(2), category: 'expert', deps: ['router', `fetch${e}`], release: [`w${e}`] },
+            {
+              id: `fetch${e}`,
+              kind: 'h2d',
+              bytes: 1 * MB,
+              category: 'weights',
+              alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'expertWeights', hold: `w${e}` }],
+            },
+            {
+              id: `gemm${e}`,
+              kind: 'gpu',
+              durationNs: ms(2),
+              category: 'expert',
+              deps: ['router', `fetch${e}`],
+              release: [`w${e}`],
+            },
           ]),
         );
         ctx.add({ id: 'combine', kind: 'barrier', category: 'sync', deps: experts.map((e) => `gemm${e}`) });
@@ -356,8 +501,23 @@ describe('task graph: priorities on a contended resource', () => {
   it('a CPU task whose memory is short does not hold the CPU for less urgent tasks', () => {
     const { sim, graph } = world({ cores: 4 });
     graph.add([
-      { id: 'hog', kind: 'gpu', durationNs: ms(5), category: 'x', alloc: [{ pool: 'vram', bytes: 60 * MB, category: 'workspace' }] },
-      { id: 'wide', kind: 'cpu', cores: 4, computeNs: ms(1), bytes: 0, priority: 1, category: 'attention', alloc: [{ pool: 'vram', bytes: 10 * MB, category: 'activations' }] },
+      {
+        id: 'hog',
+        kind: 'gpu',
+        durationNs: ms(5),
+        category: 'x',
+        alloc: [{ pool: 'vram', bytes: 60 * MB, category: 'workspace' }],
+      },
+      {
+        id: 'wide',
+        kind: 'cpu',
+        cores: 4,
+        computeNs: ms(1),
+        bytes: 0,
+        priority: 1,
+        category: 'attention',
+        alloc: [{ pool: 'vram', bytes: 10 * MB, category: 'activations' }],
+      },
       { id: 'narrow', kind: 'cpu', cores: 1, computeNs: ms(1), bytes: 0, priority: 2, category: 'attention' },
     ]);
     sim.run();
@@ -375,7 +535,13 @@ describe('task graph: priorities on a contended resource', () => {
       alloc: [{ pool: 'vram', bytes: mb * MB, category: 'expertWeights' }],
     });
     graph.add([
-      { id: 'hog', kind: 'gpu', durationNs: ms(2), category: 'x', alloc: [{ pool: 'vram', bytes: 9 * MB, category: 'workspace' }] },
+      {
+        id: 'hog',
+        kind: 'gpu',
+        durationNs: ms(2),
+        category: 'x',
+        alloc: [{ pool: 'vram', bytes: 9 * MB, category: 'workspace' }],
+      },
       // All wait at 0 (1 MB free). At 2, 10 MB free: p1 and p2 (4 + 4) get it, p3 does not fit,
       // the 2 MB p5 does. The link: p1 [2,6], p2 [6,10]; p3 gets p1's 4 MB at 6 and, more urgent
       // than p5, goes first at 10 → [10,14]; p5 [14,16].
@@ -386,7 +552,9 @@ describe('task graph: priorities on a contended resource', () => {
     ]);
     sim.run();
     expect(spans(graph, ['p1', 'p2', 'p3', 'p5'])).toEqual({ p1: [2, 6], p2: [6, 10], p3: [10, 14], p5: [14, 16] });
-    expect([graph.timing('p1'), graph.timing('p2'), graph.timing('p3'), graph.timing('p5')].map((t) => t.dispatchNs)).toEqual([ms(2), ms(2), ms(6), ms(2)]);
+    expect(
+      [graph.timing('p1'), graph.timing('p2'), graph.timing('p3'), graph.timing('p5')].map((t) => t.dispatchNs),
+    ).toEqual([ms(2), ms(2), ms(6), ms(2)]);
   });
 
   it('concurrent GPU streams overlap; serialised streams share the SMs in priority order', () => {
@@ -408,8 +576,22 @@ describe('task graph: priorities on a contended resource', () => {
 describe('task graph: deadlock', () => {
   const deadlocked: TaskSpec[] = [
     // a holds 8 of 10 MB until c releases it; c needs b, and b needs 5 MB: stuck at 8 ms.
-    { id: 'a', kind: 'h2d', bytes: 8 * MB, category: 'weights', alloc: [{ pool: 'vram', bytes: 8 * MB, category: 'expertWeights', hold: 'a.buf' }] },
-    { id: 'b', kind: 'gpu', durationNs: ms(1), category: 'expert', label: 'the GEMM', deps: ['a'], alloc: [{ pool: 'vram', bytes: 5 * MB, category: 'activations' }] },
+    {
+      id: 'a',
+      kind: 'h2d',
+      bytes: 8 * MB,
+      category: 'weights',
+      alloc: [{ pool: 'vram', bytes: 8 * MB, category: 'expertWeights', hold: 'a.buf' }],
+    },
+    {
+      id: 'b',
+      kind: 'gpu',
+      durationNs: ms(1),
+      category: 'expert',
+      label: 'the GEMM',
+      deps: ['a'],
+      alloc: [{ pool: 'vram', bytes: 5 * MB, category: 'activations' }],
+    },
     { id: 'c', kind: 'barrier', category: 'sync', deps: ['b'], release: ['a.buf'] },
   ];
 
@@ -429,9 +611,13 @@ describe('task graph: deadlock', () => {
       ['b', 'ready', []],
       ['c', 'pending', ['b']],
     ]);
-    expect(d.stuck[0]!.memory).toEqual([{ pool: 'vram', neededBytes: 5 * MB, freeBytes: 2 * MB, capacityBytes: 10 * MB }]);
+    expect(d.stuck[0]!.memory).toEqual([
+      { pool: 'vram', neededBytes: 5 * MB, freeBytes: 2 * MB, capacityBytes: 10 * MB },
+    ]);
     expect(d.message).toContain('[t=8000000ns taskgraph] deadlock');
-    expect(d.message).toContain('task "b" "the GEMM" (ready): needs 5000000 B of vram, 2000000 B free of 10000000 B (in use: "a.buf" 8000000 B held by "a", released by "c" (pending))');
+    expect(d.message).toContain(
+      'task "b" "the GEMM" (ready): needs 5000000 B of vram, 2000000 B free of 10000000 B (in use: "a.buf" 8000000 B held by "a", released by "c" (pending))',
+    );
     expect(d.message).toContain('task "c" (pending): waits for "b" (ready)');
   });
 
@@ -453,28 +639,60 @@ describe('task graph: deadlock', () => {
 });
 
 describe('task graph: validation (a batch is added whole or not at all)', () => {
-  const g = (id: string, extra: Partial<TaskSpec> = {}): TaskSpec => ({ id, kind: 'gpu', durationNs: ms(1), category: 'x', ...extra }) as TaskSpec;
+  const g = (id: string, extra: Partial<TaskSpec> = {}): TaskSpec =>
+    ({ id, kind: 'gpu', durationNs: ms(1), category: 'x', ...extra }) as TaskSpec;
   const cases: [string, (graph: TaskGraphExecutor) => void, RegExp][] = [
     ['unknown dep', (x) => x.add([g('ok'), g('t', { deps: ['nope'] })]), /task "t": unknown dep "nope"/],
     ['duplicate id in batch', (x) => x.add([g('t'), g('t')]), /id appears twice/],
     ['id already added', (x) => (x.add(g('t')), x.add(g('t'))), /id already added/],
     ['self dep', (x) => x.add(g('t', { deps: ['t'] })), /depends on itself/],
-    ['cycle', (x) => x.add([g('p', { deps: ['q'] }), g('q', { deps: ['p'] }), g('r')]), /dependency cycle among tasks "p", "q"/],
+    [
+      'cycle',
+      (x) => x.add([g('p', { deps: ['q'] }), g('q', { deps: ['p'] }), g('r')]),
+      /dependency cycle among tasks "p", "q"/,
+    ],
     ['unknown stream', (x) => x.add(g('t', { stream: 'nope' } as Partial<TaskSpec>)), /no GPU stream named "nope"/],
-    ['fractional duration', (x) => x.add(g('t', { durationNs: 1.5 } as Partial<TaskSpec>)), /durationNs must be a non-negative integer/],
-    ['too many cores', (x) => x.add({ id: 't', kind: 'cpu', cores: 99, computeNs: ms(1), bytes: 0, category: 'x' }), /cores must be an integer in \[1, 8\]/],
-    ['empty transfer', (x) => x.add({ id: 't', kind: 'h2d', bytes: 0, category: 'x' }), /bytes must be a positive integer/],
-    ['alloc over capacity', (x) => x.add(g('t', { alloc: [{ pool: 'vram', bytes: 65 * MB, category: 'workspace' }] })), /needs 65000000 B of vram, more than its capacity/],
-    ['unknown category', (x) => x.add(g('t', { alloc: [{ pool: 'vram', bytes: 1, category: 'nope' as never }] })), /unknown memory category/],
+    [
+      'fractional duration',
+      (x) => x.add(g('t', { durationNs: 1.5 } as Partial<TaskSpec>)),
+      /durationNs must be a non-negative integer/,
+    ],
+    [
+      'too many cores',
+      (x) => x.add({ id: 't', kind: 'cpu', cores: 99, computeNs: ms(1), bytes: 0, category: 'x' }),
+      /cores must be an integer in \[1, 8\]/,
+    ],
+    [
+      'empty transfer',
+      (x) => x.add({ id: 't', kind: 'h2d', bytes: 0, category: 'x' }),
+      /bytes must be a positive integer/,
+    ],
+    [
+      'alloc over capacity',
+      (x) => x.add(g('t', { alloc: [{ pool: 'vram', bytes: 65 * MB, category: 'workspace' }] })),
+      /needs 65000000 B of vram, more than its capacity/,
+    ],
+    [
+      'unknown category',
+      (x) => x.add(g('t', { alloc: [{ pool: 'vram', bytes: 1, category: 'nope' as never }] })),
+      /unknown memory category/,
+    ],
     ['release of an unheld key', (x) => x.add(g('t', { release: ['k'] })), /releases "k", which no task holds/],
     [
       'release by a non-descendant',
-      (x) => x.add([g('h', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] }), g('t', { release: ['k'] })]),
+      (x) =>
+        x.add([
+          g('h', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] }),
+          g('t', { release: ['k'] }),
+        ]),
       /does not depend \(directly or not\) on its holder "h"/,
     ],
     [
       'hold key in use',
-      (x) => (x.add(g('h', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] })), x.add(g('h2', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] }))),
+      (x) => (
+        x.add(g('h', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] })),
+        x.add(g('h2', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] }))
+      ),
       /hold key "k" is in use \(held by task "h"\)/,
     ],
     [
@@ -508,16 +726,34 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
 
   it('a later batch can release a live hold, and the key can be reused once its releaser has finished', () => {
     const { sim, r, graph } = world();
-    graph.add({ id: 'h', kind: 'h2d', bytes: 1 * MB, category: 'w', alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'expertWeights', hold: 'k' }] });
+    graph.add({
+      id: 'h',
+      kind: 'h2d',
+      bytes: 1 * MB,
+      category: 'w',
+      alloc: [{ pool: 'vram', bytes: 1 * MB, category: 'expertWeights', hold: 'k' }],
+    });
     sim.run();
     expect(graph.holdsInfo()).toEqual([{ key: 'k', holder: 'h', live: true, bytesByPool: { vram: 1 * MB, host: 0 } }]);
     expect(r.vram.usedBytes).toBe(1 * MB);
     graph.add({ id: 'free', kind: 'barrier', category: 'sync', release: ['k'] }); // no dep needed: h is finished
     // The key stays in use until its releaser has finished.
-    expect(() => graph.add({ id: 'h2', kind: 'barrier', category: 'sync', alloc: [{ pool: 'vram', bytes: 2, category: 'workspace', hold: 'k' }] })).toThrow(/in use/);
+    expect(() =>
+      graph.add({
+        id: 'h2',
+        kind: 'barrier',
+        category: 'sync',
+        alloc: [{ pool: 'vram', bytes: 2, category: 'workspace', hold: 'k' }],
+      }),
+    ).toThrow(/in use/);
     sim.run();
     expect(r.vram.usedBytes).toBe(0);
-    graph.add({ id: 'h2', kind: 'barrier', category: 'sync', alloc: [{ pool: 'vram', bytes: 2, category: 'workspace', hold: 'k' }] });
+    graph.add({
+      id: 'h2',
+      kind: 'barrier',
+      category: 'sync',
+      alloc: [{ pool: 'vram', bytes: 2, category: 'workspace', hold: 'k' }],
+    });
     sim.run();
     expect(r.vram.usedBytes).toBe(2);
     expect(graph.holdsInfo().map((h) => [h.key, h.holder, h.live])).toEqual([['k', 'h2', true]]);
@@ -525,7 +761,13 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
 
   it('wraps an error thrown by onDone in a SimError naming the task', () => {
     const { sim, graph } = world();
-    graph.add(g('t', { onDone: () => { throw new Error('boom'); } }));
+    graph.add(
+      g('t', {
+        onDone: () => {
+          throw new Error('boom');
+        },
+      }),
+    );
     expect(() => sim.run()).toThrow(/\[t=1000000ns taskgraph\] onDone of task "t" threw: boom/);
   });
 

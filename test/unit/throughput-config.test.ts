@@ -21,7 +21,12 @@ const config = (o: Record<string, unknown> = {}) => ({
   name: 'throughput-test',
   model: 'deepseek-v2-lite',
   hardware: 'moe-gen-c1',
-  workload: { requests: 64, arrival: { kind: 'offline' }, promptTokens: { kind: 'fixed', tokens: 64 }, outputTokens: { kind: 'fixed', tokens: 8 } },
+  workload: {
+    requests: 64,
+    arrival: { kind: 'offline' },
+    promptTokens: { kind: 'fixed', tokens: 64 },
+    outputTokens: { kind: 'fixed', tokens: 8 },
+  },
   executor: { kind: 'throughput', phase: 'both' },
   policies: [{ name: 'moe-gen-h' }, { name: 'deepspeed-like' }],
   ...o,
@@ -44,14 +49,29 @@ describe('throughput executor: config', () => {
     const serving = validateConfig({ ...config(), executor: undefined, policies: [{ name: 'lru' }] });
     expect(serving.executor.kind).toBe('serving');
     const t = validateConfig(config());
-    expect(t.executor).toMatchObject({ kind: 'throughput', phase: 'both', contextBucketTokens: 64, memoise: true, kvLayout: 'contiguous' });
+    expect(t.executor).toMatchObject({
+      kind: 'throughput',
+      phase: 'both',
+      contextBucketTokens: 64,
+      memoise: true,
+      kvLayout: 'contiguous',
+    });
     expect(() => validateConfig(config({ executor: { kind: 'throughput', maxBatchSize: 8 } }))).toThrow(UserError);
   });
 
   it('a policy whose family does not match the executor is an input error naming policies[i]', async () => {
-    const e1 = await expectUserError(expandRuns(validateConfig(config({ policies: [{ name: 'moe-gen-g' }, { name: 'lru' }] })), baseDir), /^policies\[1\]$/);
+    const e1 = await expectUserError(
+      expandRuns(validateConfig(config({ policies: [{ name: 'moe-gen-g' }, { name: 'lru' }] })), baseDir),
+      /^policies\[1\]$/,
+    );
     expect(e1.message).toMatch(/does not run on the throughput executor/);
-    const e2 = await expectUserError(expandRuns(validateConfig({ ...config(), executor: undefined, policies: [{ name: 'lru' }, { name: 'moe-gen-h' }] }), baseDir), /^policies\[1\]$/);
+    const e2 = await expectUserError(
+      expandRuns(
+        validateConfig({ ...config(), executor: undefined, policies: [{ name: 'lru' }, { name: 'moe-gen-h' }] }),
+        baseDir,
+      ),
+      /^policies\[1\]$/,
+    );
     expect(e2.message).toMatch(/needs the throughput executor/);
   });
 
@@ -76,7 +96,10 @@ describe('throughput executor: config', () => {
       ['b', 'mixtral-8x7b', { kind: 'fixed', tokens: 16 }, 1],
     ]);
     expect(runs.every((r) => r.throughput?.kind === 'throughput')).toBe(true);
-    await expectUserError(expandRuns(validateConfig(config({ cases: [{ 'executor.kind': 'serving' }] })), baseDir), /^cases\[0\]/);
+    await expectUserError(
+      expandRuns(validateConfig(config({ cases: [{ 'executor.kind': 'serving' }] })), baseDir),
+      /^cases\[0\]/,
+    );
   });
 });
 
@@ -95,7 +118,10 @@ describe('throughput executor: runs', () => {
       file: 'inline.yaml',
     };
     const result = await runExperiment(loaded, { outDir: out, progress: false });
-    const json = JSON.parse(readFileSync(path.join(out, 'results.json'), 'utf8')) as { complete: boolean; runs: { params: { case: string }; metrics: Record<string, unknown> }[] };
+    const json = JSON.parse(readFileSync(path.join(out, 'results.json'), 'utf8')) as {
+      complete: boolean;
+      runs: { params: { case: string }; metrics: Record<string, unknown> }[];
+    };
     expect(json.complete).toBe(true);
     const tooBig = json.runs.filter((r) => r.params.case === 'too big');
     expect(tooBig).toHaveLength(2);
@@ -111,7 +137,12 @@ describe('throughput executor: runs', () => {
       expect(m.decodeTokPerS).toBeGreaterThan(0);
       expect(m.prefillTokPerS).toBeGreaterThan(0);
       expect(m.outputTokens).toBe(64 * 8);
-      expect(m.search).toMatchObject({ B: expect.any(Number), ba: expect.any(Number), be: expect.any(Number), omega: expect.any(Number) });
+      expect(m.search).toMatchObject({
+        B: expect.any(Number),
+        ba: expect.any(Number),
+        be: expect.any(Number),
+        omega: expect.any(Number),
+      });
       // The prediction (critical path, expected routing) beside the simulation of the same pass shape.
       expect(m.search!.predictedPassS).toBeGreaterThan(0);
       expect(m.search!.simulatedPassS!).toBeGreaterThanOrEqual(m.search!.criticalPathS!);

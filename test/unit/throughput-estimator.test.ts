@@ -31,7 +31,14 @@ function toyHardware(): HardwareProfile {
     ...real,
     id: 'toy',
     gpu: { ...real.gpu, vramBytes: 1_000 * MB },
-    cpu: { ...real.cpu, cores: 4, vectorFlopsPerSecPerCore: 1e9, vectorEfficiency: 1, dramBytesPerSec: 1e15, perCoreDramBytesPerSec: 1e9 },
+    cpu: {
+      ...real.cpu,
+      cores: 4,
+      vectorFlopsPerSecPerCore: 1e9,
+      vectorEfficiency: 1,
+      dramBytesPerSec: 1e15,
+      perCoreDramBytesPerSec: 1e9,
+    },
     pcie: { ...real.pcie, h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 0, pageableFactor: 1 },
     hostDramBytes: 100_000 * MB,
     pinnedHostMemory: true,
@@ -76,15 +83,31 @@ function toyModel(): ModelProfile {
 /** Fixed kernel times: attention 1 ms, router 0.1 ms, expert 0.5 ms, LM head 0.2 ms, projections 0.3 ms. */
 const stubCost: CostModel = {
   estimate(op: Operation): Cost {
-    const t = { attention: 1, router: 0.1, expert: 0.5, lmHead: 0.2, attentionProj: 0.3, sharedExperts: 0.4, denseFfn: 0.4 } as Record<string, number>;
-    if (op.kind === 'cpuAttention') return { ns: ms(2), bound: 'cpuFlops', source: 'roofline', flops: 0, bytes: 0, computeNs: ms(2) };
+    const t = {
+      attention: 1,
+      router: 0.1,
+      expert: 0.5,
+      lmHead: 0.2,
+      attentionProj: 0.3,
+      sharedExperts: 0.4,
+      denseFfn: 0.4,
+    } as Record<string, number>;
+    if (op.kind === 'cpuAttention')
+      return { ns: ms(2), bound: 'cpuFlops', source: 'roofline', flops: 0, bytes: 0, computeNs: ms(2) };
     if (op.kind === 'transfer') throw new Error('transfers are priced by the links');
     return { ns: ms(t[op.kind]!), bound: 'flops', source: 'roofline', flops: 0, bytes: 0 };
   },
 };
 
 const decode2: PassShape = { phase: 'decode', seqs: 2, newTokens: 1, pastTokens: 500, hostSeqs: 2, reserveTokens: 600 };
-const moeGenLike = (o: Partial<PassConfig> = {}): PassConfig => ({ ...defaultPassConfig(2), attnMicroSeqs: 2, kvBuffers: 1, expertSlots: 1, weightSlots: 1, ...o });
+const moeGenLike = (o: Partial<PassConfig> = {}): PassConfig => ({
+  ...defaultPassConfig(2),
+  attnMicroSeqs: 2,
+  kvBuffers: 1,
+  expertSlots: 1,
+  weightSlots: 1,
+  ...o,
+});
 
 function finishOf(dag: PassDag, hw: HardwareProfile): Map<string, number> {
   const f = earliestFinishes(dag, hw);
@@ -99,10 +122,19 @@ describe('critical-path estimator: hand-made DAGs', () => {
   it('prices each kind of task alone on an idle machine', () => {
     expect(uncontendedNs({ id: 0, kind: 'gpu', category: 'x', durationNs: ms(3) }, hw)).toBe(3e6);
     expect(uncontendedNs({ id: 0, kind: 'h2d', category: 'x', bytes: 2 * MB }, hw)).toBe(2e6);
-    expect(uncontendedNs({ id: 0, kind: 'h2d', category: 'x', bytes: 2 * MB }, { ...hw, pcie: { ...hw.pcie, latencyNs: 7000 } })).toBe(2e6 + 7000);
+    expect(
+      uncontendedNs(
+        { id: 0, kind: 'h2d', category: 'x', bytes: 2 * MB },
+        { ...hw, pcie: { ...hw.pcie, latencyNs: 7000 } },
+      ),
+    ).toBe(2e6 + 7000);
     // CPU: max(compute, bytes / min(DRAM, cores × per-core)); 2 cores draw 2 GB/s → 4 MB take 2 ms.
-    expect(uncontendedNs({ id: 0, kind: 'cpu', category: 'x', cores: 2, computeNs: ms(1), bytes: 4 * MB }, hw)).toBe(2e6);
-    expect(uncontendedNs({ id: 0, kind: 'cpu', category: 'x', cores: 2, computeNs: ms(5), bytes: 4 * MB }, hw)).toBe(5e6);
+    expect(uncontendedNs({ id: 0, kind: 'cpu', category: 'x', cores: 2, computeNs: ms(1), bytes: 4 * MB }, hw)).toBe(
+      2e6,
+    );
+    expect(uncontendedNs({ id: 0, kind: 'cpu', category: 'x', cores: 2, computeNs: ms(5), bytes: 4 * MB }, hw)).toBe(
+      5e6,
+    );
     expect(uncontendedNs({ id: 0, kind: 'barrier', category: 'x' }, hw)).toBe(0);
   });
 
@@ -126,19 +158,42 @@ describe('critical-path estimator: hand-made DAGs', () => {
     const model = loadModel('mixtral-8x7b');
     const real = loadHardware('moe-gen-c2');
     const cost = createCostModel(model, real);
-    const shape = { ...refDecodeShape({ sequences: 1000, promptTokens: 128, outputTokens: 32, phases: { prefill: false, decode: true } }, 300, 300) };
-    const config = { ...defaultPassConfig(model.layers), omega: 0.3, attnMicroSeqs: 64, cpuCores: 8, kvBuffers: 3, expertSlots: 3 };
+    const shape = {
+      ...refDecodeShape(
+        { sequences: 1000, promptTokens: 128, outputTokens: 32, phases: { prefill: false, decode: true } },
+        300,
+        300,
+      ),
+    };
+    const config = {
+      ...defaultPassConfig(model.layers),
+      omega: 0.3,
+      attnMicroSeqs: 64,
+      cpuCores: 8,
+      kvBuffers: 3,
+      expertSlots: 3,
+    };
     const dag = buildPassDag({ model, hardware: real, cost, shape, config, counts: expectedCounts(model.topK) });
     const f = earliestFinishes(dag, real);
     expect(staticCriticalPath(dag.tasks, (t) => uncontendedNs(t, real)).lengthNs).toBe(f[dag.finalId]);
-    expect(estimatePassNs({ model, hardware: real, cost, shape, config, counts: expectedCounts(model.topK) })).toBe(f[dag.finalId]);
+    expect(estimatePassNs({ model, hardware: real, cost, shape, config, counts: expectedCounts(model.topK) })).toBe(
+      f[dag.finalId],
+    );
   });
 });
 
 describe('pass DAG of a two-layer toy model, timed by hand', () => {
   const hw = toyHardware();
   const model = toyModel();
-  const inp = { model, hardware: hw, cost: stubCost, shape: decode2, config: moeGenLike(), counts: expectedCounts(1), labels: true };
+  const inp = {
+    model,
+    hardware: hw,
+    cost: stubCost,
+    shape: decode2,
+    config: moeGenLike(),
+    counts: expectedCounts(1),
+    labels: true,
+  };
 
   it('module-based decode: one dense buffer, one KV buffer, one expert slot', () => {
     // H2D chain per layer: dense weights (1 MB), KV of the micro-batch (2 seqs × 500 tokens ×
@@ -237,20 +292,44 @@ describe('estimator: extrapolation and routing counts', () => {
 
   it('the period of a configuration is the realignment of its buffer rings', () => {
     const model = loadModel('mixtral-8x7b');
-    const shape: PassShape = { phase: 'decode', seqs: 400, newTokens: 1, pastTokens: 100, hostSeqs: 400, reserveTokens: 200 };
+    const shape: PassShape = {
+      phase: 'decode',
+      seqs: 400,
+      newTokens: 1,
+      pastTokens: 100,
+      hostSeqs: 400,
+      reserveTokens: 200,
+    };
     const base = { ...defaultPassConfig(model.layers), attnMicroSeqs: 400, kvBuffers: 1 };
     expect(layerPeriod({ model, shape, config: { ...base, expertSlots: 8 } })).toBe(2); // the out-KV ring: 1 fill/layer of 2
     expect(layerPeriod({ model, shape, config: { ...base, expertSlots: 12 } })).toBe(6); // 12/gcd(8,12) = 3, lcm with 2
   });
 
   it('extrapolated critical paths match the exact ones on the shipped models', () => {
-    for (const [id, hwId] of [['mixtral-8x7b', 'moe-gen-c2'], ['deepseek-v2-lite', 'moe-gen-c1']] as const) {
+    for (const [id, hwId] of [
+      ['mixtral-8x7b', 'moe-gen-c2'],
+      ['deepseek-v2-lite', 'moe-gen-c1'],
+    ] as const) {
       const model = loadModel(id);
       const hw = loadHardware(hwId);
       const cost = createCostModel(model, hw);
-      const shape: PassShape = { phase: 'decode', seqs: 500, newTokens: 1, pastTokens: 300, hostSeqs: 500, reserveTokens: 400 };
+      const shape: PassShape = {
+        phase: 'decode',
+        seqs: 500,
+        newTokens: 1,
+        pastTokens: 300,
+        hostSeqs: 500,
+        reserveTokens: 400,
+      };
       for (const config of [
-        { ...defaultPassConfig(model.layers), omega: 0.5, attnMicroSeqs: 64, cpuCores: 8, kvBuffers: 2, expertSlots: 4 },
+        {
+          ...defaultPassConfig(model.layers),
+          omega: 0.5,
+          attnMicroSeqs: 64,
+          cpuCores: 8,
+          kvBuffers: 2,
+          expertSlots: 4,
+        },
         { ...defaultPassConfig(model.layers), attnMicroSeqs: 128, kvBuffers: 3, expertSlots: 3, cachedParamBytes: 4e9 },
       ]) {
         const inp = { model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) };
@@ -272,7 +351,14 @@ describe('CPU attention of latent-KV (MLA) models', () => {
     // 16 heads × (2·128·512 + 2·512·128) FLOPs per token; kv_b = 512 × 16 × (128 + 128) BF16 parameters.
     expect(up).toEqual({ flopsPerToken: 16 * (2 * 128 * 512 + 2 * 512 * 128), bytes: 512 * 16 * 256 * 2 });
     expect(mlaUpProjection(loadModel('mixtral-8x7b'))).toEqual({ flopsPerToken: 0, bytes: 0 });
-    const shape: PassShape = { phase: 'decode', seqs: 10, newTokens: 1, pastTokens: 99, hostSeqs: 10, reserveTokens: 120 };
+    const shape: PassShape = {
+      phase: 'decode',
+      seqs: 10,
+      newTokens: 1,
+      pastTokens: 99,
+      hostSeqs: 10,
+      reserveTokens: 120,
+    };
     const config = { ...defaultPassConfig(model.layers), omega: 1, cpuCores: 4 };
     const dag = buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) });
     const task = dag.tasks.find((t) => t.category === 'cpuAttention')!;
@@ -283,16 +369,30 @@ describe('CPU attention of latent-KV (MLA) models', () => {
     expect(scores.flops / scores.computeNs! / (rate / 1e9)).toBeCloseTo(1, 4); // computeNs is rounded up
     const upNs = Math.ceil(((10 * up.flopsPerToken) / scores.flops) * scores.computeNs!);
     expect(Math.abs(upNs - (10 * up.flopsPerToken * 1e9) / rate)).toBeLessThan(2);
-    expect(task).toMatchObject({ kind: 'cpu', cores: 4, bytes: scores.bytes + up.bytes, computeNs: scores.computeNs! + upNs });
+    expect(task).toMatchObject({
+      kind: 'cpu',
+      cores: 4,
+      bytes: scores.bytes + up.bytes,
+      computeNs: scores.computeNs! + upNs,
+    });
   });
 
   it('prices the up-projection with the runtime’s kernel: MoE-Gen’s (0.10 of peak, 16 threads) is slower per thread', async () => {
     const model = loadModel('deepseek-v2-lite');
     const hw = loadHardware('moe-gen-c1');
-    const shape: PassShape = { phase: 'decode', seqs: 10, newTokens: 1, pastTokens: 99, hostSeqs: 10, reserveTokens: 120 };
+    const shape: PassShape = {
+      phase: 'decode',
+      seqs: 10,
+      newTokens: 1,
+      pastTokens: 99,
+      hostSeqs: 10,
+      reserveTokens: 120,
+    };
     const config = { ...defaultPassConfig(model.layers), omega: 1, cpuCores: 16 };
     const task = (cost: ReturnType<typeof createCostModel>) =>
-      buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) }).tasks.find((t) => t.category === 'cpuAttention')!;
+      buildPassDag({ model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) }).tasks.find(
+        (t) => t.category === 'cpuAttention',
+      )!;
     const fused = task(createCostModel(model, hw));
     const moeGen = task(createCostModel(model, hw, { runtime: loadRuntime('moe-gen') }));
     // Same 16 threads; efficiency 0.10 instead of the profile's 0.5: 5× the compute time (± ceil rounding).

@@ -80,7 +80,9 @@ describe('CPU attention per kernel (cpu-attention-bench)', () => {
   it('thread count and CPU type change its time', () => {
     const op = { kind: 'cpuAttention' as const, tokens: 1000, contextTokens: 640_000, cores: 16 };
     const t16 = createCostModel(mixtral, c2, { runtime: moeGen }).estimate(op).ns;
-    const t8 = createCostModel(mixtral, c2, { runtime: { ...moeGen, cpuAttention: { ...moeGen.cpuAttention, threads: 8 } } }).estimate(op).ns;
+    const t8 = createCostModel(mixtral, c2, {
+      runtime: { ...moeGen, cpuAttention: { ...moeGen.cpuAttention, threads: 8 } },
+    }).estimate(op).ns;
     expect(t8 / t16).toBeCloseTo(2, 3);
     // C3's EPYC 7313P runs the same 16 threads at 3.0 GHz instead of 2.75.
     const tc3 = createCostModel(mixtral, c3, { runtime: moeGen }).estimate(op).ns;
@@ -94,8 +96,12 @@ describe('CPU attention per kernel (cpu-attention-bench)', () => {
 describe('PCIe on the MoE-Gen testbeds', () => {
   it('is the PCIe 4.0 x16 profile (25 GB/s) by default, MoE-Lens’s 19.5 GB/s in the -pcie19p5 variants, both directions', () => {
     const links = [
-      ['moe-gen-c1', 25], ['moe-gen-c2', 25], ['moe-gen-c3', 25],
-      ['moe-gen-c1-pcie19p5', 19.5], ['moe-gen-c2-pcie19p5', 19.5], ['moe-gen-c3-pcie19p5', 19.5],
+      ['moe-gen-c1', 25],
+      ['moe-gen-c2', 25],
+      ['moe-gen-c3', 25],
+      ['moe-gen-c1-pcie19p5', 19.5],
+      ['moe-gen-c2-pcie19p5', 19.5],
+      ['moe-gen-c3-pcie19p5', 19.5],
     ] as const;
     for (const [id, gbps] of links) {
       const hw = loadHardware(id);
@@ -103,16 +109,30 @@ describe('PCIe on the MoE-Gen testbeds', () => {
       expect(hw.pcie.d2hBytesPerSec).toBe(gbps * 1e9);
       const cm = createCostModel(mixtral, hw);
       // 1 GB: 10 µs + 1e9 B at the link's rate.
-      expect(cm.estimate({ kind: 'transfer', bytes: 1e9, direction: 'h2d' }).ns).toBe(Math.ceil(10_000 + 1e18 / (gbps * 1e9)));
+      expect(cm.estimate({ kind: 'transfer', bytes: 1e9, direction: 'h2d' }).ns).toBe(
+        Math.ceil(10_000 + 1e18 / (gbps * 1e9)),
+      );
     }
   });
 });
 
 /** Plans a throughput-family policy with parsed default params. */
-function planOf(def: PolicyDefinition<unknown>, params: Record<string, unknown>, model: ModelProfile, hw: HardwareProfile, w: WorkloadSummary, runtime?: RuntimeProfile): RunPlan {
+function planOf(
+  def: PolicyDefinition<unknown>,
+  params: Record<string, unknown>,
+  model: ModelProfile,
+  hw: HardwareProfile,
+  w: WorkloadSummary,
+  runtime?: RuntimeProfile,
+): RunPlan {
   const p = def.params.parse(params);
   const pol = def.createThroughput!(p, {} as never);
-  const ctx: PlanContext = { model, hardware: hw, cost: createCostModel(model, hw, runtime ? { runtime } : {}), workload: w };
+  const ctx: PlanContext = {
+    model,
+    hardware: hw,
+    cost: createCostModel(model, hw, runtime ? { runtime } : {}),
+    workload: w,
+  };
   const r = pol.plan(ctx);
   if (!r.feasible) throw new Error(r.reason);
   return r.plan;
@@ -129,7 +149,12 @@ describe('baseline batch limits: model-based batching (MoE-Gen §3, §4.1, §5.3
   //   moe-lightning-like (KV in host DRAM) adds the new-KV out-buffers, 2 × 512 × 4 096 = 4 194 304.
   // So B = ⌊(VRAM − fixed) / per sequence⌋. The comparison with the batches MoE-Gen's Table 6
   // implies is printed in experiments/moe-gen/FIDELITY.md, not asserted here.
-  const decodeOnly: WorkloadSummary = { sequences: 100_000, promptTokens: 512, outputTokens: 256, phases: { prefill: false, decode: true } };
+  const decodeOnly: WorkloadSummary = {
+    sequences: 100_000,
+    promptTokens: 512,
+    outputTokens: 256,
+    phases: { prefill: false, decode: true },
+  };
   const both: WorkloadSummary = { ...decodeOnly, phases: { prefill: true, decode: true } };
   const fixed = 524_288_000 + 2 * 2_902_540_288;
   const free = 25_769_803_776 - fixed; // 19 440 435 200
@@ -161,7 +186,14 @@ describe('baseline batch limits: model-based batching (MoE-Gen §3, §4.1, §5.3
     expect(Math.floor(free / perSeq)).toBe(386);
     expect(planOf(moeLightningLike as never, {}, mixtral, c2, decodeOnly, moeGen).hostBatchSeqs).toBe(386);
     // The released optimiser is bounded by the roofline and host memory instead: a far larger batch.
-    const released = planOf(moeLightningLike as never, { batching: 'released' }, mixtral, c2, decodeOnly, lightning).hostBatchSeqs;
+    const released = planOf(
+      moeLightningLike as never,
+      { batching: 'released' },
+      mixtral,
+      c2,
+      decodeOnly,
+      lightning,
+    ).hostBatchSeqs;
     expect(released).toBeGreaterThan(5 * 386);
   });
 
@@ -192,7 +224,7 @@ describe('ω: the two-resource bound (CPU KV rate vs PCIe)', () => {
     const cm = createCostModel(mixtral, c2, { runtime: moeGen });
     const c = cm.estimate({ kind: 'cpuAttention', tokens: B, contextTokens: B * 640, cores: 28 });
     const r = c.bytes / (c.ns / 1e9);
-    const rByHand = ((16 * 0.1 * c2.cpu.vectorFlopsPerSecPerCore) * 4096) / 16384;
+    const rByHand = (16 * 0.1 * c2.cpu.vectorFlopsPerSecPerCore * 4096) / 16384;
     expect(c2.cpu.vectorFlopsPerSecPerCore).toBe(88e9);
     expect(Math.abs(r / rByHand - 1)).toBeLessThan(1e-9);
     const bw = c2.pcie.h2dBytesPerSec;

@@ -12,7 +12,14 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import { arrivalTimesS, fitGammaArrivals } from '../../workloads/arrivals.ts';
 import { readRequestLog, parseTime } from '../../workloads/request-log.ts';
 import { DATASETS, DATASET_NAMES, resolveDatasetName } from '../../workloads/datasets.ts';
-import { LengthSchema, TruncatedLogNormal, lengthSampler, empiricalQuantiles, normalCdf, normalQuantile } from '../../workloads/lengths.ts';
+import {
+  LengthSchema,
+  TruncatedLogNormal,
+  lengthSampler,
+  empiricalQuantiles,
+  normalCdf,
+  normalQuantile,
+} from '../../workloads/lengths.ts';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'moesim-arrivals-'));
 
@@ -75,7 +82,10 @@ describe('request-log replay', () => {
     const f = path.join(dir, 'log.jsonl.gz');
     writeFileSync(f, gzipSync('{"arrivalS": 0, "task": "a"}\n{"arrivalS": 2, "promptTokens": 5}\n'));
     const log = await readRequestLog(f);
-    expect(log).toEqual([{ arrivalS: 0, task: 'a' }, { arrivalS: 2, promptTokens: 5 }]);
+    expect(log).toEqual([
+      { arrivalS: 0, task: 'a' },
+      { arrivalS: 2, promptTokens: 5 },
+    ]);
     const r = arrivalTimesS({ kind: 'replay', path: f, timeScale: 0.5 }, 5, new Rng('r'), log);
     expect(r.timesS).toEqual([0, 1, 2, 3, 4]);
     expect(r.cycles).toBe(3);
@@ -101,7 +111,17 @@ describe('request-log replay', () => {
 
 describe('length distributions', () => {
   it('every dataset of DESIGN §6 is there, with a source', () => {
-    for (const name of ['mmlu', 'gsm8k', 'chatbot-arena', 'mt-bench', 'rag', 'aime', 'longbench', 'flan', 'big-bench']) {
+    for (const name of [
+      'mmlu',
+      'gsm8k',
+      'chatbot-arena',
+      'mt-bench',
+      'rag',
+      'aime',
+      'longbench',
+      'flan',
+      'big-bench',
+    ]) {
       expect(DATASET_NAMES).toContain(name);
       expect(DATASETS[name as keyof typeof DATASETS].source.length).toBeGreaterThan(20);
     }

@@ -15,7 +15,10 @@ const AGG = path.join(REPO_ROOT, 'traces/olmoe-routing-aggregates.json.gz');
 
 describe('moesim trace (CLI)', () => {
   it('stats --json prints exactly the documented keys; the table names every statistic', async () => {
-    const [json, table] = await Promise.all([runCliAsync(['trace', 'stats', SHIPPED, '--json']), runCliAsync(['trace', 'stats', SHIPPED])]);
+    const [json, table] = await Promise.all([
+      runCliAsync(['trace', 'stats', SHIPPED, '--json']),
+      runCliAsync(['trace', 'stats', SHIPPED]),
+    ]);
     expect(json.status).toBe(0);
     const s = JSON.parse(json.stdout) as Record<string, unknown>;
     expect(Object.keys(s)).toEqual([
@@ -35,14 +38,36 @@ describe('moesim trace (CLI)', () => {
     expect(Object.keys(s['requestSkew'] as object)).toEqual(['2', '4']);
     expect(Object.keys(s['activationRatioByBatch'] as object)).toHaveLength(32);
     expect(table.status).toBe(0);
-    for (const row of ['popularity entropy', 'request skew top-2', 'cross-layer predictability', 'temporal locality', 'activation ratio', 'task similarity']) {
+    for (const row of [
+      'popularity entropy',
+      'request skew top-2',
+      'cross-layer predictability',
+      'temporal locality',
+      'activation ratio',
+      'task similarity',
+    ]) {
       expect(table.stdout).toContain(row);
     }
   });
 
   it('generate → stats, compare with the profile, import, calibrate', async () => {
     const out = path.join(dir, 'gen.jsonl.gz');
-    const g = await runCliAsync(['trace', 'generate', '--profile', 'mixtral-8x7b', '--requests', '6', '--prompt-tokens', '8', '--output-tokens', '4', '--tasks', 'a=1,b=1', '--out', out]);
+    const g = await runCliAsync([
+      'trace',
+      'generate',
+      '--profile',
+      'mixtral-8x7b',
+      '--requests',
+      '6',
+      '--prompt-tokens',
+      '8',
+      '--output-tokens',
+      '4',
+      '--tasks',
+      'a=1,b=1',
+      '--out',
+      out,
+    ]);
     expect(g.stderr).toBe('');
     expect(g.stdout).toMatch(/wrote .*gen\.jsonl\.gz: 6 requests, 66 tokens, profile mixtral-8x7b/);
     const prof = path.join(dir, 'fit.json');
@@ -76,7 +101,16 @@ describe('moesim trace (CLI)', () => {
     writeFileSync(
       bad,
       `${JSON.stringify({ format: 'moesim-trace', version: 1, model: { moeLayers: 2, experts: 4, topK: 2 } })}\n` +
-        `${JSON.stringify({ id: 'a', promptTokens: 1, tokens: [[[0, 1], [2, 4]]] })}\n`,
+        `${JSON.stringify({
+          id: 'a',
+          promptTokens: 1,
+          tokens: [
+            [
+              [0, 1],
+              [2, 4],
+            ],
+          ],
+        })}\n`,
     );
     const truncated = path.join(dir, 'truncated.jsonl.gz');
     const whole = readFileSync(SHIPPED);
@@ -85,11 +119,22 @@ describe('moesim trace (CLI)', () => {
     const [a, b, c, d] = await Promise.all([
       runCliAsync(['trace', 'stats', bad]),
       runCliAsync(['trace', 'stats', truncated]),
-      runCliAsync(['trace', 'generate', '--profile', 'mixtral-8x7b', '--like', truncated, '--out', path.join(outDir, 'x.jsonl.gz')]),
+      runCliAsync([
+        'trace',
+        'generate',
+        '--profile',
+        'mixtral-8x7b',
+        '--like',
+        truncated,
+        '--out',
+        path.join(outDir, 'x.jsonl.gz'),
+      ]),
       runCliAsync(['trace', 'calibrate', truncated, '--out', path.join(outDir, 'p.json')]),
     ]);
     expect(a.status).toBe(2);
-    expect(a.stderr.trim()).toBe(`moesim: ${bad}: line 2: tokens[0][1][1]: expert id 4 is out of range (experts = 4, ids 0…3)`);
+    expect(a.stderr.trim()).toBe(
+      `moesim: ${bad}: line 2: tokens[0][1][1]: expert id 4 is out of range (experts = 4, ids 0…3)`,
+    );
     for (const r of [b, c, d]) {
       expect(r.status).toBe(2);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);

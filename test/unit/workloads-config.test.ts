@@ -52,10 +52,42 @@ function toyTrace(name: string, withPredictions = false): string {
       id: 'a',
       promptTokens: 2,
       task: 'chat',
-      tokens: [[[0, 1], [2, 3]], [[1, 2], [3, 0]], [[0, 3], null]],
-      ...(withPredictions ? { predictions: [[[3, 2, 1, 0], [0, 1]], [null, null], [[2], null]] } : {}),
+      tokens: [
+        [
+          [0, 1],
+          [2, 3],
+        ],
+        [
+          [1, 2],
+          [3, 0],
+        ],
+        [[0, 3], null],
+      ],
+      ...(withPredictions
+        ? {
+            predictions: [
+              [
+                [3, 2, 1, 0],
+                [0, 1],
+              ],
+              [null, null],
+              [[2], null],
+            ],
+          }
+        : {}),
     },
-    { id: 'b', promptTokens: 0, prefillRecorded: false, task: 'code', tokens: [[[2, 3], [0, 1]]] },
+    {
+      id: 'b',
+      promptTokens: 0,
+      prefillRecorded: false,
+      task: 'code',
+      tokens: [
+        [
+          [2, 3],
+          [0, 1],
+        ],
+      ],
+    },
   ];
   writeFileSync(f, gzipSync(lines.map((l) => JSON.stringify(l)).join('\n')));
   return f;
@@ -144,7 +176,15 @@ describe('workload config', () => {
 
   it('a profile of another model shape → UserError naming the profile file and field', async () => {
     const e = await userError(
-      build({ requests: 1, promptTokens: { kind: 'fixed', tokens: 1 }, outputTokens: { kind: 'fixed', tokens: 1 }, routing: { kind: 'synthetic', profile: 'mixtral-8x7b' } }, TOY),
+      build(
+        {
+          requests: 1,
+          promptTokens: { kind: 'fixed', tokens: 1 },
+          outputTokens: { kind: 'fixed', tokens: 1 },
+          routing: { kind: 'synthetic', profile: 'mixtral-8x7b' },
+        },
+        TOY,
+      ),
     );
     expect(e.file).toMatch(/workloads\/profiles\/mixtral-8x7b\.json$/);
     expect(e.field).toBe('model.moeLayers');
@@ -152,7 +192,12 @@ describe('workload config', () => {
 
   it('an unknown profile → UserError', async () => {
     const e = await userError(
-      build({ requests: 1, promptTokens: { kind: 'fixed', tokens: 1 }, outputTokens: { kind: 'fixed', tokens: 1 }, routing: { kind: 'synthetic', profile: 'gpt-9' } }),
+      build({
+        requests: 1,
+        promptTokens: { kind: 'fixed', tokens: 1 },
+        outputTokens: { kind: 'fixed', tokens: 1 },
+        routing: { kind: 'synthetic', profile: 'gpt-9' },
+      }),
     );
     expect(e.message).toMatch(/no synthetic profile named "gpt-9"/);
   });
@@ -179,7 +224,10 @@ describe('workload config', () => {
     });
 
     it('config lengths override the trace; tokens beyond the recording are filled with valid experts', async () => {
-      const w = await build({ requests: 2, routing: { kind: 'trace', path: trace }, outputTokens: { kind: 'fixed', tokens: 6 } }, TOY);
+      const w = await build(
+        { requests: 2, routing: { kind: 'trace', path: trace }, outputTokens: { kind: 'fixed', tokens: 6 } },
+        TOY,
+      );
       for (const o of routeAll(w, 0)) for (let t = 0; t < o.length; t += 2) expect(o[t]).not.toBe(o[t + 1]);
     });
 
@@ -196,7 +244,9 @@ describe('workload config', () => {
       expect(w.predictor!.predict(0, 1, 0, 1).slice(0, 2)).toEqual([0, 1]);
       const gap = w.predictor!.predict(0, 0, 1, 2);
       expect([...gap].sort()).toEqual([0, 1, 2, 3]);
-      const e = await userError(build({ requests: 1, routing: { kind: 'trace', path: trace }, prediction: { kind: 'trace' } }, TOY));
+      const e = await userError(
+        build({ requests: 1, routing: { kind: 'trace', path: trace }, prediction: { kind: 'trace' } }, TOY),
+      );
       expect(e.message).toMatch(/carries no predictions/);
     });
   });
@@ -231,7 +281,10 @@ describe('expert predictor', () => {
       const router = w.routing.forRequest(spec);
       const truth = new Int32Array(2);
       for (let t = 0; t < processedTokens(spec); t++) {
-        for (const [slot, layer] of [[0, 0], [1, 20]] as const) {
+        for (const [slot, layer] of [
+          [0, 0],
+          [1, 20],
+        ] as const) {
           const ranked = w.predictor!.predict(spec.id, layer, t, t + 1); // before routing
           router.route(layer, t, t + 1, truth);
           for (const e of truth) {

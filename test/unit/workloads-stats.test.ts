@@ -12,19 +12,45 @@ function req(id: string, tokens: (number[] | null)[][], task?: string): TraceReq
   const experts = new Int32Array(tokens.length * L * k);
   let o = 0;
   for (const t of tokens) for (const l of t) for (let j = 0; j < k; j++) experts[o++] = l === null ? MISSING : l[j]!;
-  return { id, line: 0, promptTokens: tokens.length, prefillRecorded: true, tokens: tokens.length, outputTokens: 1, experts, ...(task ? { task } : {}) };
+  return {
+    id,
+    line: 0,
+    promptTokens: tokens.length,
+    prefillRecorded: true,
+    tokens: tokens.length,
+    outputTokens: 1,
+    experts,
+    ...(task ? { task } : {}),
+  };
 }
 
 describe('trace statistics, hand-computed (L=2, E=4, k=1)', () => {
   // A: layer 0 → 0,0,1,0   layer 1 → 2,2,3,2
   // B: layer 0 → 1,1       layer 1 → 3,3
-  const A = req('A', [[[0], [2]], [[0], [2]], [[1], [3]], [[0], [2]]]);
-  const B = req('B', [[[1], [3]], [[1], [3]]]);
+  const A = req('A', [
+    [[0], [2]],
+    [[0], [2]],
+    [[1], [3]],
+    [[0], [2]],
+  ]);
+  const B = req('B', [
+    [[1], [3]],
+    [[1], [3]],
+  ]);
   const shape = { moeLayers: 2, experts: 4, topK: 1 };
   const s = statsOf(shape, [A, B]);
 
   it('counts', () => {
-    expect(s).toMatchObject({ requests: 2, tokens: 6, layers: 2, experts: 4, topk: 1, prefillTokens: 6, decodeTokens: 0, missingEntries: 0 });
+    expect(s).toMatchObject({
+      requests: 2,
+      tokens: 6,
+      layers: 2,
+      experts: 4,
+      topk: 1,
+      prefillTokens: 6,
+      decodeTokens: 0,
+      missingEntries: 0,
+    });
   });
 
   it('popularity: counts [3,3,0,0] per layer → entropy 1 bit of 2 = 0.5, Gini 0.5, top-10 % (1 expert) share 0.5', () => {
@@ -99,9 +125,15 @@ describe('missing entries', () => {
   // k=2, E=4, L=2. Token 1 misses layer 0: the temporal pairs (0,1) and (1,2) at layer 0 are
   // skipped, and so is token 1's cross-layer pair.
   const r = req('M', [
-    [[0, 1], [2, 3]],
+    [
+      [0, 1],
+      [2, 3],
+    ],
     [null, [2, 3]],
-    [[0, 1], [2, 3]],
+    [
+      [0, 1],
+      [2, 3],
+    ],
   ]);
   const s = statsOf({ moeLayers: 2, experts: 4, topK: 2 }, [r]);
   it('are counted and skipped', () => {

@@ -17,7 +17,22 @@ let n = 0;
 const file = (name = 'trace.jsonl.gz'): string => path.join(dir, `${n++}-${name}`);
 
 const HEADER = { format: 'moesim-trace', version: 1, model: { id: 'toy', moeLayers: 2, experts: 4, topK: 2 } };
-const REQ = { id: 'a', promptTokens: 2, task: 'chat', tokens: [[[0, 1], [2, 3]], [[1, 0], [3, 2]], [[0, 2], null]] };
+const REQ = {
+  id: 'a',
+  promptTokens: 2,
+  task: 'chat',
+  tokens: [
+    [
+      [0, 1],
+      [2, 3],
+    ],
+    [
+      [1, 0],
+      [3, 2],
+    ],
+    [[0, 2], null],
+  ],
+};
 
 function writeGz(lines: readonly unknown[], name?: string): string {
   const f = file(name);
@@ -42,7 +57,15 @@ describe('trace reader', () => {
     expect(info.header.model).toEqual(HEADER.model);
     expect(requests).toHaveLength(1);
     const r = requests[0]!;
-    expect(r).toMatchObject({ id: 'a', promptTokens: 2, prefillRecorded: true, tokens: 3, outputTokens: 2, task: 'chat', line: 2 });
+    expect(r).toMatchObject({
+      id: 'a',
+      promptTokens: 2,
+      prefillRecorded: true,
+      tokens: 3,
+      outputTokens: 2,
+      task: 'chat',
+      line: 2,
+    });
     expect(Array.from(r.experts)).toEqual([0, 1, 2, 3, 1, 0, 3, 2, 0, 2, MISSING, MISSING]);
   });
 
@@ -55,7 +78,9 @@ describe('trace reader', () => {
 
   it('rejects a newer format version with a clear message', async () => {
     const e = await readError(writeGz([{ ...HEADER, version: 2 }, REQ]));
-    expect(e.oneLine()).toMatch(/line 1: version: trace format version 2 is newer than this moesim reads \(version 1\)/);
+    expect(e.oneLine()).toMatch(
+      /line 1: version: trace format version 2 is newer than this moesim reads \(version 1\)/,
+    );
   });
 
   it('rejects a file without a header', async () => {
@@ -66,11 +91,80 @@ describe('trace reader', () => {
 
   it.each([
     ['malformed JSON', ['{"id": "a", "promptTokens": 2,'], 'line 2', /malformed JSON/],
-    ['expert id ≥ E', [{ ...REQ, tokens: [[[0, 4], [1, 2]]], promptTokens: 1 }], 'line 2: tokens[0][0][1]', /expert id 4 is out of range \(experts = 4/],
-    ['wrong number of experts for top-k', [{ ...REQ, tokens: [[[0, 1, 2], [1, 2]]], promptTokens: 1 }], 'line 2: tokens[0][0]', /lists 3 experts but top-k is 2/],
-    ['duplicate expert in a top-k list', [{ ...REQ, tokens: [[[1, 1], [1, 2]]], promptTokens: 1 }], 'line 2: tokens[0][0][1]', /appears twice/],
-    ['wrong number of layers', [{ ...REQ, tokens: [[[0, 1]]], promptTokens: 1 }], 'line 2: tokens[0]', /has 1 layers but the trace's model has 2 MoE layers/],
-    ['negative expert id', [{ ...REQ, tokens: [[[-1, 1], [1, 2]]], promptTokens: 1 }], 'line 2: tokens[0][0][0]', /non-negative integer/],
+    [
+      'expert id ≥ E',
+      [
+        {
+          ...REQ,
+          tokens: [
+            [
+              [0, 4],
+              [1, 2],
+            ],
+          ],
+          promptTokens: 1,
+        },
+      ],
+      'line 2: tokens[0][0][1]',
+      /expert id 4 is out of range \(experts = 4/,
+    ],
+    [
+      'wrong number of experts for top-k',
+      [
+        {
+          ...REQ,
+          tokens: [
+            [
+              [0, 1, 2],
+              [1, 2],
+            ],
+          ],
+          promptTokens: 1,
+        },
+      ],
+      'line 2: tokens[0][0]',
+      /lists 3 experts but top-k is 2/,
+    ],
+    [
+      'duplicate expert in a top-k list',
+      [
+        {
+          ...REQ,
+          tokens: [
+            [
+              [1, 1],
+              [1, 2],
+            ],
+          ],
+          promptTokens: 1,
+        },
+      ],
+      'line 2: tokens[0][0][1]',
+      /appears twice/,
+    ],
+    [
+      'wrong number of layers',
+      [{ ...REQ, tokens: [[[0, 1]]], promptTokens: 1 }],
+      'line 2: tokens[0]',
+      /has 1 layers but the trace's model has 2 MoE layers/,
+    ],
+    [
+      'negative expert id',
+      [
+        {
+          ...REQ,
+          tokens: [
+            [
+              [-1, 1],
+              [1, 2],
+            ],
+          ],
+          promptTokens: 1,
+        },
+      ],
+      'line 2: tokens[0][0][0]',
+      /non-negative integer/,
+    ],
     ['a missing field', [{ id: 'a', tokens: [] }], 'line 2: promptTokens', /./],
     ['an unknown field', [{ ...REQ, colour: 'red' }], 'line 2: colour', /colour/],
     ['promptTokens beyond the tokens listed', [{ ...REQ, promptTokens: 9 }], 'line 2: promptTokens', /exceeds/],
@@ -122,7 +216,21 @@ describe('trace reader', () => {
       tokens,
       probs: tokens.map((t) => (t as unknown[]).map((x) => (x === null ? null : [0.75, 0.25]))),
     });
-    const f = writeGz([line('gsm8k-0', true, 1, 1, [[[0, 1], [2, 3]], [[1, 2], null]]), line('gsm8k-1', false, 0, 1, [[[3, 2], [1, 0]]])]);
+    const f = writeGz([
+      line('gsm8k-0', true, 1, 1, [
+        [
+          [0, 1],
+          [2, 3],
+        ],
+        [[1, 2], null],
+      ]),
+      line('gsm8k-1', false, 0, 1, [
+        [
+          [3, 2],
+          [1, 0],
+        ],
+      ]),
+    ]);
     const { info, requests } = await readTraceFile(f);
     expect(info.dialect).toBe('shared-real');
     expect(info.header.model).toMatchObject({ id: 'mixtral-8x7b', moeLayers: 2, experts: 4, topK: 2 });
@@ -135,7 +243,21 @@ describe('trace reader', () => {
   });
 
   it('shared-real: a line whose layers differ from the first line → UserError', async () => {
-    const base = { id: 'x-1', layers: 2, experts: 4, topk: 2, prompt_tokens: 1, decode_tokens: 0, prefill_recorded: true, tokens: [[[0, 1], [2, 3]]] };
+    const base = {
+      id: 'x-1',
+      layers: 2,
+      experts: 4,
+      topk: 2,
+      prompt_tokens: 1,
+      decode_tokens: 0,
+      prefill_recorded: true,
+      tokens: [
+        [
+          [0, 1],
+          [2, 3],
+        ],
+      ],
+    };
     const e = await readError(writeGz([base, { ...base, id: 'x-2', layers: 3 }]));
     expect(e.field).toBe('line 2: layers');
   });
@@ -200,11 +322,16 @@ describe('the fast token scanner agrees with JSON.parse', () => {
     const r = scanTokens(`{"id":"a","promptTokens":1,"tokens":${tokens}}`, 2, 4, 2);
     expect(r && Array.from(r.experts)).toEqual(ids);
   });
-  it.each(['[[[0,1],[2,3]]', '[[[0,01],[2,3]]]', '[[[0,1.0],[2,3]]]', '[[[0,4],[2,3]]]', '[[[1,1],[2,3]]]', '[[[0,1]]]', '[[[0,1],[2,-3]]]'])(
-    'leaves %s to the general path',
-    async (tokens) => {
-      const { scanTokens } = await import('../../workloads/trace/reader.ts');
-      expect(scanTokens(`{"tokens":${tokens}}`, 2, 4, 2)).toBeNull();
-    },
-  );
+  it.each([
+    '[[[0,1],[2,3]]',
+    '[[[0,01],[2,3]]]',
+    '[[[0,1.0],[2,3]]]',
+    '[[[0,4],[2,3]]]',
+    '[[[1,1],[2,3]]]',
+    '[[[0,1]]]',
+    '[[[0,1],[2,-3]]]',
+  ])('leaves %s to the general path', async (tokens) => {
+    const { scanTokens } = await import('../../workloads/trace/reader.ts');
+    expect(scanTokens(`{"tokens":${tokens}}`, 2, 4, 2)).toBeNull();
+  });
 });

@@ -54,7 +54,10 @@ async function main(): Promise<void> {
       requestFrom: ds,
       temporalFrom: ds,
       startTokens: 1,
-      lengths: { prompt: { kind: 'dataset', name: 'chatbot-arena' }, output: { kind: 'dataset', name: 'chatbot-arena' } },
+      lengths: {
+        prompt: { kind: 'dataset', name: 'chatbot-arena' },
+        output: { kind: 'dataset', name: 'chatbot-arena' },
+      },
       why: 'fine-grained routed experts plus shared experts, the same design as DeepSeek-V2-Lite',
     },
   ];

@@ -24,27 +24,53 @@ export function formatStatsTable(columns: readonly StatsColumn[]): string {
     ['tokens (prefill / decode)', (s) => `${s.tokens} (${s.prefillTokens} / ${s.decodeTokens})`],
     ['MoE layers × experts, top-k', (s) => `${s.layers} × ${s.experts}, top-${s.topk}`],
     ['missing (token, layer) entries', (s) => String(s.missingEntries)],
-    ['popularity entropy: mean (min–max)', (s) => `${f3(mean(s.popularityEntropy))} (${f3(Math.min(...s.popularityEntropy))}–${f3(Math.max(...s.popularityEntropy))})`],
+    [
+      'popularity entropy: mean (min–max)',
+      (s) =>
+        `${f3(mean(s.popularityEntropy))} (${f3(Math.min(...s.popularityEntropy))}–${f3(Math.max(...s.popularityEntropy))})`,
+    ],
     ['popularity Gini: mean', (s) => f3(mean(s.popularityGini))],
-    ['top-10 % experts\' share: mean', (s) => f3(mean(s.popularityTop10Share))],
-    ['hottest expert\'s share: mean', (s) => f3(mean(s.hottestExpertShare))],
+    ["top-10 % experts' share: mean", (s) => f3(mean(s.popularityTop10Share))],
+    ["hottest expert's share: mean", (s) => f3(mean(s.hottestExpertShare))],
     ...cs.map((c): [string, (s: ExtendedTraceStats) => string] => [
       `request skew top-${c}: request / pooled`,
       (s) => (s.requestSkew[c] ? `${f3(s.requestSkew[c].request)} / ${f3(s.requestSkew[c].pooled)}` : '—'),
     ]),
-    ['cross-layer predictability', (s) => `${f3(s.crossLayerPredictability)} (uniform ${f3(s.baselines.uniformCrossLayer)})`],
-    ['temporal locality P(reuse)', (s) => `${f3(s.temporalLocality)} (uniform ${f3(s.baselines.uniformTemporalLocality)})`],
+    [
+      'cross-layer predictability',
+      (s) => `${f3(s.crossLayerPredictability)} (uniform ${f3(s.baselines.uniformCrossLayer)})`,
+    ],
+    [
+      'temporal locality P(reuse)',
+      (s) => `${f3(s.temporalLocality)} (uniform ${f3(s.baselines.uniformTemporalLocality)})`,
+    ],
     ['temporal reused share', (s) => f3(s.temporalReusedShare)],
-    [`activation ratio b=${bs.join('/')}`, (s) => bs.map((b) => (s.activationRatioByBatch[b] ?? 0).toFixed(2)).join(' ')],
+    [
+      `activation ratio b=${bs.join('/')}`,
+      (s) => bs.map((b) => (s.activationRatioByBatch[b] ?? 0).toFixed(2)).join(' '),
+    ],
     [
       'task similarity within / across',
-      (s) => (s.taskClusterSimilarity ? `${f3(s.taskClusterSimilarity.within)} / ${f3(s.taskClusterSimilarity.across)}` : '— (no task labels)'),
+      (s) =>
+        s.taskClusterSimilarity
+          ? `${f3(s.taskClusterSimilarity.within)} / ${f3(s.taskClusterSimilarity.across)}`
+          : '— (no task labels)',
     ],
-    ['tasks', (s) => Object.entries(s.tasks).map(([t, n]) => `${t} ${n}`).join(', ') || '—'],
+    [
+      'tasks',
+      (s) =>
+        Object.entries(s.tasks)
+          .map(([t, n]) => `${t} ${n}`)
+          .join(', ') || '—',
+    ],
   ];
-  const table = [['statistic', ...columns.map((c) => c.title)], ...rows.map(([label, fn]) => [label, ...columns.map((c) => fn(c.stats))])];
+  const table = [
+    ['statistic', ...columns.map((c) => c.title)],
+    ...rows.map(([label, fn]) => [label, ...columns.map((c) => fn(c.stats))]),
+  ];
   const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
+  const line = (r: string[]): string =>
+    r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
   const out = [line(table[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...table.slice(1).map(line)];
   return `${out.join('\n')}\n`;
 }
@@ -52,7 +78,8 @@ export function formatStatsTable(columns: readonly StatsColumn[]): string {
 /** JSON with 2-space indentation, but arrays of numbers/strings/null kept on one line. */
 export function formatJson(value: unknown, indent = ''): string {
   if (Array.isArray(value)) {
-    if (value.every((v) => v === null || typeof v !== 'object')) return `[${value.map((v) => JSON.stringify(v)).join(', ')}]`;
+    if (value.every((v) => v === null || typeof v !== 'object'))
+      return `[${value.map((v) => JSON.stringify(v)).join(', ')}]`;
     const inner = indent + '  ';
     return `[\n${value.map((v) => inner + formatJson(v, inner)).join(',\n')}\n${indent}]`;
   }
@@ -76,10 +103,17 @@ export function formatAggregateTable(columns: readonly { title: string; stats: A
     const get = (s: AggregateStats): CorpusStats | undefined => (corpus === 'pooled' ? s.pooled : s.corpora[corpus]);
     rows.push([`${corpus}: entropy L${layers}`, (s) => (get(s) ? f(get(s)!.entropy) : '—')]);
     rows.push([`${corpus}: top-10 % share L${layers}`, (s) => (get(s) ? f(get(s)!.top10Share) : '—')]);
-    rows.push([`${corpus}: rank-aligned successor ${Object.keys(first.pooled.rankAligned).join(', ')}`, (s) => (get(s) ? f(Object.values(get(s)!.rankAligned)) : '—')]);
+    rows.push([
+      `${corpus}: rank-aligned successor ${Object.keys(first.pooled.rankAligned).join(', ')}`,
+      (s) => (get(s) ? f(Object.values(get(s)!.rankAligned)) : '—'),
+    ]);
   }
-  const table = [['statistic', ...columns.map((c) => c.title)], ...rows.map(([label, fn]) => [label, ...columns.map((c) => fn(c.stats))])];
+  const table = [
+    ['statistic', ...columns.map((c) => c.title)],
+    ...rows.map(([label, fn]) => [label, ...columns.map((c) => fn(c.stats))]),
+  ];
   const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
+  const line = (r: string[]): string =>
+    r.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
   return `${[line(table[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...table.slice(1).map(line)].join('\n')}\n`;
 }

@@ -45,7 +45,10 @@ export async function holdout(path: string, o: HoldoutOptions = {}): Promise<Hol
   const all = await loadCacheTrace(path);
   const oddIdx = all.requests.map((_, i) => i).filter((i) => i % 2 === 1);
   const real: CacheTrace = { L: all.L, E: all.E, k: all.k, requests: oddIdx.map((i) => all.requests[i]!) };
-  const twin = twinTrace(fit.profile, oddIdx.map((i) => all.shapes[i]!));
+  const twin = twinTrace(
+    fit.profile,
+    oddIdx.map((i) => all.shapes[i]!),
+  );
   const sizes = [...(o.sizes ?? defaultSizes(all.E, all.k))];
   const reset = o.reset ?? 'never';
   const opts = { sizes, reset, shuffled: false, groups: 1 } as const;

@@ -79,7 +79,11 @@ export interface RoutingSummary {
   readonly topK: number;
   /** decode[m][bs]: activation ratio (fraction 0…1). */
   readonly decode: Record<string, Record<string, number>>;
-  readonly prefill: { readonly mean: number; readonly meanPromptTokens: number; readonly atLength: Record<string, number> } | null;
+  readonly prefill: {
+    readonly mean: number;
+    readonly meanPromptTokens: number;
+    readonly atLength: Record<string, number>;
+  } | null;
   readonly reuse: {
     readonly iterations: number;
     readonly layer: 'last' | 'mean' | number;
@@ -125,7 +129,8 @@ export function summaryOfModel(model: SyntheticModel, o: SummaryOptions = {}): R
   }
   const mark = new Int32Array(E);
   let stamp = 0;
-  const topics = o.batchComposition === 'same-topic' ? topicPool(model, routing, o, seed, N, W, Math.max(...batchSizes)) : undefined;
+  const topics =
+    o.batchComposition === 'same-topic' ? topicPool(model, routing, o, seed, N, W, Math.max(...batchSizes)) : undefined;
   const src = topics?.pool ?? pool;
   const groupSize = topics ? Math.max(...batchSizes) : N;
   const groups = topics ? TOPIC_GROUPS : 1;
@@ -176,7 +181,8 @@ export function summaryOfModel(model: SyntheticModel, o: SummaryOptions = {}): R
   // Reuse over R decode iterations.
   const layer = o.reuseLayer ?? 'last';
   const layers = layer === 'mean' ? Array.from({ length: L }, (_, l) => l) : [layer === 'last' ? L - 1 : layer];
-  if (layers.some((l) => !(l >= 0 && l < L))) throw new RangeError(`reuse layer ${String(layer)} is not a MoE layer (0…${L - 1})`);
+  if (layers.some((l) => !(l >= 0 && l < L)))
+    throw new RangeError(`reuse layer ${String(layer)} is not a MoE layer (0…${L - 1})`);
   const cnt = new Int32Array(E);
   const pooled = new Float64Array(E);
   let distinct = 0;

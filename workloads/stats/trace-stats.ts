@@ -123,7 +123,8 @@ export class TraceStatsAccumulator {
     this.k = shape.topK;
     this.cValues = [...(opts.cValues ?? defaultSkewC(shape))];
     for (const c of this.cValues) {
-      if (!Number.isInteger(c) || c < 1 || c > this.E) throw new RangeError(`skew C must be an integer in 1…${this.E}, got ${c}`);
+      if (!Number.isInteger(c) || c < 1 || c > this.E)
+        throw new RangeError(`skew C must be an integer in 1…${this.E}, got ${c}`);
     }
     const { L, E } = this;
     this.pop = new Float64Array(L * E);
@@ -336,7 +337,8 @@ export class TraceStatsAccumulator {
         uniformTemporalLocality: 1 - ratioOfBinomials(E, k),
       },
       tasks,
-      requestSimilarity: this.allN >= 2 ? (dot(this.allSum, this.allSum) - this.allN) / (this.allN * (this.allN - 1)) : null,
+      requestSimilarity:
+        this.allN >= 2 ? (dot(this.allSum, this.allSum) - this.allN) / (this.allN * (this.allN - 1)) : null,
     };
   }
 
@@ -395,7 +397,11 @@ export function coreStats(s: TraceStats): TraceStats {
 }
 
 /** Statistics of a list of in-memory requests. */
-export function statsOf(shape: Shape, requests: Iterable<TraceRequest>, opts: { cValues?: readonly number[] } = {}): ExtendedTraceStats {
+export function statsOf(
+  shape: Shape,
+  requests: Iterable<TraceRequest>,
+  opts: { cValues?: readonly number[] } = {},
+): ExtendedTraceStats {
   const acc = new TraceStatsAccumulator(shape, opts);
   for (const r of requests) acc.add(r);
   return acc.result();

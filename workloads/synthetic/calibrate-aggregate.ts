@@ -13,7 +13,12 @@
  * rank-aligned successor rate between the listed layers matches.
  */
 import { UserError } from '../../sim/kernel/errors.ts';
-import { aggregateStats, aggregateStatsOfRequests, readAggregateFile, type AggregateStats } from '../trace/aggregate-file.ts';
+import {
+  aggregateStats,
+  aggregateStatsOfRequests,
+  readAggregateFile,
+  type AggregateStats,
+} from '../trace/aggregate-file.ts';
 import { SyntheticModel } from './model.ts';
 import { SyntheticRouting } from './router.ts';
 import { generateRequests, type RequestShape } from './generate.ts';
@@ -40,8 +45,18 @@ export async function calibrateFromAggregate(
 ): Promise<{ profile: Profile; real: AggregateStats; twin: AggregateStats }> {
   const file = await readAggregateFile(path);
   const m = file.models[o.aggregateModel];
-  if (!m) throw new UserError(`no model "${o.aggregateModel}" in the file (has ${Object.keys(file.models).join(', ')})`, path, 'models');
-  if (m.layers.some((l) => l >= o.moeLayers)) throw new UserError(`lists layers ${m.layers.join(', ')} but the model has ${o.moeLayers}`, path, `models.${o.aggregateModel}.layers`);
+  if (!m)
+    throw new UserError(
+      `no model "${o.aggregateModel}" in the file (has ${Object.keys(file.models).join(', ')})`,
+      path,
+      'models',
+    );
+  if (m.layers.some((l) => l >= o.moeLayers))
+    throw new UserError(
+      `lists layers ${m.layers.join(', ')} but the model has ${o.moeLayers}`,
+      path,
+      `models.${o.aggregateModel}.layers`,
+    );
   const E = m.experts;
   const k = m.topk;
   const L = o.moeLayers;
@@ -60,7 +75,15 @@ export async function calibrateFromAggregate(
   const perCorpus = o.requestsPerCorpus ?? 8;
   const shapes: RequestShape[] = [];
   for (const corpus of corpora) {
-    for (let i = 0; i < perCorpus; i++) shapes.push({ id: `${corpus}-${i}`, promptTokens: chunk, prefillRecorded: true, tokens: chunk, outputTokens: 1, task: corpus });
+    for (let i = 0; i < perCorpus; i++)
+      shapes.push({
+        id: `${corpus}-${i}`,
+        promptTokens: chunk,
+        prefillRecorded: true,
+        tokens: chunk,
+        outputTokens: 1,
+        task: corpus,
+      });
   }
   const deficit = (s: AggregateStats): number => {
     let d = 0;
@@ -88,13 +111,23 @@ export async function calibrateFromAggregate(
   let logitPsi = logit(Math.min(0.9, Math.max(0.0025, o.base.knobs.sharedTokens || 0.05)));
   const knobsFor = (alphas: number[], lbt: number, lpsi: number): Knobs => ({
     ...o.base.knobs,
-    popularity: { zipfExponent: interpolate(m.layers, alphas, L).map((a) => Math.round(a * 1e4) / 1e4), expertOrder: expertOrder(m.layers, pooled, L, E) },
+    popularity: {
+      zipfExponent: interpolate(m.layers, alphas, L).map((a) => Math.round(a * 1e4) / 1e4),
+      expertOrder: expertOrder(m.layers, pooled, L, E),
+    },
     taskConcentration: Math.round(Math.exp(lbt) * 1e4) / 1e4,
-    sharedTokens: targetRanked === null ? o.base.knobs.sharedTokens : Math.round((1 / (1 + Math.exp(-lpsi))) * 1e4) / 1e4,
+    sharedTokens:
+      targetRanked === null ? o.base.knobs.sharedTokens : Math.round((1 / (1 + Math.exp(-lpsi))) * 1e4) / 1e4,
     startTokens: 0,
   });
   const evaluate = (knobs: Knobs): AggregateStats =>
-    aggregateStatsOfRequests(generateRequests(new SyntheticRouting(new SyntheticModel(shape, knobs), 'moesim-calibrate:aggregate'), shapes), L, E, k, m.layers);
+    aggregateStatsOfRequests(
+      generateRequests(new SyntheticRouting(new SyntheticModel(shape, knobs), 'moesim-calibrate:aggregate'), shapes),
+      L,
+      E,
+      k,
+      m.layers,
+    );
 
   let prev: { lbt: number; d: number; lpsi: number; r: number } | undefined;
   let best: { knobs: Knobs; twin: AggregateStats; err: number } | undefined;
@@ -124,9 +157,21 @@ export async function calibrateFromAggregate(
     if (prev && Math.abs(logitPsi - prev.lpsi) > 1e-9) slopePsi = (r - prev.r) / (logitPsi - prev.lpsi);
     if (!(slopePsi > 1e-4)) slopePsi = 0.1;
     prev = { lbt: logBetaT, d, lpsi: logitPsi, r };
-    logBetaT = Math.min(Math.log(1e5), Math.max(Math.log(0.05), logBetaT + Math.max(-2, Math.min(2, (targetDeficit - d) / slope))));
-    if (targetRanked !== null) logitPsi = Math.min(logit(0.9), Math.max(logit(0.0025), logitPsi + Math.max(-2, Math.min(2, (targetRanked - r) / slopePsi))));
-    listedAlpha = listedAlpha.map((a, i) => zipfExponentForEntropy(Math.min(1, Math.max(0.05, zipfEntropy(a, E) + real.pooled.entropy[i]! - twin.pooled.entropy[i]!)), E));
+    logBetaT = Math.min(
+      Math.log(1e5),
+      Math.max(Math.log(0.05), logBetaT + Math.max(-2, Math.min(2, (targetDeficit - d) / slope))),
+    );
+    if (targetRanked !== null)
+      logitPsi = Math.min(
+        logit(0.9),
+        Math.max(logit(0.0025), logitPsi + Math.max(-2, Math.min(2, (targetRanked - r) / slopePsi))),
+      );
+    listedAlpha = listedAlpha.map((a, i) =>
+      zipfExponentForEntropy(
+        Math.min(1, Math.max(0.05, zipfEntropy(a, E) + real.pooled.entropy[i]! - twin.pooled.entropy[i]!)),
+        E,
+      ),
+    );
   }
   const profile: Profile = {
     name: o.name,
@@ -142,7 +187,8 @@ export async function calibrateFromAggregate(
     tasks: Object.fromEntries(corpora.map((c) => [c, 1])),
     ...(o.base.lengths ? { lengths: o.base.lengths } : {}),
     fit: {
-      method: 'per-layer Zipf fixed point on pooled entropy; secant on log taskConcentration for the mean per-corpus entropy deficit',
+      method:
+        'per-layer Zipf fixed point on pooled entropy; secant on log taskConcentration for the mean per-corpus entropy deficit',
       twin: `${corpora.length} corpora × ${perCorpus} requests × ${chunk} tokens`,
       targetPooledEntropy: real.pooled.entropy.map(r4),
       achievedPooledEntropy: best!.twin.pooled.entropy.map(r4),

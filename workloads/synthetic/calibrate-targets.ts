@@ -82,7 +82,14 @@ const COORDS: Record<FittableKnob, Coord> = {
   zipfExponent: { knob: 'zipfExponent', kind: 'linear', lo: 0, hi: 4, step: 0.4, minStep: 0.005 },
   requestConcentration: { knob: 'requestConcentration', kind: 'log', lo: 0.05, hi: 1e4, step: 1.2, minStep: 0.02 },
   temporalReuse: { knob: 'temporalReuse', kind: 'logit', lo: 0.0025, hi: 0.9975, step: 1.2, minStep: 0.02 },
-  prefillTemporalReuse: { knob: 'prefillTemporalReuse', kind: 'logit', lo: 0.0025, hi: 0.9975, step: 1.2, minStep: 0.02 },
+  prefillTemporalReuse: {
+    knob: 'prefillTemporalReuse',
+    kind: 'logit',
+    lo: 0.0025,
+    hi: 0.9975,
+    step: 1.2,
+    minStep: 0.02,
+  },
   temporalDepth: { knob: 'temporalDepth', kind: 'logit', lo: 0.01, hi: 0.995, step: 1.2, minStep: 0.02 },
   sharedTokens: { knob: 'sharedTokens', kind: 'logit', lo: 0.0025, hi: 0.9, step: 1.2, minStep: 0.02 },
   crossLayer: { knob: 'crossLayer', kind: 'logit', lo: 0.0025, hi: 0.9975, step: 1.2, minStep: 0.02 },
@@ -100,7 +107,8 @@ const r3 = (x: number): number => Math.round(x * 1e3) / 1e3;
 /** The knobs of a targets file with the fitted ones set from `values` (rounded to 4 decimals). */
 export function knobsOf(t: RoutingTargets, values: Partial<Record<FittableKnob, number>> = {}): Knobs {
   const base = t.knobs;
-  const pick = (k: FittableKnob, v: number | null | undefined): number | null | undefined => (values[k] !== undefined ? r4(values[k]!) : v);
+  const pick = (k: FittableKnob, v: number | null | undefined): number | null | undefined =>
+    values[k] !== undefined ? r4(values[k]!) : v;
   const zipf = values.zipfExponent !== undefined ? r4(values.zipfExponent) : (base.popularity?.zipfExponent ?? 0);
   return KnobsSchema.parse({
     ...base,
@@ -114,7 +122,9 @@ export function knobsOf(t: RoutingTargets, values: Partial<Record<FittableKnob, 
     sharedTokens: pick('sharedTokens', base.sharedTokens),
     crossLayer: pick('crossLayer', base.crossLayer ?? 0),
     taskConcentration: pick('taskConcentration', base.taskConcentration ?? null),
-    ...(values.clusterConcentration !== undefined ? { clusterConcentration: pick('clusterConcentration', base.clusterConcentration) } : {}),
+    ...(values.clusterConcentration !== undefined
+      ? { clusterConcentration: pick('clusterConcentration', base.clusterConcentration) }
+      : {}),
   });
 }
 
@@ -128,7 +138,11 @@ export function tokensPerRequestRange(t: RoutingTargets): [number, number] {
 export function summaryOptionsOf(t: RoutingTargets, seed?: string, windows?: readonly number[]): SummaryOptions {
   const [lo, hi] = tokensPerRequestRange(t);
   return {
-    batchSizes: t.decode ? Object.keys(t.decode.activationPercent).map(Number).sort((a, b) => a - b) : [1],
+    batchSizes: t.decode
+      ? Object.keys(t.decode.activationPercent)
+          .map(Number)
+          .sort((a, b) => a - b)
+      : [1],
     tokensPerRequest: windows ?? Array.from({ length: hi - lo + 1 }, (_, i) => lo + i),
     ...(t.tasks ? { tasks: t.tasks } : {}),
     ...(t.decode && t.decode.batchComposition !== 'mixed' ? { batchComposition: t.decode.batchComposition } : {}),
@@ -173,7 +187,15 @@ export function targetSpecs(t: RoutingTargets): Spec[] {
         fitTo = v;
       }
     }
-    specs.push({ stat, source, target, fitTo, ...(adjusted ? { adjusted } : {}), tolerance: targetTolerance(fitTo, tol), get });
+    specs.push({
+      stat,
+      source,
+      target,
+      fitTo,
+      ...(adjusted ? { adjusted } : {}),
+      tolerance: targetTolerance(fitTo, tol),
+      get,
+    });
   };
   if (t.decode) {
     for (const [bs, target] of Object.entries(t.decode.activationPercent).sort((a, b) => Number(a[0]) - Number(b[0]))) {
@@ -186,13 +208,17 @@ export function targetSpecs(t: RoutingTargets): Spec[] {
   }
   if (t.prefill) {
     const p = t.prefill;
-    if (p.meanActivationPercent !== undefined) add('prefill mean', p.source, p.meanActivationPercent, (s) => 100 * s.prefill!.mean);
-    for (const [len, target] of Object.entries(p.atLengthPercent ?? {})) add(`prefill P=${len}`, p.source, target, (s) => 100 * s.prefill!.atLength[len]!);
+    if (p.meanActivationPercent !== undefined)
+      add('prefill mean', p.source, p.meanActivationPercent, (s) => 100 * s.prefill!.mean);
+    for (const [len, target] of Object.entries(p.atLengthPercent ?? {}))
+      add(`prefill P=${len}`, p.source, target, (s) => 100 * s.prefill!.atLength[len]!);
   }
   if (t.reuse) {
     const r = t.reuse;
-    if (r.distinctPercent !== undefined) add(`reuse distinct (${r.iterations} it.)`, r.source, r.distinctPercent, (s) => 100 * s.reuse.distinct);
-    if (r.topSharePercent !== undefined) add(`reuse top share (${r.iterations} it.)`, r.source, r.topSharePercent, (s) => 100 * s.reuse.topShare);
+    if (r.distinctPercent !== undefined)
+      add(`reuse distinct (${r.iterations} it.)`, r.source, r.distinctPercent, (s) => 100 * s.reuse.distinct);
+    if (r.topSharePercent !== undefined)
+      add(`reuse top share (${r.iterations} it.)`, r.source, r.topSharePercent, (s) => 100 * s.reuse.topShare);
   }
   return specs;
 }
@@ -229,11 +255,21 @@ export function compareWithTargets(t: RoutingTargets, s: RoutingSummary, m: numb
 }
 
 /** Fits the knobs a targets file names; pure (no I/O). */
-export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { file?: string; fileForProfile?: string } = {}): TargetFit {
+export function fitTargets(
+  t: RoutingTargets,
+  o: TargetCalibrationOptions & { file?: string; fileForProfile?: string } = {},
+): TargetFit {
   const log = o.log ?? (() => {});
-  if (t.checkOnly) throw new UserError('this targets file is for comparison only (checkOnly: true); the calibrator does not fit it', o.file, 'checkOnly');
+  if (t.checkOnly)
+    throw new UserError(
+      'this targets file is for comparison only (checkOnly: true); the calibrator does not fit it',
+      o.file,
+      'checkOnly',
+    );
   const specs = targetSpecs(t);
-  for (const sp of specs) if (sp.adjusted) log(`${sp.stat}: target ${describeTarget(sp.target)} % is ${sp.adjusted.why}; fitting to ${sp.adjusted.value} %`);
+  for (const sp of specs)
+    if (sp.adjusted)
+      log(`${sp.stat}: target ${describeTarget(sp.target)} % is ${sp.adjusted.why}; fitting to ${sp.adjusted.value} %`);
   const range = tokensPerRequestRange(t);
   const coords = t.fit.map((k) => COORDS[k]);
   const start = knobsOf(t);
@@ -248,9 +284,11 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
     if (k === 'prefillTemporalReuse') return knobs.prefillTemporalReuse ?? knobs.temporalReuse;
     return knobs[k];
   };
-  const clampU = (i: number, u: number): number => Math.min(toU(coords[i]!, coords[i]!.hi), Math.max(toU(coords[i]!, coords[i]!.lo), u));
+  const clampU = (i: number, u: number): number =>
+    Math.min(toU(coords[i]!, coords[i]!.hi), Math.max(toU(coords[i]!, coords[i]!.lo), u));
   const u = coords.map((c, i) => clampU(i, toU(c, Math.min(c.hi, Math.max(c.lo, knobValue(start, c.knob))))));
-  const knobsAt = (x: readonly number[]): Knobs => knobsOf(t, Object.fromEntries(coords.map((c, i) => [c.knob, fromU(c, x[i]!)])));
+  const knobsAt = (x: readonly number[]): Knobs =>
+    knobsOf(t, Object.fromEntries(coords.map((c, i) => [c.knob, fromU(c, x[i]!)])));
   const budget = o.maxEvaluations ?? t.search.evaluations;
   let evaluations = 0;
   interface Point {
@@ -330,7 +368,11 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
   }
   best = chosen ?? best;
   const m = best!.m;
-  const cur = { loss: best!.loss, knobs: best!.knobs, summary: routingSummary(t.model, best!.knobs, summaryOptionsOf(t, undefined, m === 1 ? [1] : [1, m])) };
+  const cur = {
+    loss: best!.loss,
+    knobs: best!.knobs,
+    summary: routingSummary(t.model, best!.knobs, summaryOptionsOf(t, undefined, m === 1 ? [1] : [1, m])),
+  };
 
   const rows = compareWithTargets(t, cur.summary, m);
   const oneToken = cur.summary.decode['1'];
@@ -359,13 +401,21 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
             tokensPerRequest: m,
             ...(range[0] !== range[1] ? { lossByTokensPerRequest: lossByWindow } : {}),
             ...(oneToken && m !== 1
-              ? { oneDecodeIterationPercent: Object.fromEntries(Object.entries(oneToken).map(([b, v]) => [b, r3(100 * v)])) }
+              ? {
+                  oneDecodeIterationPercent: Object.fromEntries(
+                    Object.entries(oneToken).map(([b, v]) => [b, r3(100 * v)]),
+                  ),
+                }
               : {}),
           }
         : {}),
       ...(t.decode?.note ? { decodeNote: t.decode.note } : {}),
       ...(t.prefill?.note ? { prefillNote: t.prefill.note } : {}),
-      ...(t.prefill ? { prefillPrompts: `${t.prefill.promptsSource}; mean ${r3(cur.summary.prefill?.meanPromptTokens ?? NaN)} tokens sampled` } : {}),
+      ...(t.prefill
+        ? {
+            prefillPrompts: `${t.prefill.promptsSource}; mean ${r3(cur.summary.prefill?.meanPromptTokens ?? NaN)} tokens sampled`,
+          }
+        : {}),
       ...(t.reuse?.note ? { reuseNote: t.reuse.note } : {}),
       ...(t.reuse
         ? {
@@ -394,19 +444,26 @@ export function fitTargets(t: RoutingTargets, o: TargetCalibrationOptions & { fi
  * targets file relative to the profile's folder, so `trace activation` finds it.
  * @throws UserError on a bad file
  */
-export async function calibrateTargets(file: string, o: TargetCalibrationOptions & { out?: string } = {}): Promise<TargetFit> {
+export async function calibrateTargets(
+  file: string,
+  o: TargetCalibrationOptions & { out?: string } = {},
+): Promise<TargetFit> {
   const t = await loadTargets(file);
   if (o.maxEvaluations !== undefined && !(Number.isInteger(o.maxEvaluations) && o.maxEvaluations > 0)) {
     throw new UserError('must be a positive integer', undefined, '--evaluations', o.maxEvaluations);
   }
-  const fileForProfile = o.out ? relative(dirname(resolve(o.out)), resolve(file)).split(sep).join('/') : file;
+  const fileForProfile = o.out
+    ? relative(dirname(resolve(o.out)), resolve(file))
+        .split(sep)
+        .join('/')
+    : file;
   return fitTargets(t, { ...o, file, fileForProfile });
 }
 
 function describeKnobs(k: Knobs, fit: readonly FittableKnob[]): string {
   return fit
     .map((name) => {
-      const v = name === 'zipfExponent' ? k.popularity.zipfExponent : k[name] ?? null;
+      const v = name === 'zipfExponent' ? k.popularity.zipfExponent : (k[name] ?? null);
       return `${name} ${Array.isArray(v) ? '[…]' : v === null ? 'null' : Number(v).toFixed(4)}`;
     })
     .join(', ');
@@ -426,6 +483,10 @@ export function formatTargetRows(rows: readonly TargetRow[]): string {
     ]),
   ];
   const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-  const line = (row: string[]): string => row.map((c, i) => (i === 0 || i === 5 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
+  const line = (row: string[]): string =>
+    row
+      .map((c, i) => (i === 0 || i === 5 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return `${[line(table[0]!), widths.map((w) => '-'.repeat(w)).join('  '), ...table.slice(1).map(line)].join('\n')}\n`;
 }

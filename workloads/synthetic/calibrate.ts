@@ -200,9 +200,13 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
           { name: 'temporalDepth', kind: 'logit', lo: 0.01, hi: 0.995, init: 0.4 } as const,
         ]
       : []),
-    ...(keys.includes('cross') ? [{ name: 'crossLayer', kind: 'logit', lo: 0.0025, hi: 0.9975, init: 0.1 } as const] : []),
+    ...(keys.includes('cross')
+      ? [{ name: 'crossLayer', kind: 'logit', lo: 0.0025, hi: 0.9975, init: 0.1 } as const]
+      : []),
     ...(hasSim ? [{ name: 'sharedTokens', kind: 'logit', lo: 0.0025, hi: 0.9, init: 0.3 } as const] : []),
-    ...(keys.includes('within') ? [{ name: 'taskConcentration', kind: 'log', lo: 0.05, hi: 1e5, init: 1000 } as const] : []),
+    ...(keys.includes('within')
+      ? [{ name: 'taskConcentration', kind: 'log', lo: 0.05, hi: 1e5, init: 1000 } as const]
+      : []),
   ];
   const toU = (k: ScalarKnob, v: number): number => (k.kind === 'log' ? Math.log(v) : logit(v));
   const fromU = (k: ScalarKnob, u: number): number => (k.kind === 'log' ? Math.exp(u) : sigmoid(u));
@@ -239,13 +243,17 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
 
   const n = active.length;
   const residual = (f: FitStats): number[] => keys.map((key) => (f.values[key] ?? 0) - target.values[key]!);
-  const entropyErr = (f: FitStats): number => f.entropy.reduce((a, h, l) => a + Math.abs(h - target.entropy[l]!), 0) / f.entropy.length;
+  const entropyErr = (f: FitStats): number =>
+    f.entropy.reduce((a, h, l) => a + Math.abs(h - target.entropy[l]!), 0) / f.entropy.length;
   const score = (f: FitStats): number => Math.max(...residual(f).map(Math.abs), entropyErr(f));
   const norm2 = (r: readonly number[]): number => r.reduce((a, x) => a + x * x, 0);
-  const clampU = (i: number, x: number): number => clamp(x, toU(active[i]!, active[i]!.lo), toU(active[i]!, active[i]!.hi));
+  const clampU = (i: number, x: number): number =>
+    clamp(x, toU(active[i]!, active[i]!.lo), toU(active[i]!, active[i]!.hi));
   let zipf = target.entropy.map((h) => zipfExponentForEntropy(h, E));
   const updateZipf = (f: FitStats): number[] =>
-    zipf.map((a, l) => zipfExponentForEntropy(clamp(zipfEntropy(a, E) + (target.entropy[l]! - f.entropy[l]!), 0.05, 1), E));
+    zipf.map((a, l) =>
+      zipfExponentForEntropy(clamp(zipfEntropy(a, E) + (target.entropy[l]! - f.entropy[l]!), 0.05, 1), E),
+    );
   const maxEval = opts.maxEvaluations ?? 30;
 
   // 1. Start: the default point and a few random points around it (the statistics are coupled
@@ -292,10 +300,15 @@ export async function calibrateTrace(path: string, opts: CalibrationOptions = {}
   //    the residual (the statistics are noisy and coupled: a plain Newton step can overshoot).
   let lambda = 1e-2;
   while (evaluations < maxEval && best.score > 0.003) {
-    const JtJ = Array.from({ length: n }, (_, a) => Array.from({ length: n }, (_, b) => J.reduce((acc, row) => acc + row[a]! * row[b]!, 0)));
+    const JtJ = Array.from({ length: n }, (_, a) =>
+      Array.from({ length: n }, (_, b) => J.reduce((acc, row) => acc + row[a]! * row[b]!, 0)),
+    );
     const Jtr = Array.from({ length: n }, (_, a) => J.reduce((acc, row, i) => acc + row[a]! * r[i]!, 0));
     for (let i = 0; i < n; i++) JtJ[i]![i] = JtJ[i]![i]! * (1 + lambda) + 1e-6;
-    let step = solveLinear(JtJ, Jtr.map((x) => -x));
+    let step = solveLinear(
+      JtJ,
+      Jtr.map((x) => -x),
+    );
     const maxStep = Math.max(...step.map(Math.abs));
     if (maxStep > 1.5) step = step.map((x) => (x * 1.5) / maxStep);
     const uNext = u.map((x, i) => clampU(i, x + step[i]!));
@@ -394,7 +407,10 @@ function roundFit(s: FitStats): Record<string, unknown> {
 function describeFit(s: FitStats, t: FitStats): string {
   const f = (x: number): string => x.toFixed(3);
   const h = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
-  return [`entropy ${f(h(s.entropy))}/${f(h(t.entropy))}`, ...Object.keys(t.values).map((k) => `${k} ${f(s.values[k] ?? 0)}/${f(t.values[k]!)}`)].join(' ');
+  return [
+    `entropy ${f(h(s.entropy))}/${f(h(t.entropy))}`,
+    ...Object.keys(t.values).map((k) => `${k} ${f(s.values[k] ?? 0)}/${f(t.values[k]!)}`),
+  ].join(' ');
 }
 
 /** Length distributions of a trace's requests, as stored in a profile. */
@@ -459,4 +475,3 @@ function logit(p: number): number {
 }
 const clamp = (x: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, x));
 const round4 = (x: number): number => Math.round(x * 1e4) / 1e4;
-

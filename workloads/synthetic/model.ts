@@ -160,8 +160,10 @@ export class SyntheticModel {
       for (let l = 0; l < L; l++) {
         const base = (t * L + l) * k;
         for (let j = 0; j < k; j++) {
-          let e = l > 0 && srng.next() < this.gamma ? this.successor[(l - 1) * E + this.startPaths[base - k + j]!]! : -1;
-          for (let tries = 0; (e < 0 || taken(this.startPaths, base, j, e)) && tries < 64; tries++) e = alias.sample(l, srng.next());
+          let e =
+            l > 0 && srng.next() < this.gamma ? this.successor[(l - 1) * E + this.startPaths[base - k + j]!]! : -1;
+          for (let tries = 0; (e < 0 || taken(this.startPaths, base, j, e)) && tries < 64; tries++)
+            e = alias.sample(l, srng.next());
           if (taken(this.startPaths, base, j, e)) for (e = 0; taken(this.startPaths, base, j, e); e++);
           this.startPaths[base + j] = e;
         }
@@ -201,7 +203,8 @@ export class SyntheticModel {
    */
   distributionFor(task: string | undefined, cluster = 0): LayerDistributions {
     const base = task === undefined || !Number.isFinite(this.betaT) ? undefined : task;
-    if (!Number.isFinite(this.betaC)) return base === undefined ? this.base : this.derived(`task:${base}`, this.betaT, this.base);
+    if (!Number.isFinite(this.betaC))
+      return base === undefined ? this.base : this.derived(`task:${base}`, this.betaT, this.base);
     const parent = base === undefined ? this.base : this.derived(`task:${base}`, this.betaT, this.base);
     return this.derived(`task:${base ?? ''}:cluster:${cluster % this.clusters}`, this.betaC, parent);
   }

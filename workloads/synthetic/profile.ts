@@ -116,12 +116,20 @@ export const ProfileSchema = z
   .superRefine((p, ctx) => {
     const a = p.knobs.popularity.zipfExponent;
     if (Array.isArray(a) && a.length !== p.model.moeLayers) {
-      ctx.addIssue({ code: 'custom', message: `needs one exponent per MoE layer (${p.model.moeLayers})`, path: ['knobs', 'popularity', 'zipfExponent'] });
+      ctx.addIssue({
+        code: 'custom',
+        message: `needs one exponent per MoE layer (${p.model.moeLayers})`,
+        path: ['knobs', 'popularity', 'zipfExponent'],
+      });
     }
     const order = p.knobs.popularity.expertOrder;
     if (order) {
       if (order.length !== p.model.moeLayers) {
-        ctx.addIssue({ code: 'custom', message: `needs one order per MoE layer (${p.model.moeLayers})`, path: ['knobs', 'popularity', 'expertOrder'] });
+        ctx.addIssue({
+          code: 'custom',
+          message: `needs one order per MoE layer (${p.model.moeLayers})`,
+          path: ['knobs', 'popularity', 'expertOrder'],
+        });
       }
       order.forEach((o, l) => {
         const seen = new Set(o);
@@ -142,7 +150,8 @@ export const PROFILES_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 
 
 /** Where a profile reference points: a name (`mixtral-8x7b`) or a path (anything with `/` or `.json`). */
 export function profilePath(ref: string, baseDir: string = process.cwd()): string {
-  if (ref.includes('/') || ref.includes('\\') || ref.endsWith('.json')) return isAbsolute(ref) ? ref : resolve(baseDir, ref);
+  if (ref.includes('/') || ref.includes('\\') || ref.endsWith('.json'))
+    return isAbsolute(ref) ? ref : resolve(baseDir, ref);
   return join(PROFILES_DIR, `${ref}.json`);
 }
 
@@ -158,7 +167,9 @@ export async function loadProfile(ref: string, baseDir?: string): Promise<{ prof
   } catch {
     const isName = !(ref.includes('/') || ref.endsWith('.json'));
     throw new UserError(
-      isName ? `no synthetic profile named "${ref}" (looked for ${path}); see workloads/profiles/` : 'no such profile file',
+      isName
+        ? `no synthetic profile named "${ref}" (looked for ${path}); see workloads/profiles/`
+        : 'no such profile file',
       path,
     );
   }

@@ -120,7 +120,9 @@ export class SyntheticRequestRouter implements RequestRouter {
 
   private copyOut(layer: number, from: number, to: number, out: Int32Array): void {
     if (!(layer >= 0 && layer < this.L) || !(from >= 0 && to >= from) || out.length < (to - from) * this.k) {
-      throw new RangeError(`route(layer ${layer}, tokens ${from}…${to}) with out of length ${out.length}: bad arguments`);
+      throw new RangeError(
+        `route(layer ${layer}, tokens ${from}…${to}) with out of length ${out.length}: bad arguments`,
+      );
     }
     this.ensure(from, to);
     const { k, stride } = this;
@@ -133,7 +135,8 @@ export class SyntheticRequestRouter implements RequestRouter {
   private ensure(from: number, to: number): void {
     if (from < this.bufStart) this.rewind();
     while (this.genUpTo < to) {
-      if ((this.genUpTo - this.bufStart + 1) * this.stride > this.buf.length) this.makeRoom(Math.min(from, this.lowWater()));
+      if ((this.genUpTo - this.bufStart + 1) * this.stride > this.buf.length)
+        this.makeRoom(Math.min(from, this.lowWater()));
       this.genToken(this.buf, (this.genUpTo - this.bufStart) * this.stride, this.genUpTo);
       this.genUpTo++;
     }
@@ -202,14 +205,29 @@ export class SyntheticRequestRouter implements RequestRouter {
     const tau = t < this.promptTokens ? m.tauPrefill : m.tau;
     let cont = false;
     if (t > 0 && this.histCount > 0 && tau > 0) {
-      x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+      x = 2091639 * s0 + c * 2.3283064365386963e-10;
+      s0 = s1;
+      s1 = s2;
+      c = Math.floor(x);
+      s2 = x - c;
       cont = s2 < tau;
     }
     if (!cont && m.psi > 0) {
-      x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+      x = 2091639 * s0 + c * 2.3283064365386963e-10;
+      s0 = s1;
+      s1 = s2;
+      c = Math.floor(x);
+      s2 = x - c;
       if (s2 < m.psi) {
-        x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
-        st[0] = s0; st[1] = s1; st[2] = s2; st[3] = c;
+        x = 2091639 * s0 + c * 2.3283064365386963e-10;
+        s0 = s1;
+        s1 = s2;
+        c = Math.floor(x);
+        s2 = x - c;
+        st[0] = s0;
+        st[1] = s1;
+        st[2] = s2;
+        st[3] = c;
         const p = m.sharedAlias.sample(0, s2) * stride;
         for (let i = 0; i < stride; i++) dst[pos + i] = m.sharedPaths[p + i]!;
         this.pushed(dst, pos, next);
@@ -223,7 +241,11 @@ export class SyntheticRequestRouter implements RequestRouter {
     let src = 0;
     if (cont) {
       if (ring) {
-        x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+        x = 2091639 * s0 + c * 2.3283064365386963e-10;
+        s0 = s1;
+        s1 = s2;
+        c = Math.floor(x);
+        s2 = x - c;
         const lag = Math.min(this.histCount, 1 + Math.floor(Math.log(1 - s2) / Math.log(m.mu)));
         src = ((this.histHead - (lag - 1) + H) % H) * stride;
       } else {
@@ -243,13 +265,21 @@ export class SyntheticRequestRouter implements RequestRouter {
         if (cont) {
           if (rho >= 1) copy = true;
           else {
-            x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+            x = 2091639 * s0 + c * 2.3283064365386963e-10;
+            s0 = s1;
+            s1 = s2;
+            c = Math.floor(x);
+            s2 = x - c;
             copy = s2 < rho;
           }
         }
         if (copy) e = hist[src + lk + j]!;
         else if (l > 0 && gamma > 0) {
-          x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+          x = 2091639 * s0 + c * 2.3283064365386963e-10;
+          s0 = s1;
+          s1 = s2;
+          c = Math.floor(x);
+          s2 = x - c;
           if (s2 < gamma) e = successor[(l - 1) * E + dst[base - k + j]!]!;
         }
         if (e >= 0) {
@@ -264,7 +294,11 @@ export class SyntheticRequestRouter implements RequestRouter {
           // Successive sampling: reject experts already in the list; after 16 rejections draw
           // exactly from the remaining weights (same distribution, bounded time).
           for (let tries = 0; tries < 16 && e < 0; tries++) {
-            x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+            x = 2091639 * s0 + c * 2.3283064365386963e-10;
+            s0 = s1;
+            s1 = s2;
+            c = Math.floor(x);
+            s2 = x - c;
             const y = s2 * E;
             const i = y | 0;
             e = y - i < prob[aOff + i]! ? i : alias[aOff + i]!;
@@ -276,14 +310,21 @@ export class SyntheticRequestRouter implements RequestRouter {
             }
           }
           if (e < 0) {
-            x = 2091639 * s0 + c * 2.3283064365386963e-10; s0 = s1; s1 = s2; c = Math.floor(x); s2 = x - c;
+            x = 2091639 * s0 + c * 2.3283064365386963e-10;
+            s0 = s1;
+            s1 = s2;
+            c = Math.floor(x);
+            s2 = x - c;
             e = this.table.sampleExcluding(l, s2, dst, base, base + j);
           }
         }
         dst[base + j] = e;
       }
     }
-    st[0] = s0; st[1] = s1; st[2] = s2; st[3] = c;
+    st[0] = s0;
+    st[1] = s1;
+    st[2] = s2;
+    st[3] = c;
     this.pushed(dst, pos, next);
   }
 
@@ -329,7 +370,13 @@ export class SyntheticRouting implements RoutingSource {
   }
 
   forRequest(request: RequestSpec): SyntheticRequestRouter {
-    const r = new SyntheticRequestRouter(this.model, `${this.seedBase}:${request.id}`, request.task, request.promptTokens, request.promptTokens + request.outputTokens);
+    const r = new SyntheticRequestRouter(
+      this.model,
+      `${this.seedBase}:${request.id}`,
+      request.task,
+      request.promptTokens,
+      request.promptTokens + request.outputTokens,
+    );
     if (this.live.size >= LIVE_CAP) this.live.delete(this.live.keys().next().value!);
     this.live.set(request.id, r);
     return r;
@@ -357,7 +404,9 @@ export class SyntheticRouting implements RoutingSource {
     let p = this.shares[layer];
     if (!p) {
       const E = this.experts;
-      p = successiveInclusion(this.model.global.weights.subarray(layer * E, (layer + 1) * E), this.topK).map((q) => q / this.topK);
+      p = successiveInclusion(this.model.global.weights.subarray(layer * E, (layer + 1) * E), this.topK).map(
+        (q) => q / this.topK,
+      );
       this.shares[layer] = p;
     }
     return p.slice();

@@ -67,7 +67,9 @@ export const RoutingTargetsSchema = z
     decode: z
       .object({
         /** Activation ratio (%) by batch size. */
-        activationPercent: z.record(positiveIntKey, TargetSchema).refine((r) => Object.keys(r).length > 0, { message: 'needs at least one batch size' }),
+        activationPercent: z
+          .record(positiveIntKey, TargetSchema)
+          .refine((r) => Object.keys(r).length > 0, { message: 'needs at least one batch size' }),
         /** Decode tokens each request contributes to one measured "iteration": a number, or { fit: [lo, hi] }. */
         tokensPerRequest: z
           .union([
@@ -122,7 +124,8 @@ export const RoutingTargetsSchema = z
   })
   .strict()
   .superRefine((t, ctx) => {
-    if (!t.decode && !t.prefill && !t.reuse) ctx.addIssue({ code: 'custom', message: 'give at least one of decode, prefill, reuse', path: ['decode'] });
+    if (!t.decode && !t.prefill && !t.reuse)
+      ctx.addIssue({ code: 'custom', message: 'give at least one of decode, prefill, reuse', path: ['decode'] });
     if (t.prefill && t.prefill.meanActivationPercent === undefined && !t.prefill.atLengthPercent) {
       ctx.addIssue({ code: 'custom', message: 'give meanActivationPercent or atLengthPercent', path: ['prefill'] });
     }
@@ -130,18 +133,37 @@ export const RoutingTargetsSchema = z
       ctx.addIssue({ code: 'custom', message: 'give distinctPercent or topSharePercent', path: ['reuse'] });
     }
     if (typeof t.reuse?.layer === 'number' && t.reuse.layer >= t.model.moeLayers) {
-      ctx.addIssue({ code: 'custom', message: `must be a MoE layer 0…${t.model.moeLayers - 1}`, path: ['reuse', 'layer'] });
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be a MoE layer 0…${t.model.moeLayers - 1}`,
+        path: ['reuse', 'layer'],
+      });
     }
     const z0 = t.knobs.popularity?.zipfExponent;
     if (Array.isArray(z0) && z0.length !== t.model.moeLayers) {
-      ctx.addIssue({ code: 'custom', message: `needs one exponent per MoE layer (${t.model.moeLayers})`, path: ['knobs', 'popularity', 'zipfExponent'] });
+      ctx.addIssue({
+        code: 'custom',
+        message: `needs one exponent per MoE layer (${t.model.moeLayers})`,
+        path: ['knobs', 'popularity', 'zipfExponent'],
+      });
     }
     if (t.fit.includes('zipfExponent') && Array.isArray(z0)) {
-      ctx.addIssue({ code: 'custom', message: 'a fitted zipfExponent starts from one number, not a list', path: ['knobs', 'popularity', 'zipfExponent'] });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'a fitted zipfExponent starts from one number, not a list',
+        path: ['knobs', 'popularity', 'zipfExponent'],
+      });
     }
-    if (new Set(t.fit).size !== t.fit.length) ctx.addIssue({ code: 'custom', message: 'lists a knob twice', path: ['fit'] });
-    if (!t.checkOnly && t.fit.length === 0) ctx.addIssue({ code: 'custom', message: 'name at least one knob to fit (or set checkOnly: true)', path: ['fit'] });
-    if (!t.checkOnly && t.knobsFrom === undefined) ctx.addIssue({ code: 'custom', message: 'say where the knobs not fitted come from', path: ['knobsFrom'] });
+    if (new Set(t.fit).size !== t.fit.length)
+      ctx.addIssue({ code: 'custom', message: 'lists a knob twice', path: ['fit'] });
+    if (!t.checkOnly && t.fit.length === 0)
+      ctx.addIssue({
+        code: 'custom',
+        message: 'name at least one knob to fit (or set checkOnly: true)',
+        path: ['fit'],
+      });
+    if (!t.checkOnly && t.knobsFrom === undefined)
+      ctx.addIssue({ code: 'custom', message: 'say where the knobs not fitted come from', path: ['knobsFrom'] });
   });
 export type RoutingTargets = z.infer<typeof RoutingTargetsSchema>;
 
@@ -154,13 +176,22 @@ export function parseTargets(text: string, file: string): RoutingTargets {
     const msg = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.replace(/:$/, '');
     throw new UserError(`not valid ${file.endsWith('.json') ? 'JSON' : 'YAML'}: ${msg}`, file);
   }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new UserError('a targets file must be a mapping', file);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    throw new UserError('a targets file must be a mapping', file);
   const r = RoutingTargetsSchema.safeParse(raw);
   if (!r.success) {
     const issue = r.error.issues[0]!;
     const field = formatPath(issue.path);
-    const value = issue.path.reduce<unknown>((o, k) => (o !== null && typeof o === 'object' ? (o as Record<PropertyKey, unknown>)[k] : undefined), raw);
-    throw new UserError(issue.message, file, field || undefined, value !== null && typeof value === 'object' ? undefined : value);
+    const value = issue.path.reduce<unknown>(
+      (o, k) => (o !== null && typeof o === 'object' ? (o as Record<PropertyKey, unknown>)[k] : undefined),
+      raw,
+    );
+    throw new UserError(
+      issue.message,
+      file,
+      field || undefined,
+      value !== null && typeof value === 'object' ? undefined : value,
+    );
   }
   return r.data;
 }
@@ -203,4 +234,5 @@ export function targetResidual(t: Target, achieved: number): number {
   return Math.min(0, achieved - t.min);
 }
 
-export const describeTarget = (t: Target): string => (typeof t === 'number' ? String(t) : 'max' in t ? `≤ ${t.max}` : `≥ ${t.min}`);
+export const describeTarget = (t: Target): string =>
+  typeof t === 'number' ? String(t) : 'max' in t ? `≤ ${t.max}` : `≥ ${t.min}`;

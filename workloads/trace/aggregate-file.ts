@@ -79,10 +79,19 @@ export async function readAggregateFile(path: string): Promise<AggregateFile> {
   for (const [name, m] of Object.entries(r.data.models)) {
     for (const [corpus, perLayer] of Object.entries(m.expert_counts)) {
       if (perLayer.length !== m.layers.length) {
-        throw new UserError(`lists ${perLayer.length} layers, expected ${m.layers.length}`, path, `models.${name}.expert_counts.${corpus}`);
+        throw new UserError(
+          `lists ${perLayer.length} layers, expected ${m.layers.length}`,
+          path,
+          `models.${name}.expert_counts.${corpus}`,
+        );
       }
       perLayer.forEach((c, i) => {
-        if (c.length !== m.experts) throw new UserError(`has ${c.length} experts, expected ${m.experts}`, path, `models.${name}.expert_counts.${corpus}[${i}]`);
+        if (c.length !== m.experts)
+          throw new UserError(
+            `has ${c.length} experts, expected ${m.experts}`,
+            path,
+            `models.${name}.expert_counts.${corpus}[${i}]`,
+          );
       });
     }
   }
@@ -123,7 +132,11 @@ export function aggregateStats(m: AggregateModel): AggregateStats {
       const acc = (pooledPairs[key] ??= new Float64Array(E * E));
       flat.forEach((v, i) => (acc[i]! += v));
     }
-    corpora[corpus] = { entropy: perLayer.map((c) => normEntropy(c)), top10Share: perLayer.map((c) => topShare(c)), rankAligned };
+    corpora[corpus] = {
+      entropy: perLayer.map((c) => normEntropy(c)),
+      top10Share: perLayer.map((c) => topShare(c)),
+      rankAligned,
+    };
   }
   const pooled: CorpusStats = {
     entropy: pooledCounts.map((c) => normEntropy(c)),
@@ -137,7 +150,13 @@ export function aggregateStats(m: AggregateModel): AggregateStats {
  * The same statistics for per-request traces whose requests carry task labels (= corpora):
  * counts at the given MoE layers, rank alignment by the order inside each top-k list.
  */
-export function aggregateStatsOfRequests(requests: Iterable<TraceRequest>, L: number, E: number, k: number, layers: readonly number[]): AggregateStats {
+export function aggregateStatsOfRequests(
+  requests: Iterable<TraceRequest>,
+  L: number,
+  E: number,
+  k: number,
+  layers: readonly number[],
+): AggregateStats {
   const counts = new Map<string, Float64Array[]>();
   const pairs = new Map<string, Map<string, Float64Array>>();
   for (const r of requests) {
@@ -172,7 +191,12 @@ export function aggregateStatsOfRequests(requests: Iterable<TraceRequest>, L: nu
     layers: [...layers],
     expert_counts: Object.fromEntries([...counts].map(([t, c]) => [t, c.map((x) => [...x])])),
     crosslayer_pair_counts: Object.fromEntries(
-      [...pairs].map(([t, m]) => [t, Object.fromEntries([...m].map(([key, v]) => [key, Array.from({ length: E }, (_, a) => [...v.subarray(a * E, (a + 1) * E)])]))]),
+      [...pairs].map(([t, m]) => [
+        t,
+        Object.fromEntries(
+          [...m].map(([key, v]) => [key, Array.from({ length: E }, (_, a) => [...v.subarray(a * E, (a + 1) * E)])]),
+        ),
+      ]),
     ),
   };
   return aggregateStats(model);

@@ -115,7 +115,8 @@ export interface TraceRequest {
 }
 
 /** Listed tokens of a request that are prompt (prefill) tokens. */
-export const recordedPromptTokens = (r: TraceRequest): number => (r.prefillRecorded ? Math.min(r.promptTokens, r.tokens) : 0);
+export const recordedPromptTokens = (r: TraceRequest): number =>
+  r.prefillRecorded ? Math.min(r.promptTokens, r.tokens) : 0;
 
 /** Listed tokens of a request that are decode inputs. */
 export const recordedDecodeTokens = (r: TraceRequest): number => r.tokens - recordedPromptTokens(r);

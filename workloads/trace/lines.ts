@@ -86,7 +86,11 @@ export async function* readLines(path: string): AsyncGenerator<NumberedLine> {
       if (err instanceof UserError) throw err;
       const e = err as NodeJS.ErrnoException;
       if (e?.code === 'Z_BUF_ERROR' || /unexpected end of file/i.test(e?.message ?? '')) {
-        throw new UserError(`truncated gzip stream (file ends inside compressed data after ${no} complete lines)`, path, `line ${no + 1}`);
+        throw new UserError(
+          `truncated gzip stream (file ends inside compressed data after ${no} complete lines)`,
+          path,
+          `line ${no + 1}`,
+        );
       }
       if (typeof e?.code === 'string' && e.code.startsWith('Z_')) {
         throw new UserError(`corrupt gzip stream: ${e.message}`, path, `line ${no + 1}`);

@@ -177,7 +177,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
   }
 
   private remember(ids: Set<string>, r: TraceRequest): TraceRequest {
-    if (ids.has(r.id)) throw new UserError(`duplicate request id ${JSON.stringify(r.id)}`, this.path, `line ${r.line}: id`);
+    if (ids.has(r.id))
+      throw new UserError(`duplicate request id ${JSON.stringify(r.id)}`, this.path, `line ${r.line}: id`);
     ids.add(r.id);
     return r;
   }
@@ -187,7 +188,11 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
    * and JSON.parse the rest with an empty array in its place. Anything unusual (or a bad line)
    * falls back to parsing the whole line, which produces the precise error.
    */
-  private scanLine(l: NumberedLine): { viaFast: true; fast: NonNullable<ReturnType<typeof scanTokens>>; obj: unknown } | { viaFast: false; fast: null; obj: unknown } {
+  private scanLine(
+    l: NumberedLine,
+  ):
+    | { viaFast: true; fast: NonNullable<ReturnType<typeof scanTokens>>; obj: unknown }
+    | { viaFast: false; fast: null; obj: unknown } {
     const { moeLayers, experts, topK } = this.header.model;
     const fast = scanTokens(l.text, moeLayers, experts, topK);
     let obj: unknown;
@@ -213,10 +218,18 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
     const prefillRecorded = d.prefillRecorded ?? true;
     const T = viaFast ? fast.tokens : d.tokens.length;
     if (prefillRecorded && d.promptTokens > T) {
-      throw new UserError(`promptTokens ${d.promptTokens} exceeds the ${T} tokens listed`, this.path, `line ${l.no}: promptTokens`);
+      throw new UserError(
+        `promptTokens ${d.promptTokens} exceeds the ${T} tokens listed`,
+        this.path,
+        `line ${l.no}: promptTokens`,
+      );
     }
     if (prefillRecorded && d.promptTokens === 0 && T > 0) {
-      throw new UserError('promptTokens must be ≥ 1 when the prefill is recorded', this.path, `line ${l.no}: promptTokens`);
+      throw new UserError(
+        'promptTokens must be ≥ 1 when the prefill is recorded',
+        this.path,
+        `line ${l.no}: promptTokens`,
+      );
     }
     const decodeListed = T - (prefillRecorded ? d.promptTokens : 0);
     if (d.outputTokens !== undefined && d.outputTokens < decodeListed + 1) {
@@ -253,7 +266,11 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
     const m = this.header.model;
     const same = (got: number, want: number, field: string): void => {
       if (got !== want) {
-        throw new UserError(`${field} is ${got} but earlier lines of this file say ${want}`, this.path, `line ${l.no}: ${field}`);
+        throw new UserError(
+          `${field} is ${got} but earlier lines of this file say ${want}`,
+          this.path,
+          `line ${l.no}: ${field}`,
+        );
       }
     };
     same(d.layers, m.moeLayers, 'layers');
@@ -296,7 +313,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
       const tok = tokens[t];
       if (!Array.isArray(tok)) fail(`${field}[${t}]`, 'must be a list with one entry per MoE layer', tok);
       const layers = tok as unknown[];
-      if (layers.length !== L) fail(`${field}[${t}]`, `has ${layers.length} layers but the trace's model has ${L} MoE layers`);
+      if (layers.length !== L)
+        fail(`${field}[${t}]`, `has ${layers.length} layers but the trace's model has ${L} MoE layers`);
       for (let l = 0; l < L; l++) {
         const ent = layers[l];
         if (ent === null) {
@@ -313,7 +331,8 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
             fail(`${field}[${t}][${l}][${j}]`, 'expert id must be a non-negative integer', e);
           }
           const id = e as number;
-          if (id >= E) fail(`${field}[${t}][${l}][${j}]`, `expert id ${id} is out of range (experts = ${E}, ids 0…${E - 1})`);
+          if (id >= E)
+            fail(`${field}[${t}][${l}][${j}]`, `expert id ${id} is out of range (experts = ${E}, ids 0…${E - 1})`);
           for (let p = start; p < o; p++) {
             if (out[p] === id) fail(`${field}[${t}][${l}][${j}]`, `expert id ${id} appears twice in one top-k list`);
           }
@@ -343,12 +362,22 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
           continue;
         }
         if (!Array.isArray(ent) || ent.length !== k) {
-          throw new UserError(`must list ${k} scores or be null`, this.path, `line ${lineNo}: ${field}[${t}][${l}]`, ent);
+          throw new UserError(
+            `must list ${k} scores or be null`,
+            this.path,
+            `line ${lineNo}: ${field}[${t}][${l}]`,
+            ent,
+          );
         }
         for (let j = 0; j < k; j++) {
           const v = ent[j] as unknown;
           if (typeof v !== 'number' || !Number.isFinite(v)) {
-            throw new UserError('score must be a finite number', this.path, `line ${lineNo}: ${field}[${t}][${l}][${j}]`, v);
+            throw new UserError(
+              'score must be a finite number',
+              this.path,
+              `line ${lineNo}: ${field}[${t}][${l}][${j}]`,
+              v,
+            );
           }
           out[o++] = v;
         }
@@ -374,16 +403,31 @@ export class TraceReader implements AsyncIterable<TraceRequest> {
         const ent = tok[l] as unknown;
         if (ent === null) continue;
         if (!Array.isArray(ent) || ent.length === 0) {
-          throw new UserError('must be a non-empty ranked list of expert ids or null', this.path, `line ${lineNo}: predictions[${t}][${l}]`, ent);
+          throw new UserError(
+            'must be a non-empty ranked list of expert ids or null',
+            this.path,
+            `line ${lineNo}: predictions[${t}][${l}]`,
+            ent,
+          );
         }
         const start = ids.length;
         for (let j = 0; j < ent.length; j++) {
           const e = ent[j] as unknown;
           if (typeof e !== 'number' || !Number.isInteger(e) || e < 0 || e >= E) {
-            throw new UserError(`predicted expert id must be an integer in 0…${E - 1}`, this.path, `line ${lineNo}: predictions[${t}][${l}][${j}]`, e);
+            throw new UserError(
+              `predicted expert id must be an integer in 0…${E - 1}`,
+              this.path,
+              `line ${lineNo}: predictions[${t}][${l}][${j}]`,
+              e,
+            );
           }
           for (let p = start; p < ids.length; p++) {
-            if (ids[p] === e) throw new UserError(`expert id ${e} appears twice`, this.path, `line ${lineNo}: predictions[${t}][${l}][${j}]`);
+            if (ids[p] === e)
+              throw new UserError(
+                `expert id ${e} appears twice`,
+                this.path,
+                `line ${lineNo}: predictions[${t}][${l}][${j}]`,
+              );
           }
           ids.push(e);
         }
@@ -402,7 +446,10 @@ export async function readTraceInfo(path: string, opts: ReadTraceOptions = {}): 
 }
 
 /** Reads a whole (small) trace into memory. For tests and small shipped traces only. */
-export async function readTraceFile(path: string, opts: ReadTraceOptions = {}): Promise<{ info: TraceInfo; requests: TraceRequest[] }> {
+export async function readTraceFile(
+  path: string,
+  opts: ReadTraceOptions = {},
+): Promise<{ info: TraceInfo; requests: TraceRequest[] }> {
   const r = await TraceReader.open(path, opts);
   const requests: TraceRequest[] = [];
   for await (const q of r) requests.push(q);
@@ -418,7 +465,12 @@ export async function readTraceFile(path: string, opts: ReadTraceOptions = {}): 
  * Returns null on anything else, so the caller can fall back to JSON.parse and report the
  * exact error. `start`/`end` delimit the array in the line.
  */
-export function scanTokens(text: string, L: number, E: number, k: number): { experts: Int32Array; tokens: number; start: number; end: number } | null {
+export function scanTokens(
+  text: string,
+  L: number,
+  E: number,
+  k: number,
+): { experts: Int32Array; tokens: number; start: number; end: number } | null {
   const key = text.indexOf('"tokens":');
   if (key < 0 || text.indexOf('"tokens":', key + 9) >= 0) return null;
   const n = text.length;

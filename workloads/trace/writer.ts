@@ -11,7 +11,14 @@ import { dirname } from 'node:path';
 import { once } from 'node:events';
 import { createGzip, type Gzip } from 'node:zlib';
 import { tempPathFor } from '../io/atomic.ts';
-import { MISSING, TRACE_FORMAT, TRACE_VERSION, TraceHeaderSchema, type TraceHeader, type TraceRequest } from './format.ts';
+import {
+  MISSING,
+  TRACE_FORMAT,
+  TRACE_VERSION,
+  TraceHeaderSchema,
+  type TraceHeader,
+  type TraceRequest,
+} from './format.ts';
 
 export type TraceHeaderInput = Omit<TraceHeader, 'format' | 'version'>;
 
@@ -103,10 +110,28 @@ export function serialiseRequest(r: TraceRequest, L: number, k: number): string 
   if (r.outputTokens !== decodeListed + 1) parts.push(`,"outputTokens":${r.outputTokens}`);
   if (r.task !== undefined) parts.push(`,"task":${JSON.stringify(r.task)}`);
   if (r.arrivalS !== undefined) parts.push(`,"arrivalS":${r.arrivalS}`);
-  parts.push(',"tokens":', nested(r.tokens, L, k, (i) => String(r.experts[i]), (i) => r.experts[i] === MISSING));
+  parts.push(
+    ',"tokens":',
+    nested(
+      r.tokens,
+      L,
+      k,
+      (i) => String(r.experts[i]),
+      (i) => r.experts[i] === MISSING,
+    ),
+  );
   if (r.scores) {
     const s = r.scores;
-    parts.push(',"scores":', nested(r.tokens, L, k, (i) => shortFloat32(s[i]!), (i) => Number.isNaN(s[i]!)));
+    parts.push(
+      ',"scores":',
+      nested(
+        r.tokens,
+        L,
+        k,
+        (i) => shortFloat32(s[i]!),
+        (i) => Number.isNaN(s[i]!),
+      ),
+    );
   }
   if (r.predictions) {
     const { offsets, ids } = r.predictions;

@@ -84,10 +84,22 @@ export const hardwareCommand: CommandModule = {
   builder: (y) =>
     y
       .positional('action', { choices: ['new'] as const, describe: 'new: write a testbed file' })
-      .option('gpu', { type: 'string', demandOption: true, describe: 'GPU profile id (rtx-4090 = rtx4090; hardware-profiles/gpus)' })
+      .option('gpu', {
+        type: 'string',
+        demandOption: true,
+        describe: 'GPU profile id (rtx-4090 = rtx4090; hardware-profiles/gpus)',
+      })
       .option('cpu', { type: 'string', demandOption: true, describe: 'CPU profile id (e.g. ryzen-9-7950x)' })
-      .option('dram', { type: 'string', demandOption: true, describe: 'DIMMs: ddr4|ddr5-<MT/s>x<channels> (ddr5-6000x2)' })
-      .option('link', { type: 'string', demandOption: true, describe: 'GPU link: pcie<gen>x<lanes> (pcie4x16) or a pcie id' })
+      .option('dram', {
+        type: 'string',
+        demandOption: true,
+        describe: 'DIMMs: ddr4|ddr5-<MT/s>x<channels> (ddr5-6000x2)',
+      })
+      .option('link', {
+        type: 'string',
+        demandOption: true,
+        describe: 'GPU link: pcie<gen>x<lanes> (pcie4x16) or a pcie id',
+      })
       .option('drive', { type: 'string', describe: 'NVMe drive profile id (hardware-profiles/drives)' })
       .option('ram', { type: 'number', default: 64, describe: 'host RAM in GiB' })
       .option('name', { type: 'string', describe: 'a name for the box (default: gpu + cpu)' })
@@ -102,7 +114,8 @@ export const hardwareCommand: CommandModule = {
     if (!/\.(ya?ml|json)$/.test(out)) {
       throw new UserError('must end in .yaml, .yml or .json', undefined, '--out', a.out);
     }
-    if (existsSync(out) && !a.force) throw new UserError('exists (pass --force to overwrite)', undefined, '--out', a.out);
+    if (existsSync(out) && !a.force)
+      throw new UserError('exists (pass --force to overwrite)', undefined, '--out', a.out);
     const text = out.endsWith('.json')
       ? `${JSON.stringify(doc, null, 2)}\n`
       : `# moesim testbed (moesim hardware new)\n${stringify(doc)}`;

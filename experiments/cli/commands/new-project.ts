@@ -32,7 +32,12 @@ export interface ProjectScaffold {
 }
 
 /** The files of a standalone plugin project at `root`. */
-export function projectScaffold(name: string, family: 'serving' | 'throughput', root: string, moesim: string): ProjectScaffold {
+export function projectScaffold(
+  name: string,
+  family: 'serving' | 'throughput',
+  root: string,
+  moesim: string,
+): ProjectScaffold {
   const hint: Hint = {
     run: `Run it: \`npx moesim experiment ${name}.yaml\`. Test it: \`npm test\`.`,
     runConfig: `Run: npx moesim experiment ${name}.yaml`,
@@ -78,7 +83,9 @@ export default defineConfig({
     [path.join(root, 'tsconfig.json')]: j(tsconfig),
     [path.join(root, 'vitest.config.ts')]: vitestConfig,
     [path.join(root, '.gitignore')]: 'node_modules/\nresults/\n',
-    [path.join(root, 'src', `${name}.ts`)]: serving ? servingPlugin(name, api, hint) : throughputPlugin(name, api, hint),
+    [path.join(root, 'src', `${name}.ts`)]: serving
+      ? servingPlugin(name, api, hint)
+      : throughputPlugin(name, api, hint),
     [path.join(root, `${name}.yaml`)]: serving ? servingConfig(name, hint) : throughputConfig(name, hint),
     [testPath]: testFile(name, family, `../src/${name}.ts`, api),
   };

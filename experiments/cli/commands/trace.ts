@@ -25,15 +25,31 @@ import { looksLikeAggregateFile, readAggregateFile } from '../../../workloads/tr
 import { calibrateFromAggregate } from '../../../workloads/synthetic/calibrate-aggregate.ts';
 import { loadProfile } from '../../../workloads/synthetic/profile.ts';
 import { loadTargets, looksLikeTargetsFile, type RoutingTargets } from '../../../workloads/synthetic/targets.ts';
-import { calibrateTargets, compareWithTargets, formatTargetRows, summaryOptionsOf } from '../../../workloads/synthetic/calibrate-targets.ts';
+import {
+  calibrateTargets,
+  compareWithTargets,
+  formatTargetRows,
+  summaryOptionsOf,
+} from '../../../workloads/synthetic/calibrate-targets.ts';
 import { routingSummary, TABLE1_BATCH_SIZES } from '../../../workloads/stats/routing-summary.ts';
 import { dirname, relative, resolve } from 'node:path';
-import { fitCacheTargets, formatCacheRows, loadCacheTargets, looksLikeCacheTargets } from '../../../workloads/synthetic/calibrate-cache.ts';
+import {
+  fitCacheTargets,
+  formatCacheRows,
+  loadCacheTargets,
+  looksLikeCacheTargets,
+} from '../../../workloads/synthetic/calibrate-cache.ts';
 import { existsSync } from 'node:fs';
 import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
 import { positiveInt } from '../../../workloads/import/common.ts';
 import { type CacheReport, type CacheReset, type CurveOptions } from '../../../workloads/stats/cache-curves.ts';
-import { cacheReport, formatCacheReports, loadCacheTrace, plotCacheReports, twinTrace } from '../../../workloads/stats/cache-tools.ts';
+import {
+  cacheReport,
+  formatCacheReports,
+  loadCacheTrace,
+  plotCacheReports,
+  twinTrace,
+} from '../../../workloads/stats/cache-tools.ts';
 import { parseColumns } from '../../../workloads/import/parquet.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -41,10 +57,18 @@ const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s 
 
 function parseCs(v: unknown, option = '--c'): number[] | undefined {
   if (v === undefined) return undefined;
-  const parts = String(v).split(',').map((s) => s.trim()).filter(Boolean);
+  const parts = String(v)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const cs = parts.map(Number);
   if (!cs.length || cs.some((c) => !Number.isInteger(c) || c < 1)) {
-    throw new UserError(`${option} must list positive integers, e.g. ${option === '--c' ? '6,12,16' : '1,2,4,8,16,32'}`, undefined, option, v);
+    throw new UserError(
+      `${option} must list positive integers, e.g. ${option === '--c' ? '6,12,16' : '1,2,4,8,16,32'}`,
+      undefined,
+      option,
+      v,
+    );
   }
   return cs;
 }
@@ -82,18 +106,30 @@ interface CacheArgs {
 
 const cacheOptions = <T>(y: Argv<T>): Argv<T> =>
   y
-    .option('cache', { type: 'boolean', describe: 'LRU/Belady cache curves, shuffled control, reuse distance, popularity (default: on for tables, off for --json)' })
-    .option('sizes', { type: 'string', describe: 'cache sizes in experts per layer, e.g. 8,16,32,64 (default k, 2k, 4k … and E/2)' })
+    .option('cache', {
+      type: 'boolean',
+      describe:
+        'LRU/Belady cache curves, shuffled control, reuse distance, popularity (default: on for tables, off for --json)',
+    })
+    .option('sizes', {
+      type: 'string',
+      describe: 'cache sizes in experts per layer, e.g. 8,16,32,64 (default k, 2k, 4k … and E/2)',
+    })
     .option('reset', { type: 'string', describe: 'caches emptied at every request (request) or kept (never, default)' })
     .option('groups', { type: 'number', describe: 'layer groups to report (default 3)' })
-    .option('granularity', { type: 'string', describe: "cache step: token (a token's k experts at once, default) or access (one expert at a time)" })
+    .option('granularity', {
+      type: 'string',
+      describe: "cache step: token (a token's k experts at once, default) or access (one expert at a time)",
+    })
     .option('svg', { type: 'string', describe: 'plot the cache curves to this SVG file' })
     .option('shuffle-seed', { type: 'number', describe: 'seed of the shuffled control (default 1)' }) as Argv<T>;
 
 function curveOptions(a: CacheArgs): CurveOptions {
-  if (a.reset !== undefined && a.reset !== 'request' && a.reset !== 'never') throw new UserError('must be request or never', undefined, '--reset', a.reset);
+  if (a.reset !== undefined && a.reset !== 'request' && a.reset !== 'never')
+    throw new UserError('must be request or never', undefined, '--reset', a.reset);
   const groups = positiveInt(a.groups, '--groups');
-  if (a.granularity !== undefined && a.granularity !== 'token' && a.granularity !== 'access') throw new UserError('must be token or access', undefined, '--granularity', a.granularity);
+  if (a.granularity !== undefined && a.granularity !== 'token' && a.granularity !== 'access')
+    throw new UserError('must be token or access', undefined, '--granularity', a.granularity);
   const sizes = parseCs(a.sizes, '--sizes');
   return {
     ...(sizes ? { sizes } : {}),
@@ -104,7 +140,11 @@ function curveOptions(a: CacheArgs): CurveOptions {
   };
 }
 
-async function writeSvg(file: string | undefined, cols: { title: string; report: CacheReport }[], title: string): Promise<void> {
+async function writeSvg(
+  file: string | undefined,
+  cols: { title: string; report: CacheReport }[],
+  title: string,
+): Promise<void> {
   if (!file) return;
   await writeFileAtomic(file, await plotCacheReports(cols, title));
   err(`wrote ${file}`);
@@ -119,20 +159,32 @@ function traceFile(file: string): string {
 
 const statsCommand: CommandModule<object, StatsArgs> = {
   command: 'stats <file>',
-  describe: 'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
+  describe:
+    'statistics of a routing trace (popularity, request skew, cross-layer, temporal, activation ratio, task clusters)',
   builder: (y: Argv<object>) =>
     cacheOptions(y)
-      .positional('file', { type: 'string', demandOption: true, describe: 'trace (.jsonl.gz; moesim format or the converted real traces)' })
+      .positional('file', {
+        type: 'string',
+        demandOption: true,
+        describe: 'trace (.jsonl.gz; moesim format or the converted real traces)',
+      })
       .option('json', { type: 'boolean', describe: 'print one JSON object instead of a table' })
-      .option('extended', { type: 'boolean', describe: 'with --json: add Gini, top-10 % share, baselines, phases, tasks' })
-      .option('c', { type: 'string', describe: 'C values for request skew, e.g. 6,12,16 (default k,2k,4k)' }) as unknown as Argv<StatsArgs>,
+      .option('extended', {
+        type: 'boolean',
+        describe: 'with --json: add Gini, top-10 % share, baselines, phases, tasks',
+      })
+      .option('c', {
+        type: 'string',
+        describe: 'C values for request skew, e.g. 6,12,16 (default k,2k,4k)',
+      }) as unknown as Argv<StatsArgs>,
   handler: async (a) => {
     if (await looksLikeAggregateFile(a.file)) {
       // An aggregate file (per-corpus counts at a few layers): its own statistics, every model.
       const file = await readAggregateFile(a.file);
       const all = await Promise.all(Object.keys(file.models).map((m) => aggregateTwin(a.file, m, undefined)));
       if (a.json) out(JSON.stringify(Object.fromEntries(all.map((x) => [x.model, x.real]))));
-      else out(all.map((x) => `${x.model}\n${formatAggregateTable([{ title: 'aggregate', stats: x.real }])}`).join('\n'));
+      else
+        out(all.map((x) => `${x.model}\n${formatAggregateTable([{ title: 'aggregate', stats: x.real }])}`).join('\n'));
       return;
     }
     const cValues = parseCs(a.c);
@@ -140,9 +192,19 @@ const statsCommand: CommandModule<object, StatsArgs> = {
     const { stats, warnings } = await traceStats(traceFile(a.file), cValues ? { cValues } : {});
     warnings.forEach(err);
     const title = a.file.replace(/^.*[\\/]/, '');
-    const cache = (a.json ? a.cache === true : a.cache !== false) ? cacheReport(await loadCacheTrace(a.file), co) : undefined;
-    if (a.json) out(JSON.stringify(cache ? { ...(jsonOf(stats, a.extended ?? false) as object), cache } : jsonOf(stats, a.extended ?? false)));
-    else out(formatStatsTable([{ title, stats }]) + (cache ? `\n\n${formatCacheReports([{ title, report: cache }])}` : ''));
+    const cache = (a.json ? a.cache === true : a.cache !== false)
+      ? cacheReport(await loadCacheTrace(a.file), co)
+      : undefined;
+    if (a.json)
+      out(
+        JSON.stringify(
+          cache ? { ...(jsonOf(stats, a.extended ?? false) as object), cache } : jsonOf(stats, a.extended ?? false),
+        ),
+      );
+    else
+      out(
+        formatStatsTable([{ title, stats }]) + (cache ? `\n\n${formatCacheReports([{ title, report: cache }])}` : ''),
+      );
     if (cache) await writeSvg(a.svg, [{ title, report: cache }], `${title}: cache hit rate (%)`);
   },
 };
@@ -164,13 +226,26 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
   builder: (y: Argv<object>) =>
     y
       .positional('file', { type: 'string', demandOption: true })
-      .option('out', { type: 'string', demandOption: true, describe: 'profile to write (e.g. workloads/profiles/<name>.json)' })
-      .option('model', { type: 'string', describe: 'model id for the profile (default: the trace header\'s)' })
+      .option('out', {
+        type: 'string',
+        demandOption: true,
+        describe: 'profile to write (e.g. workloads/profiles/<name>.json)',
+      })
+      .option('model', { type: 'string', describe: "model id for the profile (default: the trace header's)" })
       .option('name', { type: 'string', describe: 'profile name (default: the output file name)' })
       .option('max-fit-tokens', { type: 'number', describe: 'fit on at most this many tokens (default 40000)' })
-      .option('evaluations', { type: 'number', describe: 'evaluation budget (traces: default 30; summary targets: per decode window m, default the file\'s)' })
-      .option('aggregate-model', { type: 'string', describe: 'aggregate files: which model of the file (e.g. OLMoE-1B-7B-0924)' })
-      .option('base', { type: 'string', describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)' }) as unknown as Argv<CalibrateArgs>,
+      .option('evaluations', {
+        type: 'number',
+        describe: "evaluation budget (traces: default 30; summary targets: per decode window m, default the file's)",
+      })
+      .option('aggregate-model', {
+        type: 'string',
+        describe: 'aggregate files: which model of the file (e.g. OLMoE-1B-7B-0924)',
+      })
+      .option('base', {
+        type: 'string',
+        describe: 'aggregate files: profile to take request-level knobs from (default deepseek-v2-lite)',
+      }) as unknown as Argv<CalibrateArgs>,
   handler: async (a) => {
     const name = a.name ?? a.out.replace(/^.*[\\/]/, '').replace(/\.json$/, '');
     if (await looksLikeCacheTargets(a.file)) {
@@ -196,7 +271,9 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
         log: err,
       });
       await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
-      out(`wrote ${a.out} after ${r.evaluations} evaluations (decode tokens per request m = ${r.tokensPerRequest}, loss ${r.loss.toFixed(3)})`);
+      out(
+        `wrote ${a.out} after ${r.evaluations} evaluations (decode tokens per request m = ${r.tokensPerRequest}, loss ${r.loss.toFixed(3)})`,
+      );
       out(formatTargetRows(r.rows));
       return;
     }
@@ -204,7 +281,12 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       const file = await readAggregateFile(a.file);
       const key = a.aggregateModel ?? Object.keys(file.models)[0]!;
       const m = file.models[key];
-      if (!m) throw new UserError(`no model "${key}" in the file (has ${Object.keys(file.models).join(', ')})`, a.file, '--aggregate-model');
+      if (!m)
+        throw new UserError(
+          `no model "${key}" in the file (has ${Object.keys(file.models).join(', ')})`,
+          a.file,
+          '--aggregate-model',
+        );
       if (!a.model) throw new UserError('give --model <id> for the profile', undefined, '--model');
       const { profile: base } = await loadProfile(a.base ?? 'deepseek-v2-lite');
       const r = await calibrateFromAggregate(a.file, {
@@ -218,10 +300,12 @@ const calibrateCommand: CommandModule<object, CalibrateArgs> = {
       });
       await writeFileAtomic(a.out, `${formatJson(r.profile)}\n`);
       out(`wrote ${a.out}`);
-      out(formatAggregateTable([
-        { title: 'aggregate', stats: r.real },
-        { title: `twin (${name})`, stats: r.twin },
-      ]));
+      out(
+        formatAggregateTable([
+          { title: 'aggregate', stats: r.real },
+          { title: `twin (${name})`, stats: r.twin },
+        ]),
+      );
       return;
     }
     const r = await calibrateTrace(a.file, {
@@ -258,11 +342,18 @@ function checkGenerateArgs(a: GenerateArgs): void {
     throw new UserError(`must be ${must}`, undefined, flag, v);
   };
   if (a.requests !== undefined && a.requests > MAX_REQUESTS) bad('--requests', a.requests, `at most ${MAX_REQUESTS}`);
-  if (a.gzipLevel !== undefined && !(Number.isInteger(a.gzipLevel) && a.gzipLevel >= 1 && a.gzipLevel <= 9)) bad('--gzip-level', a.gzipLevel, 'an integer 1–9');
-  if (a.rate !== undefined && !(Number.isFinite(a.rate) && a.rate >= 1e-6 && a.rate <= 1e9)) bad('--rate', a.rate, 'requests per second in 1e-6…1e9');
-  if (a.cv !== undefined && !(Number.isFinite(a.cv) && a.cv > 0 && a.cv <= 1000)) bad('--cv', a.cv, 'a positive number ≤ 1000');
-  if (a.seed !== undefined && !(Number.isSafeInteger(a.seed) && a.seed >= 0)) bad('--seed', a.seed, 'a non-negative integer');
-  for (const [flag, v] of [['--prompt-tokens', a.promptTokens], ['--output-tokens', a.outputTokens]] as const) {
+  if (a.gzipLevel !== undefined && !(Number.isInteger(a.gzipLevel) && a.gzipLevel >= 1 && a.gzipLevel <= 9))
+    bad('--gzip-level', a.gzipLevel, 'an integer 1–9');
+  if (a.rate !== undefined && !(Number.isFinite(a.rate) && a.rate >= 1e-6 && a.rate <= 1e9))
+    bad('--rate', a.rate, 'requests per second in 1e-6…1e9');
+  if (a.cv !== undefined && !(Number.isFinite(a.cv) && a.cv > 0 && a.cv <= 1000))
+    bad('--cv', a.cv, 'a positive number ≤ 1000');
+  if (a.seed !== undefined && !(Number.isSafeInteger(a.seed) && a.seed >= 0))
+    bad('--seed', a.seed, 'a non-negative integer');
+  for (const [flag, v] of [
+    ['--prompt-tokens', a.promptTokens],
+    ['--output-tokens', a.outputTokens],
+  ] as const) {
     if (v !== undefined && !(Number.isInteger(v) && v >= 1 && v <= 10_000_000)) bad(flag, v, 'a positive integer');
   }
   if (a.out.trim() === '') bad('--out', a.out, 'a file path (it is empty)');
@@ -291,15 +382,24 @@ const generateCommand: CommandModule<object, GenerateArgs> = {
       .option('profile', { type: 'string', demandOption: true, describe: 'profile name (workloads/profiles/) or path' })
       .option('out', { type: 'string', demandOption: true, describe: 'trace to write (.jsonl.gz)' })
       .option('requests', { type: 'number', describe: 'number of requests (lengths and tasks from the profile)' })
-      .option('like', { type: 'string', describe: 'copy request lengths/phases/tasks of this trace (a synthetic twin)' })
+      .option('like', {
+        type: 'string',
+        describe: 'copy request lengths/phases/tasks of this trace (a synthetic twin)',
+      })
       .option('seed', { type: 'number', default: 1 })
       .option('prompt-tokens', { type: 'number', describe: 'fixed prompt length' })
       .option('output-tokens', { type: 'number', describe: 'fixed output length' })
-      .option('tasks', { type: 'string', describe: 'task mix, e.g. gsm8k=2,mmlu=1 (default: the profile\'s)' })
+      .option('tasks', { type: 'string', describe: "task mix, e.g. gsm8k=2,mmlu=1 (default: the profile's)" })
       .option('rate', { type: 'number', describe: 'write arrival times: requests per second' })
-      .option('cv', { type: 'number', describe: 'with --rate: Gamma gaps with this coefficient of variation (default 1 = Poisson)' })
+      .option('cv', {
+        type: 'number',
+        describe: 'with --rate: Gamma gaps with this coefficient of variation (default 1 = Poisson)',
+      })
       .option('predictions', { type: 'number', describe: 'write ranked predictions with this top-k accuracy' })
-      .option('gzip-level', { type: 'number', describe: 'gzip level 1–9 (default 6)' }) as unknown as Argv<GenerateArgs>,
+      .option('gzip-level', {
+        type: 'number',
+        describe: 'gzip level 1–9 (default 6)',
+      }) as unknown as Argv<GenerateArgs>,
   handler: async (a) => {
     if (a.requests !== undefined && (!Number.isInteger(a.requests) || a.requests < 1)) {
       throw new UserError('--requests must be a positive integer', undefined, '--requests', a.requests);
@@ -350,16 +450,27 @@ const compareCommand: CommandModule<object, CompareArgs> = {
       .option('json', { type: 'boolean' })
       .option('extended', { type: 'boolean' })
       .option('c', { type: 'string' })
-      .option('aggregate-model', { type: 'string', describe: 'aggregate files: which model of the file' }) as unknown as Argv<CompareArgs>,
+      .option('aggregate-model', {
+        type: 'string',
+        describe: 'aggregate files: which model of the file',
+      }) as unknown as Argv<CompareArgs>,
   handler: async (a) => {
     if (await looksLikeAggregateFile(a.file)) {
-      if (!a.profile) throw new UserError('an aggregate file is compared with a profile: give --profile <name>', undefined, 'arguments');
+      if (!a.profile)
+        throw new UserError(
+          'an aggregate file is compared with a profile: give --profile <name>',
+          undefined,
+          'arguments',
+        );
       const r = await aggregateTwin(a.file, a.aggregateModel, a.profile, { seed: a.seed ?? 1 });
       if (a.json) out(JSON.stringify({ model: r.model, aggregate: r.real, twin: r.twin }));
-      else out(`${r.model}\n${formatAggregateTable([
-        { title: 'aggregate', stats: r.real },
-        { title: `twin (${r.profile!.name})`, stats: r.twin! },
-      ])}`);
+      else
+        out(
+          `${r.model}\n${formatAggregateTable([
+            { title: 'aggregate', stats: r.real },
+            { title: `twin (${r.profile!.name})`, stats: r.twin! },
+          ])}`,
+        );
       return;
     }
     const cValues = parseCs(a.c);
@@ -386,14 +497,27 @@ const compareCommand: CommandModule<object, CompareArgs> = {
     if (wantCache) {
       const co = curveOptions(a);
       const real = await loadCacheTrace(a.file);
-      const second = a.profile ? twinTrace((await loadProfile(a.profile)).profile, real.shapes, a.seed ?? 1) : await loadCacheTrace(a.other!);
+      const second = a.profile
+        ? twinTrace((await loadProfile(a.profile)).profile, real.shapes, a.seed ?? 1)
+        : await loadCacheTrace(a.other!);
       caches = [
         { title: cols[0]!.title, report: cacheReport(real, co) },
         { title: cols[1]!.title, report: cacheReport(second, co) },
       ];
     }
     if (a.json) {
-      out(JSON.stringify(Object.fromEntries(cols.map((col, i) => [col.title, caches[i] ? { ...(jsonOf(col.stats, a.extended ?? false) as object), cache: caches[i]!.report } : jsonOf(col.stats, a.extended ?? false)]))));
+      out(
+        JSON.stringify(
+          Object.fromEntries(
+            cols.map((col, i) => [
+              col.title,
+              caches[i]
+                ? { ...(jsonOf(col.stats, a.extended ?? false) as object), cache: caches[i]!.report }
+                : jsonOf(col.stats, a.extended ?? false),
+            ]),
+          ),
+        ),
+      );
     } else out(formatStatsTable(cols) + (caches.length ? `\n\n${formatCacheReports(caches)}` : ''));
     if (caches.length) await writeSvg(a.svg, caches, `${cols[0]!.title} vs ${cols[1]!.title}: cache hit rate (%)`);
   },
@@ -413,18 +537,27 @@ interface ImportArgs {
 
 const importCommand: CommandModule<object, ImportArgs> = {
   command: 'import <file>',
-  describe: 'convert a trace to the moesim format: a converted real trace, or an engine\'s (--format)',
+  describe: "convert a trace to the moesim format: a converted real trace, or an engine's (--format)",
   builder: (y: Argv<object>) =>
     y
       .positional('file', { type: 'string', demandOption: true })
       .option('out', { type: 'string', demandOption: true })
       .option('model', { type: 'string', describe: 'model id to record in the header' })
-      .option('format', { type: 'string', describe: `engine format: ${IMPORT_FORMATS.join(', ')} (default: a moesim or converted real trace)` })
+      .option('format', {
+        type: 'string',
+        describe: `engine format: ${IMPORT_FORMATS.join(', ')} (default: a moesim or converted real trace)`,
+      })
       .option('experts', { type: 'number', describe: 'routed experts per layer (default: the largest id + 1)' })
       .option('layers', { type: 'number', describe: 'vllm/sglang base64 routing: layers per token' })
-      .option('top-k', { type: 'number', describe: 'experts per token (llamacpp: required; vllm/sglang base64; imp flat lists)' })
+      .option('top-k', {
+        type: 'number',
+        describe: 'experts per token (llamacpp: required; vllm/sglang base64; imp flat lists)',
+      })
       .option('segment', { type: 'number', describe: 'imp: split the one stream into requests of this many tokens' })
-      .option('columns', { type: 'string', describe: 'parquet: request=…,token=…,layer=…,experts=…[,phase=…]' }) as unknown as Argv<ImportArgs>,
+      .option('columns', {
+        type: 'string',
+        describe: 'parquet: request=…,token=…,layer=…,experts=…[,phase=…]',
+      }) as unknown as Argv<ImportArgs>,
   handler: async (a) => {
     if (a.format === undefined) {
       const r = await importTrace(a.file, a.out, a.model ? { modelId: a.model } : {});
@@ -443,7 +576,9 @@ const importCommand: CommandModule<object, ImportArgs> = {
       ...(a.model ? { modelId: a.model } : {}),
       ...(a.columns ? { columns: parseColumns(a.columns) } : {}),
     });
-    out(`wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens, ${r.shape.moeLayers} layers × ${r.shape.experts} experts, top-${r.shape.topK}`);
+    out(
+      `wrote ${a.out}: ${r.requests} requests, ${r.tokens} tokens, ${r.shape.moeLayers} layers × ${r.shape.experts} experts, top-${r.shape.topK}`,
+    );
     out(`header notes: ${r.assumes}`);
   },
 };
@@ -459,13 +594,20 @@ interface ActivationArgs {
 
 const activationCommand: CommandModule<object, ActivationArgs> = {
   command: 'activation',
-  describe: "a profile's expert activation ratio vs batch size (as in MoE-Infinity Table 1), prefill activation and reuse, next to its targets",
+  describe:
+    "a profile's expert activation ratio vs batch size (as in MoE-Infinity Table 1), prefill activation and reuse, next to its targets",
   builder: (y: Argv<object>) =>
     y
       .option('profile', { type: 'string', demandOption: true, describe: 'profile name (workloads/profiles/) or path' })
-      .option('targets', { type: 'string', describe: "summary targets to compare with (default: the file the profile was fitted to, if any)" })
+      .option('targets', {
+        type: 'string',
+        describe: 'summary targets to compare with (default: the file the profile was fitted to, if any)',
+      })
       .option('batch', { type: 'string', describe: 'batch sizes, e.g. 1,2,4,8,16,32 (default)' })
-      .option('tokens-per-request', { type: 'number', describe: "decode tokens per request in the targets' definition (default: the profile's fitted value, else 1)" })
+      .option('tokens-per-request', {
+        type: 'number',
+        describe: "decode tokens per request in the targets' definition (default: the profile's fitted value, else 1)",
+      })
       .option('seed', { type: 'string', default: 'moesim-check', describe: 'measurement seed' })
       .option('json', { type: 'boolean', describe: 'print one JSON object' }) as unknown as Argv<ActivationArgs>,
   handler: async (a) => {
@@ -473,35 +615,75 @@ const activationCommand: CommandModule<object, ActivationArgs> = {
     let targets: RoutingTargets | undefined;
     const stored = profile.fit?.['targetsFile'];
     if (a.targets) targets = await loadTargets(a.targets);
-    else if (typeof stored === 'string' && existsSync(resolve(dirname(path), stored))) targets = await loadTargets(resolve(dirname(path), stored));
-    if (targets && (targets.model.moeLayers !== profile.model.moeLayers || targets.model.experts !== profile.model.experts || targets.model.topK !== profile.model.topK)) {
+    else if (typeof stored === 'string' && existsSync(resolve(dirname(path), stored)))
+      targets = await loadTargets(resolve(dirname(path), stored));
+    if (
+      targets &&
+      (targets.model.moeLayers !== profile.model.moeLayers ||
+        targets.model.experts !== profile.model.experts ||
+        targets.model.topK !== profile.model.topK)
+    ) {
       throw new UserError(
         `targets are for ${targets.model.moeLayers} × ${targets.model.experts}, top-${targets.model.topK}; the profile is ${profile.model.moeLayers} × ${profile.model.experts}, top-${profile.model.topK}`,
         a.targets,
         'model',
       );
     }
-    const batch = parseCs(a.batch, '--batch') ?? (targets?.decode ? Object.keys(targets.decode.activationPercent).map(Number) : [...TABLE1_BATCH_SIZES]);
+    const batch =
+      parseCs(a.batch, '--batch') ??
+      (targets?.decode ? Object.keys(targets.decode.activationPercent).map(Number) : [...TABLE1_BATCH_SIZES]);
     if (batch.some((b) => b > 256)) throw new UserError('batch sizes up to 256', undefined, '--batch', a.batch);
     const fitted = profile.fit?.['tokensPerRequest'];
-    const tfix = targets?.decode && typeof targets.decode.tokensPerRequest === 'number' ? targets.decode.tokensPerRequest : undefined;
+    const tfix =
+      targets?.decode && typeof targets.decode.tokensPerRequest === 'number'
+        ? targets.decode.tokensPerRequest
+        : undefined;
     const m = a.tokensPerRequest ?? (typeof fitted === 'number' ? fitted : undefined) ?? tfix ?? 1;
-    if (!(Number.isInteger(m) && m >= 1 && m <= 64)) throw new UserError('must be an integer in 1…64', undefined, '--tokens-per-request', m);
+    if (!(Number.isInteger(m) && m >= 1 && m <= 64))
+      throw new UserError('must be an integer in 1…64', undefined, '--tokens-per-request', m);
     const windows = m === 1 ? [1] : [1, m];
-    const opts = targets ? summaryOptionsOf(targets, a.seed, windows) : { tokensPerRequest: windows, ...(profile.tasks ? { tasks: profile.tasks } : {}), seed: a.seed };
-    const measured = [...new Set([...batch, ...Object.keys(targets?.decode?.activationPercent ?? {}).map(Number)])].sort((x, y) => x - y);
+    const opts = targets
+      ? summaryOptionsOf(targets, a.seed, windows)
+      : { tokensPerRequest: windows, ...(profile.tasks ? { tasks: profile.tasks } : {}), seed: a.seed };
+    const measured = [
+      ...new Set([...batch, ...Object.keys(targets?.decode?.activationPercent ?? {}).map(Number)]),
+    ].sort((x, y) => x - y);
     const tasks = targets?.tasks ?? profile.tasks;
-    const s = routingSummary(profile.model, profile.knobs, { ...opts, batchSizes: measured, ...(tasks ? { tasks } : {}) });
-    const rows = targets ? compareWithTargets({ ...targets, decode: targets.decode ? { ...targets.decode, tokensPerRequest: m } : undefined }, s, m) : [];
+    const s = routingSummary(profile.model, profile.knobs, {
+      ...opts,
+      batchSizes: measured,
+      ...(tasks ? { tasks } : {}),
+    });
+    const rows = targets
+      ? compareWithTargets(
+          { ...targets, decode: targets.decode ? { ...targets.decode, tokensPerRequest: m } : undefined },
+          s,
+          m,
+        )
+      : [];
     if (a.json) {
-      out(JSON.stringify({ profile: profile.name, tokensPerRequest: m, decodePercent: pct(s.decode), prefill: s.prefill, reuse: s.reuse, targets: rows }));
+      out(
+        JSON.stringify({
+          profile: profile.name,
+          tokensPerRequest: m,
+          decodePercent: pct(s.decode),
+          prefill: s.prefill,
+          reuse: s.reuse,
+          targets: rows,
+        }),
+      );
       return;
     }
     const paper = (b: number): string => {
       const t = targets?.decode?.activationPercent[String(b)];
       return t === undefined ? '—' : typeof t === 'number' ? t.toFixed(1) : JSON.stringify(t);
     };
-    const head = ['batch size', 'one decode iteration (1 token/request)', ...(m > 1 ? [`${m} decode tokens/request`] : []), ...(targets?.decode ? ['target'] : [])];
+    const head = [
+      'batch size',
+      'one decode iteration (1 token/request)',
+      ...(m > 1 ? [`${m} decode tokens/request`] : []),
+      ...(targets?.decode ? ['target'] : []),
+    ];
     const body = batch.map((b) => [
       String(b),
       (100 * s.decode['1']![String(b)]!).toFixed(2),
@@ -510,10 +692,19 @@ const activationCommand: CommandModule<object, ActivationArgs> = {
     ]);
     const widths = head.map((_, i) => Math.max(...[head, ...body].map((r) => r[i]!.length)));
     const line = (r: string[]): string => r.map((c, i) => c.padStart(widths[i]!)).join('  ');
-    out(`${profile.name}: expert activation ratio (%) of a MoE layer vs batch size, mean over layers (${profile.model.moeLayers} × ${profile.model.experts}, top-${profile.model.topK})`);
+    out(
+      `${profile.name}: expert activation ratio (%) of a MoE layer vs batch size, mean over layers (${profile.model.moeLayers} × ${profile.model.experts}, top-${profile.model.topK})`,
+    );
     out([line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n'));
     if (targets?.decode) out(`target: ${targets.decode.source}`);
-    if (s.prefill) out(`prefill: ${(100 * s.prefill.mean).toFixed(2)} % of a layer's experts per prompt (mean ${s.prefill.meanPromptTokens.toFixed(0)} tokens)${Object.entries(s.prefill.atLength).map(([p, v]) => `, ${(100 * v).toFixed(2)} % at ${p} tokens`).join('')}`);
+    if (s.prefill)
+      out(
+        `prefill: ${(100 * s.prefill.mean).toFixed(2)} % of a layer's experts per prompt (mean ${s.prefill.meanPromptTokens.toFixed(0)} tokens)${Object.entries(
+          s.prefill.atLength,
+        )
+          .map(([p, v]) => `, ${(100 * v).toFixed(2)} % at ${p} tokens`)
+          .join('')}`,
+      );
     out(
       `reuse over ${s.reuse.iterations} decode iterations (layer ${s.reuse.layer}): one request ${(100 * s.reuse.distinct).toFixed(2)} % of experts, top expert ${(100 * s.reuse.topShare).toFixed(1)} % of its activations; ` +
         `${s.reuse.pooledRequests} requests merged ${(100 * s.reuse.pooledDistinct).toFixed(1)} %, top expert ${(100 * s.reuse.pooledTopShare).toFixed(1)} %`,
@@ -523,8 +714,12 @@ const activationCommand: CommandModule<object, ActivationArgs> = {
 };
 
 const pct = (d: Record<string, Record<string, number>>): Record<string, Record<string, number>> =>
-  Object.fromEntries(Object.entries(d).map(([m, r]) => [m, Object.fromEntries(Object.entries(r).map(([b, v]) => [b, Math.round(v * 1e5) / 1e3])),
-  ]));
+  Object.fromEntries(
+    Object.entries(d).map(([m, r]) => [
+      m,
+      Object.fromEntries(Object.entries(r).map(([b, v]) => [b, Math.round(v * 1e5) / 1e3])),
+    ]),
+  );
 
 export const traceCommand: CommandModule = {
   command: 'trace <command>',

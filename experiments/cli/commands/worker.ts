@@ -12,7 +12,10 @@ export const workerCommand: CommandModule<object, { queue: string; jobs?: string
   builder: (y) =>
     y
       .option('queue', { type: 'string', demandOption: true, describe: 'redis://host:port of the queue' })
-      .option('jobs', { type: 'string', describe: 'runs simulated at once, on worker threads (default: the number of cores)' }) as never,
+      .option('jobs', {
+        type: 'string',
+        describe: 'runs simulated at once, on worker threads (default: the number of cores)',
+      }) as never,
   handler: async (args) => {
     const threads = jobsOf(args.jobs);
     const { startWorker } = await import('../../parallel/queue.ts');

@@ -160,8 +160,9 @@ export const pct = (a: number | undefined, b: number | undefined): number | unde
   a !== undefined && b !== undefined && b !== 0 ? (100 * a) / b : undefined;
 
 /** The distinct values of a param, in run order. */
-export const distinct = (runs: readonly Run[], key: string): unknown[] =>
-  [...new Set(runs.map((r) => (key === 'policy' ? r.policy : r.params[key])))];
+export const distinct = (runs: readonly Run[], key: string): unknown[] => [
+  ...new Set(runs.map((r) => (key === 'policy' ? r.policy : r.params[key]))),
+];
 
 /** Reads `<dir>/<exp>/results.json` for every experiment folder under `dir`. */
 export function readResults(dir: string, experiments: readonly string[]): Map<string, Results> {

@@ -139,7 +139,10 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
         },
         ...(backend ? { backend } : {}),
       });
-      runS.set(p, result.timing.reduce((a, t) => a + t.wallS, 0));
+      runS.set(
+        p,
+        result.timing.reduce((a, t) => a + t.wallS, 0),
+      );
       ready();
       if (!pool) for (let i = 0; i < result.runs.length; i++) bar.add();
     };

@@ -152,7 +152,9 @@ export async function staleTables(paper: Paper, dir: string): Promise<string[]> 
     else if (!t && input.has(source)) out.push(`${f}: section '${id}': no table made from ${source}'s stored results`);
     else if (t && text !== sectionText(t)) out.push(`${f}: section '${id}' differs from the generated table`);
   }
-  const missing = experimentsOf(paper).map((e) => e.name).filter((n) => !input.has(n));
+  const missing = experimentsOf(paper)
+    .map((e) => e.name)
+    .filter((n) => !input.has(n));
   const cmp = path.join(dir, 'COMPARISON.md');
   if (!existsSync(cmp) || readFileSync(cmp, 'utf8') !== comparisonMarkdown(c, tables, missing)) {
     out.push(`${cmp} differs from the generated comparison`);

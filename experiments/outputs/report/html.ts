@@ -5,16 +5,27 @@
  * sanitiser, and a foreign SVG inlined can run script or navigate the page).
  */
 
-const ESCAPES: Readonly<Record<string, string>> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+const ESCAPES: Readonly<Record<string, string>> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;',
+};
 
 /** Escapes text for HTML content and for double- or single-quoted attribute values. */
 export const esc = (text: unknown): string => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]!);
 
 /** A relative link to a file of the results folder (the name URL-encoded, the text escaped). */
-export const fileLink = (name: string, text: string = name): string => `<a href="./${esc(encodeURIComponent(name))}">${esc(text)}</a>`;
+export const fileLink = (name: string, text: string = name): string =>
+  `<a href="./${esc(encodeURIComponent(name))}">${esc(text)}</a>`;
 
 /** Header text: escaped, `\n` a line break, and a break allowed after each dot of a metric path. */
-export const headerHtml = (text: string): string => text.split('\n').map((l) => esc(l).replace(/\./g, '.<wbr>')).join('<br>');
+export const headerHtml = (text: string): string =>
+  text
+    .split('\n')
+    .map((l) => esc(l).replace(/\./g, '.<wbr>'))
+    .join('<br>');
 
 /**
  * A plot this process has just rendered with Vega from the report's own spec and the results'

@@ -102,7 +102,10 @@ export class EncoderDecoderWalk implements ModelWalk {
     const details = (model as { details?: { decoderLayers?: number } }).details;
     const decoderLayers = details?.decoderLayers ?? Math.ceil(model.layers / 2);
     this.encoderLayers = Math.max(0, model.layers - decoderLayers);
-    this.firstDecoderMoeLayer = Math.max(0, model.moeLayerIndices.findIndex((li) => li >= this.encoderLayers));
+    this.firstDecoderMoeLayer = Math.max(
+      0,
+      model.moeLayerIndices.findIndex((li) => li >= this.encoderLayers),
+    );
   }
 
   plan(batch: readonly RequestState[]): IterationTokens {

@@ -135,7 +135,10 @@ export class SlotResidency implements Residency {
       this.ready.pump();
     } else {
       const d = this.ctx.driver;
-      this.apply('onPrefetchDone', d.call('onPrefetchDone', () => d.policy.onPrefetchDone?.(this.ctx.view, key)));
+      this.apply(
+        'onPrefetchDone',
+        d.call('onPrefetchDone', () => d.policy.onPrefetchDone?.(this.ctx.view, key)),
+      );
     }
   }
 

@@ -30,7 +30,15 @@ export interface CgoPipeOptions {
  * μ micro-batches, beside the next layer's DMA (`dmaBytes`, `dmaNs` alone on the link). With a DRAM
  * capacity, the CPU window and the DMA share it as in `sharedStage` (the CPU window first).
  */
-export function cgoStage(c: number, kvBytes: number, g: number, mu: number, dmaBytes: number, dmaNs: number, capBytesPerNs: number | undefined): { stageNs: number; slowed: boolean } {
+export function cgoStage(
+  c: number,
+  kvBytes: number,
+  g: number,
+  mu: number,
+  dmaBytes: number,
+  dmaNs: number,
+  capBytesPerNs: number | undefined,
+): { stageNs: number; slowed: boolean } {
   const m = Math.max(1, mu);
   const free = Math.max(dmaNs, c + g / m, g + c / m);
   if (capBytesPerNs === undefined) return { stageNs: free, slowed: false };
@@ -56,8 +64,12 @@ export class CgoPipe implements IterationPipeline {
     private readonly o: CgoPipeOptions,
   ) {
     const mm = lc.mm;
-    this.layerBytes = o.residentDense ? lc.layerBytes.map((_, l) => (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0)) : lc.layerBytes;
-    this.transferNs = o.residentDense ? this.layerBytes.map((b) => (b > 0 ? lc.ns({ kind: 'transfer', bytes: b, direction: 'h2d' }) : 0)) : lc.transferNs;
+    this.layerBytes = o.residentDense
+      ? lc.layerBytes.map((_, l) => (mm.moeIndexOfLayer[l]! >= 0 ? mm.experts * mm.expertBytes : 0))
+      : lc.layerBytes;
+    this.transferNs = o.residentDense
+      ? this.layerBytes.map((b) => (b > 0 ? lc.ns({ kind: 'transfer', bytes: b, direction: 'h2d' }) : 0))
+      : lc.transferNs;
     // Link ns per byte (activation copies ride the weight stream's rate).
     this.nsPerByte = lc.transferNs[0]! / Math.max(1, lc.layerBytes[0]!);
   }

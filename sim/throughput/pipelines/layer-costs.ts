@@ -100,7 +100,8 @@ export function layerCosts(model: ModelProfile, _hw: HardwareProfile, cost: Cost
     }
     return t;
   };
-  const cpuNs = (g: GroupLoad): number => (g.decode > 0 ? ns({ kind: 'cpuAttention', tokens: g.decode, contextTokens: g.decodeCtx, cores }) : 0);
+  const cpuNs = (g: GroupLoad): number =>
+    g.decode > 0 ? ns({ kind: 'cpuAttention', tokens: g.decode, contextTokens: g.decodeCtx, cores }) : 0;
   const lmHead = (n: number) => (n > 0 ? ns({ kind: 'lmHead', tokens: n }) : 0);
   return { model, mm, layerBytes, transferNs, ns, gpuLayerNs, cpuNs, lmHead };
 }

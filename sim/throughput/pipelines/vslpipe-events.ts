@@ -105,7 +105,13 @@ export class DataMover {
 
   weights(bytes: number, onDone: () => void): void {
     this.weightTransfers++;
-    this.link.submit({ bytes, priority: WEIGHT_PRIORITY, label: 'layer weights', category: 'weights', onDone: () => onDone() });
+    this.link.submit({
+      bytes,
+      priority: WEIGHT_PRIORITY,
+      label: 'layer weights',
+      category: 'weights',
+      onDone: () => onDone(),
+    });
   }
 
   activation(bytes: number, onDone: () => void): void {
@@ -191,12 +197,29 @@ export class EventPipe {
   constructor(private readonly o: EventPipeOptions) {
     const sim = this.sim;
     this.dram = new FluidShare('hostDram', o.dramBytesPerSec, sim);
-    this.mover = new DataMover(sim, { bytesPerSec: o.linkBytesPerSec, latencyNs: o.linkLatencyNs, packetBytes: o.packetBytes, ...(o.contention ? { dram: this.dram } : {}) });
+    this.mover = new DataMover(sim, {
+      bytesPerSec: o.linkBytesPerSec,
+      latencyNs: o.linkLatencyNs,
+      packetBytes: o.packetBytes,
+      ...(o.contention ? { dram: this.dram } : {}),
+    });
     // Per-core cap +∞: the cost model's CPU time already holds the cores' bandwidth limit (module comment).
-    this.cpu = new CpuPool({ cores: o.cores, perCoreBytesPerSec: Number.POSITIVE_INFINITY, sched: sim, dram: this.dram });
+    this.cpu = new CpuPool({
+      cores: o.cores,
+      perCoreBytesPerSec: Number.POSITIVE_INFINITY,
+      sched: sim,
+      dram: this.dram,
+    });
     this.gpu = new Gpu({ streams: 1, concurrentStreams: false, sched: sim, streamNames: ['compute'] });
     const link = this.mover.link;
-    this.d2h = new PcieLink({ name: 'd2h', bytesPerSec: o.d2hBytesPerSec ?? o.linkBytesPerSec, latencyNs: o.linkLatencyNs, packetBytes: o.packetBytes, sched: sim, ...(o.contention ? { dram: this.dram } : {}) });
+    this.d2h = new PcieLink({
+      name: 'd2h',
+      bytesPerSec: o.d2hBytesPerSec ?? o.linkBytesPerSec,
+      latencyNs: o.linkLatencyNs,
+      packetBytes: o.packetBytes,
+      sched: sim,
+      ...(o.contention ? { dram: this.dram } : {}),
+    });
     const links = { h2d: link, d2h: this.d2h };
     const handlers: Handlers<ResourceEvent> = {
       'gpu.kernelDone': (e) => this.gpu.onKernelDone(e.stream),
@@ -237,10 +260,16 @@ export class EventPipe {
     let cpuBWaitSince = -1;
     const d2hCopy = (bytes: number, done: () => void): void => {
       const t0 = sim.now as number;
-      this.d2h.submit({ bytes, priority: ACTIVATION_PRIORITY, label: 'q/k/v', category: 'activations', onDone: () => {
-        this.d2hLatencyNs += (sim.now as number) - t0;
-        done();
-      } });
+      this.d2h.submit({
+        bytes,
+        priority: ACTIVATION_PRIORITY,
+        label: 'q/k/v',
+        category: 'activations',
+        onDone: () => {
+          this.d2hLatencyNs += (sim.now as number) - t0;
+          done();
+        },
+      });
     };
 
     const cpuTask = (c: number, k: number, done: () => void): void => {
@@ -248,7 +277,14 @@ export class EventPipe {
         done();
         return;
       }
-      this.cpu.submit({ cores, computeNs: c as Ns, bytes: contention ? k : 0, label: 'cpu attention', category: 'attention', onDone: done });
+      this.cpu.submit({
+        cores,
+        computeNs: c as Ns,
+        bytes: contention ? k : 0,
+        label: 'cpu attention',
+        category: 'attention',
+        onDone: done,
+      });
     };
     const gpuTask = (g: number, label: string, done: () => void): void => {
       if (g <= 0) {

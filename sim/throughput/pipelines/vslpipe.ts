@@ -47,7 +47,15 @@ export interface PipeTotals {
 }
 
 export const emptyPipeTotals = (): PipeTotals => ({
-  gpuBusyNs: 0, cpuBusyNs: 0, h2dBusyNs: 0, h2dBytes: 0, d2hBytes: 0, hostDramBytes: 0, dramBoundStages: 0, prefillTokens: 0, decodeTokens: 0,
+  gpuBusyNs: 0,
+  cpuBusyNs: 0,
+  h2dBusyNs: 0,
+  h2dBytes: 0,
+  d2hBytes: 0,
+  hostDramBytes: 0,
+  dramBoundStages: 0,
+  prefillTokens: 0,
+  decodeTokens: 0,
 });
 
 interface StageCache {
@@ -111,7 +119,8 @@ export class VslPipe implements IterationPipeline {
   eventStats(): EventPipeStats | undefined {
     if (!this.events) return undefined;
     const s = this.events.stats();
-    if (s.h2dBytes !== this.totals.h2dBytes) throw new Error(`event VSLPipe moved ${s.h2dBytes} B over H2D, expected ${this.totals.h2dBytes}`);
+    if (s.h2dBytes !== this.totals.h2dBytes)
+      throw new Error(`event VSLPipe moved ${s.h2dBytes} B over H2D, expected ${this.totals.h2dBytes}`);
     this.totals.gpuBusyNs = s.gpuBusyNs;
     this.totals.cpuBusyNs = s.cpuBusyNs;
     this.totals.h2dBusyNs = s.h2dBusyNs;
@@ -142,9 +151,15 @@ export class VslPipe implements IterationPipeline {
     acc.h2dBytes += layerBytes.reduce((a, b) => a + b, 0) + mm.layers * actBytes;
     const kv = this.kvTokBytes;
     return this.events!.runIteration({
-      layerBytes, ga: gaL, gb: gbL,
-      ca: lc.cpuNs(alpha), cb: lc.cpuNs(beta), ka: alpha.decodeCtx * kv, kb: beta.decodeCtx * kv,
-      actA: alpha.decode * this.actPerDecode, actB: beta.decode * this.actPerDecode,
+      layerBytes,
+      ga: gaL,
+      gb: gbL,
+      ca: lc.cpuNs(alpha),
+      cb: lc.cpuNs(beta),
+      ka: alpha.decodeCtx * kv,
+      kb: beta.decodeCtx * kv,
+      actA: alpha.decode * this.actPerDecode,
+      actB: beta.decode * this.actPerDecode,
       d2hA: alpha.decode * this.d2hPerDecode + alpha.prefillTokens * this.d2hPerPrefill,
       d2hB: beta.decode * this.d2hPerDecode + beta.prefillTokens * this.d2hPerPrefill,
       lmHeadNs: lc.lmHead(it.decode.length + it.prefill.length),
@@ -178,7 +193,17 @@ export class VslPipe implements IterationPipeline {
           stage = Math.max(Math.max(ca, gb) + Math.max(cb, ga), linkNs);
         } else {
           const kb = this.kvTokBytes;
-          const s = sharedStage(ca, alpha.decodeCtx * kb, gb, cb, beta.decodeCtx * kb, ga, nextBytes, linkNs, dramBytesPerNs);
+          const s = sharedStage(
+            ca,
+            alpha.decodeCtx * kb,
+            gb,
+            cb,
+            beta.decodeCtx * kb,
+            ga,
+            nextBytes,
+            linkNs,
+            dramBytesPerNs,
+          );
           stage = s.stageNs;
           slowed = s.slowed;
         }
@@ -230,7 +255,17 @@ export function split(it: Iteration, a: GroupLoad, b: GroupLoad): void {
  * and DMA demand r_d, if r_c + r_d > C both get C·r/(r_c + r_d). Returns the stage time and
  * whether DRAM sharing lengthened it (CPU windows first in each phase).
  */
-export function sharedStage(ca: number, ka: number, gb: number, cb: number, kb: number, ga: number, dmaBytes: number, dmaNs: number, capBytesPerNs: number): { stageNs: number; slowed: boolean } {
+export function sharedStage(
+  ca: number,
+  ka: number,
+  gb: number,
+  cb: number,
+  kb: number,
+  ga: number,
+  dmaBytes: number,
+  dmaNs: number,
+  capBytesPerNs: number,
+): { stageNs: number; slowed: boolean } {
   const rd = dmaNs > 0 ? dmaBytes / dmaNs : 0;
   const window = (c: number, k: number): { len: number; dmaRate: number } => {
     if (c <= 0 || k <= 0) return { len: Math.max(0, c), dmaRate: rd };
@@ -245,7 +280,12 @@ export function sharedStage(ca: number, ka: number, gb: number, cb: number, kb: 
   // DMA progress over [0, w1) at w1.dmaRate, [w1, p1) at rd, [p1, p1 + w2) at w2.dmaRate, then rd.
   let left = dmaBytes;
   let t = 0;
-  for (const [len, rate] of [[w1.len, w1.dmaRate], [p1 - w1.len, rd], [w2.len, w2.dmaRate], [p2 - w2.len, rd]] as const) {
+  for (const [len, rate] of [
+    [w1.len, w1.dmaRate],
+    [p1 - w1.len, rd],
+    [w2.len, w2.dmaRate],
+    [p2 - w2.len, rd],
+  ] as const) {
     if (left <= 0 || rate <= 0) break;
     const can = len * rate;
     if (can >= left) {
