@@ -208,7 +208,7 @@ describe('errors', () => {
   it('--jobs must be a positive whole number', () => {
     expect(results[0]!.status).toBe(2);
     expect(results[0]!.stderr.trim()).toBe(
-      'moesim: --jobs: must be a whole number of runs at once, at least 1 (got 0)',
+      'moesim: --jobs: must be a whole number of runs at once, at least 1 (got "0")',
     );
   });
 
