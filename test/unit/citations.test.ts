@@ -41,6 +41,8 @@ const TUTORIAL = new Set([
   'test/plugins/my-cache.test.ts',
   'plugins/my-cache.ts',
   'plugins/my-cache.yaml',
+  'src/my-cache.ts',
+  'test/my-cache.test.ts',
 ]);
 /**
  * Files of other repositories that profiles and notes cite by their own path (each note names the
@@ -53,7 +55,7 @@ const OTHER_REPOS = new Set([
   'docs/findings/007_cache_policy_headroom.md',
 ]);
 /** Prefixes of relative paths that point outside the checkout or at run outputs. */
-const ELSEWHERE = ['../', 'reference/', 'results/'];
+const ELSEWHERE = ['../', 'reference/', 'results/', 'reports/'];
 
 /** Every file under `dir`, relative to the repository root. */
 function walk(dir: string, out: string[] = []): string[] {
