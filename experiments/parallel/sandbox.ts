@@ -19,24 +19,32 @@ export const DEFAULT_PLUGIN_BUDGET_MS = 10_000;
 /** Names a heartbeat can hold (index + 1 in slot 1; 0 = no plugin code running). */
 export const PLUGIN_CODE_NAMES: readonly string[] = ['create', ...SERVING_HOOK_NAMES];
 
-/** Slot 0: wall-clock start (ms since the epoch) of the plugin call under way, 0 when none; slot 1: its name's index + 1. */
-let heartbeat: Float64Array | undefined;
+/**
+ * Slot 0: wall-clock start (ms since the epoch) of the plugin call under way, 0 when none; slot 1: its
+ * name's index + 1. Read and written with Atomics: a plain 64-bit access to shared memory may tear, and a
+ * torn read once showed a call running for 1.8e12 ms.
+ */
+let heartbeat: BigInt64Array | undefined;
 
 /** Set by a worker thread for the task it runs (the main thread reads the same buffer). */
 export function setHeartbeat(buf: SharedArrayBuffer | undefined): void {
-  heartbeat = buf ? new Float64Array(buf) : undefined;
+  heartbeat = buf ? new BigInt64Array(buf) : undefined;
 }
 
 export const newHeartbeat = (): SharedArrayBuffer => new SharedArrayBuffer(16);
 
 /** The plugin call a heartbeat shows running, and for how long (ms), or undefined. */
 export function readHeartbeat(buf: SharedArrayBuffer): { hook: string; ms: number } | undefined {
-  const a = new Float64Array(buf);
-  if (a[0] === 0) return undefined;
-  return { hook: PLUGIN_CODE_NAMES[a[1]! - 1] ?? 'unknown', ms: wallMs() - a[0]! };
+  const a = new BigInt64Array(buf);
+  const start = Number(Atomics.load(a, 0));
+  if (start === 0) return undefined;
+  return { hook: PLUGIN_CODE_NAMES[Number(Atomics.load(a, 1)) - 1] ?? 'unknown', ms: wallMs() - start };
 }
 
-const wallMs = (): number => performance.timeOrigin + performance.now();
+// Wall-clock ms comparable across threads: a worker's performance.timeOrigin is not on the same
+// clock as the main thread's on Node 20 (the watchdog read a call as running for 1.8e12 ms), so
+// the heartbeat uses Date.now(). The watchdog is runner code, not model code.
+const wallMs = (): number => Date.now();
 
 /** Thrown by the replaced `process.exit`: a plugin asked to end the process. */
 export class PluginExit extends Error {
@@ -59,8 +67,8 @@ export function runPluginCode<T>(name: string, budgetMs: number, f: () => T): T 
       throw new PluginExit(code);
     }) as typeof process.exit;
     if (heartbeat) {
-      heartbeat[1] = PLUGIN_CODE_NAMES.indexOf(name) + 1;
-      heartbeat[0] = wallMs();
+      Atomics.store(heartbeat, 1, BigInt(PLUGIN_CODE_NAMES.indexOf(name) + 1));
+      Atomics.store(heartbeat, 0, BigInt(wallMs()));
     }
   }
   const t0 = performance.now();
@@ -73,7 +81,7 @@ export function runPluginCode<T>(name: string, budgetMs: number, f: () => T): T 
   } finally {
     if (--depth === 0) {
       process.exit = realExit!;
-      if (heartbeat) heartbeat[0] = 0;
+      if (heartbeat) Atomics.store(heartbeat, 0, 0n);
     }
   }
 }
