@@ -6,9 +6,11 @@
  * what N slots per layer buy on traffic it has not seen?".
  *
  * Run: npx tsx workloads/stats/holdout.ts <trace> [--sizes 6,12,24] [--reset never|request]
- *        [--no-shared] [--evals 30] [--out result.json]
+ *        [--no-shared] [--evals 30] [--out result.json]   (a bad option: one line naming it, exit 2)
  */
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
+import { UserError } from '../../sim/kernel/errors.ts';
 import { calibrateTrace } from '../synthetic/calibrate.ts';
 import type { Profile } from '../synthetic/profile.ts';
 import { loadCacheTrace, twinTrace } from './cache-tools.ts';
@@ -82,23 +84,53 @@ export function formatHoldout(h: HoldoutResult): string {
   return lines.join('\n');
 }
 
-if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
-  const args = process.argv.slice(2);
+/** The command line's options, checked: a bad one is a UserError naming the flag and the value. */
+export function parseHoldoutArgs(args: readonly string[]): { trace: string; o: HoldoutOptions; out?: string } {
   const opt = (name: string): string | undefined => {
     const i = args.indexOf(name);
+    if (i >= 0 && (i + 1 >= args.length || args[i + 1]!.startsWith('--')))
+      throw new UserError('needs a value', undefined, name);
     return i >= 0 ? args[i + 1] : undefined;
   };
-  const sizes = opt('--sizes')?.split(',').map(Number);
+  const trace = args[0];
+  if (trace === undefined || trace.startsWith('--'))
+    throw new UserError('a trace file is required', undefined, 'trace');
+  if (!existsSync(trace)) throw new UserError('no such file', undefined, 'trace', trace);
+  const posInt = (name: string, v: string): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1) throw new UserError('must be a positive integer', undefined, name, v);
+    return n;
+  };
+  const sizesArg = opt('--sizes');
+  const sizes = sizesArg?.split(',').map((x) => posInt('--sizes', x));
+  const reset = opt('--reset') ?? 'never';
+  if (reset !== 'never' && reset !== 'request')
+    throw new UserError('must be never or request', undefined, '--reset', reset);
   const evals = opt('--evals');
-  const h = await holdout(args[0]!, {
-    ...(sizes ? { sizes } : {}),
-    reset: (opt('--reset') as CacheReset | undefined) ?? 'never',
-    sharedFraction: !args.includes('--no-shared'),
-    ...(evals ? { maxEvaluations: Number(evals) } : {}),
-    log: (m) => process.stderr.write(m + '\n'),
-  });
+  const out = opt('--out');
+  return {
+    trace,
+    o: {
+      ...(sizes ? { sizes } : {}),
+      reset,
+      sharedFraction: !args.includes('--no-shared'),
+      ...(evals !== undefined ? { maxEvaluations: posInt('--evals', evals) } : {}),
+    },
+    ...(out !== undefined ? { out } : {}),
+  };
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
+  let parsed: ReturnType<typeof parseHoldoutArgs>;
+  try {
+    parsed = parseHoldoutArgs(process.argv.slice(2));
+  } catch (e) {
+    if (!(e instanceof UserError)) throw e;
+    process.stderr.write(`holdout: ${e.oneLine()}\n`);
+    process.exit(2);
+  }
+  const h = await holdout(parsed.trace, { ...parsed.o, log: (m) => process.stderr.write(m + '\n') });
   console.log(formatHoldout(h));
   console.log('knobs ' + JSON.stringify({ ...h.profile.knobs, popularity: undefined }));
-  const out = opt('--out');
-  if (out) await writeFile(out, JSON.stringify(h, null, 1));
+  if (parsed.out) await writeFile(parsed.out, JSON.stringify(h, null, 1));
 }
