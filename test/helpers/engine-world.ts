@@ -4,6 +4,8 @@
  * hybrid share, zero-copy reads) on top of the serving worlds of serving-world.ts: a world is a
  * serving world whose policy is replaced by a random `host-experts` spec and whose runtime gets
  * random `hostExperts` properties (per-layer sync, concurrent or serial, zero-copy efficiency).
+ * A third of the worlds run a hybrid model (Qwen3.6-35B-A3B shrunk: Gated DeltaNet layers
+ * between full-attention layers), the models the engine validation cases run.
  *
  * Not a test file (no `.test.ts`).
  */
@@ -35,7 +37,12 @@ export interface EngineWorld {
   readonly overlap: 'concurrent' | 'serial';
   readonly zeroCopyEfficiency: number;
   readonly kernels: boolean;
+  /** The base world's model replaced by a shrunk hybrid (linear-attention) model. */
+  readonly hybrid: boolean;
 }
+
+/** The hybrid model of hybrid worlds (256 experts shrunk to the world's; 40 layers to 2–4). */
+export const HYBRID_MODEL = 'qwen3.6-35b-a3b';
 
 export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc.record({
   base: worldArb({ batching: 'static' })
@@ -60,6 +67,13 @@ export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc.record({
   overlap: fc.constantFrom('concurrent' as const, 'serial' as const),
   zeroCopyEfficiency: fc.constantFrom(1, 0.6, 0.25),
   kernels: fc.boolean(),
+  hybrid: fc.integer({ min: 0, max: 2 }).map((i) => i === 0),
+}).map((w) => {
+  if (!w.hybrid) return w;
+  const s = w.base.shrink ?? { layers: 3, denseLeading: 0, experts: 8, topK: 2 };
+  // At least two layers: one Gated DeltaNet layer, then a full-attention one.
+  const shrink = { ...s, layers: Math.max(2, s.layers), denseLeading: 0 };
+  return { ...w, base: { ...w.base, modelId: HYBRID_MODEL, shrink } };
 });
 
 /** The host-experts parameters of a world for its model. */
