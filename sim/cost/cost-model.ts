@@ -156,7 +156,8 @@ export function createCostModel(
   const hbmBytesPerSec = gpu.hbmBytesPerSec * gpu.hbmEfficiency;
   const launchNs = gpu.kernelLaunchNs;
   // A hybrid model's `attention` op is a full-attention layer; other models' the average layer.
-  const projWeightBytes = dv.fullAttentionBytesPerLayer ?? Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
+  const projWeightBytes =
+    dv.fullAttentionBytesPerLayer ?? Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
   const attnProjFlopsPerToken = dv.fullAttentionProjFlopsPerToken ?? dv.attentionProjFlopsPerToken;
 
   const tableOf = (kind: GpuKind): Points | undefined => gpu.measured?.[`${kind}@${model.id}`] ?? gpu.measured?.[kind];

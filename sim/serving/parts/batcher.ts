@@ -52,7 +52,8 @@ abstract class Admission implements Batcher {
   private tryAdmit(s: RequestState): boolean {
     const d = this.ctx.model.derived;
     // KV of the full-attention layers, plus a hybrid model's fixed recurrent state.
-    const kv = (s.spec.promptTokens + s.spec.outputTokens) * d.kvBytesPerToken + (d.recurrentStateBytesPerSequence ?? 0);
+    const kv =
+      (s.spec.promptTokens + s.spec.outputTokens) * d.kvBytesPerToken + (d.recurrentStateBytesPerSequence ?? 0);
     const vram = this.ctx.res.vram;
     if (vram.freeBytes - this.reservedBytes() < kv) return false;
     s.kv = vram.allocate(kv, 'kvCache', `kv r${s.spec.id}`);
