@@ -59,5 +59,5 @@ describe('validation cases', () => {
     expect(results.some((r) => r.runnable)).toBe(true);
     const matrix = supportMatrix(results);
     for (const m of MECHANISMS) expect(matrix).toContain(m.id);
-  }, 300_000);
+  }, 600_000);
 });
