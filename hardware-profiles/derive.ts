@@ -42,6 +42,11 @@
  *   for AV. The per-token cost of the absorbed matrices equals kv_b's 2·kv_lora·n_h·(nope + v)
  *   and is part of the projection FLOPs. (A kernel that instead decompresses the cache would
  *   pay 2·kv_lora·n_h·(nope + v) per *context* token: ~120× more for DeepSeek-V2/V3.)
+ *
+ * Hybrid models (`linearAttention`, Qwen3-Next / Qwen3.5 / Qwen3.6 / Qwen3.8): every
+ * `fullAttentionInterval`-th layer has full attention (KV cache), the others a Gated DeltaNet
+ * block (fixed recurrent state per sequence). The per-layer averages above still total the
+ * model; the `fullAttention*` / `linearAttention*` fields price each kind of layer on its own.
  */
 import type { LinearAttention, ModelDerived, ModelProfile } from './types.ts';
 
@@ -210,6 +215,7 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
   const totalNormParams = normSize * (d.normsPerLayer * input.layers + crossLayers + (encDec ? 2 : 1));
   const attnParamsPerLayer = totalAttnParams / input.layers;
   const layerNormParamsPerLayer = (normSize * (d.normsPerLayer * input.layers + crossLayers)) / input.layers;
+  const normParamsPerLayer = normSize * d.normsPerLayer; // one decoder-only layer's norms (hybrid pricing)
   const routerParams = h * input.experts;
 
   const bytesPerExpert = bytes(paramsPerExpert, dtypes.expertBytesPerParam);
@@ -261,6 +267,10 @@ export function deriveModel(input: ModelDeriveInput): ModelDerived {
       linearAttentionParamsPerLayer: gdnParams,
       linearStateBytesPerLayer: gatedDeltaNetStateBytes(la),
       linearAttentionFlopsPerToken: 2 * gdnParams + gatedDeltaNetStateFlops(la),
+      fullAttentionBytesPerLayer: bytes(selfAttnParams + normParamsPerLayer, dtypes.attentionBytesPerParam),
+      linearAttentionBytesPerLayer: bytes(gdnParams + normParamsPerLayer, dtypes.attentionBytesPerParam),
+      fullAttentionProjFlopsPerToken: 2 * selfAttnParams,
+      recurrentStateBytesPerSequence: linearLayers * gatedDeltaNetStateBytes(la),
     }),
   };
 }

@@ -102,6 +102,16 @@ export interface ModelDerived {
   readonly linearAttentionParamsPerLayer?: number;
   readonly linearStateBytesPerLayer?: number;
   readonly linearAttentionFlopsPerToken?: number;
+  /**
+   * Hybrid models only: what one layer of each kind reads for its attention block (its
+   * projections plus the layer's norms, no router; the `attention` / `linearAttention` ops),
+   * the projection FLOPs per token of a full-attention layer, and the recurrent state one
+   * sequence holds over all linear-attention layers (reserved per request beside its KV).
+   */
+  readonly fullAttentionBytesPerLayer?: number;
+  readonly linearAttentionBytesPerLayer?: number;
+  readonly fullAttentionProjFlopsPerToken?: number;
+  readonly recurrentStateBytesPerSequence?: number;
 }
 
 export interface GpuProfile {

@@ -76,8 +76,8 @@ export const MECHANISMS: readonly Mechanism[] = [
   M(
     'linear-attention',
     'Gated DeltaNet layers: fixed recurrent state, no KV growth',
-    false,
-    'cost priced (sim/cost/linear-attention.ts), not yet called by the serving executor',
+    true,
+    'model profile with linearAttention (full_attention_interval); layer walk + cost op linearAttention',
   ),
 ];
 

@@ -50,6 +50,16 @@
  * kernel efficiency (`cpuAttention.fmaPeakFraction`, else the CPU's `vectorEfficiency`) and
  * thread count (`cpuAttention.threads`, else the op's cores, capped at the CPU's cores).
  *
+ * Hybrid models (`linearAttention`): `attention` prices a full-attention layer (its own
+ * projection weights and FLOPs, `fullAttention*`, instead of the all-layer average) and
+ * `linearAttention` a Gated DeltaNet layer: FLOPs = tokens × linearAttentionFlopsPerToken
+ * (projections + recurrence, `derive.ts`); bytes = the block's weights and norms + activations
+ * in and out + sequences × 2 × linearStateBytesPerLayer (each sequence's state read and written
+ * once per call: the recurrent kernel at decode, the chunked kernel keeping it on chip within a
+ * call at prefill; the chunk boundary states of a long prefill are not priced). Its host work is
+ * the runtime's `attention` module's (a DeltaNet block is a graph of similar size: norm, two
+ * input projections, conv, gates, the recurrence, gated norm, output projection [estimate]).
+ *
  * Transfers: ns = latencyNs + bytes / (direction's effective pinned bandwidth ×
  * (pinnedHostMemory ? 1 : pageableFactor)); bound 'pcie'. Zero bytes take zero time.
  *
@@ -145,7 +155,10 @@ export function createCostModel(
       : gpu.bf16FlopsPerSec;
   const hbmBytesPerSec = gpu.hbmBytesPerSec * gpu.hbmEfficiency;
   const launchNs = gpu.kernelLaunchNs;
-  const projWeightBytes = Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
+  // A hybrid model's `attention` op is a full-attention layer; other models' the average layer.
+  const projWeightBytes =
+    dv.fullAttentionBytesPerLayer ?? Math.max(0, dv.attentionBytesPerLayer - dv.routerBytesPerLayer);
+  const attnProjFlopsPerToken = dv.fullAttentionProjFlopsPerToken ?? dv.attentionProjFlopsPerToken;
 
   const tableOf = (kind: GpuKind): Points | undefined => gpu.measured?.[`${kind}@${model.id}`] ?? gpu.measured?.[kind];
   const tables: Record<GpuKind, Points | undefined> = {
@@ -166,19 +179,19 @@ export function createCostModel(
 
   /** Roofline (or table) cost of a GPU op, plus the runtime's host work for one call of `module`. */
   function gpuCost(
-    kind: GpuKind | 'attention',
+    kind: GpuKind | 'attention' | 'linearAttention',
     tokens: number,
     flops: number,
     bytes: number,
     scale = 1,
-    module: RuntimeModule = kind,
+    module: RuntimeModule = kind === 'linearAttention' ? 'attention' : kind,
   ): Cost {
     if (tokens === 0) return ZERO_COST_GPU;
     const flopNs = flops > 0 ? (flops / (flopsPerSec * gemmEfficiency(gemm, tokens))) * 1e9 : 0;
     const memNs = (bytes / hbmBytesPerSec) * 1e9;
     const bodyNs = Math.max(flopNs, memNs);
     const w = work(module);
-    const table = kind === 'attention' ? undefined : tables[kind];
+    const table = kind === 'attention' || kind === 'linearAttention' ? undefined : tables[kind];
     if (table === undefined) {
       const dispatch = w.ops * dispatchNs;
       const gpuNs = launchNs + bodyNs;
@@ -224,20 +237,30 @@ export function createCostModel(
       }
       case 'attentionProj': {
         const t = checkCount(op.tokens, 'tokens');
-        return gpuCost('attentionProj', t, t * dv.attentionProjFlopsPerToken, projWeightBytes + t * actInOut);
+        return gpuCost('attentionProj', t, t * attnProjFlopsPerToken, projWeightBytes + t * actInOut);
       }
       case 'attention': {
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
-        const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
+        const flops = t * attnProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
         const bytes =
           projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes);
       }
+      case 'linearAttention': {
+        const t = checkCount(op.tokens, 'tokens');
+        const n = checkCount(op.sequences, 'sequences');
+        if (dv.linearAttentionBytesPerLayer === undefined || dv.linearStateBytesPerLayer === undefined) {
+          throw new RangeError(`model ${model.id} has no linear-attention layers`);
+        }
+        const flops = t * (dv.linearAttentionFlopsPerToken ?? 0);
+        const bytes = dv.linearAttentionBytesPerLayer + t * actInOut + 2 * n * dv.linearStateBytesPerLayer;
+        return gpuCost('linearAttention', t, flops, bytes);
+      }
       case 'crossAttention': {
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
-        const flops = t * dv.attentionProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
+        const flops = t * attnProjFlopsPerToken + c * dv.attentionScoreFlopsPerContextToken;
         const bytes =
           projWeightBytes + t * actInOut + c * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes, 1, 'crossAttention');
@@ -325,6 +348,7 @@ export function createCostModel(
   const expertMemo = new Map<number, Map<number, Cost>>(); // fraction → tokens
   const attentionMemo = new Map<number, Map<number, Cost>>(); // tokens → contextTokens
   const crossMemo = new Map<number, Map<number, Cost>>(); // tokens → contextTokens
+  const linearMemo = new Map<number, Map<number, Cost>>(); // tokens → sequences
   const cpuMemo = new Map<number, Map<number, Cost>>(); // cores → contextTokens
 
   function clearIfFull(): void {
@@ -333,6 +357,7 @@ export function createCostModel(
     expertMemo.clear();
     attentionMemo.clear();
     crossMemo.clear();
+    linearMemo.clear();
     cpuMemo.clear();
     entries = 1;
   }
@@ -370,6 +395,8 @@ export function createCostModel(
           return get2(attentionMemo, op.tokens, op.contextTokens, op);
         case 'crossAttention':
           return get2(crossMemo, op.tokens, op.contextTokens, op);
+        case 'linearAttention':
+          return get2(linearMemo, op.tokens, op.sequences, op);
         case 'idleExperts':
           return get1(oneD.idleExperts, op.count, op);
         case 'cpuAttention':

@@ -15,8 +15,14 @@ export type Operation =
   | { readonly kind: 'sharedExperts'; readonly tokens: number }
   /** The dense FFN of a non-MoE layer on the GPU. */
   | { readonly kind: 'denseFfn'; readonly tokens: number }
-  /** Attention of one layer on the GPU: QKV/O projections over `tokens` new tokens plus scores over `contextTokens` (Σ over the tokens of the context each attends to; KV read from HBM). */
+  /** Attention of one (full-attention) layer on the GPU: QKV/O projections over `tokens` new tokens plus scores over `contextTokens` (Σ over the tokens of the context each attends to; KV read from HBM). */
   | { readonly kind: 'attention'; readonly tokens: number; readonly contextTokens: number }
+  /**
+   * The linear-attention (Gated DeltaNet) block of one layer of a hybrid model on the GPU: its
+   * projections over `tokens` new tokens, and the fixed recurrent state of each of `sequences`
+   * sequences read and written once (no KV, no dependence on the context length).
+   */
+  | { readonly kind: 'linearAttention'; readonly tokens: number; readonly sequences: number }
   /** Only the attention projections (QKV + O) of one layer on the GPU (when scores run on the CPU). */
   | { readonly kind: 'attentionProj'; readonly tokens: number }
   /** Cross-attention of one encoder-decoder decoder layer: Q/O projections over `tokens`, scores over `contextTokens` (Σ source tokens attended), encoder K/V read from HBM. */

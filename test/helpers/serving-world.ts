@@ -35,7 +35,8 @@ export interface Shrink {
 }
 
 /**
- * A real profile with fewer layers / experts; `derived` recomputed by `deriveModel`. An
+ * A real profile with fewer layers / experts; `derived` recomputed by `deriveModel`. A hybrid
+ * (linear-attention) profile gets a shorter full-attention interval when the stack is short. An
  * encoder-decoder profile keeps its shape: `layers` encoder layers then `layers` decoder layers,
  * each stack with `denseLeading` dense layers first and MoE layers after.
  */
@@ -62,6 +63,14 @@ export function shrinkModel(id: string, s: Shrink | null): ModelProfile {
     denseIntermediateSize:
       denseLeading > 0 && base.denseIntermediateSize === 0 ? base.expertIntermediateSize : base.denseIntermediateSize,
     details: { ...base.details, encoderLayers: encDec ? s.layers : 0, decoderLayers: s.layers },
+    // A hybrid profile keeps both kinds of layer in a short stack: a full-attention layer at
+    // least every `layers` layers (every second in a stack of two).
+    ...(base.linearAttention && {
+      linearAttention: {
+        ...base.linearAttention,
+        fullAttentionInterval: Math.min(base.linearAttention.fullAttentionInterval, Math.max(2, layers)),
+      },
+    }),
   };
   return { ...input, id: `${id}-shrunk-${layers}l${experts}e${topK}k`, derived: deriveModel(input) };
 }

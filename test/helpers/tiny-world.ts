@@ -68,13 +68,14 @@ export function tinyHardware(vramBytes = 200 * MB): HardwareProfile {
 }
 
 /**
- * A cost model of fixed kernel durations (ns) for hand-checked timings: attention 10 µs, router
- * 1 µs, expert 100 µs (× its segment fraction), LM head 5 µs, everything else free; `idleExpertNs`
+ * A cost model of fixed kernel durations (ns) for hand-checked timings: attention 10 µs, linear
+ * attention (hybrid models' DeltaNet layers) 4 µs, router 1 µs, expert 100 µs (× its segment fraction), LM head 5 µs, everything else free; `idleExpertNs`
  * prices each idle loop iteration. Override any kind with `ns`.
  */
 export function stubKernelCost(ns: Partial<Record<Operation['kind'], number>> = {}, idleExpertNs = 0): CostModel {
   const fixed: Record<Operation['kind'], number> = {
     attention: 10_000,
+    linearAttention: 4_000,
     crossAttention: 0,
     idleExperts: 0,
     router: 1_000,

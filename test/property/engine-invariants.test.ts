@@ -8,18 +8,28 @@
  * - bytes conserved on the H2D link (packets = completed + cancelled-sent = bytesMoved);
  * - every request finishes with its tokens.
  * Coverage is counted: each mechanism (CPU experts, GPU cache hits in host layers, background
- * uploads, zero-copy reads, fetch on miss, serial overlap, per-layer sync) occurs in at least
- * 25 % of its worlds — the worlds that ran whose parameters enable it.
+ * uploads, zero-copy reads, fetch on miss, serial overlap, per-layer sync, a hybrid model's
+ * linear-attention and full-attention layers both run) occurs in at least 25 % of its worlds —
+ * the worlds that ran whose parameters enable it.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
-import type { TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
+import type { KernelRecord, TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
 import { buildEngineWorld, engineWorldArb, type EngineWorld } from '../helpers/engine-world.ts';
 import { worldModel } from '../helpers/serving-world.ts';
 
-const MECHANISMS = ['cpu', 'cacheHit', 'upload', 'zeroCopy', 'fetchOnMiss', 'serial', 'layerSync'] as const;
+const MECHANISMS = [
+  'cpu',
+  'cacheHit',
+  'upload',
+  'zeroCopy',
+  'fetchOnMiss',
+  'serial',
+  'layerSync',
+  'hybridLayers',
+] as const;
 type Mechanism = (typeof MECHANISMS)[number];
 
 /** The worlds whose parameters enable each mechanism (host layers exist in all of them). */
@@ -31,10 +41,18 @@ const ENABLED: Record<Mechanism, (w: EngineWorld) => boolean> = {
   fetchOnMiss: (w) => w.miss === 'fetch' && w.cacheFraction > 0.2 && w.cpuShare < 0.8,
   serial: (w) => w.overlap === 'serial' && w.miss === 'cpu',
   layerSync: (w) => w.layerSyncUs > 0 && w.miss === 'cpu',
+  hybridLayers: (w) => w.hybrid,
 };
 
 class Seen implements TraceSink {
   readonly m = new Set<Mechanism>();
+  linearKernels = 0;
+  fullAttentionKernels = 0;
+  onKernel(r: KernelRecord): void {
+    if (r.category !== 'attention') return;
+    if (r.label.endsWith('linear attention')) this.linearKernels++;
+    else this.fullAttentionKernels++;
+  }
   onHostExpertCompute(_k: number, _t: number, where: 'cpu' | 'gpu-host'): void {
     this.m.add(where === 'cpu' ? 'cpu' : 'zeroCopy');
   }
@@ -65,7 +83,10 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
       onExpertCompute: (k, t, r) => checker.onExpertCompute(k, t, r),
       onExpertResidency: (k, r, t) => checker.onExpertResidency(k, r, t),
       onRequest: (id, p, t) => checker.onRequest(id, p, t),
-      onKernel: (r) => checker.onKernel(r),
+      onKernel: (r) => {
+        checker.onKernel(r);
+        seen.onKernel(r);
+      },
     });
   } catch (err) {
     expect(err, `world refused with a non-user error: ${String(err)}`).toBeInstanceOf(UserError);
@@ -79,6 +100,9 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
   if (out.counters.prefetchHits > 0) seen.m.add('cacheHit'); // hits on uploaded experts (host layers)
   if (w.overlap === 'serial' && seen.m.has('cpu')) seen.m.add('serial');
   if (w.layerSyncUs > 0 && seen.m.has('cpu')) seen.m.add('layerSync');
+  // A hybrid world walks both kinds of layer; any other world never runs a linear-attention block.
+  if (seen.linearKernels > 0 && seen.fullAttentionKernels > 0) seen.m.add('hybridLayers');
+  if (!w.hybrid) expect(seen.linearKernels).toBe(0);
   return seen.m;
 }
 

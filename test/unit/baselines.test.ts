@@ -153,6 +153,7 @@ const prefetchKeys = (d: PolicyDecision | void): ExpertKey[] => (d?.prefetch ?? 
 function stubCost(expertNs: number): CostModel {
   const ns: Record<Operation['kind'], number> = {
     attention: 10_000,
+    linearAttention: 0,
     crossAttention: 0,
     idleExperts: 0,
     router: 1_000,

@@ -50,7 +50,10 @@ abstract class Admission implements Batcher {
 
   /** Admits `s` if its KV fits without eating what the residency and activations keep free. */
   private tryAdmit(s: RequestState): boolean {
-    const kv = (s.spec.promptTokens + s.spec.outputTokens) * this.ctx.model.derived.kvBytesPerToken;
+    const d = this.ctx.model.derived;
+    // KV of the full-attention layers, plus a hybrid model's fixed recurrent state.
+    const kv =
+      (s.spec.promptTokens + s.spec.outputTokens) * d.kvBytesPerToken + (d.recurrentStateBytesPerSequence ?? 0);
     const vram = this.ctx.res.vram;
     if (vram.freeBytes - this.reservedBytes() < kv) return false;
     s.kv = vram.allocate(kv, 'kvCache', `kv r${s.spec.id}`);

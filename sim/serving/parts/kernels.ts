@@ -12,6 +12,8 @@ export type TokenOp = 'expert' | 'sharedExperts' | 'denseFfn' | 'router' | 'lmHe
 
 export interface LayerLabels {
   readonly attention: string;
+  /** The layer's Gated DeltaNet block (hybrid models' linear-attention layers). */
+  readonly linear: string;
   readonly cross: string;
   readonly dense: string;
   readonly router: string;
@@ -34,6 +36,9 @@ export class Kernels {
   private lastAttnTokens = -1;
   private lastAttnContext = -1;
   private lastAttnNs = 0 as Ns;
+  private lastLinearTokens = -1;
+  private lastLinearSequences = -1;
+  private lastLinearNs = 0 as Ns;
   readonly layerLabels: readonly LayerLabels[];
   private readonly expertLabels: string[] = [];
   private readonly segmentLabels: string[] = [];
@@ -46,6 +51,7 @@ export class Kernels {
     this.E = ctx.E;
     this.layerLabels = Array.from({ length: ctx.model.layers }, (_, layer) => ({
       attention: `L${layer} attention`,
+      linear: `L${layer} linear attention`,
       cross: `L${layer} cross-attention`,
       dense: `L${layer} dense ffn`,
       router: `L${layer} router`,
@@ -80,6 +86,19 @@ export class Kernels {
     this.lastAttnTokens = tokens;
     this.lastAttnContext = contextTokens;
     this.lastAttnNs = t;
+    return t;
+  }
+
+  /**
+   * A linear-attention block's duration for `tokens` tokens of `sequences` sequences: the same
+   * for every linear layer of an iteration, so the last pair asked is kept.
+   */
+  linearAttentionNs(tokens: number, sequences: number): Ns {
+    if (tokens === this.lastLinearTokens && sequences === this.lastLinearSequences) return this.lastLinearNs;
+    const t = this.ctx.cost.estimate({ kind: 'linearAttention', tokens, sequences }).ns;
+    this.lastLinearTokens = tokens;
+    this.lastLinearSequences = sequences;
+    this.lastLinearNs = t;
     return t;
   }
 

@@ -5,11 +5,16 @@
  * one stream), so they go to the GPU as one chain: one completion event instead of one per
  * kernel, with each kernel's busy time and trace span its own (`Gpu.submitChain`).
  *
+ * A hybrid model's linear-attention layers (`isLinearAttentionLayer`) run their Gated DeltaNet
+ * block where other layers run attention: priced by the sequences in the iteration, not the
+ * context (fixed recurrent state, no KV cache); everything after it is the same walk.
+ *
  * What a layer costs in tokens and context is the model walk's (`ModelWalk`); what happens
  * after a router is the coordinator's (`onRouter`), after the LM head too (`onHead`).
  */
 import type { Ns } from '../../kernel/time.ts';
 import type { KernelPart } from '../../resources/gpu.ts';
+import { isLinearAttentionLayer } from '../../cost/linear-attention.ts';
 import type { Kernels } from './kernels.ts';
 import type { ModelWalk } from './model-walk.ts';
 import type { IterationState, ServingContext } from './state.ts';
@@ -21,6 +26,8 @@ export class LayerWalk {
    * and the next chain starts after).
    */
   private readonly partPool: { durationNs: Ns; label: string; category: string }[] = [];
+  /** 1 for a linear-attention layer of a hybrid model, by layer index. */
+  private readonly linearLayer: Uint8Array;
 
   constructor(
     private readonly ctx: ServingContext,
@@ -30,7 +37,10 @@ export class LayerWalk {
     private readonly moeIndexOfLayer: Int32Array,
     private readonly onRouter: () => void,
     private readonly onHead: () => void,
-  ) {}
+  ) {
+    const model = ctx.model;
+    this.linearLayer = Uint8Array.from({ length: model.layers }, (_, l) => (isLinearAttentionLayer(model, l) ? 1 : 0));
+  }
 
   /** Appends a kernel to the chain being built, in a part object reused from chain to chain. */
   private pushPart(durationNs: Ns, label: string, category: string): void {
@@ -63,7 +73,11 @@ export class LayerWalk {
       }
       const contextTokens = this.walk.enterLayer(it, layer);
       const labels = k.layerLabels[layer]!;
-      this.pushPart(k.attentionNs(it.layerTotal, contextTokens), labels.attention, 'attention');
+      if (this.linearLayer[layer] === 1) {
+        this.pushPart(k.linearAttentionNs(it.layerTotal, it.batch.length), labels.linear, 'attention');
+      } else {
+        this.pushPart(k.attentionNs(it.layerTotal, contextTokens), labels.attention, 'attention');
+      }
       if (this.walk.hasCross(layer)) {
         const op = { kind: 'crossAttention', tokens: it.layerTotal, contextTokens: it.crossContext } as const;
         this.pushPart(this.ctx.cost.estimate(op).ns, labels.cross, 'attention');

@@ -10,7 +10,8 @@
  *   one token per request (self-attention over the tokens generated so far, cross-attention over
  *   the prompt's encoder states). An iteration without a prefill skips the encoder entirely.
  *
- * A new shape (e.g. a model with linear-attention layers) is a new `ModelWalk`.
+ * A new shape is a new `ModelWalk`. A hybrid model's linear-attention layers are not a new
+ * shape (same tokens, same order): the layer walk prices them by layer index.
  */
 import type { ModelProfile } from '../../../hardware-profiles/types.ts';
 import type { IterationState, RequestState } from './state.ts';

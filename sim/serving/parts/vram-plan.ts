@@ -1,7 +1,7 @@
 /**
  * VRAM sizing for a serving run: the activation reserve (the largest iteration's activations),
  * the expert buffer's slot count (given, 'auto': what fits after dense weights, activations,
- * the KV reserve and a segment cache, or every expert for the gpu-rich reference) and the VRAM
+ * the KV reserve (with a hybrid model's recurrent state per request) and a segment cache, or every expert for the gpu-rich reference) and the VRAM
  * the pool is built with. A configuration that cannot fit is the user's error, named by field.
  */
 import { UserError } from '../../kernel/errors.ts';
@@ -35,7 +35,7 @@ export function planVram(
   for (let i = 0; i < src.count; i++) {
     const p = src.promptTokens(i);
     maxPrompt = Math.max(maxPrompt, p);
-    maxKv = Math.max(maxKv, (p + src.outputTokens(i)) * d.kvBytesPerToken);
+    maxKv = Math.max(maxKv, (p + src.outputTokens(i)) * d.kvBytesPerToken + (d.recurrentStateBytesPerSequence ?? 0));
   }
   const iterTokenCap = Math.max(config.maxBatchTokens, maxPrompt) + config.maxBatchSize;
   const act = activationBytes(model, iterTokenCap);
