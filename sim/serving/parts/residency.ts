@@ -25,6 +25,7 @@
  * Piece ids: an expert key `layer · experts + expert`, or (split experts) key + `span` for a
  * top segment, span = MoE layers × experts.
  */
+import type { Transfer } from '../../resources/pcie-link.ts';
 import type { ExpertBuffer } from '../expert-buffer.ts';
 import type { ExpertKey, PolicyDecision, SegmentCacheView, ServingHook } from '../policy.ts';
 import type { IterationState } from './state.ts';
@@ -48,6 +49,25 @@ export interface PieceWork {
   /** Whether its bytes are resident when it starts (the invariant checker's view). */
   resident: boolean;
   placement: Placement;
+}
+
+/**
+ * Where a slot residency's fetches come from: the H2D link itself (experts in host DRAM; a
+ * `PcieLink` is one), or a tier in front of it that first brings the bytes into host DRAM
+ * (`SsdSource`, ssd-tier.ts). The returned handle is what the residency re-prioritises or
+ * cancels; `onDone` gets the H2D transfer whose tag is the piece.
+ */
+export interface ExpertSource {
+  submitTransfer(
+    bytes: number,
+    priority: number,
+    label: string,
+    category: string,
+    onDone: (t: Transfer) => void,
+    tag: number,
+  ): Transfer;
+  reprioritize(t: Transfer, priority: number): void;
+  cancel(t: Transfer): void;
 }
 
 /** How a residency tells the executor that a piece the current layer needs can run now. */
