@@ -169,7 +169,8 @@ export class InvariantChecker implements TraceSink {
   onHostExpertCompute(key: number, timeNs: number, where: 'cpu' | 'gpu-host'): void {
     this.computes++;
     if (this.o.ssd) {
-      if (!this.pageCached.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} computed on the CPU, not in the page cache`);
+      if (!this.pageCached.has(key))
+        this.fail(`t=${timeNs}: ${this.keyName(key)} computed on the CPU, not in the page cache`);
       return;
     }
     const hostExperts = this.poolCategories.get('host')?.get('expertWeights') ?? 0;
@@ -306,7 +307,9 @@ export class InvariantChecker implements TraceSink {
 
     // (a) the pools' own figures agree with what they reported.
     const pc = outcome.resources.pageCache;
-    for (const pool of pc ? [outcome.resources.vram, outcome.resources.host, pc.pool] : [outcome.resources.vram, outcome.resources.host]) {
+    for (const pool of pc
+      ? [outcome.resources.vram, outcome.resources.host, pc.pool]
+      : [outcome.resources.vram, outcome.resources.host]) {
       if (pool.usedBytes > pool.capacityBytes)
         this.fail(`end: ${pool.name} used ${pool.usedBytes} B > capacity ${pool.capacityBytes} B`);
       if (pool.peakBytes > pool.capacityBytes)

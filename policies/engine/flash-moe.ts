@@ -53,7 +53,9 @@ export const flashMoe = definePolicy({
   summary: 'three tiers (VRAM slots, OS page cache, NVMe) with a frequency-weighted LRU (flash-moe)',
   params: FlashMoeParams,
   bufferSlots: (p, model) =>
-    p.capacityGB === undefined ? undefined : Math.max(1, Math.floor((p.capacityGB * 1e9) / model.derived.bytesPerExpert)),
+    p.capacityGB === undefined
+      ? undefined
+      : Math.max(1, Math.floor((p.capacityGB * 1e9) / model.derived.bytesPerExpert)),
   create: (p, ctx): ServingPolicy => {
     const keys = ctx.model.moeLayers * ctx.model.experts;
     const uses = new Float64Array(keys);

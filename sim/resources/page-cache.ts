@@ -64,7 +64,15 @@ export class PageCache {
   /** Files by key; Map order is recency for cached files (oldest first). */
   private readonly files = new Map<number, PageFile>();
   private readonly roomQueue: PageFile[] = [];
-  readonly stats: PageCacheStats = { accesses: 0, hits: 0, joins: 0, reads: 0, evictions: 0, evictedBytes: 0, roomWaits: 0 };
+  readonly stats: PageCacheStats = {
+    accesses: 0,
+    hits: 0,
+    joins: 0,
+    reads: 0,
+    evictions: 0,
+    evictedBytes: 0,
+    roomWaits: 0,
+  };
 
   constructor(
     capacityBytes: number,

@@ -143,7 +143,8 @@ export class ServingExecutor {
     // Requests are streamed from the workload's source (a spec object exists only while its
     // request is in flight); a workload given as an array alone is read through it.
     this.src = workload.source ?? arraySource(workload.requests);
-    const plan = planVram(model, hardware, config, this.src, input.policy.segmentCacheBytes ?? 0);
+    const ssd = input.policy.ssdTier !== undefined;
+    const plan = planVram(model, hardware, config, this.src, input.policy.segmentCacheBytes ?? 0, ssd);
     this.slots = plan.slots;
     const storage = storagePlanOf(input.policy.ssdTier, model, hardware);
     const res = createResources(hardware, this.sim, this.sink, {

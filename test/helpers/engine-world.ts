@@ -66,7 +66,10 @@ export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc.record({
   zeroCopyEfficiency: fc.constantFrom(1, 0.6, 0.25),
   kernels: fc.boolean(),
   ssd: fc.option(
-    fc.record({ pageCacheShare: fc.double({ min: 0.05, max: 0.7, noNaN: true }), parallelReads: fc.integer({ min: 1, max: 8 }) }),
+    fc.record({
+      pageCacheShare: fc.double({ min: 0.05, max: 0.7, noNaN: true }),
+      parallelReads: fc.integer({ min: 1, max: 8 }),
+    }),
     { nil: null },
   ),
 });

@@ -92,7 +92,11 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
     expect(nvme.bytesMoved).toBe(nvme.completedBytes + nvme.cancelledSentBytes);
     expect(pageCache.pool.peakBytes).toBeLessThanOrEqual(pageCache.pool.capacityBytes);
     const s = pageCache.stats;
-    ssdTally.record({ nvmeRead: nvme.completedReads > 0, pageCacheEviction: s.evictions > 0, pageCacheHit: s.hits > 0 });
+    ssdTally.record({
+      nvmeRead: nvme.completedReads > 0,
+      pageCacheEviction: s.evictions > 0,
+      pageCacheHit: s.hits > 0,
+    });
   }
   if (out.counters.prefetchHits > 0) seen.m.add('cacheHit'); // hits on uploaded experts (host layers)
   if (w.overlap === 'serial' && seen.m.has('cpu')) seen.m.add('serial');

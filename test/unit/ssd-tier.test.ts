@@ -32,7 +32,14 @@ function rig(o: { maxQueueDepth?: number; pageCacheBytes?: number; h2d?: boolean
     sink,
   });
   const cache = new PageCache(o.pageCacheBytes ?? 1 << 30, nvme, sim, sink);
-  const h2d = new PcieLink({ name: 'h2d', bytesPerSec: 25e9, latencyNs: 10_000, packetBytes: 16 << 20, sched: sim, sink });
+  const h2d = new PcieLink({
+    name: 'h2d',
+    bytesPerSec: 25e9,
+    latencyNs: 10_000,
+    packetBytes: 16 << 20,
+    sched: sim,
+    sink,
+  });
   const never = (): never => {
     throw new Error('unexpected event');
   };

@@ -19,8 +19,9 @@
  *   issues capped background uploads through the same slot machinery; zero-copy is placement
  *   `gpu-host` (no slot, the kernel bound by the link). The executor hands each piece to the
  *   `ExpertCompute` for its placement (compute.ts).
- * - A residency's fetches read from a tier: host DRAM over the H2D link today. An SSD tier is a
- *   residency whose fetch first reads the expert into a host page cache over a storage link.
+ * - A slot residency's fetches come from an `ExpertSource`: the H2D link itself (host DRAM), or
+ *   the SSD tier's `SsdSource` (ssd-tier.ts), which first reads the expert over the NVMe link
+ *   into the host page cache.
  *
  * Piece ids: an expert key `layer · experts + expert`, or (split experts) key + `span` for a
  * top segment, span = MoE layers × experts.
