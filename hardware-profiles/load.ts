@@ -349,6 +349,7 @@ export function resolveDrive(f: DriveFile): DriveProfile {
     name: f.name,
     seqReadBytesPerSec: f.seqReadGBPerSec * 1e9,
     readLatencyNsByQueueDepth: f.readLatencyUsByQueueDepth.map(([qd, us]) => [qd, Math.round(us * 1e3)] as const),
+    readGranularityBytes: Math.round(f.readGranularityKiB * 1024),
     capacityBytes: f.capacityGB * 1e9,
     sources: [...f.sources],
   };

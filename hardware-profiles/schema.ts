@@ -374,8 +374,16 @@ export const DriveFileSchema = z.strictObject({
   capacityGB: positiveNumber,
   /** Sequential read (large requests, high queue depth), 1e9 B/s. */
   seqReadGBPerSec: positiveNumber,
-  /** Random 4 KiB read latency (µs) at queue depths: points (queue depth, µs), increasing depth. */
-  readLatencyUsByQueueDepth: z.array(z.tuple([positiveInt, positiveNumber])).min(1),
+  /**
+   * Per-request read latency (µs) at queue depths (reads outstanding): points (queue depth, µs),
+   * increasing depth; the simulator interpolates linearly and clamps at the ends.
+   */
+  readLatencyUsByQueueDepth: z
+    .array(z.tuple([positiveInt, positiveNumber]))
+    .min(1)
+    .refine((pts) => pts.every((p, i) => i === 0 || p[0] > pts[i - 1]![0]), 'queue depths must increase'),
+  /** The unit a read is rounded up to (page / LBA size), KiB. Default 4 (the Linux page size). */
+  readGranularityKiB: positiveNumber.default(4),
   sources,
   notes,
 });

@@ -178,6 +178,8 @@ export interface DriveProfile {
   readonly seqReadBytesPerSec: number;
   /** (queue depth, ns) points, increasing depth. */
   readonly readLatencyNsByQueueDepth: readonly (readonly [number, number])[];
+  /** A read is rounded up to whole units of this many bytes (page / LBA size). */
+  readonly readGranularityBytes: number;
   readonly capacityBytes: number;
   readonly sources: readonly string[];
 }

@@ -18,6 +18,7 @@ import { oraclePrefetch } from './oracle/oracle-prefetch.ts';
 import { gpuRich } from './reference/gpu-rich.ts';
 import { moeInfinity } from './moe-infinity/policy.ts';
 import { moepic } from './moepic/policy.ts';
+import { flashMoe } from './engine/flash-moe.ts';
 import { hostExperts } from './engine/host-experts.ts';
 // Throughput family (executor.kind: throughput): MoE-Gen and the baselines it is compared with.
 import { moeGenG, moeGenH } from './moe-gen/moe-gen.ts';
@@ -48,6 +49,7 @@ export const BUILTIN_POLICIES = {
   'moe-infinity': moeInfinity,
   moepic,
   'host-experts': hostExperts,
+  'flash-moe': flashMoe,
   'moe-gen-g': moeGenG,
   'moe-gen-h': moeGenH,
   'deepspeed-like': deepspeedLike,

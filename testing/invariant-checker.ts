@@ -18,6 +18,10 @@
  *     = `completedBytes + cancelledSentBytes` at the end, and no transfer is left unreported;
  * (d) requests: arrive, admit, firstToken, finish once each; tokens emitted (firstToken +
  *     token) = outputTokens; arrive ≤ admit ≤ firstToken ≤ finish; the outcome agrees;
+ * (e) SSD tier (`ssd: true`): an expert is computed on the CPU, or copied over H2D, only while
+ *     its file is in the page cache (from `onPageCache`: resident from its read's landing to its
+ *     eviction), the whole copy long; the NVMe link's bytes add up as the H2D link's do
+ *     (Σ packets = Σ done + Σ cancelled sent = `resources.nvme.bytesMoved`);
  * plus: kernels on one GPU stream never overlap, and simulated time never runs backwards
  * within a kind of record.
  *
@@ -42,6 +46,8 @@ export interface InvariantCheckerOptions {
   readonly allowPreload?: boolean;
   /** Stop recording after this many violations (the first ones are the interesting ones). Default 50. */
   readonly maxViolations?: number;
+  /** The run has the SSD tier: experts live on NVMe behind the page cache (checks (e)). */
+  readonly ssd?: boolean;
 }
 
 interface RequestBook {
@@ -81,6 +87,12 @@ export class InvariantChecker implements TraceSink {
   private h2dPacketBytes = 0;
   private h2dDoneBytes = 0;
   private h2dCancelledSentBytes = 0;
+  // (e)
+  /** Page-cache residency: key → since when (absent: not cached). */
+  private readonly pageCached = new Map<number, number>();
+  private nvmePacketBytes = 0;
+  private nvmeDoneBytes = 0;
+  private nvmeCancelledSentBytes = 0;
   // (d)
   private readonly requests = new Map<number, RequestBook>();
   // kernels
@@ -156,6 +168,11 @@ export class InvariantChecker implements TraceSink {
    */
   onHostExpertCompute(key: number, timeNs: number, where: 'cpu' | 'gpu-host'): void {
     this.computes++;
+    if (this.o.ssd) {
+      if (!this.pageCached.has(key))
+        this.fail(`t=${timeNs}: ${this.keyName(key)} computed on the CPU, not in the page cache`);
+      return;
+    }
     const hostExperts = this.poolCategories.get('host')?.get('expertWeights') ?? 0;
     if (hostExperts <= 0) this.fail(`t=${timeNs}: ${this.keyName(key)} computed from host DRAM holding no experts`);
     if (where === 'gpu-host') {
@@ -169,6 +186,17 @@ export class InvariantChecker implements TraceSink {
     this.computes++;
     if (!this.resident.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} computed before its bytes were resident`);
     if (!resident) this.fail(`t=${timeNs}: the executor itself reports ${this.keyName(key)} not resident at compute`);
+  }
+
+  /** (e) An expert file entered (its read landed) or left the page cache. */
+  onPageCache(key: number, resident: boolean, timeNs: number): void {
+    if (resident) {
+      if (this.pageCached.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} entered the page cache twice`);
+      this.pageCached.set(key, timeNs);
+    } else {
+      if (!this.pageCached.has(key)) this.fail(`t=${timeNs}: ${this.keyName(key)} evicted but not in the page cache`);
+      this.pageCached.delete(key);
+    }
   }
 
   // ------------------------------------------------------------------ (c) PCIe
@@ -185,6 +213,7 @@ export class InvariantChecker implements TraceSink {
     b.lastPacketEndNs = r.endNs;
     b.packetBytes += r.bytes;
     if (r.link === 'h2d') this.h2dPacketBytes += r.bytes;
+    if (r.link === 'nvme') this.nvmePacketBytes += r.bytes;
   }
 
   onTransfer(r: TransferRecord): void {
@@ -199,6 +228,7 @@ export class InvariantChecker implements TraceSink {
       if (r.sentBytes !== r.bytes)
         this.fail(`t=${r.endNs}: transfer ${r.label} done but sentBytes ${r.sentBytes} ≠ ${r.bytes}`);
       if (r.link === 'h2d') this.h2dDoneBytes += r.bytes;
+      if (r.link === 'nvme') this.nvmeDoneBytes += r.bytes;
     } else {
       if (b.packetBytes !== r.sentBytes)
         this.fail(
@@ -207,6 +237,7 @@ export class InvariantChecker implements TraceSink {
       if (r.sentBytes > r.bytes)
         this.fail(`t=${r.endNs}: cancelled transfer ${r.label} sent ${r.sentBytes} B of ${r.bytes} B`);
       if (r.link === 'h2d') this.h2dCancelledSentBytes += r.sentBytes;
+      if (r.link === 'nvme') this.nvmeCancelledSentBytes += r.sentBytes;
     }
     if (r.link === 'h2d' && r.category === 'expert-zero-copy') {
       const m = ZERO_COPY_LABEL.exec(r.label);
@@ -230,6 +261,12 @@ export class InvariantChecker implements TraceSink {
         );
       }
       if (r.outcome === 'done') this.arrivedTransfers.set(key, (this.arrivedTransfers.get(key) ?? 0) + 1);
+      if (this.o.ssd && r.outcome === 'done') {
+        const since = this.pageCached.get(key);
+        if (since === undefined || since > r.startNs) {
+          this.fail(`t=${r.endNs}: ${this.keyName(key)} crossed H2D from ${r.startNs} without being in the page cache`);
+        }
+      }
     }
   }
 
@@ -269,7 +306,10 @@ export class InvariantChecker implements TraceSink {
     this.finished = true;
 
     // (a) the pools' own figures agree with what they reported.
-    for (const pool of [outcome.resources.vram, outcome.resources.host]) {
+    const pc = outcome.resources.pageCache;
+    for (const pool of pc
+      ? [outcome.resources.vram, outcome.resources.host, pc.pool]
+      : [outcome.resources.vram, outcome.resources.host]) {
       if (pool.usedBytes > pool.capacityBytes)
         this.fail(`end: ${pool.name} used ${pool.usedBytes} B > capacity ${pool.capacityBytes} B`);
       if (pool.peakBytes > pool.capacityBytes)
@@ -293,6 +333,16 @@ export class InvariantChecker implements TraceSink {
     }
     if (h2d.completedBytes !== this.h2dDoneBytes)
       this.fail(`end: h2d.completedBytes ${h2d.completedBytes} B ≠ Σ done transfers ${this.h2dDoneBytes} B`);
+    const nvme = outcome.resources.nvme;
+    if (nvme) {
+      const sent = this.nvmeDoneBytes + this.nvmeCancelledSentBytes;
+      if (this.nvmePacketBytes !== sent || nvme.bytesMoved !== sent || nvme.completedBytes !== this.nvmeDoneBytes) {
+        this.fail(
+          `end: nvme packets ${this.nvmePacketBytes} B, done ${this.nvmeDoneBytes} B + cancelled sent ${this.nvmeCancelledSentBytes} B, ` +
+            `link says moved ${nvme.bytesMoved} B (completed ${nvme.completedBytes} B)`,
+        );
+      }
+    } else if (this.nvmePacketBytes > 0) this.fail('end: NVMe packets without an NVMe link');
     for (const [id, b] of this.transfers)
       if (!b.reported)
         this.fail(`end: transfer ${id} carried ${b.packetBytes} B but was never reported done or cancelled`);

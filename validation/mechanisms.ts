@@ -65,7 +65,12 @@ export const MECHANISMS: readonly Mechanism[] = [
     true,
     'policy host-experts, miss: zero-copy; runtime hostExperts.zeroCopyEfficiency',
   ),
-  M('ssd-tier', 'experts on NVMe behind the OS page cache', false, 'not modelled yet'),
+  M(
+    'ssd-tier',
+    'experts on NVMe behind the OS page cache, VRAM slots in front',
+    true,
+    'policy flash-moe (ssd), or host-experts with ssd; testbed with a drive (sim/serving/parts/ssd-tier.ts)',
+  ),
   M(
     'host-gather-embeddings',
     'per-token gathers from a large table in pinned host memory (Qwen3.8 PLE n-gram embeddings)',

@@ -9,11 +9,15 @@
  * reads (miss: zero-copy). The executor parts are sim/serving/parts/host-residency.ts and
  * host-compute.ts; the runtime profile's `hostExperts` gives the CPU kernel rates, the per-layer
  * host cost and whether CPU and GPU work of a layer overlap.
- * Known gaps: no SSD tier; the gate's window is tumbling, not sliding.
+ * `ssd` puts the experts on the testbed's NVMe drive behind the OS page cache (llama.cpp's mmap
+ * of a model larger than RAM; sim/serving/parts/ssd-tier.ts): CPU-computed misses and fetches
+ * read through the page cache.
+ * Known gaps: the gate's window is tumbling, not sliding; zero-copy does not combine with `ssd`.
  */
 import { z } from 'zod';
 import { HostResidency } from '../../sim/serving/parts/host-residency.ts';
 import { definePolicy } from '../types.ts';
+import { SsdParams, ssdSpec } from './ssd-params.ts';
 
 export const HostExpertsParams = z
   .object({
@@ -28,6 +32,8 @@ export const HostExpertsParams = z
     cpuShare: z.number().min(0).max(1).default(0),
     threads: z.number().int().positive().default(1),
     format: z.string().default(''),
+    /** The SSD tier; absent: every expert in host DRAM. */
+    ssd: SsdParams.optional(),
   })
   .strict();
 export type HostExpertsParams = z.infer<typeof HostExpertsParams>;
@@ -39,9 +45,14 @@ export const hostExperts = definePolicy({
   params: HostExpertsParams,
   bufferSlots: (p, model) =>
     Math.max(1, HostResidency.slotsFor(spec(p, model.moeLayers), model.moeLayers, model.experts)),
-  create: (p, ctx) => ({ name: 'host-experts', hostExperts: spec(p, ctx.model.moeLayers) }),
+  create: (p, ctx) => ({
+    name: 'host-experts',
+    hostExperts: spec(p, ctx.model.moeLayers),
+    ...(p.ssd && { ssdTier: ssdSpec(p.ssd) }),
+  }),
 });
 
 function spec(p: HostExpertsParams, moeLayers: number) {
-  return { ...p, cpuLayers: Math.min(p.cpuLayers ?? moeLayers, moeLayers) };
+  const { ssd: _ssd, ...rest } = p;
+  return { ...rest, cpuLayers: Math.min(p.cpuLayers ?? moeLayers, moeLayers) };
 }

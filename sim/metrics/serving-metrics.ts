@@ -25,6 +25,10 @@
  * - decodeCacheHitRate / decodeBufferHitRate: the hit rates over the needs of iterations without a
  *   prefill (a prefill activates nearly every expert of a layer, so its needs hit at ≈ the cached
  *   fraction whatever the policy; MoEpic's Table 1 compares policies on decoding).
+ * - SSD tier only (a policy with `ssdTier`): nvmeBytes (device bytes read from the drive),
+ *   nvmeReads, nvmeUtil (the drive's data channel busy / makespan), nvmeGBps, pageCacheHitRate
+ *   (acquisitions of an expert file that found it cached / all acquisitions), pageCacheEvictions;
+ *   peakBytes gains the `pageCache` pool.
  * - policy: the policy's own report, when it has one (MoEpic's chosen configuration).
  * - peakBytes: peak per pool, total and per category.
  * - cap / cost (when the runner passes the model and hardware): MoE-CAP's S-MBU, S-MFU, dense
@@ -34,6 +38,8 @@
 import type { ServingOutcome } from '../serving/serving-executor.ts';
 import { distribution, round6, safeDiv, type Distribution } from './summary.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
+import type { NvmeLink } from '../resources/nvme-link.ts';
+import type { PageCache } from '../resources/page-cache.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import { capCost, capMetrics } from './cap.ts';
 import { servingCapTotals } from './cap-totals.ts';
@@ -191,7 +197,8 @@ export function servingMetrics(o: ServingOutcome, opts: ServingMetricOptions = {
     decodeBufferHitRate: round6(safeDiv(c.decodeCacheHits + c.decodePrefetchHits, c.decodeNeeds)),
     requests: o.requests.length,
     outputTokens,
-    peakBytes: poolPeaks([res.vram, res.host]),
+    peakBytes: poolPeaks(res.pageCache ? [res.vram, res.host, res.pageCache.pool] : [res.vram, res.host]),
+    ...(res.nvme && res.pageCache ? storageFields(res.nvme, res.pageCache, spanNs) : {}),
     ...(opts.shiftAtRequest !== undefined ? shiftMetrics(o, opts.shiftAtRequest, opts.recoveryWindow) : {}),
     ...(o.policyReport ? { policy: o.policyReport } : {}),
     ...(opts.cap ? capFields(o, opts.cap.model, opts.cap.hardware, safeDiv(outputTokens, makespanS)) : {}),
@@ -214,5 +221,17 @@ function shiftMetrics(o: ServingOutcome, shiftAt: number, w?: number): Record<st
     shiftRecoveryRequests: r.requests,
     shiftTpotBeforeMs: round6(r.beforeMs),
     shiftTpotSteadyMs: round6(r.steadyMs),
+  };
+}
+
+function storageFields(nvme: NvmeLink, cache: PageCache, spanNs: number): Record<string, number> {
+  const s = cache.stats;
+  return {
+    nvmeBytes: nvme.bytesMoved,
+    nvmeReads: nvme.completedReads,
+    nvmeUtil: round6(Math.min(1, safeDiv(nvme.busyTimeNs(), spanNs))),
+    nvmeGBps: round6(safeDiv(nvme.bytesMoved, spanNs)),
+    pageCacheHitRate: round6(safeDiv(s.hits, s.accesses)),
+    pageCacheEvictions: s.evictions,
   };
 }

@@ -87,6 +87,8 @@ export interface TraceSink {
   onHostExpertCompute?(key: number, timeNs: Ns, where: 'cpu' | 'gpu-host'): void;
   /** An expert's bytes became resident in the GPU expert buffer (transfer complete, or preloaded), or its slot was freed. */
   onExpertResidency?(key: number, resident: boolean, timeNs: Ns): void;
+  /** An expert's file entered host DRAM's page cache (its NVMe read landed) or was evicted from it (SSD tier). */
+  onPageCache?(key: number, resident: boolean, timeNs: Ns): void;
   onEnd?(timeNs: Ns): void;
 }
 
@@ -101,6 +103,7 @@ const HOOKS = [
   'onExpertCompute',
   'onHostExpertCompute',
   'onExpertResidency',
+  'onPageCache',
   'onEnd',
 ] as const satisfies readonly (keyof TraceSink)[];
 

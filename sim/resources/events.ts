@@ -8,3 +8,8 @@ export type ResourceEvent =
   | { readonly kind: 'link.runDone'; readonly link: LinkName }
   | { readonly kind: 'fluid.flowDone'; readonly flowId: number }
   | { readonly kind: 'cpu.taskDone'; readonly taskId: number };
+
+/** Events of the SSD tier's NVMe link (only executors that build it handle them: `storageHandlers`). */
+export type StorageEvent =
+  | { readonly kind: 'nvme.latencyDone'; readonly readId: number }
+  | { readonly kind: 'nvme.dataDone' };

@@ -6,10 +6,12 @@ import type { Handlers, Scheduler } from '../kernel/simulation.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { HardwareProfile } from '../../hardware-profiles/types.ts';
 import { CpuPool } from './cpu-pool.ts';
-import type { ResourceEvent } from './events.ts';
+import type { ResourceEvent, StorageEvent } from './events.ts';
 import { FluidShare } from './fluid-share.ts';
 import { Gpu } from './gpu.ts';
 import { MemoryPool } from './memory-pool.ts';
+import { NvmeLink } from './nvme-link.ts';
+import { PageCache } from './page-cache.ts';
 import { LinkRunGroup, PcieLink } from './pcie-link.ts';
 
 export interface ResourceOptions {
@@ -25,6 +27,13 @@ export interface ResourceOptions {
   readonly hostBytes?: number;
 }
 
+/** The SSD tier: a page cache of `pageCacheBytes` and the reads kept in flight. */
+export interface StorageOptions {
+  readonly pageCacheBytes: number;
+  /** Reads the engine keeps in flight at once (the drive's queue depth it reaches). */
+  readonly maxQueueDepth: number;
+}
+
 export interface Resources {
   readonly gpu: Gpu;
   readonly h2d: PcieLink;
@@ -33,6 +42,9 @@ export interface Resources {
   readonly hostDram: FluidShare;
   readonly vram: MemoryPool;
   readonly host: MemoryPool;
+  /** SSD tier only: the drive's read link and host DRAM's page cache (the third link and pool). */
+  readonly nvme?: NvmeLink;
+  readonly pageCache?: PageCache;
 }
 
 export const DEFAULT_PACKET_BYTES = 16 * 1024 * 1024;
@@ -89,6 +101,31 @@ export function createResources(
   };
 }
 
+/**
+ * The SSD tier's resources added to `r`: an NVMe link from the testbed's drive and a page cache
+ * (`o` undefined: `r` unchanged). Their events are `StorageEvent`s (`storageHandlers`).
+ */
+export function withStorage(
+  r: Resources,
+  hw: HardwareProfile,
+  sched: Scheduler<StorageEvent>,
+  sink: TraceSink | undefined,
+  o: StorageOptions | undefined,
+): Resources {
+  if (!o) return r;
+  const drive = hw.drive;
+  if (!drive) throw new RangeError(`testbed ${hw.id} names no drive: the SSD tier needs one`);
+  const nvme = new NvmeLink({
+    bytesPerSec: drive.seqReadBytesPerSec,
+    latencyNsByQueueDepth: drive.readLatencyNsByQueueDepth,
+    granularityBytes: drive.readGranularityBytes,
+    maxQueueDepth: o.maxQueueDepth,
+    sched,
+    sink,
+  });
+  return { ...r, nvme, pageCache: new PageCache(o.pageCacheBytes, nvme, sched, sink) };
+}
+
 /** Handlers for every resource event, to be spread into an executor's handler table. */
 export function resourceHandlers(r: Resources): Handlers<ResourceEvent> {
   return {
@@ -98,5 +135,13 @@ export function resourceHandlers(r: Resources): Handlers<ResourceEvent> {
     'link.runDone': (e) => r[e.link].onRunDone(),
     'fluid.flowDone': (e) => r.hostDram.onFlowDone(e.flowId),
     'cpu.taskDone': (e) => r.cpu.onTaskDone(e.taskId),
+  };
+}
+
+/** Handlers for the SSD tier's events (nothing schedules them without it). */
+export function storageHandlers(r: Resources): Handlers<StorageEvent> {
+  return {
+    'nvme.latencyDone': (e) => r.nvme!.onLatencyDone(e.readId),
+    'nvme.dataDone': () => r.nvme!.onDataDone(),
   };
 }

@@ -17,6 +17,8 @@ export const MEMORY_CATEGORIES = [
   'kvCache',
   'activations',
   'workspace',
+  /** Host DRAM left to the OS page cache (the SSD tier's third pool lives in it). */
+  'pageCache',
 ] as const;
 export type MemoryCategory = (typeof MEMORY_CATEGORIES)[number];
 

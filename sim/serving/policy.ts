@@ -227,6 +227,16 @@ export interface HostExpertsSpec {
   readonly format: string;
 }
 
+/** See `ServingPolicy.ssdTier` and sim/serving/parts/ssd-tier.ts. */
+export interface SsdTierSpec {
+  /** Page-cache bytes; absent: host DRAM − the host copy of dense weights − `reservedBytes`. */
+  readonly pageCacheBytes?: number;
+  /** Host DRAM the OS and the engine keep for themselves (not page cache). */
+  readonly reservedBytes: number;
+  /** Expert reads the engine keeps in flight at once (flash-moe: its K parallel `pread`s). */
+  readonly parallelReads: number;
+}
+
 export interface ServingPolicy {
   readonly name: string;
   /**
@@ -263,6 +273,12 @@ export interface ServingPolicy {
    * background uploads. Absent: every expert is fetched into a slot (every existing policy).
    */
   readonly hostExperts?: HostExpertsSpec;
+  /**
+   * The SSD tier (ssd-tier.ts): experts live on the testbed's NVMe drive, host DRAM holds an
+   * LRU page cache of them; a miss in VRAM and in the page cache reads the drive first. Absent:
+   * every expert stays in host DRAM (every other policy).
+   */
+  readonly ssdTier?: SsdTierSpec;
   /** Policy-specific results merged into the run's metrics under `policy` (e.g. MoEpic's chosen configuration). */
   report?(): Record<string, unknown>;
   /** Before the run. */
@@ -329,6 +345,7 @@ export const SERVING_SETTINGS = {
   segmentCacheBytes: true,
   computeOrder: true,
   hostExperts: true,
+  ssdTier: true,
 } as const satisfies Record<ServingSetting, true>;
 
 export const SERVING_HOOK_NAMES = Object.keys(SERVING_HOOKS) as ServingHook[];

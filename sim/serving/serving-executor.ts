@@ -30,12 +30,12 @@ import { EventPriority, Simulation } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { CostModel } from '../cost/types.ts';
-import { createResources, resourceHandlers, type Resources } from '../resources/index.ts';
+import { createResources, resourceHandlers, storageHandlers, withStorage, type Resources } from '../resources/index.ts';
 import type { HardwareProfile, ModelProfile, RuntimeProfile } from '../../hardware-profiles/types.ts';
 import { arraySource, type RequestSource, type Workload } from '../workload.ts';
 import { PolicyDriver } from './policy-driver.ts';
 import type { ModelShapeView, RequestView, ServingPolicy, ServingView } from './policy.ts';
-import { assembleParts } from './parts/assemble.ts';
+import { assembleParts, placeHostWeights, storagePlanOf } from './parts/assemble.ts';
 import type { Batcher } from './parts/batcher.ts';
 import type { ExpertOrder } from './parts/expert-order.ts';
 import type { Kernels } from './parts/kernels.ts';
@@ -143,16 +143,18 @@ export class ServingExecutor {
     // Requests are streamed from the workload's source (a spec object exists only while its
     // request is in flight); a workload given as an array alone is read through it.
     this.src = workload.source ?? arraySource(workload.requests);
-    const plan = planVram(model, hardware, config, this.src, input.policy.segmentCacheBytes ?? 0);
+    const ssd = input.policy.ssdTier !== undefined;
+    const plan = planVram(model, hardware, config, this.src, input.policy.segmentCacheBytes ?? 0, ssd);
     this.slots = plan.slots;
-    this.res = createResources(hardware, this.sim, this.sink, {
+    const storage = storagePlanOf(input.policy.ssdTier, model, hardware);
+    const res = createResources(hardware, this.sim, this.sink, {
       streamNames: ['gpu.compute'],
       packetBytes: config.packetBytes,
       vramBytes: plan.vramBytes,
     });
+    this.res = withStorage(res, hardware, this.sim, this.sink, storage);
     const d = model.derived;
-    this.res.host.allocate(d.allExpertBytes, 'expertWeights', 'all experts (host copy)');
-    this.res.host.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights (host copy)');
+    placeHostWeights(this.res, model, storage);
     this.res.vram.allocate(d.nonExpertBytes, 'denseWeights', 'dense weights');
     this.driver = new PolicyDriver(input.policy, this.sim, model.moeLayers * model.experts);
     const shape: ModelShapeView = {
@@ -205,6 +207,7 @@ export class ServingExecutor {
   private setHandlers(): void {
     this.sim.setHandlers({
       ...resourceHandlers(this.res),
+      ...storageHandlers(this.res),
       'serving.arrival': (e) => this.onArrival(e.index),
       'serving.decide': () => {
         this.decidePending = false;

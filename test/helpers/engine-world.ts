@@ -6,11 +6,14 @@
  * random `hostExperts` properties (per-layer sync, concurrent or serial, zero-copy efficiency).
  * A third of the worlds run a hybrid model (Qwen3.6-35B-A3B shrunk: Gated DeltaNet layers
  * between full-attention layers), the models the engine validation cases run.
+ * With `ssd` the experts live on an NVMe drive (the 990 PRO profile added to the testbed) behind
+ * a page cache of a random share of the experts' bytes, read with a random queue depth (the SSD
+ * tier; zero-copy worlds stay without it, as the tier refuses zero-copy).
  *
  * Not a test file (no `.test.ts`).
  */
 import * as fc from 'fast-check';
-import { loadHardware, loadRuntime } from '../../hardware-profiles/load.ts';
+import { loadDrive, loadHardware, loadRuntime } from '../../hardware-profiles/load.ts';
 import type { RuntimeProfile } from '../../hardware-profiles/types.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
 import { RngStreams } from '../../sim/kernel/rng.ts';
@@ -39,6 +42,8 @@ export interface EngineWorld {
   readonly kernels: boolean;
   /** The base world's model replaced by a shrunk hybrid (linear-attention) model. */
   readonly hybrid: boolean;
+  /** SSD tier: page cache as a share of all expert bytes, and reads in flight; null: none. */
+  readonly ssd: { readonly pageCacheShare: number; readonly parallelReads: number } | null;
 }
 
 /** The hybrid model of hybrid worlds (256 experts shrunk to the world's; 40 layers to 2–4). */
@@ -69,6 +74,13 @@ export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc
     zeroCopyEfficiency: fc.constantFrom(1, 0.6, 0.25),
     kernels: fc.boolean(),
     hybrid: fc.integer({ min: 0, max: 2 }).map((i) => i === 0),
+    ssd: fc.option(
+      fc.record({
+        pageCacheShare: fc.double({ min: 0.05, max: 0.7, noNaN: true }),
+        parallelReads: fc.integer({ min: 1, max: 8 }),
+      }),
+      { nil: null },
+    ),
   })
   .map((w) => {
     if (!w.hybrid) return w;
@@ -77,6 +89,9 @@ export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc
     const shrink = { ...s, layers: Math.max(2, s.layers), denseLeading: 0 };
     return { ...w, base: { ...w.base, modelId: HYBRID_MODEL, shrink } };
   });
+
+/** Whether a world runs with the SSD tier (zero-copy does not combine with it). */
+export const hasSsd = (w: EngineWorld): boolean => w.ssd !== null && w.miss !== 'zero-copy';
 
 /** The host-experts parameters of a world for its model. */
 export function engineParams(w: EngineWorld): HostExpertsParams {
@@ -91,7 +106,14 @@ export function engineParams(w: EngineWorld): HostExpertsParams {
     cpuShare: w.cpuShare,
     threads: w.threads,
     format: w.kernels ? 'iq2_s' : '',
+    ...(hasSsd(w) && { ssd: ssdParams(w, m) }),
   };
+}
+
+function ssdParams(w: EngineWorld, m: ReturnType<typeof worldModel>): NonNullable<HostExpertsParams['ssd']> {
+  const d = m.derived;
+  const bytes = Math.max(2 * d.bytesPerExpert, Math.floor(w.ssd!.pageCacheShare * d.allExpertBytes));
+  return { pageCacheGiB: bytes / 1024 ** 3, reservedGiB: 0, parallelReads: w.ssd!.parallelReads };
 }
 
 function engineRuntime(w: EngineWorld): RuntimeProfile {
@@ -110,7 +132,8 @@ function engineRuntime(w: EngineWorld): RuntimeProfile {
 export async function buildEngineWorld(w: EngineWorld, sink?: TraceSink): Promise<ServingExecutor> {
   const spec = w.base;
   const model = worldModel(spec);
-  const hardware = loadHardware(spec.hardwareId);
+  const base = loadHardware(spec.hardwareId);
+  const hardware = hasSsd(w) ? { ...base, drive: loadDrive('samsung-990-pro-2tb') } : base;
   const cost = createCostModel(model, hardware, () => {});
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };

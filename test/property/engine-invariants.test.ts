@@ -5,19 +5,24 @@
  * - no expert computed before its bytes are where it is computed: on the GPU in a VRAM slot
  *   (resident after a completed transfer, or loaded with the model for GPU layers), on the CPU
  *   in host DRAM, zero-copy only after its read landed;
- * - bytes conserved on the H2D link (packets = completed + cancelled-sent = bytesMoved);
+ * - bytes conserved on the H2D link (packets = completed + cancelled-sent = bytesMoved), and on
+ *   the NVMe link in SSD-tier worlds;
+ * - SSD tier: no pool over capacity includes the page cache; an expert crosses H2D or is
+ *   computed on the CPU only while its file is in the page cache;
  * - every request finishes with its tokens.
  * Coverage is counted: each mechanism (CPU experts, GPU cache hits in host layers, background
  * uploads, zero-copy reads, fetch on miss, serial overlap, per-layer sync, a hybrid model's
  * linear-attention and full-attention layers both run) occurs in at least 25 % of its worlds —
- * the worlds that ran whose parameters enable it.
+ * the worlds that ran whose parameters enable it; and over the SSD-tier worlds a `CoverageTally`
+ * asserts NVMe reads and page-cache evictions occur in ≥ 25 % of them.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
 import type { KernelRecord, TraceSink, TransferRecord } from '../../sim/observe/trace-sink.ts';
+import { CoverageTally } from '../helpers/coverage.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
-import { buildEngineWorld, engineWorldArb, type EngineWorld } from '../helpers/engine-world.ts';
+import { buildEngineWorld, engineWorldArb, hasSsd, type EngineWorld } from '../helpers/engine-world.ts';
 import { worldModel } from '../helpers/serving-world.ts';
 
 const MECHANISMS = [
@@ -62,10 +67,14 @@ class Seen implements TraceSink {
   }
 }
 
+const SSD_BEHAVIOURS = ['nvmeRead', 'pageCacheEviction', 'pageCacheHit'] as const;
+const ssdTally = new CoverageTally('engine SSD tier', SSD_BEHAVIOURS);
+
 async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
   const model = worldModel(w.base);
   const bytesPerExpert = model.derived.bytesPerExpert;
-  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert, allowPreload: true });
+  const ssd = hasSsd(w);
+  const checker = new InvariantChecker({ experts: model.experts, bytesPerExpert, allowPreload: true, ssd });
   const seen = new Seen();
   let executor;
   try {
@@ -87,6 +96,7 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
         checker.onKernel(r);
         seen.onKernel(r);
       },
+      onPageCache: (k, r, t) => checker.onPageCache(k, r, t),
     });
   } catch (err) {
     expect(err, `world refused with a non-user error: ${String(err)}`).toBeInstanceOf(UserError);
@@ -97,6 +107,18 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
   for (const r of out.requests) expect(r.emittedTokens).toBe(r.outputTokens);
   const h2d = out.resources.h2d;
   expect(h2d.bytesMoved).toBe(h2d.completedBytes + h2d.cancelledSentBytes);
+  const { nvme, pageCache } = out.resources;
+  expect(nvme !== undefined, 'an NVMe link exactly in SSD worlds').toBe(ssd);
+  if (nvme && pageCache) {
+    expect(nvme.bytesMoved).toBe(nvme.completedBytes + nvme.cancelledSentBytes);
+    expect(pageCache.pool.peakBytes).toBeLessThanOrEqual(pageCache.pool.capacityBytes);
+    const s = pageCache.stats;
+    ssdTally.record({
+      nvmeRead: nvme.completedReads > 0,
+      pageCacheEviction: s.evictions > 0,
+      pageCacheHit: s.hits > 0,
+    });
+  }
   if (out.counters.prefetchHits > 0) seen.m.add('cacheHit'); // hits on uploaded experts (host layers)
   if (w.overlap === 'serial' && seen.m.has('cpu')) seen.m.add('serial');
   if (w.layerSyncUs > 0 && seen.m.has('cpu')) seen.m.add('layerSync');
@@ -125,6 +147,8 @@ describe('host-expert mechanisms on random worlds', () => {
       { numRuns: 150 },
     );
     expect(ran).toBeGreaterThan(30);
+    expect(ssdTally.count, 'SSD-tier worlds that ran').toBeGreaterThanOrEqual(10);
+    ssdTally.check();
     const shares = Object.fromEntries(MECHANISMS.map((m) => [m, `${counts.get(m)}/${enabled.get(m)}`]));
     for (const m of MECHANISMS) {
       expect(enabled.get(m), `${m} enabled in ${JSON.stringify(shares)}`).toBeGreaterThanOrEqual(5);

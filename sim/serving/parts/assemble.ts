@@ -17,7 +17,11 @@ import type { ReadyListener, Residency } from './residency.ts';
 import { LayerRouter } from './routing.ts';
 import { SlotResidency } from './slot-residency.ts';
 import { SplitResidency } from './split-residency.ts';
+import { SsdSource } from './ssd-tier.ts';
 import type { IterationState, RequestState, ServingContext } from './state.ts';
+import { UserError } from '../../kernel/errors.ts';
+
+export { placeHostWeights, storagePlanOf } from './ssd-tier.ts';
 
 export interface Parts {
   readonly walk: ModelWalk;
@@ -70,17 +74,19 @@ export function assembleParts(ctx: ServingContext, o: PartOptions, cb: PartCallb
   let residency: Residency;
   let compute: ExpertCompute;
   const hostSpec = o.policy.hostExperts;
+  // SSD tier: fetches read the drive into the page cache first (ssd-tier.ts); else straight from host DRAM.
+  const ssd = ssdSourceOf(ctx, o.policy, split);
   if (hostSpec) {
     // Experts in host DRAM computed on the CPU, read in place, or fetched (policies/engine/host-experts.ts).
     const options = hostComputeOptions(hostSpec, o.runtime, o.hardware);
     const pump = (): void => order!.pump(ctx.iter!);
-    const host = hostParts(ctx, kernels, ready, o.slots, hostSpec, options, cb.afterExpert, cb.afterHostPiece, pump);
+    const host = hostParts(ctx, kernels, ready, o.slots, hostSpec, options, cb, pump, ssd);
     residency = host.residency;
     compute = host.compute;
   } else {
     residency = split
       ? new SplitResidency(ctx, kernels, ready, o.slots, o.policy.segmentCacheBytes ?? 0)
-      : new SlotResidency(ctx, kernels, ready, o.slots);
+      : new SlotResidency(ctx, kernels, ready, o.slots, ssd);
     compute = new GpuSlotCompute(ctx, kernels, residency, cb.afterExpert);
   }
   const readyFirst = split || o.policy.computeOrder === 'ready-first';
@@ -95,4 +101,15 @@ export function assembleParts(ctx: ServingContext, o: PartOptions, cb: PartCallb
       ? new ContinuousBatcher(ctx, reserved, cb.admitted)
       : new StaticBatcher(ctx, reserved, cb.admitted);
   return { walk, kernels, layers, router, residency, order, batcher };
+}
+
+/** The SSD tier's fetch source when the policy declares one (the executor built its resources). */
+function ssdSourceOf(ctx: ServingContext, policy: ServingPolicy, split: boolean): SsdSource | undefined {
+  const cache = ctx.res.pageCache;
+  if (!policy.ssdTier || !cache) return undefined;
+  if (split) throw new UserError('the SSD tier does not combine with split experts (segmentCacheBytes)');
+  if (policy.hostExperts?.miss === 'zero-copy') {
+    throw new UserError('the SSD tier does not combine with zero-copy reads (page-cache pages are not mapped)');
+  }
+  return new SsdSource(ctx.res.h2d, cache, ctx.sim);
 }

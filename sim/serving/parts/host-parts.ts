@@ -12,6 +12,7 @@ import { PlacementCompute, type HostComputeOptions } from './host-compute.ts';
 import { HostResidency } from './host-residency.ts';
 import type { Kernels } from './kernels.ts';
 import type { ReadyListener } from './residency.ts';
+import type { SsdSource } from './ssd-tier.ts';
 import type { ServingContext } from './state.ts';
 
 /**
@@ -52,11 +53,11 @@ export function hostParts(
   slots: number,
   spec: HostExpertsSpec,
   options: HostComputeOptions,
-  onGpuDone: () => void,
-  onCpuDone: (piece: number) => void,
+  cb: { readonly afterExpert: () => void; readonly afterHostPiece: (piece: number) => void },
   pump: () => void,
+  ssd?: SsdSource,
 ): HostParts {
-  const residency = new HostResidency(ctx, kernels, ready, slots, spec, options);
-  const compute = new PlacementCompute(ctx, kernels, residency, onGpuDone, onCpuDone, pump, options);
+  const residency = new HostResidency(ctx, kernels, ready, slots, spec, options, ssd);
+  const compute = new PlacementCompute(ctx, kernels, residency, cb.afterExpert, cb.afterHostPiece, pump, options);
   return { residency, compute };
 }

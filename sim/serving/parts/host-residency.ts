@@ -18,13 +18,18 @@
  *   used `admitAfterUses` times within a window of `admitWindow` iterations (a tumbling window
  *   opened at its first counted use). An upload takes the layer's least recently used unpinned
  *   resident expert's slot when the layer is at its cap; it costs H2D link time like a prefetch.
+ * - With the SSD tier (ssd-tier.ts; llama.cpp's mmap of a model larger than RAM) host DRAM holds
+ *   only the page cache: fetches and uploads go through it, and a CPU-computed miss pins its
+ *   file there (reading it from the drive first when absent) before it is ready.
  */
+import type { PageCache, PageTicket } from '../../resources/page-cache.ts';
 import type { ExpertKey, HostExpertsSpec } from '../policy.ts';
 import type { HostComputeOptions } from './host-compute.ts';
 import { cpuKernelNs } from './host-compute.ts';
 import type { Kernels } from './kernels.ts';
 import type { PieceWork, ReadyListener } from './residency.ts';
 import { DEMAND_PRIORITY, SlotResidency } from './slot-residency.ts';
+import type { SsdSource } from './ssd-tier.ts';
 import type { IterationState, ServingContext } from './state.ts';
 
 const ON_GPU = 0;
@@ -50,6 +55,9 @@ export class HostResidency extends SlotResidency {
   private shareAcc = 0;
   private uploadsLeft = 0;
   readonly stats: HostStats = { cpuComputed: 0, zeroCopyReads: 0, uploads: 0, fetchedOnMiss: 0 };
+  /** SSD tier: the page cache CPU-computed experts are read from, and their pins. */
+  private readonly files: PageCache | undefined;
+  private readonly cpuTickets = new Map<ExpertKey, PageTicket>();
 
   constructor(
     ctx: ServingContext,
@@ -58,8 +66,10 @@ export class HostResidency extends SlotResidency {
     slots: number,
     private readonly spec: HostExpertsSpec,
     private readonly host: HostComputeOptions,
+    ssd?: SsdSource,
   ) {
-    super(ctx, kernels, ready, slots);
+    super(ctx, kernels, ready, slots, ssd);
+    this.files = ssd ? ctx.res.pageCache : undefined;
     const keys = ctx.model.moeLayers * ctx.E;
     this.placement = new Uint8Array(keys);
     this.gateCount = new Int32Array(keys);
@@ -148,8 +158,20 @@ export class HostResidency extends SlotResidency {
     }
     // An upload in flight is not waited for: the engine computes the expert where it is now.
     this.placement[key] = mode === 'zero-copy' ? ZERO_COPY : ON_CPU;
-    this.ready.markReady(key);
+    if (this.files && mode !== 'zero-copy') this.fromPageCache(key, this.files);
+    else this.ready.markReady(key);
     if (!loading) this.maybeUpload(it, key, moeLayer);
+  }
+
+  /** SSD tier: a CPU-computed expert is ready once its file is pinned in the page cache. */
+  private fromPageCache(key: ExpertKey, files: PageCache): void {
+    const label = this.kernels.expertLabel(key);
+    const t = files.acquire(key, this.bytesPerExpert, DEMAND_PRIORITY, label, () => {
+      this.ready.markReady(key);
+      this.ready.pump();
+    });
+    this.cpuTickets.set(key, t);
+    if (t.ready) this.ready.markReady(key);
   }
 
   /** Fiddler's choice: CPU in place against copy + GPU kernel, for this expert's token count. */
@@ -211,6 +233,11 @@ export class HostResidency extends SlotResidency {
     this.placement[key] = ON_GPU;
     if (p === ON_CPU) {
       this.stats.cpuComputed++;
+      const t = this.cpuTickets.get(key);
+      if (t) {
+        this.files!.release(t);
+        this.cpuTickets.delete(key);
+      }
       return;
     }
     if (p === ZERO_COPY) {

@@ -19,12 +19,14 @@
  *   issues capped background uploads through the same slot machinery; zero-copy is placement
  *   `gpu-host` (no slot, the kernel bound by the link). The executor hands each piece to the
  *   `ExpertCompute` for its placement (compute.ts).
- * - A residency's fetches read from a tier: host DRAM over the H2D link today. An SSD tier is a
- *   residency whose fetch first reads the expert into a host page cache over a storage link.
+ * - A slot residency's fetches come from an `ExpertSource`: the H2D link itself (host DRAM), or
+ *   the SSD tier's `SsdSource` (ssd-tier.ts), which first reads the expert over the NVMe link
+ *   into the host page cache.
  *
  * Piece ids: an expert key `layer · experts + expert`, or (split experts) key + `span` for a
  * top segment, span = MoE layers × experts.
  */
+import type { Transfer } from '../../resources/pcie-link.ts';
 import type { ExpertBuffer } from '../expert-buffer.ts';
 import type { ExpertKey, PolicyDecision, SegmentCacheView, ServingHook } from '../policy.ts';
 import type { IterationState } from './state.ts';
@@ -48,6 +50,25 @@ export interface PieceWork {
   /** Whether its bytes are resident when it starts (the invariant checker's view). */
   resident: boolean;
   placement: Placement;
+}
+
+/**
+ * Where a slot residency's fetches come from: the H2D link itself (experts in host DRAM; a
+ * `PcieLink` is one), or a tier in front of it that first brings the bytes into host DRAM
+ * (`SsdSource`, ssd-tier.ts). The returned handle is what the residency re-prioritises or
+ * cancels; `onDone` gets the H2D transfer whose tag is the piece.
+ */
+export interface ExpertSource {
+  submitTransfer(
+    bytes: number,
+    priority: number,
+    label: string,
+    category: string,
+    onDone: (t: Transfer) => void,
+    tag: number,
+  ): Transfer;
+  reprioritize(t: Transfer, priority: number): void;
+  cancel(t: Transfer): void;
 }
 
 /** How a residency tells the executor that a piece the current layer needs can run now. */

@@ -12,7 +12,7 @@ import type { Transfer } from '../../resources/pcie-link.ts';
 import { ExpertBuffer, type BufferEntry } from '../expert-buffer.ts';
 import type { EvictionQuery, ExpertKey, PolicyDecision, SegmentCacheView, ServingHook } from '../policy.ts';
 import type { Kernels } from './kernels.ts';
-import type { PieceWork, ReadyListener, Residency } from './residency.ts';
+import type { ExpertSource, PieceWork, ReadyListener, Residency } from './residency.ts';
 import type { IterationState, ServingContext } from './state.ts';
 
 export const DEMAND_PRIORITY = 0;
@@ -26,13 +26,17 @@ export class SlotResidency implements Residency {
   private readonly absentScratch: ExpertKey[] = [];
   /** Expert transfers carry their key (top segments: key + span) as their tag: one stored callback serves all. */
   protected readonly onFetchDone = (t: Transfer): void => this.onArrived(t.tag);
+  /** Where fetches come from: the H2D link (host DRAM), or the SSD tier in front of it. */
+  protected readonly source: ExpertSource;
 
   constructor(
     protected readonly ctx: ServingContext,
     protected readonly kernels: Kernels,
     protected readonly ready: ReadyListener,
     slots: number,
+    source?: ExpertSource,
   ) {
+    this.source = source ?? ctx.res.h2d;
     const m = ctx.model;
     this.bytesPerExpert = m.derived.bytesPerExpert;
     const shape = { experts: ctx.E, moeLayers: m.moeLayers };
@@ -94,7 +98,7 @@ export class SlotResidency implements Residency {
       e.pinned = true;
       if (e.prefetchUnused) this.markPrefetchUsed(e);
       if (e.transfer && this.ctx.driver.policy.queueJump !== false) {
-        this.ctx.res.h2d.reprioritize(e.transfer, DEMAND_PRIORITY);
+        this.source.reprioritize(e.transfer, DEMAND_PRIORITY);
       }
       return;
     }
@@ -123,7 +127,7 @@ export class SlotResidency implements Residency {
     if (origin === 'demand') this.ctx.counters.demandFetches++;
     else this.ctx.counters.prefetchesIssued++;
     const category = origin === 'demand' ? 'expert-demand' : 'expert-prefetch';
-    e.transfer = this.ctx.res.h2d.submitTransfer(e.bytes, priority, label, category, this.onFetchDone, e.key);
+    e.transfer = this.source.submitTransfer(e.bytes, priority, label, category, this.onFetchDone, e.key);
   }
 
   /** A fetch (tag: the piece id) completed. */
@@ -217,7 +221,7 @@ export class SlotResidency implements Residency {
 
   protected cancelPrefetch(key: ExpertKey): void {
     const e = this.buffer.entry(key)!;
-    this.ctx.res.h2d.cancel(e.transfer!);
+    this.source.cancel(e.transfer!);
     this.ctx.counters.prefetchesCancelled++;
     // The bytes it already sent (and the packet on the wire, when it lands) are counted by the
     // link as cancelledSentBytes; the metrics add them to the wasted bytes.
@@ -258,7 +262,7 @@ export class SlotResidency implements Residency {
       const priority = Math.max(1, Number.isFinite(p.priority) ? p.priority : 1);
       const e = this.buffer.entry(p.key);
       if (e) {
-        if (e.state === 'loading' && !e.pinned && e.transfer) this.ctx.res.h2d.reprioritize(e.transfer, priority);
+        if (e.state === 'loading' && !e.pinned && e.transfer) this.source.reprioritize(e.transfer, priority);
         continue;
       }
       if (this.acquireSlot(p.key, 'prefetch')) this.fetch(p.key, 'prefetch', priority, false);

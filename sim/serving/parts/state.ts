@@ -7,7 +7,7 @@ import type { Simulation } from '../../kernel/simulation.ts';
 import type { Ns } from '../../kernel/time.ts';
 import type { TraceSink } from '../../observe/trace-sink.ts';
 import type { CostModel } from '../../cost/types.ts';
-import type { ResourceEvent } from '../../resources/events.ts';
+import type { ResourceEvent, StorageEvent } from '../../resources/events.ts';
 import type { Resources } from '../../resources/index.ts';
 import type { Allocation } from '../../resources/memory-pool.ts';
 import type { ModelProfile } from '../../../hardware-profiles/types.ts';
@@ -40,6 +40,7 @@ export interface ServingConfig {
 
 export type ServingEvent =
   | ResourceEvent
+  | StorageEvent
   | { readonly kind: 'serving.arrival'; readonly index: number }
   | { readonly kind: 'serving.decide' }
   | { readonly kind: 'serving.batchTimer' };

@@ -21,13 +21,17 @@ export interface VramPlan {
   readonly vramBytes: number;
 }
 
-/** Sizes VRAM for `src`'s requests; `segmentBytes` is a split-expert segment cache (0: none). */
+/**
+ * Sizes VRAM for `src`'s requests; `segmentBytes` is a split-expert segment cache (0: none).
+ * `expertsOnDrive` (the SSD tier): host DRAM need not hold the experts (ssd-tier.ts checks it).
+ */
 export function planVram(
   model: ModelProfile,
   hardware: HardwareProfile,
   config: ServingConfig,
   src: RequestSource,
   segmentBytes: number,
+  expertsOnDrive = false,
 ): VramPlan {
   const d = model.derived;
   let maxPrompt = 1;
@@ -74,7 +78,7 @@ export function planVram(
       );
     }
   }
-  if (d.totalBytes > hardware.hostDramBytes) {
+  if (!expertsOnDrive && d.totalBytes > hardware.hostDramBytes) {
     throw new UserError(
       `${model.id} (${d.totalBytes} B) does not fit the host DRAM of ${hardware.id} (${hardware.hostDramBytes} B)`,
       undefined,
