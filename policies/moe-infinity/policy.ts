@@ -75,9 +75,8 @@
  *   prefetches cost link time. The paper's gains rest on real traces with stronger
  *   request-level structure.
  */
-import { z } from 'zod';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
+import type { RequestSpec } from '../../sim/workload.ts';
 import type {
   EvictionQuery,
   ExpertKey,
@@ -87,6 +86,8 @@ import type {
   ServingView,
 } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
+import { MoeInfinityParams } from './params.ts';
+import { warmEamc } from './warm-eamc.ts';
 import { CachePriorities } from './cache-priority.ts';
 import { RequestEams, type EamShape, type Phase } from './eam.ts';
 import { EamCollection, EamcDots, IncrementalMatcher } from './eam-collection.ts';
@@ -101,55 +102,6 @@ import {
   type RankOptions,
   type Selection,
 } from './prefetcher.ts';
-
-export const MoeInfinityParams = z
-  .object({
-    /** EAM tracing + EAMC matching drives prefetching; off: fixed-size dependency prefetch of the next layer. */
-    requestTracing: z.boolean().default(true),
-    /** Without request tracing: experts of layer l+1 prefetched, in expert order (default: all). */
-    fixedPrefetchExperts: z.number().int().positive().optional(),
-    /** EAMs stored per phase (prefill, decode). */
-    eamcCapacity: z.number().int().positive().default(1000),
-    /**
-     * Held-out requests whose EAMs are loaded into the EAMC before the run (0: it starts empty and
-     * learns online). They are fresh draws of the same workload: the run's request specs (task,
-     * prompt and output lengths) cycled, under new request ids, so their routing is new.
-     */
-    eamcWarmup: z.number().int().nonnegative().default(0),
-    /** Full EAMC: replace the most similar stored EAM (paper) or the least matched one (released code). */
-    eamcReplacement: z.enum(['most-similar', 'lfu-access']).default('most-similar'),
-    /** Best EAMC matches aggregated into activation probabilities. */
-    topMatches: z.number().int().positive().max(1024).default(8),
-    /** Match each phase's iteration EAM (the batch's rows of that phase, default) or each request on its own. */
-    batchMatching: z.enum(['per-batch', 'per-request']).default('per-batch'),
-    /** Prefetch several future layers at once (default) or only layer l+1. */
-    multiLayerPrefetch: z.boolean().default(true),
-    /** With multiLayerPrefetch: how many future layers (default: all remaining). */
-    prefetchLayers: z.number().int().positive().optional(),
-    /** Scale future layer i by 1 − (i − l)/L. */
-    layerProximity: z.boolean().default(true),
-    /** Queue order of the ranked set: nearest layer first (then score), or by score. */
-    queueOrder: z.enum(['nearest-first', 'score']).default('nearest-first'),
-    /** A loading prefetch that becomes needed jumps the queue (priority 0). */
-    queueJump: z.boolean().default(true),
-    /** Request-EAM cache priorities (default) or LRU. */
-    cachePriorities: z.boolean().default(true),
-    /** First-layer boost b: cache priority × (1 + b·(1 − layer/L)). 0 disables. */
-    initialLayerBoost: z.number().nonnegative().default(1),
-    /** Max slots the ranked set may fill (default and cap: buffer slots − experts the current layer needs). */
-    prefetchBudget: z.number().int().nonnegative().optional(),
-    /**
-     * When the buffer is full, a ranked expert is prefetched only if it would evict a cached
-     * expert of lower priority than its expected activation frequency (`priority`, default),
-     * or always, evicting the lowest-priority cached expert (`always`: prefetched experts
-     * outrank every cached one). Without request tracing (no probabilities): always.
-     */
-    prefetchAdmission: z.enum(['priority', 'always']).default('priority'),
-    /** V_e, MoEpic's unified budget (§4.1): the buffer (cache + prefetches) is V_e + top-k slots (U_b = K). */
-    budgetExperts: z.number().int().nonnegative().optional(),
-  })
-  .strict();
-export type MoeInfinityParams = z.infer<typeof MoeInfinityParams>;
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
@@ -479,52 +431,5 @@ export const moeInfinity = definePolicy({
   },
 });
 
-/**
- * Loads the prefill and decode EAMs of `n` held-out requests into the policy's EAMC: the run's
- * request specs cycled under ids past the run's, routed as the serving executor routes them
- * (encoder-decoder models: encoder MoE layers over the prompt, decoder MoE layers one token per
- * output position; decoder-only: every layer over the prompt, then each decode input token).
- */
-export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfile, workload: Workload): void {
-  const specs = workload.requests;
-  if (specs.length === 0) return;
-  const { layers: L, experts: E } = policy.shape;
-  const k = model.topK;
-  const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? model.layers;
-  const encoderLayers = model.arch === 'encoder-decoder' ? model.layers - decoderLayers : 0;
-  const firstDecoderMoe =
-    encoderLayers > 0
-      ? Math.max(
-          0,
-          model.moeLayerIndices.findIndex((li) => li >= encoderLayers),
-        )
-      : 0;
-  let scratch = new Int32Array(1024);
-  const route = (router: RequestRouter, layer: number, from: number, to: number, into: Float64Array): void => {
-    const need = (to - from) * k;
-    if (need <= 0) return;
-    if (scratch.length < need) scratch = new Int32Array(need * 2);
-    router.route(layer, from, to, scratch);
-    for (let j = 0; j < need; j++) into[layer * E + scratch[j]!]! += 1;
-  };
-  for (let i = 0; i < n; i++) {
-    const base = specs[i % specs.length]!;
-    const spec: RequestSpec = { ...base, id: specs.length + i };
-    const router = workload.routing.forRequest(spec);
-    const prefill = new Float64Array(L * E);
-    const decode = new Float64Array(L * E);
-    const P = spec.promptTokens;
-    if (encoderLayers > 0) {
-      for (let l = 0; l < L; l++)
-        route(router, l, l < firstDecoderMoe ? 0 : P, l < firstDecoderMoe ? P : P + 1, prefill);
-      for (let t = 1; t < spec.outputTokens; t++)
-        for (let l = firstDecoderMoe; l < L; l++) route(router, l, P + t, P + t + 1, decode);
-    } else {
-      for (let l = 0; l < L; l++) route(router, l, 0, P, prefill);
-      for (let t = P; t < P + spec.outputTokens - 1; t++)
-        for (let l = 0; l < L; l++) route(router, l, t, t + 1, decode);
-    }
-    policy.preload('prefill', [prefill]);
-    if (spec.outputTokens > 1) policy.preload('decode', [decode]);
-  }
-}
+export { MoeInfinityParams } from './params.ts';
+export { warmEamc } from './warm-eamc.ts';

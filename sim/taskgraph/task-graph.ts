@@ -75,14 +75,33 @@ import { InvariantError, SimError } from '../kernel/errors.ts';
 import { EventPriority, type Handlers, type Scheduler } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { Resources } from '../resources/index.ts';
-import type { Allocation, MemoryPool } from '../resources/memory-pool.ts';
-import type { Transfer } from '../resources/pcie-link.ts';
-import { showId, validateBatch, type GraphView, type NormalizedTask } from './batch.ts';
-import { compareRanked, ReadyList, type Ranked } from './ready-list.ts';
+import type { MemoryPool } from '../resources/memory-pool.ts';
+import { showId, validateBatch, type GraphView } from './batch.ts';
+import {
+  criticalPathFrom,
+  deadlockError,
+  type GraphRecords,
+  graphStats,
+  holdsInfo,
+  stuckTasks,
+  type TaskGraphDeadlockError,
+} from './diagnostics.ts';
+import {
+  compareHeads,
+  type HoldEntry,
+  type Lane,
+  type LaneKind,
+  type MutableBusy,
+  type Node,
+  type ParkGroup,
+  type Source,
+} from './nodes.ts';
+import { ReadyList } from './ready-list.ts';
+
+export { TaskGraphDeadlockError } from './diagnostics.ts';
 import {
   POOL_NAMES,
   TASK_KINDS,
-  type BusyStats,
   type HoldInfo,
   type PoolName,
   type StuckTask,
@@ -93,7 +112,6 @@ import {
   type TaskId,
   type TaskKind,
   type TaskSpec,
-  type TaskState,
   type TaskTiming,
 } from './types.ts';
 
@@ -105,95 +123,6 @@ export type TaskGraphResources = Pick<Resources, 'gpu' | 'h2d' | 'd2h' | 'cpu' |
  * that a decision or arrival at that instant may still add tasks or free memory first.
  */
 export const STALL_CHECK_PRIORITY = 1000;
-
-/** Thrown when the graph cannot make progress: nothing of it runs and tasks remain. */
-export class TaskGraphDeadlockError extends SimError {
-  override readonly name: string = 'TaskGraphDeadlockError';
-  constructor(
-    message: string,
-    simTimeNs: number,
-    origin: string,
-    readonly stuck: readonly StuckTask[],
-  ) {
-    super(message, simTimeNs, origin);
-  }
-}
-
-type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
-
-/** Where ready tasks of one resource wait, and how many of them the resource holds now. */
-interface Lane {
-  readonly index: number;
-  readonly name: string;
-  readonly kind: LaneKind;
-  readonly ready: ReadyList<Node>;
-  /** Tasks of this lane dispatched and not finished. */
-  outstanding: number;
-  /** Most outstanding tasks (CPU: unbounded here, limited by cores). */
-  readonly capacity: number;
-}
-
-interface HeldAllocation {
-  readonly alloc: Allocation;
-  readonly pool: PoolName;
-  readonly hold: string | undefined;
-}
-
-interface Node extends Ranked {
-  readonly t: NormalizedTask;
-  readonly lane: Lane;
-  readonly deps: Node[];
-  readonly dependents: Node[];
-  remainingDeps: number;
-  state: TaskState;
-  readonly addedNs: Ns;
-  readyNs: Ns | undefined;
-  dispatchNs: Ns | undefined;
-  startNs: Ns | undefined;
-  finishNs: Ns | undefined;
-  allocations: HeldAllocation[];
-  transfer: Transfer | undefined;
-  /** The group the task is parked in, out of its lane, while memory is short. */
-  parkedIn: ParkGroup | undefined;
-}
-
-interface HoldEntry {
-  readonly key: string;
-  readonly holder: Node;
-  releaser: Node | undefined;
-  /** Filled when the holder finishes. */
-  readonly allocations: HeldAllocation[];
-  live: boolean;
-}
-
-/**
- * Ready tasks of one lane that found one pool short, all needing the same bytes there, by
- * priority. While the pool has fewer free bytes than that, none of them can start, and the
- * dispatch pass skips the whole group at once instead of trying each task (MoE graphs park
- * many equal buffers: every expert's weights have the same size).
- */
-interface ParkGroup {
-  readonly key: string;
-  readonly pool: PoolName;
-  readonly lane: Lane;
-  readonly needBytes: number;
-  readonly list: ReadyList<Node>;
-}
-
-/** A list walked by a dispatch pass: a lane's ready list or a park group. */
-interface Source {
-  readonly list: ReadyList<Node>;
-  readonly lane: Lane;
-  readonly group: ParkGroup | undefined;
-  cursor: number;
-}
-
-const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
-
-interface MutableBusy {
-  finished: number;
-  busyNs: number;
-}
 
 export class TaskGraphExecutor {
   readonly name: string;
@@ -405,19 +334,9 @@ export class TaskGraphExecutor {
   }
 
   /** Totals over finished tasks. */
+  /** Totals over finished tasks. */
   stats(): TaskGraphStats {
-    const copy = (b: MutableBusy): BusyStats => ({ finished: b.finished, busyNs: b.busyNs });
-    const byKind = Object.fromEntries(TASK_KINDS.map((k) => [k, copy(this.byKind[k])])) as Record<TaskKind, BusyStats>;
-    const byCategory: Record<string, BusyStats> = {};
-    for (const [c, b] of this.byCategory) byCategory[c] = copy(b);
-    return {
-      added: this.bySeq.length,
-      finished: this.finishedCount,
-      byKind,
-      byCategory,
-      ...(this.firstStartNs !== undefined ? { firstStartNs: this.firstStartNs } : {}),
-      ...(this.lastFinished?.finishNs !== undefined ? { lastFinishNs: this.lastFinished.finishNs } : {}),
-    };
+    return graphStats(this.records());
   }
 
   /**
@@ -428,67 +347,17 @@ export class TaskGraphExecutor {
    * any task has finished.
    */
   criticalPath(): TaskId[] {
-    const path: TaskId[] = [];
-    let n = this.lastFinished;
-    while (n) {
-      path.push(n.t.spec.id);
-      let next: Node | undefined;
-      for (const d of n.deps) if (!next || d.finishNs! > next.finishNs!) next = d;
-      n = next;
-    }
-    return path.reverse();
+    return criticalPathFrom(this.lastFinished);
   }
 
   /** Holds registered (announced by an unfinished holder, or live), in registration order. */
   holdsInfo(): HoldInfo[] {
-    return [...this.holds.values()].map((h) => {
-      const bytesByPool: Record<PoolName, number> = { vram: 0, host: 0 };
-      if (h.live) for (const a of h.allocations) bytesByPool[a.pool] += a.alloc.bytes;
-      else for (const p of POOL_NAMES) bytesByPool[p] = this.heldBytesOf(h.holder, h.key, p);
-      return {
-        key: h.key,
-        holder: h.holder.t.spec.id,
-        ...(h.releaser ? { releaser: h.releaser.t.spec.id } : {}),
-        live: h.live,
-        bytesByPool,
-      };
-    });
+    return holdsInfo(this.records());
   }
 
   /** Why each unfinished, undispatched task is not running now, in add order. */
   stuckTasks(): StuckTask[] {
-    const out: StuckTask[] = [];
-    for (const n of this.bySeq) {
-      if (n.state === 'pending') {
-        const waitsFor = n.deps.filter((d) => d.state !== 'done');
-        out.push({
-          id: n.t.spec.id,
-          label: n.t.label,
-          state: 'pending',
-          waitsFor: waitsFor.map((d) => d.t.spec.id),
-          memory: [],
-          reason: `waits for ${waitsFor.map((d) => `${showId(d.t.spec.id)} (${d.state})`).join(', ')}`,
-        });
-      } else if (n.state === 'ready') {
-        const memory = POOL_NAMES.filter((p) => !this.pools[p].canAllocate(n.t.needBytes[p])).map((p) => ({
-          pool: p,
-          neededBytes: n.t.needBytes[p],
-          freeBytes: this.pools[p].freeBytes,
-          capacityBytes: this.pools[p].capacityBytes,
-        }));
-        const reason =
-          memory.length > 0
-            ? memory
-                .map(
-                  (m) =>
-                    `needs ${m.neededBytes} B of ${m.pool}, ${m.freeBytes} B free of ${m.capacityBytes} B${this.describePoolUse(m.pool)}`,
-                )
-                .join('; ')
-            : `waits for ${n.lane.name} (${n.lane.outstanding} of this graph's tasks on it)`;
-        out.push({ id: n.t.spec.id, label: n.t.label, state: 'ready', waitsFor: [], memory, reason });
-      }
-    }
-    return out;
+    return stuckTasks(this.records());
   }
 
   /**
@@ -777,50 +646,21 @@ export class TaskGraphExecutor {
     if (!this.lastFinished || node.finishNs! >= this.lastFinished.finishNs!) this.lastFinished = node;
   }
 
-  private heldBytesOf(holder: Node, key: string, pool: PoolName): number {
-    let b = 0;
-    for (const a of holder.t.spec.alloc ?? []) if (a.hold === key && a.pool === pool) b += a.bytes;
-    return b;
-  }
-
-  /** ` (in use: "k" 8 B held by 1, released by 3 (pending); 2 B outside this graph)` for a pool. */
-  private describePoolUse(pool: PoolName): string {
-    const parts: string[] = [];
-    let ours = 0;
-    for (const h of this.holds.values()) {
-      if (!h.live) continue;
-      let b = 0;
-      for (const a of h.allocations) if (a.pool === pool) b += a.alloc.bytes;
-      if (b === 0) continue;
-      ours += b;
-      const rel = h.releaser
-        ? `released by ${showId(h.releaser.t.spec.id)} (${h.releaser.state})`
-        : 'no releasing task yet';
-      parts.push(`${JSON.stringify(h.key)} ${b} B held by ${showId(h.holder.t.spec.id)}, ${rel}`);
-    }
-    for (const n of this.bySeq) {
-      for (const a of n.allocations) {
-        if (a.pool === pool) ours += a.alloc.bytes;
-      }
-    }
-    const outside = this.pools[pool].usedBytes - ours;
-    if (outside > 0) parts.push(`${outside} B outside this graph`);
-    return parts.length > 0 ? ` (in use: ${parts.join('; ')})` : '';
+  /** The records the diagnostics read (`diagnostics.ts`). */
+  private records(): GraphRecords {
+    return {
+      bySeq: this.bySeq,
+      holds: this.holds,
+      pools: this.pools,
+      byKind: this.byKind,
+      byCategory: this.byCategory,
+      finishedCount: this.finishedCount,
+      firstStartNs: this.firstStartNs,
+      lastFinished: this.lastFinished,
+    };
   }
 
   private deadlockError(): TaskGraphDeadlockError {
-    const stuck = this.stuckTasks();
-    const shown = stuck
-      .slice(0, 20)
-      .map(
-        (t) => `\n  - task ${showId(t.id)}${t.label !== String(t.id) ? ` "${t.label}"` : ''} (${t.state}): ${t.reason}`,
-      );
-    const more = stuck.length > 20 ? `\n  ... and ${stuck.length - 20} more` : '';
-    return new TaskGraphDeadlockError(
-      `deadlock: nothing of the graph is running and ${stuck.length} task(s) cannot proceed:${shown.join('')}${more}`,
-      this.sched.now,
-      this.name,
-      stuck,
-    );
+    return deadlockError(this.records(), this.sched.now, this.name);
   }
 }

@@ -86,7 +86,7 @@ function checkColumns(c: EamCollection): void {
     for (let j = 0; j < cells; j++) {
       if (c.kernel === 'wasm') {
         // u8 (255 for counts above 254) plus the excess kept aside.
-        got.push(c.wasmCount(j, n));
+        got.push(c.columnCount(j, n));
         bytes.push(cols8[j * c.columnStride + n]!);
       } else if (c.lanes === 1) got.push(cols[j * c.columnStride + n]!);
       else {

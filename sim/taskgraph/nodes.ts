@@ -1,0 +1,87 @@
+/**
+ * The task-graph executor's internal records (`task-graph.ts`): a task node, the lane of
+ * ready tasks per resource, holds, park groups of tasks waiting for memory, and busy counters.
+ * Not part of the public surface (`index.ts`); shared with the executor's diagnostics.
+ */
+import type { Ns } from '../kernel/time.ts';
+import type { Allocation } from '../resources/memory-pool.ts';
+import type { Transfer } from '../resources/pcie-link.ts';
+import type { NormalizedTask } from './batch.ts';
+import { compareRanked, type Ranked, type ReadyList } from './ready-list.ts';
+import type { PoolName, TaskState } from './types.ts';
+
+export type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
+
+/** Where ready tasks of one resource wait, and how many of them the resource holds now. */
+export interface Lane {
+  readonly index: number;
+  readonly name: string;
+  readonly kind: LaneKind;
+  readonly ready: ReadyList<Node>;
+  /** Tasks of this lane dispatched and not finished. */
+  outstanding: number;
+  /** Most outstanding tasks (CPU: unbounded here, limited by cores). */
+  readonly capacity: number;
+}
+
+export interface HeldAllocation {
+  readonly alloc: Allocation;
+  readonly pool: PoolName;
+  readonly hold: string | undefined;
+}
+
+export interface Node extends Ranked {
+  readonly t: NormalizedTask;
+  readonly lane: Lane;
+  readonly deps: Node[];
+  readonly dependents: Node[];
+  remainingDeps: number;
+  state: TaskState;
+  readonly addedNs: Ns;
+  readyNs: Ns | undefined;
+  dispatchNs: Ns | undefined;
+  startNs: Ns | undefined;
+  finishNs: Ns | undefined;
+  allocations: HeldAllocation[];
+  transfer: Transfer | undefined;
+  /** The group the task is parked in, out of its lane, while memory is short. */
+  parkedIn: ParkGroup | undefined;
+}
+
+export interface HoldEntry {
+  readonly key: string;
+  readonly holder: Node;
+  releaser: Node | undefined;
+  /** Filled when the holder finishes. */
+  readonly allocations: HeldAllocation[];
+  live: boolean;
+}
+
+/**
+ * Ready tasks of one lane that found one pool short, all needing the same bytes there, by
+ * priority. While the pool has fewer free bytes than that, none of them can start, and the
+ * dispatch pass skips the whole group at once instead of trying each task (MoE graphs park
+ * many equal buffers: every expert's weights have the same size).
+ */
+export interface ParkGroup {
+  readonly key: string;
+  readonly pool: PoolName;
+  readonly lane: Lane;
+  readonly needBytes: number;
+  readonly list: ReadyList<Node>;
+}
+
+/** A list walked by a dispatch pass: a lane's ready list or a park group. */
+export interface Source {
+  readonly list: ReadyList<Node>;
+  readonly lane: Lane;
+  readonly group: ParkGroup | undefined;
+  cursor: number;
+}
+
+export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
+
+export interface MutableBusy {
+  finished: number;
+  busyNs: number;
+}
