@@ -90,7 +90,8 @@ async function runFolder(folder: MutationFolder): Promise<FolderResult> {
       survivors.push(`${r.fileName}:${r.location.start.line + 1} ${r.mutatorName} ${r.status}`);
     }
   }
-  return { folder: folder.name, counts, score: mutationScore(counts), target: folder.target ?? null, survivors };
+  const label = only === null ? folder.name : `${folder.name} (${only.join(', ')})`;
+  return { folder: label, counts, score: mutationScore(counts), target: folder.target ?? null, survivors };
 }
 
 const rows: FolderResult[] = [];
