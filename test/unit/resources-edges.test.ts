@@ -3,7 +3,8 @@
  * exact text of every input check (a user reads it), checks that another layer used to catch by
  * accident (a fractional block size whose total is whole), the accounting invariant of a pool
  * (an allocation freed in the wrong pool), sinks that implement only some hooks, and the busy
- * core time of a task that started after time 0. Expected values are worked out by hand.
+ * core time of a task that started after time 0, and createResources' names and run wiring.
+ * Expected values are worked out by hand.
  */
 import { describe, expect, it } from 'vitest';
 import { CapacityError, InvariantError } from '../../sim/kernel/errors.ts';
@@ -14,7 +15,9 @@ import { BlockAllocator } from '../../sim/resources/block-allocator.ts';
 import { CpuPool } from '../../sim/resources/cpu-pool.ts';
 import type { ResourceEvent } from '../../sim/resources/events.ts';
 import { FluidShare } from '../../sim/resources/fluid-share.ts';
+import { createResources, resourceHandlers } from '../../sim/resources/index.ts';
 import { MemoryPool } from '../../sim/resources/memory-pool.ts';
+import type { HardwareProfile } from '../../hardware-profiles/types.ts';
 import { makeRig, nsOf } from './resources-helpers.ts';
 
 const clock = (): { now: Ns } => ({ now: ns(0) });
@@ -151,5 +154,30 @@ describe('CpuPool edges', () => {
     });
     s.run();
     expect([done, cpu.tasks]).toEqual([40, 1]);
+  });
+});
+
+describe('createResources edges', () => {
+  // Only the fields createResources reads: links 1 GB/s (1 B/ns), 100 ns latency.
+  const hw = {
+    gpu: { vramBytes: 1000 },
+    cpu: { cores: 4, dramBytesPerSec: 1e10, perCoreDramBytesPerSec: 1e9 },
+    pcie: { h2dBytesPerSec: 1e9, d2hBytesPerSec: 1e9, latencyNs: 100, pageableFactor: 1 },
+    hostDramBytes: 5000,
+    pinnedHostMemory: true,
+  } as unknown as HardwareProfile;
+
+  it('names the pools and the DRAM share as traces show them', () => {
+    const r = createResources(hw, new Simulation<ResourceEvent>(), undefined, { streamNames: ['compute'] });
+    expect([r.vram.name, r.host.name, r.hostDram.name]).toEqual(['vram', 'host', 'hostDram']);
+  });
+
+  it('routes a run’s end to its link: latency and four 64 B packets as one run end at 100 + 4·64 = 356', () => {
+    const sim = new Simulation<ResourceEvent>();
+    const r = createResources(hw, sim, undefined, { streamNames: ['compute'], packetBytes: 64 });
+    sim.setHandlers(resourceHandlers(r));
+    const t = r.h2d.submit({ bytes: 256, priority: 0, label: 'w', category: 'expert' });
+    sim.run();
+    expect([t.state, t.doneNs, r.h2d.completedTransfers, r.h2d.bytesMoved]).toEqual(['done', 356, 1, 256]);
   });
 });
