@@ -140,8 +140,8 @@ describe('CpuPool edges', () => {
     const dram = new FluidShare('hostDram', 1e9, s);
     const cpu = new CpuPool({ cores: 1, perCoreBytesPerSec: 1e9, sched: s, dram, sink: {} });
     s.setHandlers({
-      'cpu.taskDone': (e) => cpu.onTaskDone(e.taskId),
-      'fluid.flowDone': (e) => dram.onFlowDone(e.flowId),
+      'cpu.taskDone': (e: { taskId: number }) => cpu.onTaskDone(e.taskId),
+      'fluid.flowDone': (e: { flowId: number }) => dram.onFlowDone(e.flowId),
     } as never);
     let done = -1;
     cpu.submit({
