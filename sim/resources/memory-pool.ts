@@ -95,10 +95,11 @@ export class MemoryPool {
     if (!Number.isSafeInteger(bytes) || bytes < 0) {
       throw new RangeError(`${this.name}: allocation must be a non-negative integer of bytes, got ${bytes}`);
     }
-    if (bytes > this.capacityBytes - this.used) return null;
-    this.used += bytes;
+    // Checked before anything changes: an unknown category (from untyped code) leaves the pool as it was.
     const ci = CATEGORY_INDEX[category];
     if (ci === undefined) throw new RangeError(`${this.name}: unknown memory category ${category}`);
+    if (bytes > this.capacityBytes - this.used) return null;
+    this.used += bytes;
     const catUsed = this.usedByCat[ci]! + bytes;
     this.usedByCat[ci] = catUsed;
     if (this.used > this.peak) this.peak = this.used;

@@ -1,5 +1,5 @@
 /**
- * `npm run mutation [-- <folder>...] [--incremental] [--concurrency=N]`: Stryker mutation testing over the simulator's
+ * `npm run mutation [-- <folder>...] [--incremental] [--concurrency=N] [--only=a.ts,b.ts]`: Stryker mutation testing over the simulator's
  * core and the cache/prefetch policies, one folder at a time against the tests that guard it
  * (test/mutation/folders.ts), then a table of the share of mutants killed per folder. Reports land
  * in reports/mutation/ (HTML and JSON per folder, summary.json). Not part of `npm test`: a full run
@@ -17,6 +17,16 @@ if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
   console.error(`mutation: --concurrency must be a positive integer, got '${concArg}'`);
   process.exit(2);
 }
+// --only: mutate only these files of one folder (a run that fits in the time at hand); its reports
+// get their own names, so a partial run never overwrites a whole folder's report.
+const onlyArg = args.find((a) => a.startsWith('--only='));
+const only =
+  onlyArg === undefined
+    ? null
+    : onlyArg
+        .slice('--only='.length)
+        .split(',')
+        .filter((f) => f !== '');
 const names = args.filter((a) => !a.startsWith('--'));
 const unknown = names.filter((n) => !MUTATION_FOLDERS.some((f) => f.name === n));
 if (unknown.length > 0) {
@@ -27,6 +37,10 @@ if (unknown.length > 0) {
 // same worlds as the dry run, so use CI's seed (test/setup/fast-check-seed.ts) unless one is given.
 process.env.MOESIM_FC_SEED ??= '20261125';
 const chosen = names.length === 0 ? MUTATION_FOLDERS : MUTATION_FOLDERS.filter((f) => names.includes(f.name));
+if (only !== null && (chosen.length !== 1 || only.length === 0 || only.some((f) => !/^[\w.-]+\.ts$/.test(f)))) {
+  console.error(`mutation: --only needs one folder and file names like a.ts,b.ts, got '${onlyArg}'`);
+  process.exit(2);
+}
 
 interface FolderResult {
   readonly folder: string;
@@ -37,14 +51,16 @@ interface FolderResult {
 }
 
 async function runFolder(folder: MutationFolder): Promise<FolderResult> {
-  const slug = folder.name.replace(/\//g, '-');
+  const mutate = only === null ? [...folder.mutate] : only.map((f) => `${folder.name}/${f}`);
+  const slug =
+    folder.name.replace(/\//g, '-') + (only === null ? '' : `@${only.map((f) => f.replace(/\.ts$/, '')).join('+')}`);
   process.env.MOESIM_MUTATION_TESTS = JSON.stringify(folder.tests);
   const stryker = new Stryker({
     testRunner: 'vitest',
     plugins: ['@stryker-mutator/vitest-runner'],
     vitest: { configFile: 'test/mutation/vitest.mutation.config.ts' },
     coverageAnalysis: 'perTest',
-    mutate: [...folder.mutate],
+    mutate,
     // Type-only code cannot change behaviour; the assembly folder is AssemblyScript, not TypeScript.
     ignoreStatic: true,
     disableTypeChecks: '{sim,policies,workloads,experiments,test}/**/*.ts',
@@ -74,7 +90,8 @@ async function runFolder(folder: MutationFolder): Promise<FolderResult> {
       survivors.push(`${r.fileName}:${r.location.start.line + 1} ${r.mutatorName} ${r.status}`);
     }
   }
-  return { folder: folder.name, counts, score: mutationScore(counts), target: folder.target ?? null, survivors };
+  const label = only === null ? folder.name : `${folder.name} (${only.join(', ')})`;
+  return { folder: label, counts, score: mutationScore(counts), target: folder.target ?? null, survivors };
 }
 
 const rows: FolderResult[] = [];
@@ -82,7 +99,10 @@ for (const folder of chosen) rows.push(await runFolder(folder));
 
 mkdirSync('reports/mutation', { recursive: true });
 // A subset gets its own summary, so runs of different folders side by side do not overwrite each other.
-const summary = names.length === 0 ? 'summary' : `summary-${chosen.map((f) => f.name.replace(/\//g, '-')).join('+')}`;
+const summary =
+  names.length === 0 && only === null
+    ? 'summary'
+    : `summary-${chosen.map((f) => f.name.replace(/\//g, '-')).join('+')}${only === null ? '' : `@${only.join('+')}`}`;
 writeFileSync(`reports/mutation/${summary}.json`, `${JSON.stringify(rows, null, 2)}\n`);
 const all: Record<string, number> = {};
 for (const r of rows) for (const [k, v] of Object.entries(r.counts)) all[k] = (all[k] ?? 0) + v;

@@ -73,6 +73,30 @@ describe('Rng.gamma (Marsaglia–Tsang)', () => {
     expect(r.used).toBe(4);
   });
 
+  it('shape exactly 1 takes the Marsaglia–Tsang path, not the u^(1/shape) boost', () => {
+    // d = 2/3, c = 1/√6; x = Z1, u = 0.1 < 1 − 0.0331·x⁴ = 0.885 accepts: 2/3 · (1 + c·Z1)³ · 3 = 7.548126….
+    const r = new ScriptedRng([0.75, 0.625, 0.1]);
+    expect(r.gamma(1, 3)).toBeCloseTo(7.548126209195193, 10);
+    expect(r.used).toBe(3);
+  });
+
+  it('a normal with v = 1 + c·x ≤ 0 is rejected before u is drawn', () => {
+    // shape 1: (0.45, 0.5) gives x = −0.1·√(−2 ln 0.01 / 0.01) = −3.0349 and spare 0; 1 + x/√6 = −0.239 ≤ 0,
+    // so the next x is the spare 0: v = 1, u = 0.3 < 1 accepts d·1·1 = 2/3 after three draws in all.
+    const r = new ScriptedRng([0.45, 0.5, 0.3]);
+    expect(r.gamma(1, 1)).toBeCloseTo(2 / 3, 12);
+    expect(r.used).toBe(3);
+  });
+
+  it('the squeeze is 1 − 0.0331·x⁴: a u above it and above the exact bound rejects', () => {
+    // shape 1: (0.55, 0.5) gives x = 3.0349, v³ = 11.224; squeeze 1 − 0.0331·x⁴ = −1.81 (no);
+    // exact: ln u < x²/2 + d(1 − v³ + ln v³) = −0.599, i.e. u < 0.549; u = 0.6 rejects (an x² squeeze,
+    // 0.695, would accept 7.48). Then the spare 0 with u = 0.3 accepts 2/3.
+    const r = new ScriptedRng([0.55, 0.5, 0.6, 0.3]);
+    expect(r.gamma(1, 1)).toBeCloseTo(2 / 3, 12);
+    expect(r.used).toBe(4);
+  });
+
   it('shape < 1 with u = 0 gives 0 (MIN_VALUE² underflows), never NaN', () => {
     expect(new ScriptedRng([0, 0.75, 0.625, 0.1]).gamma(0.5, 3)).toBe(0);
   });
@@ -107,9 +131,13 @@ describe('Rng.binomial', () => {
   it('p > 0.5 is n − binomial(n, 1 − p); p = 0.5 is inverted directly', () => {
     // binomial(3, 0.8) on u = 0.3: 3 − binomial(3, 0.2) = 3 − 0.
     expect(new ScriptedRng([0.3]).binomial(3, 0.8)).toBe(3);
+    // On u = 0.995: 3 − binomial(3, 0.2) = 3 − 3 = 0.
+    expect(new ScriptedRng([0.995]).binomial(3, 0.8)).toBe(0);
     // n = 2, p = 0.5: P(0) = 0.25, P(1) = 0.5; u = 0.5 ⇒ 1, u = 0.8 ⇒ 2.
     expect(new ScriptedRng([0.5]).binomial(2, 0.5)).toBe(1);
     expect(new ScriptedRng([0.8]).binomial(2, 0.5)).toBe(2);
+    // Inversion is the least x with u ≤ F(x): n = 1, p = 0.5, F(0) = 0.5; u = 0.5 exactly ⇒ 0.
+    expect(new ScriptedRng([0.5]).binomial(1, 0.5)).toBe(0);
   });
 
   it('means ≥ 30 use the rounded normal approximation, clamped to 0..n', () => {
