@@ -33,7 +33,7 @@ const SYSTEMS: Record<string, string> = {
   'vllm-like': 'vLLM',
   'llamacpp-like': 'llama.cpp',
 };
-/** Table 6: decode tok/s on C2, prompt 512 (8x7B, V2 decode 256; 8x22B decode 1 024). */
+/** Table 6: decode tok/s on C2, prompt 512 (8x7B, V2 decode 256; 8x22B, R1 decode 1 024). */
 const TABLE6: Record<string, Record<string, number>> = {
   'Mixtral-8x7B': {
     'moe-gen-h': 469,
@@ -61,6 +61,15 @@ const TABLE6: Record<string, Record<string, number>> = {
     'deepspeed-like': 4,
     'vllm-like': 2,
     'llamacpp-like': 2,
+  },
+  'DeepSeek-R1': {
+    'moe-gen-h': 57,
+    'moe-gen-g': 27,
+    'moe-lightning-like': 6,
+    'flexgen-like': 4,
+    'deepspeed-like': 3,
+    'vllm-like': 1,
+    'llamacpp-like': 0.8,
   },
 };
 /** Table 9: decode tok/s at small batches (read as two columns; MoE-Gen(H)'s row is a stray "1.0 33.6"). */
@@ -190,6 +199,17 @@ const TABLE8: Record<string, Record<string, [number, number]>> = {
 
 const isVariant = (r: Run): boolean => String(r.params['hardware'] ?? '').endsWith(VARIANT);
 
+/**
+ * A run our model refuses because the weights exceed host DRAM: a system that keeps its weights in
+ * host memory cannot run it at all (bound 0). Not llama.cpp, which can map weights from storage.
+ */
+function hostBound(r: Run | undefined): Bound | undefined {
+  const why = rawMetric(r, 'infeasibleReason');
+  if (r?.policy === 'llamacpp-like' || rawMetric(r, 'feasible') !== false) return undefined;
+  if (typeof why !== 'string' || !/exceed host/.test(why)) return undefined;
+  return { value: 0, sense: 'max', what: why };
+}
+
 /** The PCIe bound of a GPU system's run at batch `b` (undefined when none applies). */
 function pcieBound(r: Run | undefined, b: number | undefined): Bound | undefined {
   if (!r || b === undefined || r.policy === 'llamacpp-like') return undefined;
@@ -216,7 +236,7 @@ function decodeTable(runs: readonly Run[]): Table {
     const bound = pcieBound(h, metric(h, 'search.B'));
     for (const [p, paper] of Object.entries(row)) {
       const readings = [def, vari].map((rs) => metric(one(rs, { policy: p }), 'decodeTokPerS'));
-      const b = p === 'llamacpp-like' ? undefined : bound;
+      const b = hostBound(one(def, { policy: p })) ?? (p === 'llamacpp-like' ? undefined : bound);
       rows.push({ keys: [c, SYSTEMS[p]!], paper, ours: readings[0], readings, bound: b });
     }
   }
@@ -258,6 +278,10 @@ function smallBatchTable(runs: readonly Run[]): Table {
   };
 }
 
+/** The runs of one case on the default testbed. */
+const defaults = (runs: readonly Run[], c: string): Run[] =>
+  runs.filter((r) => r.params['case'] === c && !isVariant(r));
+
 /** Ours under the default testbed and its PCIe variant, for one case and policy. */
 function readingsOf(runs: readonly Run[], c: string, p: string, m: string): (number | undefined)[] {
   const inCase = runs.filter((r) => r.params['case'] === c);
@@ -288,7 +312,8 @@ function prefillTable(runs: readonly Run[]): Table {
   for (const [c, row] of Object.entries(TABLE7)) {
     for (const p of Object.keys(SYSTEMS)) {
       const readings = readingsOf(runs, c, p, 'prefillTokPerS');
-      rows.push({ keys: [c, SYSTEMS[p]!], paper: row[p], ours: readings[0], readings });
+      const bound = hostBound(one(defaults(runs, c), { policy: p }));
+      rows.push({ keys: [c, SYSTEMS[p]!], paper: row[p], ours: readings[0], readings, bound });
     }
   }
   return {
@@ -306,15 +331,13 @@ function longContextTable(runs: readonly Run[]): Table {
   const rows: Row[] = [];
   for (const [c, row] of Object.entries(TABLE8)) {
     const b = Number(/B=(\d+)/.exec(c)?.[1]);
+    // The batch is the case's for every system: MoE-Gen(H)'s run gives the bound for all (all decode on the GPU).
+    const bound = pcieBound(one(defaults(runs, c), { policy: 'moe-gen-h' }), b);
     for (const [p, [pre, dec]] of Object.entries(row)) {
-      const r = one(
-        runs.filter((x) => x.params['case'] === c && !isVariant(x)),
-        { policy: p },
-      );
       const pr = readingsOf(runs, c, p, 'prefillTokPerS');
       rows.push({ keys: [c, SYSTEMS[p]!, 'prefill'], paper: pre, ours: pr[0], readings: pr });
       const dr = readingsOf(runs, c, p, 'decodeTokPerS');
-      rows.push({ keys: [c, SYSTEMS[p]!, 'decode'], paper: dec, ours: dr[0], readings: dr, bound: pcieBound(r, b) });
+      rows.push({ keys: [c, SYSTEMS[p]!, 'decode'], paper: dec, ours: dr[0], readings: dr, bound });
     }
   }
   return {

@@ -201,6 +201,9 @@ function splitRatioTable(runs: readonly Run[]): Table {
       high: cuts.length > 0 ? Math.max(...cuts) : undefined,
     };
   });
+  const thetas = [...new Set(select(runs, { policy: 'MoEpic θ' }).map((r) => r.params['policy.theta']))]
+    .filter((t): t is number => typeof t === 'number')
+    .sort((a, b) => a - b);
   const row = (q: string, paper: number, k: 'theta' | 'low' | 'high'): Row => {
     const readings = per.map((x) => x[k]);
     return { keys: [q], paper, ours: readings[0], readings };
@@ -218,6 +221,17 @@ function splitRatioTable(runs: readonly Run[]): Table {
       row('best θ', FIG4B.theta, 'theta'),
       row('TPOT reduction at the best θ, smaller, %', FIG4B.reductionLow, 'low'),
       row('TPOT reduction at the best θ, larger, %', FIG4B.reductionHigh, 'high'),
+      ...thetas.map((t): Row => {
+        const readings = SPLIT_CASES.map((c) => tpot(c, 'MoEpic θ', t));
+        return { keys: [`TPOT at θ = ${t}, ms`], ours: readings[0], readings };
+      }),
+      {
+        keys: ['TPOT, Cache Only (θ = 1, no prefetch), ms'],
+        ...(() => {
+          const readings = SPLIT_CASES.map((c) => tpot(c, 'Cache Only', 1));
+          return { ours: readings[0], readings };
+        })(),
+      },
     ],
   };
 }
