@@ -165,7 +165,8 @@ function minVramTable(runs: readonly Run[]): Table {
 function latencyTable(runs: readonly Run[], gpuRich: readonly Run[] | undefined): Table {
   const rows: Row[] = [];
   for (const { model, budget, what, paper } of FIG7) {
-    const m = what === 'TTFT' ? 'ttftServiceMs.mean' : 'tpotMs.mean';
+    // TPOT: steady (the last quarter of the requests): the paper's long MMLU runs are past MoEpic's start-up.
+    const m = what === 'TTFT' ? 'ttftServiceMs.mean' : 'shiftTpotSteadyMs';
     const bound = what === 'TTFT' ? ttftBound(model, budget) : tpotBound(gpuRich, model);
     for (const [p, v] of Object.entries(paper)) {
       const at = { case: model, policy: p, 'policy.budgetExperts': budget };
@@ -175,7 +176,7 @@ function latencyTable(runs: readonly Run[], gpuRich: readonly Run[] | undefined)
   }
   return {
     id: 'fig7',
-    title: 'Fig 7: TTFT (service) and mean TPOT, ms, at the budgets the §4.2 text quotes',
+    title: 'Fig 7: TTFT (service, mean) and steady TPOT, ms, at the budgets the §4.2 text quotes',
     note: 'Bounds: TTFT ≥ the experts not cached over PCIe 4.0 x16 (31.5 GB/s); TPOT ≥ the all-resident TPOT, ours.',
     keyHeads: ['model', 'budget', 'quantity', 'system'],
     digits: 1,
