@@ -106,7 +106,7 @@ function hitRateTable(runs: readonly Run[]): Table {
     }
   }
   const title = 'Table 1: decode hit rate, % (Qwen1.5-MoE, MMLU)';
-  return { id: 'table1', title, keyHeads: ['cached experts / layer', 'policy'], digits: 1, rows };
+  return { id: 'table1', title, keyHeads: ['cached experts / layer', 'policy'], digits: 2, rows };
 }
 
 function ablationTable(runs: readonly Run[], gpuRich: readonly Run[] | undefined): Table {
