@@ -299,7 +299,9 @@ function datasetsTable(runs: readonly Run[]): Table {
   return {
     id: 'table4',
     title: 'Table 4: hours to complete a dataset, Mixtral-8x22B, C2',
-    note: 'Ours: the simulated makespan (no model loading); the paper’s hours include loading and, beyond 24 h, are extrapolated.',
+    note:
+      'Ours: the simulated makespan (no model loading); the paper’s hours include loading and, beyond 24 h, ' +
+      'are extrapolated.',
     keyHeads: ['dataset', 'system'],
     digits: 1,
     band: BAND,
@@ -343,7 +345,9 @@ function longContextTable(runs: readonly Run[]): Table {
   return {
     id: 'table8',
     title: 'Table 8: long-context throughput, tok/s, Mixtral-8x7B, C1 (prompt → decode, batch)',
-    note: 'Decode bound: the case’s batch × PCIe 4.0 x16 theoretical (31.5 GB/s) over the weights that do not fit VRAM.',
+    note:
+      'Decode bound: the case’s batch × PCIe 4.0 x16 theoretical (31.5 GB/s) over the weights that do not fit ' +
+      'VRAM.',
     keyHeads: ['case', 'system', 'phase'],
     digits: 1,
     band: BAND,

@@ -59,7 +59,10 @@ const TABLE7: Record<string, Record<string, [number, number, number]>> = {
   'MMLU → BIGBench': { NLLB: [0, 6, 17], Mixtral: [0, 27, 42], Arctic: [2, 28, 41] },
   'BIGBench → MMLU': { NLLB: [3, 11, 24], Mixtral: [0, 35, 46], Arctic: [5, 27, 45] },
 };
-/** §7.5 / Fig. 13: "increasing the capacity from 1 to 120 allows all MoE models to achieve their lowest average latency". */
+/**
+ * §7.5 / Fig. 13: "increasing the capacity from 1 to 120 allows all MoE models to achieve their lowest
+ * average latency".
+ */
 const FIG13_CAPACITY = 120;
 /** Fig. 13 reading: the smallest capacity whose mean TPOT is within this fraction of the lowest (ours; 1 %). */
 const LOWEST_WITHIN = 0.01;
