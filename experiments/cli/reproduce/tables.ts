@@ -77,7 +77,7 @@ export function spliceSections(
 }
 
 /** Params with a file path inside the checkout (a testbed file) made relative to it: the stored input is portable. */
-function portable(params: Readonly<Record<string, unknown>>): Record<string, unknown> {
+export function portable(params: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(params)) {
     const inside = typeof v === 'string' && path.isAbsolute(v) && v.startsWith(`${ROOT}${path.sep}`);
