@@ -3,12 +3,16 @@
  * experiments (`npm run reproduce -- moe-infinity`): Table 2 (GPU blocking, % of on-demand),
  * Table 3 (PCIe bytes, % of on-demand), Table 4 (ablation), Table 5 (buffer hit rate) and
  * Fig. 9 (lowest mean TPOT), each at batch 1 on the paper's runtime (hf-eager) and on the fused
- * one. The paper's numbers are the constants below, each with its table.
+ * one; Table 7 (requests to recover after a workload shift) and Fig. 13 (EAMC capacity) on
+ * hf-eager, as shipped. The paper's numbers are the constants below, each with its table. Not
+ * run here (no config): Table 6 (server sharing), Fig. 10 (tail CDF), Fig. 11 (GPU count),
+ * Fig. 12 (prefill throughput).
  *
- * Bounds we compute: blocking cannot fall below the oracle prefetcher's (it knows every future
- * route and has the same link); PCIe bytes without a cache cannot fall below on-demand's (every
- * activated expert crosses the link once); TPOT cannot fall below the all-resident (GPU-rich)
- * TPOT on the same runtime. No competing link reading is swept in these configs (the 19.5 GB/s
+ * Bounds we compute, on the paper's runtime only (hf-eager): blocking cannot fall below the oracle
+ * prefetcher's (it knows every future route and has the same link); PCIe bytes without a cache
+ * cannot fall below on-demand's (every activated expert crosses the link once). Fig. 9 has none:
+ * our all-resident TPOT is a calibration with stated residuals (FIDELITY.md, "Runtime"), not a
+ * bound on the paper's system. No competing link reading is swept in these configs (the 19.5 GB/s
  * band is in FIDELITY.md's audit), so the tables have no band column.
  */
 import { distinct, metric, one, pct, select } from '../cli/reproduce/kit.ts';
@@ -48,7 +52,24 @@ const FIG9: Record<string, Record<string, number>> = {
   'Mixtral-8x7B': { 'moe-infinity': 336, 'gpu-rich': 175 },
 };
 
+/** Table 7: requests to recover low latency after a workload change, min / mean / max. */
+const TABLE7: Record<string, Record<string, [number, number, number]>> = {
+  'MMLU tasks': { NLLB: [0, 14, 43], Mixtral: [0, 9, 49], Arctic: [28, 43, 45] },
+  'BIGBench tasks': { NLLB: [1, 15, 49], Mixtral: [0, 11, 49], Arctic: [0, 29, 42] },
+  'MMLU → BIGBench': { NLLB: [0, 6, 17], Mixtral: [0, 27, 42], Arctic: [2, 28, 41] },
+  'BIGBench → MMLU': { NLLB: [3, 11, 24], Mixtral: [0, 35, 46], Arctic: [5, 27, 45] },
+};
+/**
+ * §7.5 / Fig. 13: "increasing the capacity from 1 to 120 allows all MoE models to achieve their lowest
+ * average latency".
+ */
+const FIG13_CAPACITY = 120;
+/** Fig. 13 reading: the smallest capacity whose mean TPOT is within this fraction of the lowest (ours; 1 %). */
+const LOWEST_WITHIN = 0.01;
+
 const RUNTIMES = ['hf-eager', 'fused'] as const;
+/** The runtime the paper ran (HuggingFace eager, §5.3): the one whose bounds judge its numbers. */
+const PAPER_RUNTIME = 'hf-eager';
 const BATCH = 1;
 
 /** The runs of one runtime at batch 1 (`executor.maxBatchSize` unswept counts as batch 1). */
@@ -71,7 +92,8 @@ function prefetchTables(runs: readonly Run[], rt: string): Table[] {
     for (const [c, row] of Object.entries(paperTable)) {
       const oracle = relative(runs, c, 'oracle-prefetch', 'on-demand', m);
       for (const [p, paper] of Object.entries(row)) {
-        const bounded = oracle !== undefined && p !== 'on-demand';
+        // Only on the paper's runtime: a bound computed on another runtime says nothing of its numbers.
+        const bounded = rt === PAPER_RUNTIME && oracle !== undefined && p !== 'on-demand';
         const bound = bounded ? { value: oracle, sense: 'min' as const, what: boundWhat } : undefined;
         rows.push({ keys: [c, p], paper, ours: relative(runs, c, p, 'on-demand', m), bound });
       }
@@ -119,30 +141,85 @@ function e2eTable(runs: readonly Run[], rt: string): Table {
   };
   const rows: Row[] = [];
   for (const c of distinct(e2e, 'case') as string[]) {
-    const resident = lowest(c, 'gpu-rich');
     for (const p of distinct(e2e, 'policy') as string[]) {
-      const bounded = resident !== undefined && p !== 'gpu-rich';
-      const bound = bounded ? { value: resident, sense: 'min' as const, what: 'all-resident TPOT, ours' } : undefined;
-      rows.push({ keys: [c, p], paper: FIG9[c]?.[p], ours: lowest(c, p), bound });
+      rows.push({ keys: [c, p], paper: FIG9[c]?.[p], ours: lowest(c, p) });
     }
   }
   const title = `Fig. 9: lowest mean TPOT over the request rates, ms (${rt}, batch ≤ 8)`;
   return { id: `fig9-${rt}`, title, keyHeads: ['model', 'system'], digits: 1, rows };
 }
 
+const STATS = ['min', 'mean', 'max'] as const;
+
+function shiftTable(runs: readonly Run[]): Table {
+  const rows: Row[] = [];
+  for (const [setup, row] of Object.entries(TABLE7)) {
+    for (const [model, vs] of Object.entries(row)) {
+      STATS.forEach((s, i) => rows.push({ keys: [setup, model, s], paper: vs[i] }));
+    }
+  }
+  // Ours: the shipped shift (FLAN + BIG-bench → MMLU, Switch); statistics over seeds, per policy.
+  for (const p of distinct(runs, 'policy') as string[]) {
+    const vs = select(runs, { policy: p })
+      .map((r) => metric(r, 'shiftRecoveryRequests'))
+      .filter((v): v is number => v !== undefined);
+    if (vs.length === 0) continue;
+    const stat = [Math.min(...vs), vs.reduce((a, b) => a + b, 0) / vs.length, Math.max(...vs)];
+    STATS.forEach((s, i) => rows.push({ keys: ['FLAN + BIG-bench → MMLU (ours)', `Switch, ${p}`, s], ours: stat[i] }));
+  }
+  return {
+    id: 'table7',
+    title: 'Table 7: requests to recover low latency after a workload change (hf-eager, batch 4)',
+    note:
+      'The paper’s models and shifts are not run here (workload-shift.yaml runs Switch, FLAN + BIG-bench → MMLU, ' +
+      'over seeds): the rows are side by side, not paired.',
+    keyHeads: ['workload setup', 'model', 'statistic'],
+    digits: 1,
+    rows,
+  };
+}
+
+function eamcTable(runs: readonly Run[]): Table {
+  const rows: Row[] = [];
+  for (const c of distinct(runs, 'case') as string[]) {
+    const pts = select(runs, { case: c })
+      .map((r) => ({ cap: r.params['policy.eamcCapacity'], tpot: metric(r, 'tpotMs.mean') }))
+      .filter((x): x is { cap: number; tpot: number } => typeof x.cap === 'number' && x.tpot !== undefined)
+      .sort((a, b) => a.cap - b.cap);
+    for (const x of pts) rows.push({ keys: [c, `mean TPOT at capacity ${x.cap}, ms`], ours: x.tpot });
+    const low = pts.length > 0 ? Math.min(...pts.map((x) => x.tpot)) : undefined;
+    const reach = low === undefined ? undefined : pts.find((x) => x.tpot <= low * (1 + LOWEST_WITHIN))?.cap;
+    rows.push({ keys: [c, 'capacity reaching the lowest mean TPOT (≤)'], paper: FIG13_CAPACITY, ours: reach });
+  }
+  return {
+    id: 'fig13',
+    title: 'Fig. 13: EAMC capacity (hf-eager, batch 4)',
+    note:
+      'Ours: the smallest capacity of the sweep whose mean TPOT is within 1 % of the lowest; the paper: every model ' +
+      'reaches its lowest average latency by capacity 120 (§7.5).',
+    keyHeads: ['model', 'quantity'],
+    digits: 1,
+    rows,
+  };
+}
+
 export const comparison: PaperComparison = {
   paper: 'moe-infinity',
   title: 'MoE-Infinity',
-  reads: ['prefetch', 'ablation', 'cache', 'e2e'],
-  sources: Object.fromEntries(
-    RUNTIMES.flatMap((rt) => [
-      [`table2-${rt}`, 'prefetch'],
-      [`table3-${rt}`, 'prefetch'],
-      [`table4-${rt}`, 'ablation'],
-      [`table5-${rt}`, 'cache'],
-      [`fig9-${rt}`, 'e2e'],
-    ]),
-  ),
+  reads: ['prefetch', 'ablation', 'cache', 'e2e', 'workload-shift', 'eamc-capacity'],
+  sources: {
+    ...Object.fromEntries(
+      RUNTIMES.flatMap((rt) => [
+        [`table2-${rt}`, 'prefetch'],
+        [`table3-${rt}`, 'prefetch'],
+        [`table4-${rt}`, 'ablation'],
+        [`table5-${rt}`, 'cache'],
+        [`fig9-${rt}`, 'e2e'],
+      ]),
+    ),
+    table7: 'workload-shift',
+    fig13: 'eamc-capacity',
+  },
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     for (const rt of RUNTIMES) {
@@ -155,6 +232,10 @@ export const comparison: PaperComparison = {
       const e2e = results.get('e2e');
       if (e2e) out.push(e2eTable(e2e.runs, rt));
     }
+    const ws = results.get('workload-shift');
+    if (ws) out.push(shiftTable(ws.runs));
+    const ec = results.get('eamc-capacity');
+    if (ec) out.push(eamcTable(ec.runs));
     return out;
   },
 };

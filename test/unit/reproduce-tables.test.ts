@@ -22,9 +22,10 @@ import {
   type Run,
   type Table,
 } from '../../experiments/cli/reproduce/kit.ts';
-import { PAPERS, REPRODUCTION_DIR } from '../../experiments/cli/reproduce/papers.ts';
+import { PAPERS, REPRODUCTION_DIR, ROOT } from '../../experiments/cli/reproduce/papers.ts';
 import {
   generatedSections,
+  portable,
   spliceSections,
   staleTables,
   TABLES_INPUT,
@@ -109,6 +110,19 @@ describe('comparison kit', () => {
     expect(keepPaths(runs, paths)).toEqual([
       { index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2 } } },
     ]);
+  });
+});
+
+describe('stored tables input', () => {
+  it('keeps a file path inside the checkout relative (the committed input does not name this machine)', () => {
+    const inside = path.join(ROOT, 'experiments', 'moe-lens', 'a40-xeon8380-lens.json');
+    const p = portable({ hardware: inside, other: '/elsewhere/x.json', case: 'c', n: 3 });
+    expect(p).toEqual({
+      hardware: 'experiments/moe-lens/a40-xeon8380-lens.json',
+      other: '/elsewhere/x.json',
+      case: 'c',
+      n: 3,
+    });
   });
 });
 

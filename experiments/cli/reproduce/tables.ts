@@ -18,7 +18,7 @@ import { UserError } from '../../../sim/kernel/errors.ts';
 import { toJson, writeFileAtomic } from '../../outputs/atomic.ts';
 import { comparisonHtml, comparisonMarkdown, keepPaths, readResults, recording, tableMarkdown } from './kit.ts';
 import type { PaperComparison, Results, Table } from './kit.ts';
-import { comparisonOf, experimentsOf, fidelityFile, type Paper } from './papers.ts';
+import { comparisonOf, experimentsOf, fidelityFile, type Paper, ROOT } from './papers.ts';
 
 export const TABLES_INPUT = 'tables-input.json';
 
@@ -76,12 +76,23 @@ export function spliceSections(
   });
 }
 
+/** Params with a file path inside the checkout (a testbed file) made relative to it: the stored input is portable. */
+export function portable(params: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(params)) {
+    const inside = typeof v === 'string' && path.isAbsolute(v) && v.startsWith(`${ROOT}${path.sep}`);
+    out[k] = inside ? path.relative(ROOT, v).split(path.sep).join('/') : v;
+  }
+  return out;
+}
+
 /** Tables from the full results, and the stored input that gives the same tables. */
 function tablesAndInput(c: PaperComparison, results: Map<string, Results>): { tables: Table[]; input: TablesInput } {
   const { value: tables, paths } = recording(() => c.tables(results));
   const experiments: Record<string, Results> = {};
   for (const [name, r] of results) {
-    experiments[name] = { name: r.name, complete: r.complete, runs: keepPaths(r.runs, paths) };
+    const runs = keepPaths(r.runs, paths).map((run) => ({ ...run, params: portable(run.params) }));
+    experiments[name] = { name: r.name, complete: r.complete, runs };
   }
   const input: TablesInput = { paper: c.paper, experiments };
   const again = c.tables(new Map(Object.entries(experiments)));
