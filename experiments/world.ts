@@ -21,6 +21,7 @@ import { onDemand } from '../policies/cache/on-demand.ts';
 import { recordNeeds } from '../policies/oracle/need-recorder.ts';
 import type { NeedTrace, PolicyContext } from '../policies/types.ts';
 import type { RunSpec } from './config/expand.ts';
+import { checkDerivedCosts } from './world-check.ts';
 
 export interface WorldOptions {
   readonly baseDir: string;
@@ -79,12 +80,16 @@ async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace>
   return trace!;
 }
 
-/** What both families build the same way: profiles, cost model, the run's rng streams and the workload. */
+/**
+ * What both families build the same way: profiles, cost model (its rates and derived durations
+ * range-checked before anything runs), the run's rng streams and the workload.
+ */
 async function commonParts(spec: RunSpec, o: WorldOptions) {
   const model = loadModel(spec.model);
   const hardware = loadHardware(spec.hardware);
   const runtime = loadRuntime(spec.runtime, o.baseDir);
   const cost = createCostModel(model, hardware, { ...(o.onWarning ? { onWarning: o.onWarning } : {}), runtime });
+  checkDerivedCosts(model, hardware, cost, runtime, spec.throughput ? undefined : spec.executor.maxWaitMs);
   const streams = new RngStreams(spec.seed);
   const shape = { modelId: model.id, moeLayers: model.moeLayers, experts: model.experts, topK: model.topK };
   const workload = await buildWorkload(spec.workload, shape, streams, o.baseDir);

@@ -31,7 +31,7 @@ const why = (err: unknown): string => {
 };
 
 /** The existing part of `abs`: its nearest ancestor (or itself) that exists, and what it is. */
-function nearestExisting(abs: string): { dir: string; isDir: boolean } {
+function nearestExisting(abs: string, flag: string): { dir: string; isDir: boolean } {
   let p = abs;
   for (;;) {
     try {
@@ -39,7 +39,7 @@ function nearestExisting(abs: string): { dir: string; isDir: boolean } {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOENT' && code !== 'ENOTDIR')
-        throw new UserError(`cannot use this output folder: ${p}: ${why(err)}`, undefined, '--out', abs);
+        throw new UserError(`cannot use this output folder: ${p}: ${why(err)}`, undefined, flag, abs);
       const up = path.dirname(p);
       if (up === p) return { dir: p, isDir: false };
       p = up;
@@ -48,16 +48,16 @@ function nearestExisting(abs: string): { dir: string; isDir: boolean } {
 }
 
 /**
- * Throws a `UserError` (field `--out`) unless `outDir` exists as a writable folder or can be
- * created. Creates nothing that stays.
+ * Throws a `UserError` (field `flag`: the command-line flag that named the folder) unless
+ * `outDir` exists as a writable folder or can be created. Creates nothing that stays.
  */
-export function checkOutDir(outDir: string): void {
+export function checkOutDir(outDir: string, flag = '--out'): void {
   const abs = path.resolve(outDir);
   const fail = (message: string): never => {
-    throw new UserError(message, undefined, '--out', outDir);
+    throw new UserError(message, undefined, flag, outDir);
   };
   if (outDir.trim() === '') fail('must name a folder (it is empty)');
-  const { dir, isDir } = nearestExisting(abs);
+  const { dir, isDir } = nearestExisting(abs, flag);
   if (!isDir)
     fail(
       dir === abs
@@ -108,15 +108,15 @@ export function printable(text: string): string {
   );
 }
 
-/** Creates `outDir` and its missing parents, one level at a time. */
-export function makeOutDir(outDir: string): void {
+/** Creates `outDir` and its missing parents, one level at a time (errors name `flag`). */
+export function makeOutDir(outDir: string, flag = '--out'): void {
   const abs = path.resolve(outDir);
   const missing: string[] = [];
   let p = abs;
   for (;;) {
     try {
       if (statSync(p).isDirectory()) break;
-      throw new UserError(`cannot create the output folder: ${p} is a file, not a folder`, undefined, '--out', outDir);
+      throw new UserError(`cannot create the output folder: ${p} is a file, not a folder`, undefined, flag, outDir);
     } catch (err) {
       if (err instanceof UserError) throw err;
       const up = path.dirname(p);
@@ -130,7 +130,7 @@ export function makeOutDir(outDir: string): void {
       mkdirSync(dir);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EEXIST') continue;
-      throw new UserError(`cannot create the output folder ${dir} (${why(err)})`, undefined, '--out', outDir);
+      throw new UserError(`cannot create the output folder ${dir} (${why(err)})`, undefined, flag, outDir);
     }
   }
 }

@@ -12,7 +12,9 @@
  * absolute path (which must then exist on the worker: a shared filesystem). A result comes back
  * as `encode`d JSON; a failure of the run comes back as a result too (not a failed job), so
  * the submitter rethrows the same typed error a serial run would. A worker that dies mid-run
- * leaves its job to BullMQ's stalled-job check, which gives it to another worker.
+ * leaves its job to BullMQ's stalled-job check, which gives it to another worker; one that stops
+ * heartbeating (frozen, partitioned) has its run re-queued by the submitter, and a run over the
+ * worker's bound is stopped there (`worker-watchdog.ts`).
  */
 import { createConnection } from 'node:net';
 import { randomUUID } from 'node:crypto';
@@ -29,6 +31,7 @@ import type { TaskResult } from './task.ts';
 import { decode, encode, toWireError, type RunTask } from './wire.ts';
 import { checkJob, configHash, type JobData } from './job-check.ts';
 import { YOUNG_GENERATION_MB } from '../heap.ts';
+import { DEFAULT_JOB_TIMEOUT_S, JOB_BEAT, MAX_REQUEUES, beatKey, superviseJob } from './worker-watchdog.ts';
 
 export const QUEUE_NAME = 'moesim-runs';
 
@@ -156,6 +159,9 @@ export async function queueBackend(
   const jobId = (index: number) => `${sweep}-${index}`;
   interface Pending {
     readonly index: number;
+    readonly data: JobData;
+    /** Times it was re-queued because its worker stopped heartbeating. */
+    readonly requeues: number;
     resolve(r: TaskResult): void;
     reject(e: unknown): void;
   }
@@ -192,7 +198,28 @@ export async function queueBackend(
     pending.delete(id);
     p.reject(new Error(`run ${p.index} failed on a moesim worker: ${failedReason}`));
   });
-  const stopWatch = watchQueue(queue, clients[0]!, pending, url, base.file, (err) => {
+  const options = { removeOnComplete: true, removeOnFail: true, attempts: 1 };
+  const onSilent = (ids: readonly string[], resume: string) => {
+    for (const id of ids) {
+      const p = pending.get(id);
+      if (!p) continue;
+      pending.delete(id);
+      const silence = `its worker stopped heartbeating (no beat for ${JOB_BEAT.ttlMs / 1000} s)`;
+      if (p.requeues >= MAX_REQUEUES) {
+        const times = `${MAX_REQUEUES + 1} times`;
+        p.reject(new UserError(`run ${p.index}: ${silence}, ${times}; ${resume}`, undefined, '--queue', url));
+        continue;
+      }
+      const again = `${jobId(p.index)}-r${p.requeues + 1}`;
+      pending.set(again, { ...p, requeues: p.requeues + 1 });
+      log(`run ${p.index}: ${silence}; re-queued as job ${again}`);
+      void queue.add('run', p.data, { jobId: again, ...options }).catch((err: unknown) => {
+        pending.delete(again);
+        p.reject(err);
+      });
+    }
+  };
+  const stopWatch = watchQueue(queue, clients[0]!, pending, url, base.file, onSilent, (err) => {
     for (const [, p] of pending) p.reject(err);
     pending.clear();
   });
@@ -201,15 +228,12 @@ export async function queueBackend(
     concurrency: Number.MAX_SAFE_INTEGER,
     run: async (spec: RunSpec): Promise<RunOutput> => {
       const id = jobId(spec.index);
-      const result = new Promise<TaskResult>((resolve, reject) =>
-        pending.set(id, { index: spec.index, resolve, reject }),
-      );
       const task = taskFor(base, spec);
-      await queue.add(
-        'run',
-        { task, root: ROOT, configHash: configHash(task) },
-        { jobId: id, removeOnComplete: true, removeOnFail: true, attempts: 1 },
+      const data: JobData = { task, root: ROOT, configHash: configHash(task) };
+      const result = new Promise<TaskResult>((resolve, reject) =>
+        pending.set(id, { index: spec.index, data, requeues: 0, resolve, reject }),
       );
+      await queue.add('run', data, { jobId: id, ...options });
       if (!announced) {
         announced = true;
         const workers = await queue.getWorkersCount().catch(() => -1);
@@ -253,7 +277,9 @@ const within = <T>(p: Promise<T>, ms: number): Promise<T> =>
 /**
  * Calls `fail` once, with a one-line UserError that says how to resume, when Redis has not
  * answered for `LIVENESS.lostAfterMs`, or when queued runs are gone from Redis without a result
- * (Redis restarted empty, or the queue was flushed) on two checks in a row. Returns its stop.
+ * (Redis restarted empty, or the queue was flushed) on two checks in a row; calls `onSilent`
+ * with the runs active on a worker whose heartbeat key expired, on two checks in a row.
+ * Returns its stop.
  */
 function watchQueue(
   queue: Queue<JobData>,
@@ -261,11 +287,13 @@ function watchQueue(
   pending: ReadonlyMap<string, unknown>,
   url: string,
   file: string,
+  onSilent: (ids: readonly string[], resume: string) => void,
   fail: (err: UserError) => void,
 ): () => void {
   const resume = `the runs finished so far are kept in the output folder; resume with \`moesim experiment ${file} --out <the same folder> --queue ${url}\` once Redis and a worker are up`;
   let lastAnswer = Date.now();
   let missing = new Set<string>();
+  let silent = new Set<string>();
   let busy = false;
   let failed = false;
   const stop = () => clearInterval(timer);
@@ -282,10 +310,17 @@ function watchQueue(
       await within(redis.ping(), LIVENESS.everyMs);
       lastAnswer = Date.now();
       const now = new Set<string>();
-      for (const id of [...pending.keys()].slice(0, JOBS_CHECKED))
-        if ((await within(queue.getJobState(id), LIVENESS.everyMs)) === 'unknown') now.add(id);
+      const quiet = new Set<string>();
+      for (const id of [...pending.keys()].slice(0, JOBS_CHECKED)) {
+        const state = await within(queue.getJobState(id), LIVENESS.everyMs);
+        if (state === 'unknown') now.add(id);
+        else if (state === 'active' && (await within(redis.exists(beatKey(id)), LIVENESS.everyMs)) === 0) quiet.add(id);
+      }
       const gone = [...now].filter((id) => missing.has(id) && pending.has(id));
       missing = now;
+      const stopped = [...quiet].filter((id) => silent.has(id) && pending.has(id));
+      silent = quiet;
+      if (stopped.length > 0) onSilent(stopped, resume);
       if (gone.length > 0)
         lose(
           `${gone.length} queued run(s) are gone from Redis without a result: Redis restarted empty or the queue was flushed`,
@@ -312,10 +347,19 @@ export interface RunningWorker {
   close(): Promise<void>;
 }
 
-/** `moesim worker`: joins the queue and simulates runs, `threads` at a time, until closed. */
-export async function startWorker(url: string, threads: number, log: (m: string) => void): Promise<RunningWorker> {
+/**
+ * `moesim worker`: joins the queue and simulates runs, `threads` at a time, until closed; a run
+ * longer than `timeoutS` seconds (or plugin code over its budget) is stopped (worker-watchdog.ts).
+ */
+export async function startWorker(
+  url: string,
+  threads: number,
+  log: (m: string) => void,
+  timeoutS: number = DEFAULT_JOB_TIMEOUT_S,
+): Promise<RunningWorker> {
   await probe(url);
   const redis = client(url, log, `worker ${url}`);
+  const beats = client(url, log, `worker heartbeat ${url}`);
   const pool = new Piscina<RunTask, TaskResult>({
     filename: new URL('./worker-entry.mjs', import.meta.url).href,
     minThreads: 1,
@@ -337,7 +381,7 @@ export async function startWorker(url: string, threads: number, log: (m: string)
         return encode({ ok: false, error: toWireError(err) } satisfies TaskResult);
       }
       const t0 = Date.now();
-      const result = await pool.run(task);
+      const result = await superviseJob({ pool, task, jobId: job.id!, redis: beats, timeoutS });
       log(
         `${task.config.name}: run ${task.index} ${result.ok ? 'done' : 'failed'} in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
       );
@@ -353,6 +397,7 @@ export async function startWorker(url: string, threads: number, log: (m: string)
       await worker.close();
       await pool.destroy();
       redis.disconnect();
+      beats.disconnect();
     },
   };
 }

@@ -6,7 +6,7 @@
  * naming the field (when it has one) and the value, and leave nothing behind (no output folder,
  * no temporary file in its folder). The count of clean cases is printed; every case must be clean.
  */
-import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from '../../experiments/cli/program.ts';
@@ -39,6 +39,8 @@ interface Case {
   readonly args: readonly string[];
   /** Substrings the one stderr line must contain. */
   readonly mentions: readonly string[];
+  /** Substrings the stderr line must not contain. */
+  readonly forbids?: readonly string[];
   /** Run as a real `moesim` process (the case depends on how the process loads TypeScript). */
   readonly spawn?: boolean;
 }
@@ -49,6 +51,24 @@ const cfgCase = (name: string, over: Record<string, string | undefined>, mention
   args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
   mentions,
 });
+
+/** A shipped profile file (`hardware-profiles/<folder>/<id>.json`), parsed. */
+const shipped = (folder: string, id: string): Record<string, unknown> =>
+  JSON.parse(readFileSync(path.join(REPO_ROOT, 'hardware-profiles', folder, `${id}.json`), 'utf8'));
+
+/** A config on a testbed of the rtx4090's parts, one field of one part set to `value`. */
+function absurdTestbed(part: 'gpu' | 'cpu' | 'pcie', field: string, value: number): Record<string, string> {
+  const tb = shipped('testbeds', 'rtx4090');
+  const parts = { gpu: tb.gpu as string, cpu: tb.cpu as string, pcie: tb.pcie as string };
+  const folder = { gpu: 'gpus', cpu: 'cpus', pcie: 'pcie' }[part];
+  // JSON cannot write 1e308 × 1e12 (Infinity) but can write 1e308: the resolved rate overflows.
+  const changed = { ...shipped(folder, parts[part]), id: `absurd-${part}`, [field]: value };
+  return {
+    'c.yaml': yaml({ hardware: 'tb.json' }),
+    'tb.json': JSON.stringify({ ...tb, id: 'tb', [part]: `${part}.json` }),
+    [`${part}.json`]: JSON.stringify(changed),
+  };
+}
 
 function cases(): Case[] {
   const out: Case[] = [];
@@ -244,6 +264,40 @@ function cases(): Case[] {
     args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
     mentions: ['workload.routing.path', './tr'],
   });
+  // Profiles whose values the schema accepts but whose derived durations are absurd: checked by
+  // the world builder before the run (a testbed of the shipped rtx4090 parts with one field changed).
+  for (const [part, field, value, mentions] of [
+    ['pcie', 'h2dGBPerSec', 1e-9, ['pcie.h2dGBPerSec', '1e-9']],
+    ['pcie', 'd2hGBPerSec', 1e-9, ['pcie.d2hGBPerSec', '1e-9']],
+    ['pcie', 'latencyUs', 1e300, ['pcie.latencyUs', '1e+300']],
+    ['pcie', 'h2dGBPerSec', 1e308, ['pcie.h2dGBPerSec', 'Infinity']],
+    ['cpu', 'sustainedClockGHz', 1e-300, ['sustainedClockGHz', '3.2e-299']],
+    ['cpu', 'perCoreDramGBPerSec', 1e-300, ['cpu.perCoreDramGBPerSec', '1e-300']],
+    ['cpu', 'memoryMegaTransfersPerSec', 1e-300, ['cpu DRAM GB/s', 'e-']],
+    ['cpu', 'vectorEfficiency', 1e-300, ['cpu.vectorEfficiency', '1e-300']],
+    ['gpu', 'bf16DenseTflops', 1e-300, ['gpu.bf16DenseTflops', '1e-300']],
+    ['gpu', 'bf16DenseTflops', 1e308, ['gpu.bf16DenseTflops', 'Infinity']],
+    ['gpu', 'hbmGBPerSec', 1e-300, ['gpu.hbmGBPerSec', '1e-300']],
+    ['gpu', 'kernelLaunchUs', 1e300, ['gpu.kernelLaunchUs', '1e+300']],
+  ] as const)
+    out.push({
+      name: `profile ${part}.${field} = ${value}`,
+      files: absurdTestbed(part, field, value),
+      args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
+      mentions,
+    });
+  out.push(
+    cfgCase('executor.maxWaitMs = 1e300', { executor: '{ maxWaitMs: 1e300 }' }, ['executor.maxWaitMs', '1e+300']),
+  );
+  out.push({
+    name: 'runtime dispatchUs = 1e300',
+    files: {
+      'c.yaml': yaml({ runtime: 'rt.json' }),
+      'rt.json': JSON.stringify({ ...shipped('runtimes', 'hf-eager'), id: 'rt', dispatchUs: 1e300 }),
+    },
+    args: ['experiment', '$D/c.yaml', '--out', '$OUT'],
+    mentions: ['runtime "rt" dispatchUs', '1e+300'],
+  });
   // trace generate: flags checked before anything is written.
   const profile = path.join(REPO_ROOT, 'workloads/profiles/arctic-128.json');
   const gen = (...flags: string[]): string[] => [
@@ -264,7 +318,23 @@ function cases(): Case[] {
     ['--out empty', gen('--out', ''), ['--out', '""']],
   ] as const)
     out.push({ name: `trace generate ${name}`, files: { 'sub/x': '' }, args, mentions });
-  out.push({ name: 'new policy --dir /proc', args: ['new', 'policy', 'x', '--dir', '/proc'], mentions: ['/proc'] });
+  // The scaffold names the flag that named the folder (--dir or --project), never --out.
+  for (const [flag, where] of [
+    ['--dir', '/proc'],
+    ['--dir', '/proc/x'],
+    ['--dir', '$D/c.yaml'],
+    ['--dir', ''],
+    ['--project', '/proc/x'],
+    ['--project', '$D/c.yaml'],
+    ['--project', ''],
+  ] as const)
+    out.push({
+      name: `new policy ${flag} ${where || '""'}`,
+      files: { 'c.yaml': '' },
+      args: ['new', 'policy', 'x', flag, where],
+      mentions: [`${flag}:`, where === '' ? '""' : where.replace('$D/', '')],
+      forbids: ['--out'],
+    });
   // CLI flags.
   const exp = (...flags: string[]): string[] => ['experiment', '$D/c.yaml', '--out', '$OUT', ...flags];
   for (const [name, args, mentions] of [
@@ -336,6 +406,7 @@ describe(`bad input table (${CASES.length} cases, in process)`, () => {
     if (r.code !== 2) problems.push(`exit ${r.code}`);
     if (lines.length !== 1) problems.push(`${lines.length} stderr lines`);
     for (const m of c.mentions) if (!lines.join(' ').includes(m)) problems.push(`does not mention ${m}`);
+    for (const m of c.forbids ?? []) if (lines.join(' ').includes(m)) problems.push(`mentions ${m}`);
     if (/internal error|\bat .*\.ts:\d+:\d+/.test(r.stderr)) problems.push('stack');
     if (existsSync(outDir)) problems.push('left the output folder');
     const after = readdirSync(d).sort();

@@ -6,7 +6,10 @@
  *   with one line saying how to resume (exit 2) within the liveness bound; resuming afterwards
  *   with a worker gives results.json byte-identical to a serial run;
  * - a worker killed (SIGKILL) while it holds a run: another worker finishes it within about
- *   twice the stalled-job interval (the README's ~30 s); the figure is printed.
+ *   twice the stalled-job interval (the README's ~30 s); the figure is printed;
+ * - the worker watchdog (worker-watchdog.ts): a run over the worker's --job-timeout, and plugin
+ *   code over pluginBudgetMs on a worker, fail with one line; a worker that stops heartbeating
+ *   (SIGSTOP) has its run re-queued and finished by another worker, byte-identical to serial.
  * Skipped, with the reason, where `redis-server` is not installed.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -17,6 +20,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LIVENESS, PROBE_TIMEOUT_MS, STALLED_CHECK_MS } from '../../experiments/parallel/queue.ts';
+import { JOB_BEAT } from '../../experiments/parallel/worker-watchdog.ts';
 import { writePlugin } from '../helpers/cli-cwd.ts';
 import { REPO_ROOT, runCliAsync, tempDir } from '../helpers/cli.ts';
 
@@ -232,6 +236,123 @@ export default { ...base, name: 'held', create: (p, ctx) => { const a = new Int3
     expect(recovered).toBeLessThan(2 * STALLED_CHECK_MS + 15_000);
     w2.proc.kill('SIGTERM');
     await exited(w2.proc);
+  }, 180_000);
+});
+
+/** Waits until the queue has a run active on a worker. */
+async function untilActive(url: string, what: () => string): Promise<void> {
+  const connection = new Redis(url, { maxRetriesPerRequest: null });
+  const queue = new Queue('moesim-runs', { connection });
+  const t0 = Date.now();
+  try {
+    while ((await queue.getActiveCount()) === 0) {
+      if (Date.now() - t0 > 60_000) throw new Error(`no run became active: ${what()}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    await queue.close();
+    connection.disconnect();
+  }
+}
+
+describe.skipIf(!hasRedis)('the worker watchdog', () => {
+  let dir = '';
+  const children: ChildProcess[] = [];
+  beforeAll(() => {
+    dir = tempDir('queue-watchdog');
+  });
+  afterAll(async () => {
+    for (const c of children) {
+      if (c.exitCode !== null || c.signalCode !== null) continue;
+      c.kill('SIGCONT');
+      c.kill('SIGKILL');
+    }
+    await Promise.all(children.map(exited));
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }, 30_000);
+
+  /** A plugin that, in worker processes marked MOESIM_TEST_HOLD=1 only, sleeps (or spins) in create while `hold` exists. */
+  const holdingPlugin = (name: string, hold: string, spin: boolean) => {
+    const plugins = path.join(dir, 'plugins');
+    mkdirSync(plugins, { recursive: true });
+    const wait = spin ? '{}' : 'Atomics.wait(a, 0, 0, 100);';
+    writePlugin(
+      plugins,
+      name,
+      `import { existsSync } from 'node:fs';
+export default { ...base, name: '${name}', create: (p, ctx) => { const a = new Int32Array(new SharedArrayBuffer(4)); while (process.env.MOESIM_TEST_HOLD === "1" && existsSync(${JSON.stringify(hold)})) ${wait} return base.create(p, ctx); } };`,
+    );
+    return `plugins/${name}.ts`;
+  };
+
+  it('a run over --job-timeout, and plugin code over pluginBudgetMs on a worker: one line each', async () => {
+    const { url } = await startRedis(children);
+    const hold = path.join(dir, 'hold-bounds');
+    writeFileSync(hold, '');
+    const slow = path.join(dir, 'slow.yaml');
+    writeFileSync(slow, CONFIG('slow', holdingPlugin('sleeper', hold, false)).replace('seeds: [1, 2]', 'seeds: [1]'));
+    const spin = path.join(dir, 'spin.yaml');
+    writeFileSync(
+      spin,
+      `${CONFIG('spin', holdingPlugin('spinner', hold, true)).replace('seeds: [1, 2]', 'seeds: [1]')}pluginBudgetMs: 3000\n`,
+    );
+    // The bound (6 s) is under the sleeper's plugin budget (10 s, the default) and over the spinner's (3 s).
+    const w = moesim(['worker', '--queue', url, '--jobs', '1', '--job-timeout', '6'], children, {
+      MOESIM_TEST_HOLD: '1',
+    });
+    await waitOutput(w.proc, /joined redis:/, w.log);
+    const outSlow = path.join(dir, 'slow-out');
+    const r1 = await runCliAsync(['experiment', slow, '--out', outSlow, '--queue', url]);
+    expect(r1.status, r1.stderr).toBe(2);
+    expect(lastLine(r1.stderr)).toMatch(/--job-timeout: run 0 of slow ran longer than a worker's bound of 6 s/);
+    const r2 = await runCliAsync(['experiment', spin, '--out', path.join(dir, 'spin-out'), '--queue', url]);
+    expect(r2.status, r2.stderr).toBe(3);
+    expect(lastLine(r2.stderr)).toMatch(/create.*still running after \d+ ms, over the budget of 3000 ms/);
+    // One line each: the run's error is the last (before it, only the submitter's progress lines).
+    for (const r of [r1, r2]) expect(r.stderr.match(/bound of|over the budget/g), r.stderr).toHaveLength(1);
+    // The worker survives both and serves the next run.
+    rmSync(hold);
+    const ok = await runCliAsync(['experiment', slow, '--out', path.join(dir, 'slow-ok'), '--queue', url]);
+    expect(ok.status, ok.stderr).toBe(0);
+    w.proc.kill('SIGTERM');
+    await exited(w.proc);
+  }, 180_000);
+
+  it('a worker that stops heartbeating (SIGSTOP): its run is re-queued and another worker finishes it', async () => {
+    const { url } = await startRedis(children);
+    const hold = path.join(dir, 'hold-stop');
+    writeFileSync(hold, '');
+    const config = path.join(dir, 'frozen.yaml');
+    // The hold may last while the second worker starts: a budget well over that.
+    const frozen = CONFIG('frozen', holdingPlugin('frozen', hold, false)).replace('seeds: [1, 2]', 'seeds: [1]');
+    writeFileSync(config, `${frozen}pluginBudgetMs: 120000\n`);
+    const serial = await runCliAsync(['experiment', config, '--out', path.join(dir, 'frozen-serial'), '--jobs', '1']);
+    expect(serial.status, serial.stderr).toBe(0);
+    const w1 = moesim(['worker', '--queue', url, '--jobs', '1'], children, { MOESIM_TEST_HOLD: '1' });
+    await waitOutput(w1.proc, /joined redis:/, w1.log);
+    const out = path.join(dir, 'frozen-out');
+    const sub = moesim(['experiment', config, '--out', out, '--queue', url], children);
+    sub.proc.stderr!.on('data', (d: Buffer) => (sub.log.text += d.toString()));
+    await untilActive(url, () => sub.log.text);
+    const w2 = moesim(['worker', '--queue', url, '--jobs', '1'], children);
+    await waitOutput(w2.proc, /joined redis:/, w2.log);
+    w1.proc.kill('SIGSTOP');
+    const tStop = Date.now();
+    rmSync(hold);
+    const r = await sub.done;
+    const recovered = Date.now() - tStop;
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/run 0: its worker stopped heartbeating \(no beat for 5 s\); re-queued/);
+    expect(readFileSync(path.join(out, 'results.json'), 'utf8')).toBe(
+      readFileSync(path.join(dir, 'frozen-serial', 'results.json'), 'utf8'),
+    );
+    process.stderr.write(
+      `queue-failures: a frozen worker's run re-queued and finished ${(recovered / 1000).toFixed(1)} s after SIGSTOP (heartbeat TTL ${JOB_BEAT.ttlMs / 1000} s)\n`,
+    );
+    w1.proc.kill('SIGCONT');
+    w1.proc.kill('SIGKILL');
+    w2.proc.kill('SIGTERM');
+    await Promise.all([exited(w1.proc), exited(w2.proc)]);
   }, 180_000);
 });
 

@@ -383,8 +383,8 @@ describe('${name}', () => {
 `;
 }
 
-/** Writes every file, or none if one exists already. */
-function writeAll(files: Record<string, string>, name: string): void {
+/** Writes every file, or none if one exists already; `flag` is the option that named their folder. */
+function writeAll(files: Record<string, string>, name: string, flag: '--dir' | '--project'): void {
   const existing = Object.keys(files).filter((f) => existsSync(f));
   if (existing.length > 0)
     throw new UserError(
@@ -394,14 +394,17 @@ function writeAll(files: Record<string, string>, name: string): void {
       name,
     );
   for (const [file, text] of Object.entries(files)) {
-    makeOutDir(path.dirname(file));
+    makeOutDir(path.dirname(file), flag);
     writeFileSync(file, text, { flag: 'wx' });
   }
 }
 
-function writeProject(name: string, family: 'serving' | 'throughput', root: string, moesim: string): void {
+function writeProject(name: string, family: 'serving' | 'throughput', folder: string, moesim: string): void {
+  // Checked as typed ("" is no folder) before anything is written; created one level at a time.
+  checkOutDir(folder, '--project');
+  const root = path.resolve(folder);
   const p = projectScaffold(name, family, root, moesim);
-  writeAll(p.files, name);
+  writeAll(p.files, name, '--project');
   const dir = path.relative(process.cwd(), root) || '.';
   process.stdout.write(
     `wrote a ${family} policy project in ${dir}: package.json, tsconfig.json, vitest.config.ts, src/${name}.ts, ${name}.yaml, test/${name}.test.ts\n` +
@@ -450,15 +453,15 @@ export const newCommand: CommandModule<object, NewArgs> = {
         'name',
         args.name,
       );
-    if (args.project !== undefined)
-      return writeProject(args.name, args.family, path.resolve(args.project), args.moesim ?? REPO);
+    if (args.project !== undefined) return writeProject(args.name, args.family, args.project, args.moesim ?? REPO);
     if (args.moesim !== undefined)
       throw new UserError('--moesim only applies with --project', undefined, 'moesim', args.moesim);
+    // Checked as typed ("" is no folder) and created one level at a time: a recursive mkdir never
+    // returns under /proc.
+    checkOutDir(args.dir, '--dir');
     const root = path.resolve(args.dir);
     const { files, paths } = scaffold(args.name, args.family, root);
-    // Checked and created one level at a time: a recursive mkdir never returns under /proc.
-    checkOutDir(root);
-    writeAll(files, args.name);
+    writeAll(files, args.name, '--dir');
     const show = (f: string) => path.relative(process.cwd(), f) || f;
     process.stdout.write(
       `wrote ${show(paths.plugin)}, ${show(paths.config)}, ${show(paths.test)}\n` +
