@@ -100,13 +100,13 @@ describe('servingCapTotals: forward time is the union of [admit, finish]', () =>
     expect(t.forwardNs).toBe(23);
     expect(t.tokens).toBe(7); // one prompt token each, no decode step
   });
-  it('a later interval inside the first group, then one that extends it', () => {
-    // [0,10] ∪ [2,4] ∪ [6,12] = [0,12]; then [20,21] apart: 12 + 1.
+  it('a first group not starting at 0: an interval inside it, then one that extends it', () => {
+    // [2,10] ∪ [3,4] ∪ [6,12] = [2,12]; then [20,21] apart: 10 + 1.
     const o = {
-      requests: [req(20, 21), req(6, 12), req(2, 4), req(0, 10)],
+      requests: [req(20, 21), req(6, 12), req(3, 4), req(2, 10)],
       counters: { iterations: 4, activationRatioSum: 0 },
     } as unknown as ServingOutcome;
-    expect(servingCapTotals(o, model).forwardNs).toBe(13);
+    expect(servingCapTotals(o, model).forwardNs).toBe(11);
   });
 });
 
