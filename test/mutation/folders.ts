@@ -60,7 +60,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'sim/metrics',
     mutate: ['sim/metrics/**/*.ts'],
     tests: [
-      'test/unit/{cap,request-table,serving-executor,thresholds}.test.ts',
+      'test/unit/{cap,metrics-summary,request-table,serving-executor,thresholds}.test.ts',
       'test/property/{cap,serving-lru-stack}.test.ts',
     ],
   },
