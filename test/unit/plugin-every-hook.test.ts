@@ -55,9 +55,15 @@ describe('a plugin implementing every hook, through the runner’s guard', async
     const ctx = { model: { derived: { bytesPerExpert: 1000 } } } as unknown as PolicyContext;
     const raw = plugin.create(plugin.params.parse({}), ctx);
     const guarded = guardPolicy(raw, { violation: undefined });
-    // hostExperts selects another residency (host-residency.ts) than the split experts this plugin exercises.
+    // hostExperts and ssdTier select other parts (host-residency.ts, ssd-tier.ts) than the split experts
+    // this plugin exercises: the guard must still pass them on when a policy sets them.
+    const otherParts = new Set<string>(['hostExperts', 'ssdTier']);
     for (const s of SERVING_SETTING_NAMES) {
-      if (s === 'hostExperts') continue;
+      if (otherParts.has(s)) {
+        const withIt = { ...raw, [s]: { sentinel: s } };
+        expect(guardPolicy(withIt, { violation: undefined })[s], s).toBe(withIt[s]);
+        continue;
+      }
       expect(raw[s], `${s} set by the plugin`).toBeDefined();
       expect(guarded[s], s).toBe(raw[s]);
     }
