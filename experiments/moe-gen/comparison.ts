@@ -17,6 +17,7 @@
  * reading of the link goes above it. A model whose weights exceed host memory has bound 0.
  */
 import { metric, one, rawMetric, select } from '../cli/reproduce/kit.ts';
+import { decodeDetailTable, omegaDetailTable, variantsTable } from './comparison-detail.ts';
 import type { Bound, PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 /** PCIe 4.0 x16, theoretical: 16 GT/s × 16 lanes × 128/130 encoding / 8 bits, bytes/s. */
@@ -371,17 +372,20 @@ export const comparison: PaperComparison = {
   sources: {
     table4: 'datasets',
     table6: 'decode',
+    'table6-detail': 'decode',
+    'table6-variants': 'decode',
     table7: 'prefill',
     table8: 'long-context',
     table9: 'small-batch',
     table10: 'omega',
+    'table10-detail': 'omega',
   },
   tables(results: ResultsByExperiment): Table[] {
     const out: Table[] = [];
     const ds = results.get('datasets');
     if (ds) out.push(datasetsTable(ds.runs));
     const dec = results.get('decode');
-    if (dec) out.push(decodeTable(dec.runs));
+    if (dec) out.push(decodeTable(dec.runs), decodeDetailTable(dec.runs), variantsTable(dec.runs));
     const pf = results.get('prefill');
     if (pf) out.push(prefillTable(pf.runs));
     const lc = results.get('long-context');
@@ -389,7 +393,7 @@ export const comparison: PaperComparison = {
     const sb = results.get('small-batch');
     if (sb) out.push(smallBatchTable(sb.runs));
     const om = results.get('omega');
-    if (om) out.push(omegaTable(om.runs));
+    if (om) out.push(omegaTable(om.runs), omegaDetailTable(om.runs, Object.keys(TABLE10)));
     return out;
   },
 };

@@ -82,6 +82,30 @@ describe('comparison kit', () => {
     expect(tableMarkdown(t)).toMatch(/⚠: the paper’s value is beyond/);
   });
 
+  it('appends extra columns after the standard ones, and a grid shows only keys and extras', () => {
+    const withExtra: Table = {
+      ...table([{ keys: ['a'], paper: 2, ours: 3, extra: ['7', 'why'] }]),
+      extraHeads: ['B', 'mechanism'],
+    };
+    expect(cells(withExtra)).toEqual([
+      ['k', 'paper', 'ours', 'ours / paper', 'B', 'mechanism'],
+      ['a', '2.0', '3.0', '1.50', '7', 'why'],
+    ]);
+    const grid: Table = {
+      ...table([{ keys: ['a'], extra: ['1'] }, { keys: ['b'] }]),
+      extraHeads: ['x', 'words'],
+      wordHeads: ['words'],
+      grid: true,
+    };
+    expect(cells(grid)).toEqual([
+      ['k', 'x', 'words'],
+      ['a', '1', '–'],
+      ['b', '–', '–'],
+    ]);
+    // Keys and word columns align left, figures right.
+    expect(tableMarkdown(grid).split('\n')).toContain('| --- | ---: | --- |');
+  });
+
   it('splices generated sections and refuses one no table has', () => {
     const t = table([{ keys: ['a'], paper: 1, ours: 2 }]);
     const doc = 'prose\n<!-- BEGIN GENERATED t: regenerate -->\nold\n<!-- END GENERATED t -->\nmore prose\n';

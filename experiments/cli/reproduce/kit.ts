@@ -47,6 +47,8 @@ export interface Row {
   /** Ours under every competing reading (the default included); a band is shown when there are two or more. */
   readonly readings?: readonly (number | undefined)[];
   readonly bound?: Bound | undefined;
+  /** Cells of the table's `extraHeads` (figures read from the results, or the row's mechanism in words). */
+  readonly extra?: readonly string[];
 }
 
 export interface Table {
@@ -60,6 +62,12 @@ export interface Table {
   readonly digits?: number;
   /** What the band spans (e.g. "PCIe 25 / 19.5 GB/s"); no band column when undefined. */
   readonly band?: string;
+  /** Columns after the standard ones (each row's `extra` fills them), e.g. the searched batch or the mechanism. */
+  readonly extraHeads?: readonly string[];
+  /** A table of figures with no paper column: the keys and the extra cells only (e.g. ours under two models). */
+  readonly grid?: boolean;
+  /** Extra columns that hold words rather than figures (aligned left). */
+  readonly wordHeads?: readonly string[];
   readonly rows: readonly Row[];
 }
 
@@ -208,16 +216,28 @@ function bandOf(r: Row, d: number): string {
 
 /** The cells of a table: header then rows (strings). */
 export function cells(t: Table): string[][] {
+  const extraHeads = t.extraHeads ?? [];
+  const extraOf = (r: Row): string[] => extraHeads.map((_, i) => r.extra?.[i] ?? '–');
+  if (t.grid) return [[...t.keyHeads, ...extraHeads], ...t.rows.map((r) => [...r.keys, ...extraOf(r)])];
   const d = t.digits ?? 0;
   const hasBound = t.rows.some((r) => r.bound !== undefined);
   const band = t.band ? [`band (${t.band})`] : [];
-  const head = [...t.keyHeads, 'paper', 'ours', 'ours / paper', ...band, ...(hasBound ? ['physical bound'] : [])];
+  const head = [
+    ...t.keyHeads,
+    'paper',
+    'ours',
+    'ours / paper',
+    ...band,
+    ...(hasBound ? ['physical bound'] : []),
+    ...extraHeads,
+  ];
   const rows = t.rows.map((r) => {
     const paper = r.paper === undefined ? '–' : `${fmt(r.paper, d)}${breaksBound(r) ? ' ⚠' : ''}`;
     const b = r.bound;
     const bound = b ? `${b.sense === 'max' ? '≤' : '≥'} ${fmt(b.value, d)} (${b.what})` : '–';
     const cellsOfBand = t.band ? [bandOf(r, d)] : [];
-    return [...r.keys, paper, fmt(r.ours, d), ratioOf(r.ours, r.paper), ...cellsOfBand, ...(hasBound ? [bound] : [])];
+    const boundCell = hasBound ? [bound] : [];
+    return [...r.keys, paper, fmt(r.ours, d), ratioOf(r.ours, r.paper), ...cellsOfBand, ...boundCell, ...extraOf(r)];
   });
   return [head, ...rows];
 }
@@ -230,7 +250,10 @@ export function tableMarkdown(t: Table): string {
   const line = (cs: string[]) => `| ${cs.map(escMd).join(' | ')} |`;
   const out = [`**${t.title}**`, ''];
   if (t.note) out.push(t.note, '');
-  const align = `|${head!.map((_, i) => (i < t.keyHeads.length ? ' --- ' : ' ---: ')).join('|')}|`;
+  // Keys and words (the mechanism, notes) align left; figures right.
+  const words = new Set(t.wordHeads ?? []);
+  const left = (h: string, i: number): boolean => i < t.keyHeads.length || words.has(h);
+  const align = `|${head!.map((h, i) => (left(h, i) ? ' --- ' : ' ---: ')).join('|')}|`;
   out.push(line(head!), align, ...rows.map(line));
   if (t.rows.some(breaksBound)) out.push('', '⚠: the paper’s value is beyond the physical bound beside it.');
   return out.join('\n');
