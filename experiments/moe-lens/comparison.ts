@@ -17,6 +17,8 @@
  * theoretical 31.5 GB/s.
  */
 import { metric, one, relativeOf, select } from '../cli/reproduce/kit.ts';
+import { EVENT_TABLE_IDS, eventTables } from './comparison-events.ts';
+import { throughputGridTable } from './comparison-grid.ts';
 import type { Bound, PaperComparison, ResultsByExperiment, Row, Run, Table } from '../cli/reproduce/kit.ts';
 
 /** Fig. 11 / 12: mean (max) speedup of MoE-Lens over MoE-Lightning. */
@@ -167,15 +169,22 @@ export const comparison: PaperComparison = {
     'model-accuracy',
     'lightning-settings',
     'contention',
+    'pipeline-events',
   ],
   sources: {
     speedup: 'throughput',
+    'throughput-grid': 'throughput',
+    ...Object.fromEntries(EVENT_TABLE_IDS.map((id) => [id, 'pipeline-events'])),
     accuracy: 'model-accuracy',
     table1: 'lightning-settings',
     contention: 'contention',
   },
   tables(results: ResultsByExperiment): Table[] {
     const out = [...speedupTables(results)];
+    const tp = results.get('throughput');
+    if (tp) out.push(throughputGridTable(tp.runs));
+    const pe = results.get('pipeline-events');
+    if (pe) out.push(...eventTables(pe.runs));
     const acc = results.get('model-accuracy');
     if (acc) out.push(accuracyTable(acc.runs));
     const ls = results.get('lightning-settings');
