@@ -544,6 +544,13 @@ function timelinesSection(c: Context): string {
   return `<ul>${items.join('\n')}</ul><p class="note">To open one: go to <a href="https://ui.perfetto.dev">ui.perfetto.dev</a>, choose “Open trace file” and pick the file (or drag it onto the page); Perfetto reads it in the browser, nothing is uploaded. The links here open the JSON itself: a browser does not let a local page hand a file to another site. Tracks: GPU streams and the GPU’s blocked time, H2D/D2H packets, CPU cores, memory counters per pool and category.</p>`;
 }
 
+/** A link to the paper's comparison when the folder is an experiment of a reproduction (`reproduction/<paper>/<exp>/`). */
+export function paperLink(dir: string): string {
+  return existsSync(path.join(dir, '..', 'COMPARISON.html'))
+    ? '<a href="../COMPARISON.html">Paper vs ours (the reproduction’s comparison)</a>'
+    : '';
+}
+
 /** The report of a loaded results folder, as one HTML page. */
 export async function renderReport(loaded: LoadedResults): Promise<string> {
   const { results } = loaded;
@@ -619,7 +626,7 @@ export async function renderReport(loaded: LoadedResults): Promise<string> {
 ${description ? `<p class="description">${esc(description)}</p>` : ''}
 ${results.complete ? '' : '<p class="warning">Incomplete: the experiment stopped before every run finished; only the runs that finished are shown.</p>'}
 <dl class="facts">${facts.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join('')}</dl>
-<nav class="toc">${sections.map(([id, title]) => `<a href="#${id}">${esc(title)}</a>`).join('')}</nav>
+<nav class="toc">${sections.map(([id, title]) => `<a href="#${id}">${esc(title)}</a>`).join('')}${paperLink(loaded.dir)}</nav>
 </header>
 ${sections.map(([id, title, html]) => `<section id="${id}">\n<h2>${esc(title)}</h2>\n${html}\n</section>`).join('\n')}
 <footer><p class="note">Written by <code>moesim report</code> from ${fileLink('results.json')}${loaded.timing.size ? `, ${fileLink('timing.json')}` : ''} and the SVG files of this folder. Simulated quantities only, except wall time.</p></footer>

@@ -10,11 +10,12 @@
  * - bad input (an unknown paper, `--jobs 0`) is one line, exit 2, before anything is written.
  * Nothing here asserts a judged figure: only that the printed tables are the code's.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   cells,
+  comparisonHtml,
   keepPaths,
   metric,
   recording,
@@ -24,6 +25,7 @@ import {
 } from '../../experiments/cli/reproduce/kit.ts';
 import { PAPERS, REPRODUCTION_DIR, ROOT } from '../../experiments/cli/reproduce/papers.ts';
 import {
+  experimentLinks,
   generatedSections,
   portable,
   spliceSections,
@@ -31,6 +33,7 @@ import {
   TABLES_INPUT,
   unverifiedSections,
 } from '../../experiments/cli/reproduce/tables.ts';
+import { paperLink } from '../../experiments/outputs/report.ts';
 import { runCliAsync, tempDir } from '../helpers/cli.ts';
 
 describe('committed comparison tables are the generated ones', () => {
@@ -134,6 +137,28 @@ describe('comparison kit', () => {
     expect(keepPaths(runs, paths)).toEqual([
       { index: 0, policy: 'p', params: { case: 'c' }, seed: 1, metrics: { a: { b: 2 } } },
     ]);
+  });
+});
+
+describe('links between the comparison and the experiments’ reports', () => {
+  it('COMPARISON.html links each experiment with results (its report.html when written), and a report links back', () => {
+    const dir = tempDir('reproduce-links');
+    mkdirSync(path.join(dir, 'a'));
+    mkdirSync(path.join(dir, 'b'));
+    mkdirSync(path.join(dir, 'c'));
+    writeFileSync(path.join(dir, 'a', 'results.json'), '{}');
+    writeFileSync(path.join(dir, 'a', 'report.html'), '');
+    writeFileSync(path.join(dir, 'b', 'results.json'), '{}');
+    const links = experimentLinks(dir, ['a', 'b', 'c']);
+    expect(links).toEqual([
+      { name: 'a', href: 'a/report.html' },
+      { name: 'b', href: 'b/results.json' },
+    ]);
+    const c = { paper: 'p', title: 'P', reads: [], sources: {}, tables: () => [] };
+    expect(comparisonHtml(c, [], links)).toContain('<li><a href="a/report.html">a</a></li>');
+    expect(paperLink(path.join(dir, 'a'))).toBe('');
+    writeFileSync(path.join(dir, 'COMPARISON.html'), '');
+    expect(paperLink(path.join(dir, 'a'))).toContain('href="../COMPARISON.html"');
   });
 });
 

@@ -3,11 +3,12 @@
  * of a paper as one pool of runs, then its comparison tables (reproduction/<paper>/COMPARISON.md,
  * the generated sections of its FIDELITY.md). `--tables`: only the tables, from the stored results.
  */
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { CommandModule } from 'yargs';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { jobsOf } from './core.ts';
-import { PAPERS, REPRODUCTION_DIR, type Paper } from '../reproduce/papers.ts';
+import { experimentsOf, PAPERS, REPRODUCTION_DIR, type Paper } from '../reproduce/papers.ts';
 
 interface ReproduceArgs {
   paper: string;
@@ -56,6 +57,14 @@ export const reproduceCommand: CommandModule<object, ReproduceArgs> = {
       const threads = `${jobs} thread${jobs === 1 ? '' : 's'}`;
       const took = `${t.wallS.toFixed(1)} s wall, ${t.cpuS.toFixed(1)} s CPU (${threads})`;
       log(`reproduced ${papers.join(', ')} in ${took}:\n${lines.join('\n')}`);
+      // Each experiment's report.html (COMPARISON.html links them; each links back to it).
+      const { writeReport } = await import('../../outputs/report.ts');
+      for (const p of papers) {
+        for (const { name } of experimentsOf(p)) {
+          const dir = path.join(outRoot, p, name);
+          if (existsSync(path.join(dir, 'results.json'))) await writeReport(dir);
+        }
+      }
     }
     const { writeTables } = await import('../reproduce/tables.ts');
     for (const p of papers) {

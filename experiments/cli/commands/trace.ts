@@ -42,7 +42,7 @@ import {
 import { existsSync } from 'node:fs';
 import { importFormat, IMPORT_FORMATS } from '../../../workloads/import/index.ts';
 import { positiveInt } from '../../../workloads/import/common.ts';
-import { type CacheReport, type CacheReset, type CurveOptions } from '../../../workloads/stats/cache-curves.ts';
+import type { CacheReport, CacheReset, CurveOptions } from '../../../workloads/stats/cache-curves.ts';
 import {
   cacheReport,
   formatCacheReports,

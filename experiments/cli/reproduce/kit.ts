@@ -277,8 +277,18 @@ export function comparisonMarkdown(c: PaperComparison, tables: readonly Table[],
 
 const escHtml = (s: string): string => s.replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
 
-/** The same as a self-contained HTML page (no script; every string escaped). */
-export function comparisonHtml(c: PaperComparison, tables: readonly Table[]): string {
+/** An experiment folder beside COMPARISON.html, and the page to open of it (its report.html, else results.json). */
+export interface ExperimentLink {
+  readonly name: string;
+  readonly href: string;
+}
+
+/** The same as a self-contained HTML page (no script; every string escaped), linking each experiment's page. */
+export function comparisonHtml(
+  c: PaperComparison,
+  tables: readonly Table[],
+  experiments: readonly ExperimentLink[] = [],
+): string {
   const parts = tables.map((t) => {
     const [head, ...rows] = cells(t);
     const tr = (cs: string[], tag: string) => `<tr>${cs.map((x) => `<${tag}>${escHtml(x)}</${tag}>`).join('')}</tr>`;
@@ -297,6 +307,13 @@ export function comparisonHtml(c: PaperComparison, tables: readonly Table[]): st
     '<p>Ratio: ours / paper under the default reading. Band: ours over every competing reading.',
     '⚠: the paper’s value is beyond the physical bound beside it.</p>',
     ...parts,
+    ...(experiments.length > 0
+      ? [
+          '<h2>Experiments</h2><ul>',
+          ...experiments.map((e) => `<li><a href="${escHtml(e.href)}">${escHtml(e.name)}</a></li>`),
+          '</ul>',
+        ]
+      : []),
     '</body></html>',
     '',
   ].join('\n');

@@ -17,7 +17,7 @@ import path from 'node:path';
 import { UserError } from '../../../sim/kernel/errors.ts';
 import { toJson, writeFileAtomic } from '../../outputs/atomic.ts';
 import { comparisonHtml, comparisonMarkdown, keepPaths, readResults, recording, tableMarkdown } from './kit.ts';
-import type { PaperComparison, Results, Table } from './kit.ts';
+import type { ExperimentLink, PaperComparison, Results, Table } from './kit.ts';
 import { comparisonOf, experimentsOf, fidelityFile, type Paper, ROOT } from './papers.ts';
 
 export const TABLES_INPUT = 'tables-input.json';
@@ -86,6 +86,16 @@ export function portable(params: Readonly<Record<string, unknown>>): Record<stri
   return out;
 }
 
+/** The experiments of `dir` that have results, each linked to its report.html (else its results.json). */
+export function experimentLinks(dir: string, names: readonly string[]): ExperimentLink[] {
+  return names
+    .filter((n) => existsSync(path.join(dir, n, 'results.json')))
+    .map((n) => ({
+      name: n,
+      href: `${n}/${existsSync(path.join(dir, n, 'report.html')) ? 'report.html' : 'results.json'}`,
+    }));
+}
+
 /** Tables from the full results, and the stored input that gives the same tables. */
 function tablesAndInput(c: PaperComparison, results: Map<string, Results>): { tables: Table[]; input: TablesInput } {
   const { value: tables, paths } = recording(() => c.tables(results));
@@ -129,7 +139,7 @@ export async function writeTables(paper: Paper, dir: string, o: { fidelity: bool
   const have = full.size > 0 ? full : readTablesInput(inputFile);
   const missing = names.filter((n) => !have.has(n));
   await writeFileAtomic(path.join(dir, 'COMPARISON.md'), comparisonMarkdown(c, tables, missing));
-  await writeFileAtomic(path.join(dir, 'COMPARISON.html'), comparisonHtml(c, tables));
+  await writeFileAtomic(path.join(dir, 'COMPARISON.html'), comparisonHtml(c, tables, experimentLinks(dir, names)));
   written.push(path.join(dir, 'COMPARISON.md'), path.join(dir, 'COMPARISON.html'));
   if (o.fidelity) {
     const f = fidelityFile(paper);
