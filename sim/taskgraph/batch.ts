@@ -165,7 +165,7 @@ function normalizeOne(
   return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
 }
 
-/** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream index (0 otherwise). */
+/** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream (0 if none). */
 function checkKindFields(s: TaskSpec, view: GraphView, where: string, fail: (m: string) => never): number {
   let stream = 0;
   switch (s.kind) {

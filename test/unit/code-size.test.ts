@@ -17,26 +17,26 @@ const MAX_FILE_LINES = 500;
 const MAX_CLASS_LINES = 400;
 const MAX_FUNCTION_LINES = 80;
 
-const KERNEL = 'numeric kernel: hand-written for speed (one pass, no closures or calls in its loop)';
-const FACTORY = 'factory closure holding the whole policy state; splitting it is a redesign of its own';
+const KERNEL = 'numeric kernel, hand-written for speed (one pass, no calls in its loop)';
+const FACTORY = 'factory closure holding the whole state; splitting it is a redesign of its own';
 const DEBT = 'not split yet (long but linear); a later step splits it into named parts';
 
 /** Exceptions: `path#name` (name as `measure` gives it) → why it may exceed its limit. */
 const ALLOWED: Readonly<Record<string, string>> = {
-  'policies/moe-infinity/eamc-matcher.ts#IncrementalMatcher': `${KERNEL}: EAMC incremental cosine matching over three storage backends`,
-  'policies/moe-infinity/prefetch-rank.ts#selectPrefetch': `${KERNEL}: prefetch ranking with the floor fast path`,
-  'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.prepareSingle': `${KERNEL}: activation scores, one group`,
-  'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.fill': `${KERNEL}: activation scores, row fill`,
-  'sim/cost/cost-model.ts#createCostModel': `${KERNEL}: the roofline cost model, memoised per operation and shape`,
-  'sim/cost/cost-model.ts#createCostModel/compute': `${KERNEL}: the roofline formula of every operation kind`,
+  'policies/moe-infinity/eamc-matcher.ts#IncrementalMatcher': `${KERNEL}: EAMC cosine matching, three backends`,
+  'policies/moe-infinity/prefetch-rank.ts#selectPrefetch': `${KERNEL}: prefetch ranking with its floor fast path`,
+  'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.prepareSingle': `${KERNEL}: scores of one group`,
+  'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.fill': `${KERNEL}: one row of scores`,
+  'sim/cost/cost-model.ts#createCostModel': `${FACTORY} (the roofline cost model and its memo)`,
+  'sim/cost/cost-model.ts#createCostModel/compute': `${DEBT} (one roofline formula per operation kind)`,
   'policies/moepic/policy.ts#createMoepic': FACTORY,
   'policies/oracle/oracle-prefetch.ts#createOraclePrefetch': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy/execution': DEBT,
-  'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine over one iteration)`,
+  'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine)`,
   'sim/metrics/throughput-metrics.ts#throughputMetrics': DEBT,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
-  'policies/oracle/min-plan.ts#minPlan': `${DEBT} (Belady-style plan over the whole trace)`,
+  'policies/oracle/min-plan.ts#minPlan': `${DEBT} (Belady's MIN over the need sequence)`,
   'policies/throughput/flexgen-like.ts#plan': DEBT,
   'policies/throughput/moe-lightning-lens.ts#lightningChoose': DEBT,
   'policies/throughput/moe-lightning-like.ts#plan': DEBT,
