@@ -36,7 +36,17 @@ import { bytesToNs, type Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { LinkName, ResourceEvent } from './events.ts';
 import type { ExclusiveHolder, ExclusiveLock, FluidShare } from './fluid-share.ts';
-import { LinkRunGroup, type PcieLinkOptions, type Transfer, type TransferSpec } from './pcie-transfer.ts';
+import { packetsPassed } from './link-run.ts';
+import {
+  bestTransfer,
+  LinkRunGroup,
+  packetRecord,
+  type PcieLinkOptions,
+  type Transfer,
+  type TransferSpec,
+  transferRecord,
+  unqueue,
+} from './pcie-transfer.ts';
 
 export {
   LinkRunGroup,
@@ -184,7 +194,7 @@ export class PcieLink implements ExclusiveHolder {
     if (t.state === 'done' || t.state === 'cancelled') return false;
     if (this.runActive && this.curTransfer === t) this.splitRun();
     t.state = 'cancelled';
-    this.unqueue(t);
+    unqueue(this.queue, t);
     this.cancelledTransfers++;
     this.cancelledSentBytes += t.sentBytes;
     // A packet in flight is accounted when it lands (see onPacketDone).
@@ -196,7 +206,7 @@ export class PcieLink implements ExclusiveHolder {
   reprioritize(t: Transfer, priority: number): void {
     if (t.state !== 'queued' && t.state !== 'active') return;
     t.priority = priority;
-    if (this.runActive && this.best() !== this.curTransfer) this.splitRun();
+    if (this.runActive && bestTransfer(this.queue) !== this.curTransfer) this.splitRun();
   }
 
   /** Accounts the packets of the run in progress that have completed by now (see the module comment). */
@@ -236,7 +246,7 @@ export class PcieLink implements ExclusiveHolder {
     }
     // Chosen before its latency: a more urgent transfer may have arrived since (it overtakes
     // after this first packet, so no run).
-    this.startPacket(t, this.best() === t);
+    this.startPacket(t, bestTransfer(this.queue) === t);
   }
 
   /** Handler of `link.packetDone` (or the flow completion in the DRAM share). */
@@ -247,22 +257,14 @@ export class PcieLink implements ExclusiveHolder {
     this.curTransfer = null;
     this.bytesMoved += bytes;
     t.sentBytes += bytes;
-    this.sink?.onPacket?.({
-      link: this.name,
-      transferId: t.id,
-      label: t.label,
-      category: t.category,
-      bytes,
-      startNs: this.curStartNs,
-      endNs: this.sched.now,
-    });
+    this.sink?.onPacket?.(packetRecord(this.name, t, bytes, this.curStartNs, this.sched.now));
     if (t.state === 'cancelled') {
       this.cancelledSentBytes += bytes;
       this.recordTransfer(t, 'cancelled');
     } else if (t.sentBytes === t.bytes) {
       t.state = 'done';
       t.doneNs = this.sched.now;
-      this.unqueue(t);
+      unqueue(this.queue, t);
       this.completedBytes += t.bytes;
       this.completedTransfers++;
       this.recordTransfer(t, 'done');
@@ -280,33 +282,10 @@ export class PcieLink implements ExclusiveHolder {
     return this.busyNs + (this.busySinceNs >= 0 ? this.sched.now - this.busySinceNs : 0);
   }
 
-  /**
-   * Removes `t` from the pending transfers: the last one takes its place (the queue has no
-   * order: `best` picks by priority, then submission), so nothing is shifted or allocated.
-   */
-  private unqueue(t: Transfer): void {
-    const q = this.queue;
-    const i = q.indexOf(t);
-    if (i < 0) return;
-    const last = q.pop()!;
-    if (i < q.length) q[i] = last;
-  }
-
-  /** The most urgent pending transfer (lowest priority, then oldest). */
-  private best(): Transfer {
-    const queue = this.queue;
-    let best = queue[0]!;
-    for (let i = 1; i < queue.length; i++) {
-      const t = queue[i]!;
-      if (t.priority < best.priority || (t.priority === best.priority && t.seq < best.seq)) best = t;
-    }
-    return best;
-  }
-
   private pump(): void {
     if (this.curTransfer || this.latencyFor) return;
     if (this.queue.length === 0) return;
-    const best = this.best();
+    const best = bestTransfer(this.queue);
     if (this.busySinceNs < 0) this.busySinceNs = this.sched.now;
     if (best.state === 'queued') {
       best.state = 'active';
@@ -383,42 +362,9 @@ export class PcieLink implements ExclusiveHolder {
     this.runSeq = this.runHandle.seq;
   }
 
-  /**
-   * Packets of the run completed by the event being dispatched: boundary k (the end of packet
-   * k − 1, at start + k · full) has passed when it is before now, or at now and its virtual
-   * completion event — (now, completion, stamp = start of packet k − 1) — precedes the current one.
-   */
+  /** Packets of the run completed by the event being dispatched (−1: still in its latency); see `link-run.ts`. */
   private packetsPassed(): number {
-    const sched = this.sched;
-    if (this.runLatStartNs >= 0 && sched.now <= this.runStartNs) {
-      // In the latency, or at its end: its virtual completion is (end, completion, its start, the run's seq).
-      if (sched.now < this.runStartNs) return -1;
-      const p = sched.currentPriority;
-      const stamp = this.runLatStartNs;
-      const passed =
-        p > EventPriority.completion ||
-        (p === EventPriority.completion &&
-          (stamp < sched.currentStamp || (stamp === sched.currentStamp && sched.currentSeq > this.runSeq)));
-      if (!passed) return -1;
-    }
-    const elapsed = this.sched.now - this.runStartNs;
-    let k = Math.min(Math.floor(elapsed / this.runFullNs), this.runPackets - 1);
-    if (k >= 1 && k * this.runFullNs === elapsed) {
-      const p = this.sched.currentPriority;
-      let passed = p > EventPriority.completion;
-      if (p === EventPriority.completion) {
-        const stamp = this.runStartNs + (k - 1) * this.runFullNs;
-        const cur = this.sched.currentStamp;
-        // Equal stamps: the first packet's completion would have been scheduled where the run's
-        // event was (compare seqs); a later one's by the previous boundary's completion, taken
-        // as scheduled before the current event (exact unless that event was itself scheduled at
-        // the previous boundary by an earlier completion of the same instant).
-        passed =
-          stamp < cur || (stamp === cur && (k > 1 || this.runLatStartNs >= 0 || this.sched.currentSeq > this.runSeq));
-      }
-      if (!passed) k--;
-    }
-    return k;
+    return packetsPassed(this.sched, this.runStartNs, this.runLatStartNs, this.runFullNs, this.runPackets, this.runSeq);
   }
 
   /** Accounts packets [runFlushed, upTo) of the run as landed, in order, as their completions would have. */
@@ -441,15 +387,7 @@ export class PcieLink implements ExclusiveHolder {
       this.bytesMoved += full;
       t.sentBytes += full;
       this.dram?.addServed(full, this.bytesPerSec, fullNs);
-      this.sink?.onPacket?.({
-        link: this.name,
-        transferId: t.id,
-        label: t.label,
-        category: t.category,
-        bytes: full,
-        startNs: startNs as Ns,
-        endNs: (startNs + fullNs) as Ns,
-      });
+      this.sink?.onPacket?.(packetRecord(this.name, t, full, startNs as Ns, (startNs + fullNs) as Ns));
     }
     if (upTo > this.runFlushed) this.runFlushed = upTo;
   }
@@ -502,18 +440,6 @@ export class PcieLink implements ExclusiveHolder {
   }
 
   private recordTransfer(t: Transfer, outcome: 'done' | 'cancelled'): void {
-    this.sink?.onTransfer?.({
-      link: this.name,
-      id: t.id,
-      label: t.label,
-      category: t.category,
-      bytes: t.bytes,
-      priority: t.priority,
-      submitNs: t.submitNs,
-      startNs: t.startNs === -1 ? this.sched.now : t.startNs,
-      endNs: this.sched.now,
-      outcome,
-      sentBytes: t.sentBytes,
-    });
+    this.sink?.onTransfer?.(transferRecord(this.name, t, this.sched.now, outcome));
   }
 }

@@ -1,10 +1,11 @@
 /**
  * What a PCIe link (`pcie-link.ts`) is given and hands back: a transfer's spec and its record,
- * the link's options, and the run group that links share when their DMA does not draw on a DRAM
- * share. Kept apart so the link's file holds only its packet and run scheduling.
+ * the link's options, the run group that links share when their DMA does not draw on a DRAM
+ * share, and the link's queue of pending transfers (most urgent, removal) and the records it
+ * reports. Kept apart so the link's file holds only its packet and run scheduling.
  */
 import type { Ns } from '../kernel/time.ts';
-import type { TraceSink } from '../observe/trace-sink.ts';
+import type { PacketRecord, TraceSink, TransferRecord } from '../observe/trace-sink.ts';
 import type { Scheduler } from '../kernel/simulation.ts';
 import type { LinkName, ResourceEvent } from './events.ts';
 import type { ExclusiveHolder, ExclusiveLock, FluidShare } from './fluid-share.ts';
@@ -77,4 +78,47 @@ export class LinkRunGroup implements ExclusiveLock {
       h.materialize();
     }
   }
+}
+
+/** The most urgent pending transfer (lowest priority, then oldest); `queue` is not empty. */
+export function bestTransfer(queue: readonly Transfer[]): Transfer {
+  let best = queue[0]!;
+  for (let i = 1; i < queue.length; i++) {
+    const t = queue[i]!;
+    if (t.priority < best.priority || (t.priority === best.priority && t.seq < best.seq)) best = t;
+  }
+  return best;
+}
+
+/**
+ * Removes `t` from the pending transfers: the last one takes its place (the queue has no
+ * order: `bestTransfer` picks by priority, then submission), so nothing is shifted or allocated.
+ */
+export function unqueue(queue: Transfer[], t: Transfer): void {
+  const i = queue.indexOf(t);
+  if (i < 0) return;
+  const last = queue.pop()!;
+  if (i < queue.length) queue[i] = last;
+}
+
+/** What the trace sink is told of a transfer that ended at `nowNs` (done or cancelled). */
+export function transferRecord(link: LinkName, t: Transfer, nowNs: Ns, outcome: 'done' | 'cancelled'): TransferRecord {
+  return {
+    link,
+    id: t.id,
+    label: t.label,
+    category: t.category,
+    bytes: t.bytes,
+    priority: t.priority,
+    submitNs: t.submitNs,
+    startNs: t.startNs === -1 ? nowNs : t.startNs,
+    endNs: nowNs,
+    outcome,
+    sentBytes: t.sentBytes,
+  };
+}
+
+/** What the trace sink is told of one packet of `t` on the wire from `startNs` to `endNs`. */
+export function packetRecord(link: LinkName, t: Transfer, bytes: number, startNs: Ns, endNs: Ns): PacketRecord {
+  return { link, transferId: t.id, label: t.label, category: t.category, bytes, startNs, endNs };
 }

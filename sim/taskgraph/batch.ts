@@ -135,6 +135,38 @@ function normalizeOne(
     deps.push(d);
   }
 
+  const stream = checkKindFields(s, view, where, fail);
+
+  const needBytes: Record<PoolName, number> = { vram: 0, host: 0 };
+  const holds: string[] = [];
+  for (const a of s.alloc ?? []) {
+    if (!(POOL_NAMES as readonly string[]).includes(a.pool)) fail(`${where}: unknown pool ${JSON.stringify(a.pool)}`);
+    if (!isSafeNonNegInt(a.bytes))
+      fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
+    if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category))
+      fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
+    if (a.hold !== undefined) {
+      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where}: hold key must be a non-empty string`);
+      if (!holds.includes(a.hold)) holds.push(a.hold);
+    }
+    needBytes[a.pool] += a.bytes;
+  }
+  for (const p of POOL_NAMES) {
+    if (needBytes[p] > view.poolCapacityBytes[p]) {
+      fail(`${where}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
+    }
+  }
+  const releases: string[] = [];
+  for (const key of s.release ?? []) {
+    if (typeof key !== 'string' || key === '') fail(`${where}: release keys must be non-empty strings`);
+    if (releases.includes(key)) fail(`${where}: releases ${JSON.stringify(key)} twice`);
+    releases.push(key);
+  }
+  return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
+}
+
+/** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream (0 if none). */
+function checkKindFields(s: TaskSpec, view: GraphView, where: string, fail: (m: string) => never): number {
   let stream = 0;
   switch (s.kind) {
     case 'gpu': {
@@ -169,33 +201,7 @@ function normalizeOne(
     case 'barrier':
       break;
   }
-
-  const needBytes: Record<PoolName, number> = { vram: 0, host: 0 };
-  const holds: string[] = [];
-  for (const a of s.alloc ?? []) {
-    if (!(POOL_NAMES as readonly string[]).includes(a.pool)) fail(`${where}: unknown pool ${JSON.stringify(a.pool)}`);
-    if (!isSafeNonNegInt(a.bytes))
-      fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
-    if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category))
-      fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
-    if (a.hold !== undefined) {
-      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where}: hold key must be a non-empty string`);
-      if (!holds.includes(a.hold)) holds.push(a.hold);
-    }
-    needBytes[a.pool] += a.bytes;
-  }
-  for (const p of POOL_NAMES) {
-    if (needBytes[p] > view.poolCapacityBytes[p]) {
-      fail(`${where}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
-    }
-  }
-  const releases: string[] = [];
-  for (const key of s.release ?? []) {
-    if (typeof key !== 'string' || key === '') fail(`${where}: release keys must be non-empty strings`);
-    if (releases.includes(key)) fail(`${where}: releases ${JSON.stringify(key)} twice`);
-    releases.push(key);
-  }
-  return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
+  return stream;
 }
 
 /** Kahn's algorithm over the batch (deps outside the batch are already in the graph). Returns batch indices. */

@@ -23,35 +23,8 @@
  *   unknown dep, a duplicate id or a cycle is an error (a dep on a task that does not exist yet
  *   would make "is this task ready?" depend on the future). Tasks may be added at any time,
  *   notably from `onDone` (routing is only known when a router task finishes).
- * - **Ready → dispatched.** Dispatching is deferred to one `taskgraph.dispatch` event at the
- *   current instant with `EventPriority.resource`, so it sees every completion of the instant
- *   (kernel order: completions first) and ready tasks are compared all together. A pass walks
- *   the ready tasks of every resource in one global order (priority, then add order) and
- *   dispatches each one whose resource has room and whose memory can be allocated now.
- * - **How much each resource is given.** The GPU gets one kernel at a time from this
- *   executor (one per stream with `concurrentStreams`): its stream queues are FIFO, so
- *   handing it everything ready would freeze the order at hand-over time and lose the
- *   priorities of tasks that become ready later. The CPU pool gets a task only when enough of
- *   its cores are free for it to start at once, in strict priority order (head-of-line: a wide
- *   task whose memory is available is not overtaken by narrower ones, as in `CpuPool`; one
- *   whose memory is short holds nothing). A PCIe link gets every ready
- *   transfer (up to `maxQueuedTransfers`): it has its own priority queue and lets a more
- *   urgent transfer overtake at a packet boundary, which only works if it sees the waiting
- *   transfers. A barrier finishes at the instant it is dispatched.
- * - **Memory.** A task's allocations are acquired together when it is dispatched (checked
- *   per pool first, so there is never a partial allocation to undo). For a transfer that is
- *   when it enters the link's queue, which may precede its first byte: the destination
- *   buffer must exist before a copy is enqueued. If memory is short the task stays ready and
- *   the pass goes on to the next one — a memory-blocked task never blocks its resource for
- *   tasks behind it, which avoids the obvious priority-inversion deadlock (an urgent task
- *   waiting for a buffer that only a less urgent task on the same resource would free). The
- *   executor is woken by the pools (`MemoryPool.whenFreed`) and by its own completions; it
- *   never polls. The price is that a large request can wait while smaller ones keep going;
- *   and memory is granted greedily with no look-ahead, so a graph whose low-priority tasks can
- *   fill a pool before a high-priority task needing it becomes ready can deadlock: builders
- *   bound such prefetches with deps (e.g. a buffer's next fill depends on its last release).
- *   Memory-blocked tasks are parked in groups of equal need (see `ParkGroup`), so a pass
- *   costs about the tasks it can start, not every task waiting for memory.
+ * - **Dispatching** (ready → dispatched, how much each resource is given, memory): see
+ *   `dispatcher.ts`, the part that hands ready tasks to the resources and allocates their memory.
  * - **Holds.** An allocation with `hold: key` survives its task until the task releasing
  *   `key` finishes. The releaser must depend (directly or not) on the holder, so a hold is
  *   always live before it is released.
@@ -70,12 +43,10 @@
  * for the GPU (`TraceSink.onBlocked`): the resources account busy time, the timings show
  * waits; finished tasks are kept for `timing` for the executor's whole life.
  */
-import { Heap } from 'heap-js';
 import { InvariantError, SimError } from '../kernel/errors.ts';
-import { EventPriority, type Handlers, type Scheduler } from '../kernel/simulation.ts';
-import type { Ns } from '../kernel/time.ts';
-import type { Resources } from '../resources/index.ts';
+import type { Handlers, Scheduler } from '../kernel/simulation.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
+import { GraphAccounting, timingOf } from './accounting.ts';
 import { showId, validateBatch, type GraphView } from './batch.ts';
 import {
   criticalPathFrom,
@@ -86,37 +57,23 @@ import {
   stuckTasks,
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
-import {
-  compareHeads,
-  type HoldEntry,
-  type Lane,
-  type LaneKind,
-  type MutableBusy,
-  type Node,
-  type ParkGroup,
-  type Source,
-} from './nodes.ts';
-import { ReadyList } from './ready-list.ts';
-
-export { TaskGraphDeadlockError } from './diagnostics.ts';
-import {
-  POOL_NAMES,
-  TASK_KINDS,
-  type HoldInfo,
-  type PoolName,
-  type StuckTask,
-  type TaskContext,
-  type TaskGraphEvent,
-  type TaskGraphOptions,
-  type TaskGraphStats,
-  type TaskId,
-  type TaskKind,
-  type TaskSpec,
-  type TaskTiming,
+import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
+import type { HoldEntry, Node } from './nodes.ts';
+import type {
+  HoldInfo,
+  PoolName,
+  StuckTask,
+  TaskContext,
+  TaskGraphEvent,
+  TaskGraphOptions,
+  TaskGraphStats,
+  TaskId,
+  TaskSpec,
+  TaskTiming,
 } from './types.ts';
 
-/** The resources the executor drives (a subset of `Resources`, so tests can build just these). */
-export type TaskGraphResources = Pick<Resources, 'gpu' | 'h2d' | 'd2h' | 'cpu' | 'vram' | 'host'>;
+export { TaskGraphDeadlockError } from './diagnostics.ts';
+export type { TaskGraphResources } from './dispatcher.ts';
 
 /**
  * Priority of the deadlock check: after every standard `EventPriority` of the same instant, so
@@ -126,37 +83,19 @@ export const STALL_CHECK_PRIORITY = 1000;
 
 export class TaskGraphExecutor {
   readonly name: string;
-  private readonly r: TaskGraphResources;
   private readonly sched: Scheduler<TaskGraphEvent>;
   private readonly onStall: 'throw' | 'wait';
   private readonly pools: Readonly<Record<PoolName, MemoryPool>>;
   private readonly nodes = new Map<TaskId, Node>();
   private readonly bySeq: Node[] = [];
   private readonly holds = new Map<string, HoldEntry>();
-  /** Lanes in a fixed order; `gpuLaneOfStream[s]` is the lane of GPU stream s. */
-  private readonly lanes: readonly Lane[];
-  private readonly gpuLaneOfStream: readonly Lane[];
-  private readonly laneOf: Readonly<Record<'h2d' | 'd2h' | 'cpu' | 'barrier', Lane>>;
-  private readonly waitingOnPool: Record<PoolName, boolean> = { vram: false, host: false };
-  /**
-   * Ready tasks that found a pool short, out of their lanes, grouped by (pool, lane, bytes
-   * needed there); key `pool:lane:bytes`. A group takes part in a pass only while the pool has
-   * that many bytes free (a pass never frees memory). In insertion order, for determinism of
-   * anything that iterates them (the merge itself orders by task).
-   */
-  private readonly parkGroups = new Map<string, ParkGroup>();
+  /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
+  private readonly dispatcher: Dispatcher;
   private readonly view: GraphView;
-  private cpuCoresInUse = 0;
-  private inFlight = 0;
   private unfinished = 0;
-  private dispatchPending = false;
   private stallCheckPending = false;
   private readonly idleListeners: (() => void)[] = [];
-  private finishedCount = 0;
-  private readonly byKind: Record<TaskKind, MutableBusy>;
-  private readonly byCategory = new Map<string, MutableBusy>();
-  private firstStartNs: Ns | undefined;
-  private lastFinished: Node | undefined;
+  private readonly acct = new GraphAccounting();
 
   /**
    * @param resources the machine (the executor submits to its GPU, links and CPU pool, and
@@ -170,38 +109,11 @@ export class TaskGraphExecutor {
       throw new RangeError(`maxQueuedTransfers must be an integer ≥ 1 or Infinity, got ${maxQueued}`);
     }
     this.name = opts.name ?? 'taskgraph';
-    this.r = resources;
     this.sched = sched;
     this.onStall = opts.onStall ?? 'throw';
     this.pools = { vram: resources.vram, host: resources.host };
-    let laneIndex = 0;
-    const lane = (name: string, kind: LaneKind, capacity: number): Lane => ({
-      index: laneIndex++,
-      name,
-      kind,
-      ready: new ReadyList<Node>(),
-      outstanding: 0,
-      capacity,
-    });
+    this.dispatcher = new Dispatcher(resources, sched, this.pools, this.name, maxQueued, (node) => this.finish(node));
     const gpu = resources.gpu;
-    const streamNames = Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s));
-    // Concurrent streams overlap fully, so each is its own resource; otherwise the SMs run one
-    // kernel at a time whatever its stream, so all streams share one lane.
-    const gpuLanes = gpu.concurrentStreams
-      ? streamNames.map((n) => lane(`gpu ${n}`, 'gpu', 1))
-      : [lane('gpu', 'gpu', 1)];
-    this.gpuLaneOfStream = streamNames.map((_, s) => gpuLanes[gpu.concurrentStreams ? s : 0]!);
-    this.laneOf = {
-      h2d: lane('h2d', 'link', maxQueued),
-      d2h: lane('d2h', 'link', maxQueued),
-      cpu: lane('cpu', 'cpu', Number.POSITIVE_INFINITY),
-      barrier: lane('barrier', 'barrier', Number.POSITIVE_INFINITY),
-    };
-    this.lanes = [...gpuLanes, this.laneOf.h2d, this.laneOf.d2h, this.laneOf.cpu, this.laneOf.barrier];
-    this.byKind = Object.fromEntries(TASK_KINDS.map((k) => [k, { finished: 0, busyNs: 0 }])) as Record<
-      TaskKind,
-      MutableBusy
-    >;
     this.view = {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
@@ -210,7 +122,7 @@ export class TaskGraphExecutor {
         const h = this.holds.get(key);
         return h && { holder: h.holder.t.spec.id, releaser: h.releaser?.t.spec.id };
       },
-      gpuStreams: streamNames,
+      gpuStreams: Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s)),
       cpuCores: resources.cpu.cores,
       poolCapacityBytes: { vram: resources.vram.capacityBytes, host: resources.host.capacityBytes },
     };
@@ -247,12 +159,11 @@ export class TaskGraphExecutor {
     });
     const now = this.sched.now;
     const created = normalized.map((t): Node => {
-      const lane = t.spec.kind === 'gpu' ? this.gpuLaneOfStream[t.stream]! : this.laneOf[t.spec.kind];
       const node: Node = {
         t,
         priority: t.priority,
         seq: this.bySeq.length,
-        lane,
+        lane: this.dispatcher.laneOf(t),
         deps: [],
         dependents: [],
         remainingDeps: 0,
@@ -284,8 +195,8 @@ export class TaskGraphExecutor {
     }
     for (const node of created) for (const key of node.t.releases) this.holds.get(key)!.releaser = node;
     this.unfinished += created.length;
-    for (const node of created) if (node.remainingDeps === 0) this.makeReady(node);
-    this.requestDispatch();
+    for (const node of created) if (node.remainingDeps === 0) this.dispatcher.makeReady(node);
+    this.dispatcher.requestDispatch();
   }
 
   /**
@@ -313,7 +224,7 @@ export class TaskGraphExecutor {
 
   /** Tasks handed to a resource and not finished. */
   get dispatchedCount(): number {
-    return this.inFlight;
+    return this.dispatcher.inFlight;
   }
 
   /** Whether a task with this id has been added. */
@@ -325,15 +236,14 @@ export class TaskGraphExecutor {
   timing(id: TaskId): TaskTiming {
     const node = this.nodes.get(id);
     if (!node) throw new SimError(`no task ${showId(id)}`, this.sched.now, this.name);
-    return this.timingOf(node);
+    return timingOf(node);
   }
 
   /** Timings of every task, in the order they were added. */
   timings(): TaskTiming[] {
-    return this.bySeq.map((n) => this.timingOf(n));
+    return this.bySeq.map((n) => timingOf(n));
   }
 
-  /** Totals over finished tasks. */
   /** Totals over finished tasks. */
   stats(): TaskGraphStats {
     return graphStats(this.records());
@@ -347,7 +257,7 @@ export class TaskGraphExecutor {
    * any task has finished.
    */
   criticalPath(): TaskId[] {
-    return criticalPathFrom(this.lastFinished);
+    return criticalPathFrom(this.acct.lastFinished);
   }
 
   /** Holds registered (announced by an unfinished holder, or live), in registration order. */
@@ -367,9 +277,10 @@ export class TaskGraphExecutor {
    */
   assertDone(): void {
     if (this.unfinished === 0) return;
-    if (this.inFlight > 0) {
+    const inFlight = this.dispatcher.inFlight;
+    if (inFlight > 0) {
       throw new SimError(
-        `not done: ${this.unfinished} task(s) unfinished, ${this.inFlight} still running`,
+        `not done: ${this.unfinished} task(s) unfinished, ${inFlight} still running`,
         this.sched.now,
         this.name,
       );
@@ -379,93 +290,10 @@ export class TaskGraphExecutor {
 
   // ---------------------------------------------------------------------------------------
 
-  private timingOf(n: Node): TaskTiming {
-    const s = n.t.spec;
-    return {
-      id: s.id,
-      kind: s.kind,
-      label: n.t.label,
-      category: s.category,
-      priority: n.priority,
-      state: n.state,
-      addedNs: n.addedNs,
-      ...(n.readyNs !== undefined ? { readyNs: n.readyNs } : {}),
-      ...(n.dispatchNs !== undefined ? { dispatchNs: n.dispatchNs } : {}),
-      ...(n.startNs !== undefined ? { startNs: n.startNs } : {}),
-      ...(n.finishNs !== undefined ? { finishNs: n.finishNs } : {}),
-    };
-  }
-
-  private makeReady(node: Node): void {
-    node.state = 'ready';
-    node.readyNs = this.sched.now;
-    node.lane.ready.insert(node);
-  }
-
-  private requestDispatch(): void {
-    if (this.dispatchPending) return;
-    this.dispatchPending = true;
-    this.sched.schedule(this.sched.now, { kind: 'taskgraph.dispatch' }, EventPriority.resource);
-  }
-
-  private laneHasRoom(lane: Lane): boolean {
-    return lane.outstanding < lane.capacity;
-  }
-
-  /**
-   * One dispatch pass. Its outcome is that of walking every ready task once in (priority, add
-   * order) and, for each: skip it if its resource has no room left (a lane is full; the CPU
-   * lane is closed once its most urgent task that has its memory lacks cores: head-of-line
-   * blocking); skip it if a pool is short (it does not block anything); else allocate its
-   * memory and hand it to its resource. Implemented as a heap merge of the lanes' ready lists
-   * and the park groups whose need is free, dropping a list as soon as none of its remaining
-   * tasks can start in this pass.
-   */
+  /** The dispatch pass, then (nothing running, tasks left) a deadlock check at the end of the instant. */
   private onDispatch(): void {
-    this.dispatchPending = false;
-    const free: Record<PoolName, number> = { vram: this.pools.vram.freeBytes, host: this.pools.host.freeBytes };
-    const heap = new Heap<Source>(compareHeads);
-    const visited: Source[] = [];
-    const addSource = (list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void => {
-      if (list.length === 0 || !this.laneHasRoom(lane)) return;
-      const src: Source = { list, lane, group, cursor: 0 };
-      visited.push(src);
-      heap.push(src);
-    };
-    for (const l of this.lanes) addSource(l.ready, l, undefined);
-    for (const g of this.parkGroups.values()) if (g.needBytes <= free[g.pool]) addSource(g.list, g.lane, g);
-    let cpuClosed = false;
-    const moved: [Node, PoolName][] = [];
-    for (;;) {
-      const src = heap.pop();
-      if (!src) break;
-      const { lane, group } = src;
-      if (!this.laneHasRoom(lane) || (lane.kind === 'cpu' && cpuClosed)) continue; // none of it can start now
-      if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
-      const node = src.list.at(src.cursor)!;
-      const short = POOL_NAMES.find((p) => !this.pools[p].canAllocate(node.t.needBytes[p]));
-      const spec = node.t.spec;
-      if (short === undefined && spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
-        cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it (it stays)
-        continue;
-      }
-      // Every task a source's cursor passes leaves it: dispatched, or parked (again) after the pass.
-      src.cursor++;
-      if (short !== undefined) {
-        moved.push([node, short]);
-      } else {
-        this.allocate(node);
-        this.submit(node);
-      }
-      if (src.cursor < src.list.length) heap.push(src);
-    }
-    for (const src of visited) {
-      if (src.cursor === 0) continue;
-      src.list.removeFirst(src.cursor);
-      if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
-    }
-    for (const [node, pool] of moved) this.park(node, pool);
-    if (this.onStall === 'throw' && this.inFlight === 0 && this.unfinished > 0 && !this.stallCheckPending) {
+    this.dispatcher.pass();
+    if (this.onStall === 'throw' && this.dispatcher.inFlight === 0 && this.unfinished > 0 && !this.stallCheckPending) {
       this.stallCheckPending = true;
       this.sched.schedule(this.sched.now, { kind: 'taskgraph.stallCheck' }, STALL_CHECK_PRIORITY);
     }
@@ -473,87 +301,8 @@ export class TaskGraphExecutor {
 
   private onStallCheck(): void {
     this.stallCheckPending = false;
-    if (this.inFlight === 0 && this.unfinished > 0 && !this.dispatchPending) throw this.deadlockError();
-  }
-
-  /** Acquires all of the node's memory (the caller has checked that it fits). */
-  private allocate(node: Node): void {
-    for (const a of node.t.spec.alloc ?? []) {
-      const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
-      const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
-      if (!alloc)
-        throw new InvariantError(
-          `allocation of ${a.bytes} B of ${a.pool} failed after the check`,
-          this.sched.now,
-          this.name,
-        );
-      node.allocations.push({ alloc, pool: a.pool, hold: a.hold });
-    }
-  }
-
-  /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
-  private park(node: Node, pool: PoolName): void {
-    const needBytes = node.t.needBytes[pool];
-    const key = `${pool}:${node.lane.index}:${needBytes}`;
-    let group = this.parkGroups.get(key);
-    if (!group) {
-      group = { key, pool, lane: node.lane, needBytes, list: new ReadyList<Node>() };
-      this.parkGroups.set(key, group);
-    }
-    group.list.insert(node);
-    node.parkedIn = group;
-    // Our own finishes request a dispatch anyway; this catches frees by anyone else.
-    if (!this.waitingOnPool[pool]) {
-      this.waitingOnPool[pool] = true;
-      this.pools[pool].whenFreed(() => {
-        this.waitingOnPool[pool] = false;
-        this.requestDispatch();
-      });
-    }
-  }
-
-  private submit(node: Node): void {
-    const s = node.t.spec;
-    node.state = 'dispatched';
-    node.parkedIn = undefined;
-    node.dispatchNs = this.sched.now;
-    node.lane.outstanding++;
-    this.inFlight++;
-    const onDone = (): void => this.finish(node);
-    const label = node.t.label;
-    switch (s.kind) {
-      case 'gpu':
-        this.r.gpu.submit({ stream: node.t.stream, durationNs: s.durationNs, label, category: s.category, onDone });
-        break;
-      case 'h2d':
-      case 'd2h':
-        node.transfer = this.r[s.kind].submit({
-          bytes: s.bytes,
-          priority: node.priority,
-          label,
-          category: s.category,
-          onDone,
-        });
-        break;
-      case 'cpu':
-        this.cpuCoresInUse += s.cores;
-        this.r.cpu.submit({
-          cores: s.cores,
-          computeNs: s.computeNs,
-          bytes: s.bytes,
-          label,
-          category: s.category,
-          onDone,
-        });
-        break;
-      case 'barrier':
-        this.sched.schedule(
-          this.sched.now,
-          { kind: 'taskgraph.barrierDone', task: node.seq },
-          EventPriority.completion,
-        );
-        break;
-    }
+    const d = this.dispatcher;
+    if (d.inFlight === 0 && this.unfinished > 0 && !d.dispatchPending) throw this.deadlockError();
   }
 
   private finish(node: Node): void {
@@ -563,55 +312,15 @@ export class TaskGraphExecutor {
       throw new InvariantError(`task ${showId(s.id)} finished while ${node.state}`, now, this.name);
     node.state = 'done';
     node.finishNs = now;
-    node.lane.outstanding--;
-    this.inFlight--;
     this.unfinished--;
-    switch (s.kind) {
-      case 'gpu':
-        node.startNs = (now - s.durationNs) as Ns;
-        break;
-      case 'h2d':
-      case 'd2h': {
-        const start = node.transfer?.startNs ?? -1;
-        if (start < 0)
-          throw new InvariantError(`transfer of task ${showId(s.id)} done without a start`, now, this.name);
-        node.startNs = start as Ns;
-        break;
-      }
-      case 'cpu':
-        this.cpuCoresInUse -= s.cores;
-        node.startNs = node.dispatchNs;
-        break;
-      case 'barrier':
-        node.startNs = node.dispatchNs;
-        break;
-    }
-
-    // Memory: own buffers go back, held ones move under their keys, released keys go back.
-    for (const a of node.allocations) {
-      if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
-      else this.holds.get(a.hold)!.allocations.push(a);
-    }
-    node.allocations = [];
-    for (const key of node.t.holds) this.holds.get(key)!.live = true;
-    for (const key of node.t.releases) {
-      const h = this.holds.get(key);
-      if (!h?.live)
-        throw new InvariantError(
-          `task ${showId(s.id)} releases ${JSON.stringify(key)}, which is not live`,
-          now,
-          this.name,
-        );
-      this.holds.delete(key);
-      for (const a of h.allocations) this.pools[a.pool].free(a.alloc);
-    }
-
-    this.account(node);
-    for (const d of node.dependents) if (--d.remainingDeps === 0) this.makeReady(d);
-    this.requestDispatch();
+    this.dispatcher.finished(node, now);
+    this.releaseMemory(node);
+    this.acct.account(node);
+    for (const d of node.dependents) if (--d.remainingDeps === 0) this.dispatcher.makeReady(d);
+    this.dispatcher.requestDispatch();
 
     if (s.onDone) {
-      const ctx: TaskContext = { nowNs: now, task: s, timing: this.timingOf(node), add: (tasks) => this.add(tasks) };
+      const ctx: TaskContext = { nowNs: now, task: s, timing: timingOf(node), add: (tasks) => this.add(tasks) };
       try {
         s.onDone(ctx);
       } catch (e) {
@@ -628,35 +337,39 @@ export class TaskGraphExecutor {
     if (this.unfinished === 0) for (const l of [...this.idleListeners]) l();
   }
 
-  private account(node: Node): void {
-    const busy = node.finishNs! - node.startNs!;
-    this.finishedCount++;
-    const k = this.byKind[node.t.spec.kind];
-    k.finished++;
-    k.busyNs += busy;
-    let c = this.byCategory.get(node.t.spec.category);
-    if (!c) {
-      c = { finished: 0, busyNs: 0 };
-      this.byCategory.set(node.t.spec.category, c);
+  /** A finished task's memory: own buffers go back, held ones move under their keys, released keys go back. */
+  private releaseMemory(node: Node): void {
+    for (const a of node.allocations) {
+      if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
+      else this.holds.get(a.hold)!.allocations.push(a);
     }
-    c.finished++;
-    c.busyNs += busy;
-    if (this.firstStartNs === undefined || node.startNs! < this.firstStartNs) this.firstStartNs = node.startNs;
-    // The last of the latest: a join (barrier) finishing at the same instant as its deps wins.
-    if (!this.lastFinished || node.finishNs! >= this.lastFinished.finishNs!) this.lastFinished = node;
+    node.allocations = [];
+    for (const key of node.t.holds) this.holds.get(key)!.live = true;
+    for (const key of node.t.releases) {
+      const h = this.holds.get(key);
+      if (!h?.live)
+        throw new InvariantError(
+          `task ${showId(node.t.spec.id)} releases ${JSON.stringify(key)}, which is not live`,
+          this.sched.now,
+          this.name,
+        );
+      this.holds.delete(key);
+      for (const a of h.allocations) this.pools[a.pool].free(a.alloc);
+    }
   }
 
   /** The records the diagnostics read (`diagnostics.ts`). */
   private records(): GraphRecords {
+    const a = this.acct;
     return {
       bySeq: this.bySeq,
       holds: this.holds,
       pools: this.pools,
-      byKind: this.byKind,
-      byCategory: this.byCategory,
-      finishedCount: this.finishedCount,
-      firstStartNs: this.firstStartNs,
-      lastFinished: this.lastFinished,
+      byKind: a.byKind,
+      byCategory: a.byCategory,
+      finishedCount: a.finishedCount,
+      firstStartNs: a.firstStartNs,
+      lastFinished: a.lastFinished,
     };
   }
 

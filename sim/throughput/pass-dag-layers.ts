@@ -1,0 +1,416 @@
+/**
+ * The layer builders of the pass DAG (`pass-dag.ts`, whose header says what each layer runs):
+ * a CPU layer, a GPU layer's weight transfer, GPU and CPU attention, the post-attention part
+ * (module-based or per micro-batch) and the experts of a MoE layer. Each builder adds its
+ * tasks through the emitter (`dag-emitter.ts`) in the order the DAG's ids follow; the
+ * orchestration over layers, the LM head and the final join stay in `pass-dag.ts`.
+ */
+import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
+import { ACTIVATION_BYTES } from '../cost/cost-model.ts';
+import type { CostModel } from '../cost/types.ts';
+import { ceilNs, type Ns } from '../kernel/time.ts';
+import type { MemoryRequest } from '../taskgraph/types.ts';
+import type { DagEmitter } from './dag-emitter.ts';
+import { hold, Ring } from './dag-emitter.ts';
+import { type CachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, type ModelModules } from './memory-model.ts';
+import { type CountsFn, mlaUpProjection } from './pass-config.ts';
+import type { PassConfig, PassShape } from './types.ts';
+
+/** What the layer builders read: the pass's inputs and the model's modules. */
+export interface LayerInputs {
+  readonly model: ModelProfile;
+  readonly hardware: HardwareProfile;
+  readonly cost: CostModel;
+  readonly shape: PassShape;
+  readonly config: PassConfig;
+  readonly counts: CountsFn;
+  readonly mm: ModelModules;
+  readonly cached: CachedModules;
+}
+
+/** One GPU layer being built: its index, MoE index, KV placement, inputs and weight transfer. */
+interface GpuLayer {
+  readonly l: number;
+  /** Index among MoE layers, or -1 for a dense layer. */
+  readonly mi: number;
+  readonly kvHost: boolean;
+  /** Deps of the layer's first kernels: its input copy, then its weight transfer (the holder last). */
+  readonly inputs: number[];
+  /** The layer's (layer granularity) or dense module's (expert granularity) transfer, or -1. */
+  readonly weightTask: number;
+  readonly weightKey: string | undefined;
+  readonly weightFill: number;
+}
+
+/** Builds layers into an emitter and tallies the routing it met. */
+export class LayerBuilder {
+  /** Σ routed token-slots over the MoE layers built, and the (MoE layer, expert) pairs; those with a token. */
+  routedTokenSlots = 0;
+  expertLayerPairs = 0;
+  activatedPairs = 0;
+  private readonly c: PassConfig;
+  /** Tokens of the pass, new tokens and past tokens per sequence. */
+  private readonly T: number;
+  private readonly nt: number;
+  private readonly past: number;
+  /** Σ over a sequence's new tokens of the context each attends (itself included). */
+  private readonly ctxPerSeq: number;
+  private readonly cpuRate: number;
+  private readonly mlaUp: ReturnType<typeof mlaUpProjection>;
+  private readonly expertRing: Ring;
+  private readonly weightRing: Ring;
+  private readonly kvInRing: Ring;
+  private readonly kvOutRing = new Ring(KV_OUT_BUFFERS, 'ko');
+  private readonly countsBuf: Float64Array;
+
+  constructor(
+    private readonly inp: LayerInputs,
+    private readonly e: DagEmitter,
+  ) {
+    const { shape, config: c } = inp;
+    this.c = c;
+    this.T = shape.seqs * shape.newTokens;
+    this.nt = shape.newTokens;
+    this.past = shape.pastTokens;
+    this.ctxPerSeq = this.nt * this.past + (this.nt * (this.nt + 1)) / 2;
+    const cpu = inp.hardware.cpu;
+    this.cpuRate = c.cpuCores * cpu.vectorFlopsPerSecPerCore * cpu.vectorEfficiency;
+    this.mlaUp = mlaUpProjection(inp.model);
+    this.expertRing = new Ring(c.expertSlots, 'x');
+    this.weightRing = new Ring(c.weightSlots, 'w');
+    this.kvInRing = new Ring(c.kvBuffers, 'ki');
+    this.countsBuf = new Float64Array(inp.mm.experts);
+  }
+
+  /** Bytes of the hidden states of `tokens` tokens. */
+  actBytes(tokens: number): number {
+    return Math.max(1, Math.round(tokens * this.inp.model.hiddenSize * ACTIVATION_BYTES));
+  }
+
+  /** A CPU layer (llama.cpp): weights read in host DRAM. Returns its last task. */
+  cpuLayer(l: number, mi: number, layerEnd: number, prevCpuLayer: boolean): number {
+    const { e, T, inp } = this;
+    const dv = inp.model.derived;
+    const input = prevCpuLayer
+      ? layerEnd
+      : e.d2h('activations', this.actBytes(T), [layerEnd, e.lastGpu], false, () => `L${l} hidden D2H`);
+    const proj = e.cpu(
+      'cpuAttnProj',
+      this.cpuNs(T * (dv.attentionProjFlopsPerToken + (mi >= 0 ? dv.routerFlopsPerToken : 0))),
+      dv.attentionBytesPerLayer,
+      [input],
+      () => `L${l} cpu proj`,
+    );
+    const ca = inp.cost.estimate({
+      kind: 'cpuAttention',
+      tokens: T,
+      contextTokens: inp.shape.seqs * this.ctxPerSeq,
+      cores: this.c.cpuCores,
+    });
+    e.cpu('cpuAttention', ca.computeNs ?? ca.ns, ca.bytes, [proj], () => `L${l} cpu attention`);
+    let flops: number;
+    let bytes: number;
+    if (mi >= 0) {
+      const counts = this.countsBuf;
+      counts.fill(0);
+      inp.counts(mi, T, counts);
+      let activated = 0;
+      let slots = 0;
+      for (let x = 0; x < inp.mm.experts; x++) {
+        const cnt = counts[x]!;
+        slots += cnt;
+        this.expertLayerPairs++;
+        if (cnt > 0) {
+          activated++;
+          this.activatedPairs++;
+        }
+      }
+      this.routedTokenSlots += slots;
+      flops = slots * dv.expertFlopsPerToken + T * dv.sharedExpertFlopsPerToken;
+      bytes = activated * inp.mm.expertBytes + dv.sharedExpertBytesPerLayer;
+    } else {
+      flops = T * dv.denseFfnFlopsPerToken;
+      bytes = dv.denseFfnBytesPerLayer;
+    }
+    return e.cpu('cpuFfn', this.cpuNs(flops), bytes, [], () => `L${l} cpu ffn`);
+  }
+
+  /** A GPU layer: input copy (after a CPU layer), weights, attention, the rest. Returns its last kernel. */
+  gpuLayer(l: number, mi: number, layerEnd: number, prevCpuLayer: boolean): number {
+    const e = this.e;
+    const input = prevCpuLayer
+      ? e.h2d('activations', this.actBytes(this.T), [layerEnd], false, () => `L${l} hidden H2D`)
+      : -1;
+    const layer = this.layerWeights(l, mi, layerEnd, input);
+    if (this.c.expertBatching === 'accumulated') this.accumulatedLayer(layer);
+    else this.perMicroBatchLayer(layer);
+    if (this.c.weightGranularity === 'layer' && layer.weightKey) {
+      this.weightRing.released(
+        layer.weightFill,
+        e.barrier('sync', [e.lastGpu, layer.weightTask], [layer.weightKey], () => `L${l} release layer weights`),
+      );
+    }
+    return e.lastGpu;
+  }
+
+  /** The layer's weight transfer: the whole uncached layer (layer granularity) or its dense module. */
+  private layerWeights(l: number, mi: number, layerEnd: number, input: number): GpuLayer {
+    const { c, e } = this;
+    const { mm, cached } = this.inp;
+    const denseStreamed = !cached.denseCached[l];
+    let weightTask = -1;
+    let weightKey: string | undefined;
+    let weightFill = -1;
+    if (c.weightGranularity === 'layer') {
+      const expertsStreamed = mi >= 0 ? mm.experts - cached.cachedExperts[l]! : 0;
+      const bytes = (denseStreamed ? mm.denseBytes[l]! : 0) + expertsStreamed * mm.expertBytes;
+      if (bytes > 0) {
+        const r = this.weightRing.next();
+        weightKey = r.key;
+        weightFill = r.fill;
+        weightTask = e.h2d(
+          'weights',
+          bytes,
+          [r.waitFor, c.prefetch ? -1 : layerEnd],
+          true,
+          () => `L${l} layer weights`,
+          {
+            alloc: hold(bytes, 'prefetchBuffer', r.key),
+          },
+        );
+      }
+    } else if (denseStreamed) {
+      const r = this.weightRing.next();
+      weightKey = r.key;
+      weightFill = r.fill;
+      const bytes = mm.denseBytes[l]!;
+      weightTask = e.h2d('weights', bytes, [r.waitFor, c.prefetch ? -1 : layerEnd], true, () => `L${l} dense weights`, {
+        alloc: hold(bytes, 'prefetchBuffer', r.key),
+      });
+    }
+    const kvHost = l >= c.kvGpuLayers;
+    return { l, mi, kvHost, inputs: [input, weightTask], weightTask, weightKey, weightFill };
+  }
+
+  /** Module-based batching: attention of every part, then router/shared/dense once, then the experts over the pass. */
+  private accumulatedLayer(ly: GpuLayer): void {
+    const { c, e, T } = this;
+    const { l, mi, inputs, weightKey } = ly;
+    const cpuSeqs = cpuAttentionSeqs(this.inp.shape, c);
+    const gpuSeqs = this.inp.shape.seqs - cpuSeqs;
+    const joins: number[] = [];
+    if (cpuSeqs > 0) joins.push(this.cpuAttention(ly, cpuSeqs, 0));
+    for (let m = 0, done = 0; done < gpuSeqs; m++) {
+      const s = Math.min(c.attnMicroSeqs, gpuSeqs - done);
+      this.gpuAttention(ly, s, m);
+      done += s;
+    }
+    // The dense buffer is released by the last module that reads it.
+    const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: [weightKey] } : undefined;
+    let after: number;
+    if (mi < 0) {
+      after = e.gpu(
+        'denseFfn',
+        this.gpuCost('denseFfn', T),
+        [...joins, ...inputs],
+        () => `L${l} dense FFN`,
+        denseRelease,
+      );
+    } else {
+      const shared = this.inp.model.sharedExperts > 0;
+      after = e.gpu(
+        'router',
+        this.gpuCost('router', T),
+        [...joins, ...inputs],
+        () => `L${l} router`,
+        shared ? undefined : denseRelease,
+      );
+      if (shared)
+        after = e.gpu(
+          'sharedExpert',
+          this.gpuCost('sharedExperts', T),
+          [after],
+          () => `L${l} shared experts`,
+          denseRelease,
+        );
+    }
+    if (denseRelease) this.weightRing.released(ly.weightFill, after);
+    if (mi >= 0) {
+      const layerWeights = c.weightGranularity === 'layer' ? ly.weightTask : -1;
+      this.experts(l, mi, T, after, layerWeights, c.weightGranularity === 'expert', '');
+    }
+  }
+
+  /** Model-based batching: attention, router and experts per micro-batch (ω = 1: CGOPipe's order). */
+  private perMicroBatchLayer(ly: GpuLayer): void {
+    const c = this.c;
+    const seqs = this.inp.shape.seqs;
+    const M = Math.ceil(seqs / c.attnMicroSeqs);
+    const size = (m: number) => Math.min(c.attnMicroSeqs, seqs - m * c.attnMicroSeqs);
+    if (c.omega === 0) {
+      for (let m = 0; m < M; m++) this.postAttention(ly, m, size(m), this.gpuAttention(ly, size(m), m));
+    } else {
+      // The GPU runs the projections of micro-batch m+1 before the post-attention part of m.
+      const joins: number[] = [];
+      joins.push(this.cpuAttention(ly, size(0), 0));
+      for (let m = 0; m < M; m++) {
+        if (m + 1 < M) joins.push(this.cpuAttention(ly, size(m + 1), m + 1));
+        this.postAttention(ly, m, size(m), joins[m]!);
+      }
+    }
+  }
+
+  /** Router, shared experts and experts (or the dense FFN) of micro-batch `m` of `seqs` sequences. */
+  private postAttention(ly: GpuLayer, m: number, seqs: number, attnJoin: number): void {
+    const e = this.e;
+    const { l, mi, weightTask } = ly;
+    const tok = seqs * this.nt;
+    if (mi < 0) {
+      e.gpu('denseFfn', this.gpuCost('denseFfn', tok), [attnJoin, weightTask], () => `L${l} m${m} dense FFN`);
+      return;
+    }
+    let after = e.gpu('router', this.gpuCost('router', tok), [attnJoin, weightTask], () => `L${l} m${m} router`);
+    if (this.inp.model.sharedExperts > 0)
+      after = e.gpu('sharedExpert', this.gpuCost('sharedExperts', tok), [after], () => `L${l} m${m} shared experts`);
+    this.experts(l, mi, tok, after, weightTask, false, ` m${m}`);
+  }
+
+  /** GPU attention of `s` sequences (micro-batch `m`) with host or GPU KV. Returns the attention kernel. */
+  private gpuAttention(ly: GpuLayer, s: number, m: number): number {
+    const { e, nt, past } = this;
+    const kvTok = this.inp.mm.kvBytesPerTokenPerLayer;
+    const l = ly.l;
+    let kvIn = -1;
+    let kvInKey: string | undefined;
+    let kvInFill = -1;
+    if (ly.kvHost && past > 0) {
+      const r = this.kvInRing.next();
+      kvInKey = r.key;
+      kvInFill = r.fill;
+      const bytes = s * past * kvTok;
+      kvIn = e.h2d('kv', bytes, [r.waitFor], true, () => `L${l} m${m} KV H2D`, {
+        alloc: hold(bytes, 'kvCache', r.key),
+      });
+    }
+    let out: ReturnType<Ring['next']> | undefined;
+    const alloc: MemoryRequest[] = [];
+    if (ly.kvHost) {
+      out = this.kvOutRing.next();
+      alloc.push({ pool: 'vram', bytes: s * nt * kvTok, category: 'kvCache', hold: out.key });
+    }
+    const deps = [...ly.inputs, out ? out.waitFor : -1, kvIn];
+    const att = e.gpu(
+      'attention',
+      this.inp.cost.estimate({ kind: 'attention', tokens: s * nt, contextTokens: s * this.ctxPerSeq }).ns,
+      deps,
+      () => `L${l} m${m} attention`,
+      {
+        ...(alloc.length > 0 ? { alloc } : {}),
+        ...(kvInKey ? { release: [kvInKey] } : {}),
+      },
+    );
+    if (kvInKey) this.kvInRing.released(kvInFill, att);
+    if (out)
+      this.kvOutRing.released(
+        out.fill,
+        e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }),
+      );
+    return att;
+  }
+
+  /** CPU attention of `s` sequences: GPU projections → Q D2H → CPU → output H2D. Returns the output copy. */
+  private cpuAttention(ly: GpuLayer, s: number, m: number): number {
+    const { e, nt, mlaUp } = this;
+    const l = ly.l;
+    const proj = e.gpu(
+      'attnProj',
+      this.gpuCost('attentionProj', s * nt),
+      [...ly.inputs],
+      () => `L${l} m${m} proj (CPU part)`,
+    );
+    const q = e.d2h('activations', this.actBytes(s * nt), [proj], false, () => `L${l} m${m} Q D2H`);
+    const ca = this.inp.cost.estimate({
+      kind: 'cpuAttention',
+      tokens: s * nt,
+      contextTokens: s * this.ctxPerSeq,
+      cores: this.c.cpuCores,
+    });
+    // MLA: the latent up-projection of these tokens (W_UK into the queries, W_UV out of the
+    // attended latents) runs beside the scores on the CPU, reading kv_b from host DRAM.
+    // Priced at the FLOP rate of the runtime's CPU kernel (its efficiency and threads), as the
+    // scores are: the system's own CPU code does both.
+    const caNs = ca.computeNs ?? ca.ns;
+    const upNs =
+      mlaUp.flopsPerToken > 0 && ca.flops > 0 && caNs > 0
+        ? ceilNs(((s * nt * mlaUp.flopsPerToken) / ca.flops) * caNs)
+        : 0;
+    const computeNs = caNs + upNs;
+    const ct = e.cpu('cpuAttention', computeNs as Ns, ca.bytes + mlaUp.bytes, [q], () => `L${l} m${m} CPU attention`);
+    return e.h2d('activations', this.actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
+  }
+
+  /** Experts of one MoE layer over `tokens` tokens. `weightDep`: the layer transfer (layer granularity) or -1. */
+  private experts(
+    l: number,
+    mi: number,
+    tokens: number,
+    after: number,
+    weightDep: number,
+    streamOwn: boolean,
+    tag: string,
+  ): void {
+    const { c, e } = this;
+    const { mm, cached, cost } = this.inp;
+    const counts = this.countsBuf;
+    counts.fill(0);
+    this.inp.counts(mi, tokens, counts);
+    for (let x = 0; x < mm.experts; x++) {
+      const cnt = counts[x]!;
+      this.routedTokenSlots += cnt;
+      this.expertLayerPairs++;
+      if (cnt > 0) this.activatedPairs++;
+      let w = -1;
+      let key: string | undefined;
+      let fill = -1;
+      if (streamOwn && x >= cached.cachedExperts[l]! && (cnt > 0 || c.streamAllExperts)) {
+        const r = this.expertRing.next();
+        key = r.key;
+        fill = r.fill;
+        w = e.h2d('weights', mm.expertBytes, [r.waitFor], true, () => `L${l} e${x} weights`, {
+          alloc: hold(mm.expertBytes, 'expertWeights', r.key),
+        });
+      }
+      if (cnt > 0) {
+        // ⌈cnt / b_e⌉ GEMM chunks run back to back on the stream with nothing between them (all
+        // their deps are met when the first may start), so they are one task whose duration is
+        // the sum of the chunks' (each chunk priced, and launched, on its own).
+        const chunks = Math.ceil(cnt / c.expertChunkTokens);
+        const full = cost.estimate({ kind: 'expert', tokens: c.expertChunkTokens }).ns;
+        const lastTokens = cnt - c.expertChunkTokens * (chunks - 1);
+        const ns = ((chunks - 1) * full + cost.estimate({ kind: 'expert', tokens: lastTokens }).ns) as Ns;
+        const id = e.gpu(
+          'expert',
+          ns,
+          [after, weightDep, w],
+          () => `L${l}${tag} e${x} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
+          key ? { release: [key] } : undefined,
+        );
+        if (key) this.expertRing.released(fill, id);
+      } else if (key) {
+        this.expertRing.released(
+          fill,
+          e.barrier('sync', [after, w], [key], () => `L${l}${tag} e${x} unused`),
+        );
+      }
+    }
+  }
+
+  /** A GPU kernel's cost-model duration over `tokens` tokens (attention has its own, with context). */
+  private gpuCost(kind: 'denseFfn' | 'router' | 'sharedExperts' | 'attentionProj', tokens: number): Ns {
+    return this.inp.cost.estimate({ kind, tokens }).ns;
+  }
+
+  private cpuNs(flops: number): Ns {
+    return ceilNs((flops / this.cpuRate) * 1e9);
+  }
+}
