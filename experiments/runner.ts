@@ -226,12 +226,15 @@ async function checkWorlds(
   onWarning: (m: string) => void,
 ): Promise<void> {
   const { baseDir, file } = loaded;
+  // Throughput runs that differ only in their policy share the check of their profiles and
+  // workload (serving worlds may run a recording pass on theirs: each builds its own).
+  const checkedParts = new Map();
   for (const spec of specs) {
     // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
     // are served while a long preflight goes on (an experiment sharing the pool with others).
     await new Promise<void>((resolve) => setImmediate(resolve));
     try {
-      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
+      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning, checkedParts });
       else await buildServingWorld(spec, { baseDir, onWarning });
     } catch (err) {
       throw asReported(err, spec, file);
