@@ -67,6 +67,13 @@ import { DEFAULT_PLUGIN_BUDGET_MS, PluginExit, probeImport, readOnly, runPluginC
 
 export const RESULTS_SCHEMA_VERSION = 1;
 
+/**
+ * Shortest wall time between two partial writes of a sweep's outputs (ms). A choice, not a
+ * measurement: what a killed sweep may have to simulate again on resume, against rewriting every
+ * run so far after each run (quadratic in the runs; MoE-Lens's throughput sweep writes 23 MB).
+ */
+const PARTIAL_WRITE_INTERVAL_MS = 5000;
+
 export interface RunRecord {
   readonly index: number;
   readonly policy: string;
@@ -226,12 +233,15 @@ async function checkWorlds(
   onWarning: (m: string) => void,
 ): Promise<void> {
   const { baseDir, file } = loaded;
+  // Throughput runs that differ only in their policy share the check of their profiles and
+  // workload (serving worlds may run a recording pass on theirs: each builds its own).
+  const checkedParts = new Map();
   for (const spec of specs) {
     // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
     // are served while a long preflight goes on (an experiment sharing the pool with others).
     await new Promise<void>((resolve) => setImmediate(resolve));
     try {
-      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning });
+      if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning, checkedParts });
       else await buildServingWorld(spec, { baseDir, onWarning });
     } catch (err) {
       throw asReported(err, spec, file);
@@ -432,6 +442,21 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   // Writes are queued: one at a time (they share temporary file names), each with every run done by then.
   let writes: Promise<void> = Promise.resolve();
   const write = (complete: boolean): Promise<void> => (writes = writes.then(() => writeNow(complete)));
+  // The files written after a run hold every run done so far (what a resume keeps), so each write
+  // costs more as runs accumulate (tens of MB for MoE-Lens sweeps). The first run is written at
+  // once, later ones at most every PARTIAL_WRITE_INTERVAL_MS or 10 × the last write's wall time
+  // (a kill loses at most that much), the rest after a failure and at the end.
+  let unwritten = 0;
+  let nextWriteMs = Number.NEGATIVE_INFINITY;
+  const writeSome = async (): Promise<void> => {
+    unwritten++;
+    if (performance.now() < nextWriteMs) return;
+    unwritten = 0;
+    const t0 = performance.now();
+    await write(false);
+    const t1 = performance.now();
+    nextWriteMs = t1 + Math.max(PARTIAL_WRITE_INTERVAL_MS, 10 * (t1 - t0));
+  };
 
   let backend: Backend;
   if (o.backend) {
@@ -465,10 +490,12 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
       byIndex.set(spec.index, out.record);
       timingByIndex.set(spec.index, out.timing);
       progress.runDone();
-      await write(false);
+      await writeSome();
     });
   } catch (err) {
-    // A run failed before any was written: the folder this call made is removed (nothing partial left).
+    // The runs done are written (as each would have been); if none was, the folder this call made
+    // is removed (nothing partial left).
+    if (unwritten > 0) await write(false).catch(() => {});
     await writes.catch(() => {});
     if (createdOut && outDir && readdirSync(outDir).length === 0) rmdirSync(outDir);
     throw err;

@@ -28,7 +28,16 @@ export interface WorldOptions {
   readonly sink?: TraceSink;
   /** Receives cost-model warnings (e.g. measured-table extrapolation). */
   readonly onWarning?: (message: string) => void;
+  /**
+   * Preflight of throughput worlds only (built to be checked, never run; a serving world may run
+   * a recording pass on its parts): runs with the same profiles, seed, workload and executor
+   * limits share one build of those parts, which is deterministic, so a check repeated on the
+   * same inputs can only repeat the first one's outcome.
+   */
+  readonly checkedParts?: Map<string, Promise<CommonParts>>;
 }
+
+type CommonParts = Awaited<ReturnType<typeof buildCommonParts>>;
 
 /** Recorded need sequences by run spec (preflight and run build the same spec twice). */
 const recordedNeeds = new WeakMap<RunSpec, NeedTrace>();
@@ -84,7 +93,20 @@ async function recordNeedsOf(spec: RunSpec, o: WorldOptions): Promise<NeedTrace>
  * What both families build the same way: profiles, cost model (its rates and derived durations
  * range-checked before anything runs), the run's rng streams and the workload.
  */
-async function commonParts(spec: RunSpec, o: WorldOptions) {
+function commonParts(spec: RunSpec, o: WorldOptions): Promise<CommonParts> {
+  const cache = o.checkedParts;
+  if (!cache) return buildCommonParts(spec, o);
+  const maxWaitMs = spec.throughput ? undefined : spec.executor.maxWaitMs;
+  const key = JSON.stringify([o.baseDir, spec.model, spec.hardware, spec.runtime, spec.seed, spec.workload, maxWaitMs]);
+  let parts = cache.get(key);
+  if (!parts) {
+    parts = buildCommonParts(spec, o);
+    cache.set(key, parts);
+  }
+  return parts;
+}
+
+async function buildCommonParts(spec: RunSpec, o: WorldOptions) {
   const model = loadModel(spec.model);
   const hardware = loadHardware(spec.hardware);
   const runtime = loadRuntime(spec.runtime, o.baseDir);

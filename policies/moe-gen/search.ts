@@ -19,7 +19,11 @@
  * Searches are pure functions of (model, machine, cost model, workload summary, parameters)
  * and memoised per process (the cost model by a fingerprint of its prices, so a runtime with
  * another CPU kernel or thread count searches anew), so a sweep over ω repeats the
- * unconstrained search (reported as `omegaAuto`) only once.
+ * unconstrained search (reported as `omegaAuto`) only once. The pass predictions the searches
+ * price candidates with are memoised per process too (same context key, plus shape,
+ * configuration and mode): a fixed-ω search walks the same candidates as that ω's leg of the
+ * unconstrained search, so after one of the two the other prices nothing anew. The
+ * per-search candidate memo (whose size is the reported `evaluated`) is unchanged.
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import {
@@ -76,6 +80,8 @@ const BE_GRID_DECODE = [256, 512, 1024, 2048, 4096, 8192, 16384];
 const BE_GRID_PREFILL = [1024, 2048, 4096, 8192, 16384, 32768];
 
 const searchMemo = new Map<string, PlanResult>();
+/** Pass predictions by context key, then by (shape, configuration, mode): pure, so shared by every search. */
+const predictMemo = new Map<string, Map<string, number>>();
 
 /** Bytes for messages: GB with two decimals, or MB below 0.1 GB. */
 function bytesText(b: number): string {
@@ -108,26 +114,44 @@ function costFingerprint(ctx: PlanContext): number[] {
   ];
 }
 
+/** What a pass prediction depends on besides its shape and configuration: the profiles and the cost model's prices. */
+function contextKey(ctx: PlanContext): string {
+  return JSON.stringify([ctx.model, ctx.hardware, costFingerprint(ctx)]);
+}
+
 export function moeGenPlan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
-  const key = JSON.stringify([
-    ctx.model.id,
-    ctx.model.derived.totalBytes,
-    ctx.hardware.id,
-    ctx.hardware.gpu.vramBytes,
-    ctx.hardware.hostDramBytes,
-    costFingerprint(ctx),
-    ctx.workload,
-    s,
-  ]);
+  return planWithKey(ctx, s, contextKey(ctx));
+}
+
+function planWithKey(ctx: PlanContext, s: MoeGenSettings, ctxKey: string): PlanResult {
+  const key = JSON.stringify([ctxKey, ctx.workload, s]);
   let r = searchMemo.get(key);
   if (!r) {
-    r = plan(ctx, s);
+    let predictions = predictMemo.get(ctxKey);
+    if (!predictions) {
+      predictions = new Map();
+      predictMemo.set(ctxKey, predictions);
+    }
+    const memo = predictions;
+    const predict: Predict = (shape, config, mode) => {
+      const k = JSON.stringify([shape, config, mode]);
+      let ns = memo.get(k);
+      if (ns === undefined) {
+        ns = predictPassNs(ctx, shape, config, { mode });
+        memo.set(k, ns);
+      }
+      return ns;
+    };
+    r = plan(ctx, s, predict, ctxKey);
     searchMemo.set(key, r);
   }
   return r;
 }
 
-function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
+/** `predictPassNs` of the plan's context (memoised). */
+type Predict = (shape: PassShape, config: PassConfig, mode: 'exact' | 'extrapolate') => number;
+
+function plan(ctx: PlanContext, s: MoeGenSettings, predict: Predict, ctxKey: string): PlanResult {
   const { model, hardware: hw, workload: w } = ctx;
   const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
   if (hostWhy) return { feasible: false, reason: hostWhy };
@@ -152,12 +176,12 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
 
   let decode: PhasePlan | undefined;
   if (w.phases.decode) {
-    const d = searchPhase(ctx, s, base, 'decode', N);
+    const d = searchPhase(ctx, s, base, 'decode', N, predict);
     if (!d.feasible) return d;
     decode = d.plan;
     if (s.omega !== 'auto') {
       // The unconstrained search of the same run (memoised: a sweep over ω runs it once).
-      const auto = moeGenPlan(ctx, { ...s, omega: 'auto' });
+      const auto = planWithKey(ctx, { ...s, omega: 'auto' }, ctxKey);
       const a = auto.feasible ? auto.plan.decode.search : undefined;
       if (a)
         decode = { ...decode, search: { ...decode.search!, omegaAuto: a.omega, predictedPassSAuto: a.predictedPassS } };
@@ -165,7 +189,7 @@ function plan(ctx: PlanContext, s: MoeGenSettings): PlanResult {
   }
   let prefill: PhasePlan | undefined;
   if (w.phases.prefill) {
-    const p = searchPhase(ctx, s, base, 'prefill', N);
+    const p = searchPhase(ctx, s, base, 'prefill', N, predict);
     if (!p.feasible) return p;
     prefill = p.plan;
   }
@@ -191,6 +215,7 @@ function searchPhase(
   base: PassConfig,
   phase: 'prefill' | 'decode',
   N: number,
+  predict: Predict,
 ): PhaseResult {
   const { model, hardware: hw, workload: w } = ctx;
   const vram = hw.gpu.vramBytes;
@@ -237,7 +262,7 @@ function searchPhase(
     const ref = shapesOf(c).ref;
     const key = JSON.stringify([cfg, ref.seqs]);
     if (byConfig.has(key)) return byConfig.get(key);
-    const v = tokensOf(c) / predictPassNs(ctx, ref, cfg, { mode: 'extrapolate' });
+    const v = tokensOf(c) / predict(ref, cfg, 'extrapolate');
     byConfig.set(key, v);
     return v;
   };
@@ -318,7 +343,7 @@ function searchPhase(
   }
   const cfg = toConfig(found.best)!;
   const ref = shapesOf(found.best).ref;
-  const exactNs = predictPassNs(ctx, ref, cfg);
+  const exactNs = predict(ref, cfg, 'exact');
   const report: SearchReport = {
     B: ref.seqs,
     // No GPU attention at all when ω = 1: no micro-batch to report.

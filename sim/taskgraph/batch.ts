@@ -44,7 +44,8 @@ export function validateBatch(
   fail: (message: string) => never,
 ): NormalizedTask[] {
   const inBatch = new Map<TaskId, number>();
-  specs.forEach((s, i) => {
+  for (let i = 0; i < specs.length; i++) {
+    const s = specs[i]!;
     const id: unknown = s?.id;
     if (!(typeof id === 'string' || (typeof id === 'number' && Number.isFinite(id)))) {
       fail(`task #${i} of the batch: id must be a string or a finite number (got ${String(id)})`);
@@ -52,13 +53,15 @@ export function validateBatch(
     if (view.has(s.id)) fail(`task ${showId(s.id)}: id already added`);
     if (inBatch.has(s.id)) fail(`task ${showId(s.id)}: id appears twice in the batch`);
     inBatch.set(s.id, i);
-  });
+  }
 
-  const out: NormalizedTask[] = specs.map((s) => normalizeOne(s, view, inBatch, fail));
+  const out: NormalizedTask[] = [];
+  for (const s of specs) out.push(normalizeOne(s, view, inBatch, fail));
 
-  // Cycles can only lie inside the batch: earlier tasks never depend on new ones.
-  const order = topologicalOrder(out, inBatch);
-  if (order.length < out.length) {
+  // Cycles can only lie inside the batch: earlier tasks never depend on new ones. A batch whose
+  // deps all point to earlier tasks of the batch (builders add in creation order) has none.
+  const order = depsPointBack(out, inBatch) ? undefined : topologicalOrder(out, inBatch);
+  if (order && order.length < out.length) {
     const placed = new Set(order);
     const stuck = out.map((_, i) => i).filter((i) => !placed.has(i));
     fail(
@@ -125,10 +128,12 @@ function normalizeOne(
     fail(`${where}: priority must be a finite number (got ${String(priority)})`);
 
   const deps: TaskId[] = [];
-  const seen = new Set<TaskId>();
-  for (const d of s.deps ?? []) {
-    if (seen.has(d)) continue;
-    seen.add(d);
+  const given = s.deps ?? [];
+  // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
+  const seen = given.length > 16 ? new Set<TaskId>() : undefined;
+  for (const d of given) {
+    if (seen ? seen.has(d) : deps.includes(d)) continue;
+    seen?.add(d);
     if (d === s.id) fail(`${where}: depends on itself`);
     if (!view.has(d) && !inBatch.has(d))
       fail(`${where}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
@@ -204,6 +209,17 @@ function checkKindFields(s: TaskSpec, view: GraphView, where: string, fail: (m: 
   return stream;
 }
 
+/** True if every dep inside the batch is an earlier task of the batch (then there is no cycle). */
+function depsPointBack(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<TaskId, number>): boolean {
+  for (let i = 0; i < tasks.length; i++) {
+    for (const d of tasks[i]!.deps) {
+      const j = inBatch.get(d);
+      if (j !== undefined && j >= i) return false;
+    }
+  }
+  return true;
+}
+
 /** Kahn's algorithm over the batch (deps outside the batch are already in the graph). Returns batch indices. */
 function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<TaskId, number>): number[] {
   const indegree = tasks.map(() => 0);
@@ -237,6 +253,9 @@ function isAncestor(
   depsOf: (id: TaskId) => readonly TaskId[],
   isDone: (id: TaskId) => boolean,
 ): boolean {
+  // The usual case first, without allocating: the holder is a direct dep.
+  const direct = depsOf(id);
+  for (let i = 0; i < direct.length; i++) if (direct[i] === ancestor) return true;
   const seen = new Set<TaskId>();
   const queue: TaskId[] = [id];
   for (let head = 0; head < queue.length; head++) {

@@ -724,6 +724,22 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
     });
   }
 
+  it('accepts a batch listing tasks before their deps, repeated deps, and a release through an indirect dep', () => {
+    const { sim, graph } = world();
+    const hold = { alloc: [{ pool: 'vram' as const, bytes: 1, category: 'workspace' as const, hold: 'k' }] };
+    const many = Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? 'a' : 'm'));
+    graph.add([
+      g('t', { deps: ['m', 'm', 'a'], release: ['k'] }), // before its deps; holder 'a' reached through 'm'
+      g('m', { deps: ['a', 'a'] }),
+      g('a', hold),
+      g('j', { deps: many }), // a long list with repeats (the set path)
+    ]);
+    sim.run();
+    graph.assertDone();
+    expect(graph.timing('t').startNs).toBe(ms(2));
+    expect(graph.timing('j').startNs).toBe(ms(3)); // one GPU: after t (added first)
+  });
+
   it('a later batch can release a live hold, and the key can be reused once its releaser has finished', () => {
     const { sim, r, graph } = world();
     graph.add({

@@ -180,6 +180,57 @@ describe('critical-path estimator: hand-made DAGs', () => {
       f[dag.finalId],
     );
   });
+
+  it("the final join's earliest finish is the critical path's length (what a simulated pass reports)", () => {
+    const model = loadModel('deepseek-v2-lite');
+    const real = loadHardware('moe-gen-c2');
+    const cost = createCostModel(model, real);
+    const decode = {
+      phase: 'decode',
+      seqs: 40,
+      newTokens: 1,
+      pastTokens: 300,
+      hostSeqs: 40,
+      reserveTokens: 400,
+    } as const;
+    const prefill = {
+      phase: 'prefill',
+      seqs: 4,
+      newTokens: 256,
+      pastTokens: 0,
+      hostSeqs: 4,
+      reserveTokens: 400,
+    } as const;
+    const base = { ...defaultPassConfig(model.layers), attnMicroSeqs: 8, cpuCores: 8, kvBuffers: 2, expertSlots: 5 };
+    const variants: [PassShape, PassConfig][] = [
+      [decode, { ...base, omega: 0.4 }],
+      [decode, { ...base, omega: 1, expertBatching: 'perMicroBatch', weightGranularity: 'layer', weightSlots: 2 }],
+      [decode, { ...base, gpuLayers: 10, kvGpuLayers: 3 }],
+      [prefill, { ...base, expertChunkTokens: 64 }],
+    ];
+    // Uneven, made-up routing (not the estimator's even counts); the last expert gets no token.
+    const counts = (layer: number, tokens: number, out: Float64Array) => {
+      const n = Math.round(tokens * model.topK);
+      for (let i = 0; i < n; i++) out[(i * 7 + layer) % (out.length - 1)]! += 1 + (i % 3);
+    };
+    for (const [i, [shape, config]] of variants.entries()) {
+      const dag = buildPassDag({ model, hardware: real, cost, shape, config, counts });
+      const cp = staticCriticalPath(dag.tasks, (t) => uncontendedNs(t, real)).lengthNs;
+      expect(earliestFinishes(dag, real)[dag.finalId]).toBe(cp);
+      if (i > 0) continue; // one simulated pass: its report is that number
+      const sim = simulatePass({
+        model,
+        hardware: real,
+        cost,
+        shape,
+        config,
+        counts,
+        packetBytes: 1 << 20,
+        hostKvBytes: 0,
+      });
+      expect(sim.criticalPathNs).toBe(cp);
+    }
+  });
 });
 
 describe('pass DAG of a two-layer toy model, timed by hand', () => {
