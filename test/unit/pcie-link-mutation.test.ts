@@ -340,6 +340,7 @@ describe('PcieLink defaults, records and checks (hand-computed)', () => {
     const sched = new Simulation<ResourceEvent>();
     const base = { name: 'd2h' as const, bytesPerSec: BW, latencyNs: 0, packetBytes: PKT, sched };
     expect(() => new PcieLink({ ...base, bytesPerSec: -2 })).toThrow('d2h: bandwidth must be > 0 B/s, got -2');
+    expect(() => new PcieLink({ ...base, bytesPerSec: 0 })).toThrow('d2h: bandwidth must be > 0 B/s, got 0');
     expect(() => new PcieLink({ ...base, bytesPerSec: Number.NaN })).toThrow('got NaN');
     expect(() => new PcieLink({ ...base, packetBytes: 0 })).toThrow('d2h: packetBytes must be ≥ 1, got 0');
     expect(() => new PcieLink({ ...base, latencyNs: -0.5 })).toThrow('d2h: latencyNs must be ≥ 0, got -0.5');
