@@ -16,7 +16,14 @@ import { createLfu, LfuParams } from '../../policies/cache/lfu.ts';
 import { createLru, LruOrder, lruSlots } from '../../policies/cache/lru.ts';
 import { onDemand } from '../../policies/cache/on-demand.ts';
 import { createRnd, RndParams } from '../../policies/cache/rnd.ts';
-import { evictable, firstBy, firstVictimBy, layerCounts, trimToCaps, victimPool } from '../../policies/cache/victims.ts';
+import {
+  evictable,
+  firstBy,
+  firstVictimBy,
+  layerCounts,
+  trimToCaps,
+  victimPool,
+} from '../../policies/cache/victims.ts';
 
 /** 3 MoE layers of 4 experts: key = layer · 4 + expert. */
 const E = 4;

@@ -68,7 +68,17 @@ function simulate(c: Case, packetRuns: boolean, sinkKind: SinkKind): unknown {
   const dram = c.dram ? new FluidShare('hostDram', 1e12, sim) : undefined;
   const runGroup = new LinkRunGroup();
   const mk = (name: LinkName): PcieLink =>
-    new PcieLink({ name, bytesPerSec: BW, latencyNs: c.latencyNs, packetBytes: PKT, sched: sim, dram, sink, packetRuns, runGroup });
+    new PcieLink({
+      name,
+      bytesPerSec: BW,
+      latencyNs: c.latencyNs,
+      packetBytes: PKT,
+      sched: sim,
+      dram,
+      sink,
+      packetRuns,
+      runGroup,
+    });
   const links = { h2d: mk('h2d'), d2h: mk('d2h') };
   const link = links.h2d;
   const done: unknown[] = [];
@@ -76,7 +86,16 @@ function simulate(c: Case, packetRuns: boolean, sinkKind: SinkKind): unknown {
   const seen: unknown[] = [];
   const cmds: (() => void)[] = [];
   const look = (): void =>
-    void seen.push([sim.now, A.sentBytes, A.state, C.sentBytes, C.state, link.bytesMoved, link.busyTimeNs(), link.idle]);
+    void seen.push([
+      sim.now,
+      A.sentBytes,
+      A.state,
+      C.sentBytes,
+      C.state,
+      link.bytesMoved,
+      link.busyTimeNs(),
+      link.idle,
+    ]);
   let B: Transfer | undefined;
   const act = (): void => {
     // Before the command only what a run keeps up to date at once (its bytes are accounted on sync).
@@ -201,18 +220,19 @@ function cases(): Case[] {
         // Stamps: at 0, at the previous boundary (the packet's start), just after it, and `at` itself.
         const prev = at - PKT;
         const froms = [...new Set([0, prev, prev + 1, at].filter((f) => f >= 0 && f <= at))];
+        // A relay at 0 runs before or after the transfers are submitted; a later relay runs after
+        // the completions of its instant (a relay that ran before them, or among them but
+        // scheduled earlier, is the case the run cannot tell from its own schedule: see
+        // `packetsPassed`).
         for (const priority of [5, 10, 20])
           for (const from of froms)
-            // A relay at 0 runs before or after the transfers are submitted; a later relay runs after
-            // the completions of its instant (a relay that ran before them, or among them but
-            // scheduled earlier, is the case the run cannot tell from its own schedule: see
-            // `packetsPassed`).
             for (const relayPriority of from === 0 ? [5, 20] : [20]) {
               // A relay at `at` cannot schedule into the part of the instant already dispatched.
               if (from === at && priority < relayPriority) continue;
               for (const action of actions) {
                 out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: false });
-                if (PRESPLIT.has(action)) out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: true });
+                if (PRESPLIT.has(action))
+                  out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: true });
               }
             }
       }
@@ -253,7 +273,8 @@ describe('PcieLink runs at exact packet boundaries', () => {
 
   it('conserve bytes in every case', () => {
     for (const c of grid.filter((x) => x.priority === 10 && x.relayPriority === 20)) {
-      for (const runs of [false, true]) expect((simulate(c, runs, 'none') as { conserved: boolean }).conserved).toBe(true);
+      for (const runs of [false, true])
+        expect((simulate(c, runs, 'none') as { conserved: boolean }).conserved).toBe(true);
     }
   });
 });
@@ -296,7 +317,9 @@ describe('PcieLink defaults, records and checks (hand-computed)', () => {
     expect(link.cancel(b)).toBe(true);
     sim.run();
     expect(a.state).toBe('done');
-    expect(sink.transfers.map((r) => [r.label, r.category, r.outcome, r.submitNs, r.startNs, r.endNs, r.sentBytes])).toEqual([
+    expect(
+      sink.transfers.map((r) => [r.label, r.category, r.outcome, r.submitNs, r.startNs, r.endNs, r.sentBytes]),
+    ).toEqual([
       ['b', 'y', 'cancelled', 0, 120, 120, 0],
       ['a', 'x', 'done', 0, 0, 300, 250],
     ]);
@@ -310,7 +333,14 @@ describe('PcieLink defaults, records and checks (hand-computed)', () => {
   it('busy time from 0 stops at an idle gap and resumes after it', () => {
     for (const packetRuns of [true, false]) {
       const sim = new Simulation<ResourceEvent>();
-      const link = new PcieLink({ name: 'h2d', bytesPerSec: BW, latencyNs: 0, packetBytes: PKT, sched: sim, packetRuns });
+      const link = new PcieLink({
+        name: 'h2d',
+        bytesPerSec: BW,
+        latencyNs: 0,
+        packetBytes: PKT,
+        sched: sim,
+        packetRuns,
+      });
       sim.setHandlers({
         'gpu.kernelDone': () => {},
         'link.latencyDone': () => link.onLatencyDone(),
@@ -345,7 +375,10 @@ describe('PcieLink defaults, records and checks (hand-computed)', () => {
     expect(() => new PcieLink({ ...base, packetBytes: 0 })).toThrow('d2h: packetBytes must be ≥ 1, got 0');
     expect(() => new PcieLink({ ...base, latencyNs: -0.5 })).toThrow('d2h: latencyNs must be ≥ 0, got -0.5');
     expect(new PcieLink({ ...base, packetBytes: 1 }).packetBytes).toBe(1);
-    expect(new PcieLink({ ...base, latencyNs: 2.6, packetBytes: 99.9 })).toMatchObject({ latencyNs: 3, packetBytes: 99 });
+    expect(new PcieLink({ ...base, latencyNs: 2.6, packetBytes: 99.9 })).toMatchObject({
+      latencyNs: 3,
+      packetBytes: 99,
+    });
     const link = new PcieLink(base);
     expect(() => link.submit({ bytes: 2.5, priority: 0, label: 'frac', category: 'x' })).toThrow(
       '[t=0ns link d2h] transfer bytes must be a positive integer, got 2.5',
