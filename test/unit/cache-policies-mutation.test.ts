@@ -403,6 +403,13 @@ describe('lcp', () => {
     t.observe(0, [0, 1, 0], 1);
     expect(t.evictFirst(1, 0)).toBeGreaterThan(0); // 0 activated earlier: first
     expect(firstBy([2, 1, 0], t.evictFirst)).toBe(2);
+    // Equal P exactly (μ 1, ν 0) in two layers whose clocks differ: the earlier activation first.
+    const u = new LcpScores(2, 2, 2, 0.25);
+    u.observe(1, [1, 0], 5); // key 2: last 5
+    u.observe(0, [0, 1], 1); // key 1: last 1
+    expect([u.priority(1), u.priority(2)]).toEqual([1, 1]);
+    expect(u.evictFirst(2, 1)).toBeGreaterThan(0);
+    expect(firstBy([2, 1], u.evictFirst)).toBe(1);
   });
 
   it('createLcp: scores over the batch’s tokens, per-layer trims and victims', () => {
