@@ -51,8 +51,11 @@ interface Case {
   /** At `from` = 0: 5 schedules the command before the transfers are submitted, 20 after; later: the relay's priority. */
   readonly relayPriority: number;
   readonly action: Action;
-  /** 60 ns before `at`, a transfer on the other link splits A's run (its packet in flight becomes a real one). */
-  readonly presplit: boolean;
+  /**
+   * 60 ns before `at`, an urgent transfer on the other link or on this one splits A's run (its packet
+   * in flight becomes a real packet, or a flow injected into the DRAM share).
+   */
+  readonly presplit: 'none' | 'other' | 'same';
 }
 
 type SinkKind = 'record' | 'none' | 'empty';
@@ -155,12 +158,16 @@ function simulate(c: Case, packetRuns: boolean, sinkKind: SinkKind): unknown {
     },
     cmd: (e) => cmds[e.id]!(),
   });
+  // A first event takes seq 0, so a command scheduled next is ordered after anything given seq 0.
+  cmds[9] = () => {};
+  sim.schedule(0 as Ns, { kind: 'cmd', id: 9 }, 20);
   // Relay at time 0 before the transfers are submitted (its seq precedes the run's) when its priority is low.
   if (c.from === 0 && c.relayPriority < 10) cmdAt();
   const A = link.submit({ bytes: 450, priority: 5, label: 'A', category: 'x', onDone });
   const C = link.submit({ bytes: 120, priority: 7, label: 'C', category: 'x', onDone, tag: 3 });
-  if (c.presplit) {
-    cmds.push(() => void links.d2h.submit({ bytes: 30, priority: 0, label: 'S', category: 'x', onDone }));
+  if (c.presplit !== 'none') {
+    const splitter = c.presplit === 'other' ? links.d2h : link;
+    cmds[2] = () => void splitter.submit({ bytes: 30, priority: 0, label: 'S', category: 'x', onDone });
     sim.schedule(Math.max(0, c.at - 60) as Ns, { kind: 'cmd', id: 2 }, 20);
   }
   if (c.from === 0 && c.relayPriority >= 10) cmdAt();
@@ -230,9 +237,10 @@ function cases(): Case[] {
               // A relay at `at` cannot schedule into the part of the instant already dispatched.
               if (from === at && priority < relayPriority) continue;
               for (const action of actions) {
-                out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: false });
+                out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: 'none' });
                 if (PRESPLIT.has(action))
-                  out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit: true });
+                  for (const presplit of ['other', 'same'] as const)
+                    out.push({ latencyNs, dram, at, priority, from, relayPriority, action, presplit });
               }
             }
       }
