@@ -11,11 +11,11 @@ import { describe, expect, it } from 'vitest';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { Rng } from '../../sim/kernel/rng.ts';
 import type { BufferEntryView, ExpertKey, LayerRouting, ServingView } from '../../sim/serving/policy.ts';
-import { createLcp, iterationTokens, LCP_OMEGA, LCP_RHO, LcpParams, LcpScores } from '../../policies/cache/lcp.ts';
-import { createLfu, LfuParams } from '../../policies/cache/lfu.ts';
-import { createLru, LruOrder, lruSlots } from '../../policies/cache/lru.ts';
+import { createLcp, iterationTokens, LCP_OMEGA, LCP_RHO, lcp, LcpParams, LcpScores } from '../../policies/cache/lcp.ts';
+import { createLfu, lfu, LfuParams } from '../../policies/cache/lfu.ts';
+import { createLru, lru, LruOrder, LruParams, lruSlots } from '../../policies/cache/lru.ts';
 import { onDemand } from '../../policies/cache/on-demand.ts';
-import { createRnd, RndParams } from '../../policies/cache/rnd.ts';
+import { createRnd, rnd, RndParams } from '../../policies/cache/rnd.ts';
 import {
   evictable,
   firstBy,
@@ -484,5 +484,56 @@ describe('rnd and on-demand', () => {
     expect(onDemand.create(onDemand.params.parse({}), ctx).afterUse!(v, 0)).toBe(false);
     expect(onDemand.create(onDemand.params.parse({ keep: true }), ctx).afterUse!(v, 0)).toBe(true);
     expect(onDemand.create(onDemand.params.parse({}), ctx).name).toBe('on-demand');
+  });
+});
+
+describe('the cache definitions', () => {
+  const model = { moeLayers: 3, topK: 2, derived: { bytesPerExpert: 1000 } } as Parameters<typeof lruSlots>[1];
+  const ctx = { rng: new ScriptedRng([0.5]) } as Parameters<typeof lru.create>[1];
+
+  it('are serving policies named as configs name them, with their capacity as buffer slots', () => {
+    const defs = [lru, lfu, lcp, rnd, onDemand] as const;
+    expect(defs.map((d) => [d.name, d.family])).toEqual([
+      ['lru', 'serving'],
+      ['lfu', 'serving'],
+      ['lcp', 'serving'],
+      ['rnd', 'serving'],
+      ['on-demand', 'serving'],
+    ]);
+    for (const d of defs) expect(d.summary.length).toBeGreaterThan(20);
+    expect(lru.summary).toMatch(/^LRU/);
+    expect(lfu.summary).toMatch(/^LFU/);
+    expect(lcp.summary).toMatch(/LCP.*ω 128, ρ 0\.25/);
+    expect(rnd.summary).toMatch(/^random-eviction/);
+    expect(onDemand.summary).toMatch(/^fetch activated experts/);
+    for (const d of [lru, lfu, lcp, rnd]) {
+      expect(d.bufferSlots!({ perLayerSlots: 4 } as never, model as never)).toBe(14);
+      expect(d.bufferSlots!({} as never, model as never)).toBeUndefined();
+    }
+    expect(lru.create(lru.params.parse({}), ctx).name).toBe('lru');
+    expect(lfu.create(lfu.params.parse({}), ctx).name).toBe('lfu');
+    expect(lcp.create(lcp.params.parse({}), ctx).name).toBe('lcp');
+    expect(rnd.create(rnd.params.parse({}), ctx).name).toBe('rnd');
+  });
+
+  it('parameters: defaults, allowed values, and nothing unknown', () => {
+    expect(LruParams.parse({})).toEqual({});
+    expect(() => LruParams.parse({ capacitySlots: 0 })).toThrow();
+    expect(() => LruParams.parse({ capacityBytes: 1.5 })).toThrow();
+    expect(() => LruParams.parse({ perLayerSlots: -1 })).toThrow();
+    expect(() => LruParams.parse({ slots: 3 })).toThrow();
+    expect(LfuParams.parse({})).toEqual({ counts: 'since-start' });
+    expect(LfuParams.parse({ counts: 'in-buffer' }).counts).toBe('in-buffer');
+    expect(() => LfuParams.parse({ counts: 'ever' })).toThrow();
+    expect(() => LfuParams.parse({ extra: 1 })).toThrow();
+    expect(RndParams.parse({})).toEqual({ mode: 'evict' });
+    expect(RndParams.parse({ mode: 'static', perLayerSlots: 2 }).mode).toBe('static');
+    expect(() => RndParams.parse({ mode: 'lru' })).toThrow();
+    expect(() => RndParams.parse({ extra: 1 })).toThrow();
+    expect(LcpParams.parse({ omega: 0.5, rho: 0.9 })).toMatchObject({ omega: 0.5, rho: 0.9 });
+    for (const bad of [{ omega: 0 }, { rho: 0 }, { rho: 1 }, { extra: 1 }])
+      expect(() => LcpParams.parse(bad)).toThrow();
+    expect(onDemand.params.parse({})).toEqual({ keep: false });
+    expect(() => onDemand.params.parse({ keep: true, extra: 1 })).toThrow();
   });
 });
