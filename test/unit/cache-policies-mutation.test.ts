@@ -489,7 +489,7 @@ describe('rnd and on-demand', () => {
 
 describe('the cache definitions', () => {
   const model = { moeLayers: 3, topK: 2, derived: { bytesPerExpert: 1000 } } as Parameters<typeof lruSlots>[1];
-  const ctx = { rng: new ScriptedRng([0.5]) } as Parameters<typeof lru.create>[1];
+  const ctx = { rng: new ScriptedRng([0.5]) } as unknown as Parameters<typeof lru.create>[1];
 
   it('are serving policies named as configs name them, with their capacity as buffer slots', () => {
     const defs = [lru, lfu, lcp, rnd, onDemand] as const;
