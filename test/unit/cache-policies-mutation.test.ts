@@ -306,6 +306,10 @@ describe('lfu', () => {
     expect(q([0, 1, 2, 3])).toBe(3);
     expect(q([1, 2, 0])).toBe(0);
     expect(q([1, 2])).toBe(2);
+    // Counts are kept for every layer's keys (key 8 = layer 2, expert 0: 2 uses; 9: none).
+    p.onLayerRouted!(v, routing(2, [1, 0, 0, 0]));
+    p.onLayerRouted!(v, routing(2, [1, 0, 0, 0]));
+    expect(q([8, 9])).toBe(9);
   });
 
   it('ties: least recently used first (never used before used), then the lowest key', () => {
