@@ -33,7 +33,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'sim/resources',
     mutate: ['sim/resources/**/*.ts'],
     // The resources' own unit and model-based tests (the task-graph suites add minutes per mutant).
-    tests: ['test/unit/resources-*.test.ts', 'test/model-based/*.test.ts'],
+    tests: ['test/unit/{resources-*,pcie-link-mutation}.test.ts', 'test/model-based/*.test.ts'],
     target: 0.85,
   },
   {
@@ -68,7 +68,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'policies/cache',
     mutate: ['policies/cache/**/*.ts'],
     tests: [
-      'test/unit/{lcp-rank,baselines,moepic}.test.ts',
+      'test/unit/{lcp-rank,baselines,moepic,cache-policies-mutation}.test.ts',
       'test/property/{victims,serving-lru-stack,baselines}.test.ts',
     ],
   },
