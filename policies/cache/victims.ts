@@ -138,6 +138,35 @@ export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose, only
     }
     return out;
   }
+  const buffer = view.buffer;
+  if (buffer.layerCount && buffer.layerEntries) return trimIndexed(view.moeLayers, buffer, capOf, choose);
+  return trimByScan(view, capOf, choose);
+}
+
+/**
+ * `trimToCaps` over every layer from the buffer's per-layer index: the same evictions as
+ * `trimByScan` (each layer's pool is its resident, unpinned entries in buffer insertion order,
+ * which is the index's order), in O(layers) when no layer is over its cap instead of a walk
+ * over every entry (caches call it on every routed layer).
+ */
+function trimIndexed(moeLayers: number, buffer: BufferView, capOf: CapOf, choose: Choose): ExpertKey[] {
+  const out: ExpertKey[] = [];
+  for (let l = 0; l < moeLayers; l++) {
+    let excess = buffer.layerCount!(l) - capOf(l);
+    if (excess <= 0) continue;
+    const pool: ExpertKey[] = [];
+    for (const e of buffer.layerEntries!(l)) if (e.state === 'resident' && !e.pinned) pool.push(e.key);
+    for (; excess > 0 && pool.length > 0; excess--) {
+      const v = choose(pool);
+      pool.splice(pool.indexOf(v), 1);
+      out.push(v);
+    }
+  }
+  return out;
+}
+
+/** `trimToCaps` over every layer by walks over all entries (the reference; buffers without a per-layer index). */
+export function trimByScan(view: ServingView, capOf: CapOf, choose: Choose): ExpertKey[] {
   const counts = layerCounts(view);
   const out: ExpertKey[] = [];
   let byLayer: Map<number, ExpertKey[]> | null = null;
