@@ -114,9 +114,10 @@ export function createAdapMoe(
       const l = routing.layer;
       stats.observe(l, routing.activated, predictedFor[l] ?? null);
       for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
-      // A prefetch the layer did not select is released (an activated one is pinned).
+      // A prefetch the layer did not select is released (an activated one is pinned). The loading
+      // entries are the buffer's entries in the same order with the resident ones left out.
       const cancel: ExpertKey[] = [];
-      for (const ent of view.buffer.entries()) {
+      for (const ent of view.buffer.loadingEntries?.() ?? view.buffer.entries()) {
         if (ent.state === 'loading' && !ent.pinned && ent.origin === 'prefetch' && view.layerOf(ent.key) <= l)
           cancel.push(ent.key);
       }
