@@ -13,7 +13,7 @@
  * when layers route (pinned experts are never evicted, so an overshoot lives at most until the
  * layer's experts have been computed).
  */
-import type { BufferView, ExpertKey, ServingView } from '../../sim/serving/policy.ts';
+import type { BufferView, EvictionQuery, ExpertKey, ServingView } from '../../sim/serving/policy.ts';
 
 /** Per-layer cap in slots. */
 export type CapOf = (layer: number) => number;
@@ -86,6 +86,34 @@ export function firstVictimBy(
   }
   if (own !== undefined) return own;
   return over !== undefined || !fallback ? over : any;
+}
+
+/**
+ * `firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback)` for an executor's eviction
+ * query, whose candidates are exactly the buffer's resident, unpinned entries in insertion order
+ * (`EvictionQuery`): when `forKey`'s layer is full, its victim is the first minimum of that
+ * layer's own evictable entries, which the per-layer index lists in the same order — read there
+ * instead of walking every candidate (a buffer of hundreds of experts, on every miss).
+ */
+export function firstEvictableVictimBy(
+  view: ServingView,
+  q: EvictionQuery,
+  capOf: CapOf,
+  cmp: (a: ExpertKey, b: ExpertKey) => number,
+  fallback = true,
+): ExpertKey | undefined {
+  const buffer = view.buffer;
+  if (buffer.layerEntries && buffer.layerCount) {
+    const l = view.layerOf(q.forKey);
+    if (buffer.layerCount(l) + 1 > capOf(l)) {
+      let own: ExpertKey | undefined;
+      for (const e of buffer.layerEntries(l)) {
+        if (e.state === 'resident' && !e.pinned && (own === undefined || cmp(e.key, own) < 0)) own = e.key;
+      }
+      if (own !== undefined) return own;
+    }
+  }
+  return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
 }
 
 /** Entries per layer: the buffer's own index when it keeps one, else counted once over all entries. */

@@ -32,7 +32,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { allocateSlots, equalSlots, LayerStats } from './adapmoe-allocator.ts';
-import { firstBy, firstVictimBy, trimToCaps } from '../cache/victims.ts';
+import { firstBy, firstEvictableVictimBy, trimToCaps } from '../cache/victims.ts';
 
 export const AdapMoeParams = z
   .object({
@@ -144,7 +144,7 @@ export function createAdapMoe(
     chooseVictim(view, q) {
       // Prefetches only use free (spare) slots: they never evict a cached expert.
       if (q.reason === 'prefetch') return undefined;
-      return firstVictimBy(view, q.candidates, q.forKey, capOf, order(view));
+      return firstEvictableVictimBy(view, q, capOf, order(view));
     },
     onIterationEnd(view) {
       iterations++;
