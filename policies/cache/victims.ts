@@ -98,12 +98,12 @@ export function firstVictimBy(
 export function firstEvictableVictimBy(
   view: ServingView,
   q: EvictionQuery,
-  capOf: CapOf,
+  capOf: CapOf | undefined,
   cmp: (a: ExpertKey, b: ExpertKey) => number,
   fallback = true,
 ): ExpertKey | undefined {
   const buffer = view.buffer;
-  if (buffer.layerEntries && buffer.layerCount) {
+  if (capOf && buffer.layerEntries && buffer.layerCount) {
     const l = view.layerOf(q.forKey);
     if (buffer.layerCount(l) + 1 > capOf(l)) {
       let own: ExpertKey | undefined;
