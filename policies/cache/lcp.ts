@@ -25,7 +25,7 @@ import { z } from 'zod';
 import type { ExpertKey, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { LruParams, lruSlots } from './lru.ts';
-import { firstBy, firstVictimBy, trimToCaps, type CapOf } from './victims.ts';
+import { firstBy, firstEvictableVictimBy, trimToCaps, type CapOf } from './victims.ts';
 
 /** Paper §4.1: "we set the observation window ω and the balance control parameter ρ as 128 and 0.25 by default". */
 export const LCP_OMEGA = 128;
@@ -182,7 +182,7 @@ export function createLcp(name: string, p: LcpParams): ServingPolicy & { readonl
       if (capOf) return { evict: trimToCaps(view, capOf, (pool) => firstBy(pool, scores.evictFirst)!) };
     },
     chooseVictim(view, q) {
-      return firstVictimBy(view, q.candidates, q.forKey, capOf, scores.evictFirst);
+      return firstEvictableVictimBy(view, q, capOf, scores.evictFirst);
     },
   };
 }

@@ -28,7 +28,7 @@
  */
 import { z } from 'zod';
 import type { ExpertKey, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
-import { firstBy, firstVictimBy, trimToCaps, type CapOf } from './victims.ts';
+import { firstBy, firstEvictableVictimBy, trimToCaps, type CapOf } from './victims.ts';
 import { definePolicy } from '../types.ts';
 import { LruParams, lruSlots } from './lru.ts';
 
@@ -60,7 +60,7 @@ export function createLfu(name: string, p: LfuParams): ServingPolicy {
       return { evict: trimToCaps(view, capOf, (pool) => firstBy(pool, cmp)!) };
     },
     chooseVictim(view, q) {
-      return firstVictimBy(view, q.candidates, q.forKey, capOf, order(view));
+      return firstEvictableVictimBy(view, q, capOf, order(view));
     },
   };
 }

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import type { ExpertKey, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
-import { evictable, firstBy, firstVictimBy, trimToCaps, type CapOf } from './victims.ts';
+import { evictable, firstBy, firstEvictableVictimBy, trimToCaps, type CapOf } from './victims.ts';
 
 export const LruParams = z
   .object({
@@ -107,7 +107,7 @@ export function createLru(name: string, p: LruParams): ServingPolicy {
       if (capOf) return { evict: trimToCaps(view, capOf, oldestOf, layer) };
     },
     chooseVictim(view, q) {
-      if (capOf) return firstVictimBy(view, q.candidates, q.forKey, capOf, leastRecentFirst);
+      if (capOf) return firstEvictableVictimBy(view, q, capOf, leastRecentFirst);
       // Global: candidates are exactly the resident, unpinned entries; test that directly
       // instead of building a set.
       const v = lru.oldest((k) => evictable(view.buffer, k)) ?? q.candidates[0];

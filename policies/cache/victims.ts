@@ -13,7 +13,7 @@
  * when layers route (pinned experts are never evicted, so an overshoot lives at most until the
  * layer's experts have been computed).
  */
-import type { BufferView, ExpertKey, ServingView } from '../../sim/serving/policy.ts';
+import type { BufferView, EvictionQuery, ExpertKey, ServingView } from '../../sim/serving/policy.ts';
 
 /** Per-layer cap in slots. */
 export type CapOf = (layer: number) => number;
@@ -88,6 +88,34 @@ export function firstVictimBy(
   return over !== undefined || !fallback ? over : any;
 }
 
+/**
+ * `firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback)` for an executor's eviction
+ * query, whose candidates are exactly the buffer's resident, unpinned entries in insertion order
+ * (`EvictionQuery`): when `forKey`'s layer is full, its victim is the first minimum of that
+ * layer's own evictable entries, which the per-layer index lists in the same order — read there
+ * instead of walking every candidate (a buffer of hundreds of experts, on every miss).
+ */
+export function firstEvictableVictimBy(
+  view: ServingView,
+  q: EvictionQuery,
+  capOf: CapOf | undefined,
+  cmp: (a: ExpertKey, b: ExpertKey) => number,
+  fallback = true,
+): ExpertKey | undefined {
+  const buffer = view.buffer;
+  if (capOf && buffer.layerEntries && buffer.layerCount) {
+    const l = view.layerOf(q.forKey);
+    if (buffer.layerCount(l) + 1 > capOf(l)) {
+      let own: ExpertKey | undefined;
+      for (const e of buffer.layerEntries(l)) {
+        if (e.state === 'resident' && !e.pinned && (own === undefined || cmp(e.key, own) < 0)) own = e.key;
+      }
+      if (own !== undefined) return own;
+    }
+  }
+  return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
+}
+
 /** Entries per layer: the buffer's own index when it keeps one, else counted once over all entries. */
 function layerCountOf(view: ServingView): (layer: number) => number {
   const buffer = view.buffer;
@@ -138,6 +166,35 @@ export function trimToCaps(view: ServingView, capOf: CapOf, choose: Choose, only
     }
     return out;
   }
+  const buffer = view.buffer;
+  if (buffer.layerCount && buffer.layerEntries) return trimIndexed(view.moeLayers, buffer, capOf, choose);
+  return trimByScan(view, capOf, choose);
+}
+
+/**
+ * `trimToCaps` over every layer from the buffer's per-layer index: the same evictions as
+ * `trimByScan` (each layer's pool is its resident, unpinned entries in buffer insertion order,
+ * which is the index's order), in O(layers) when no layer is over its cap instead of a walk
+ * over every entry (caches call it on every routed layer).
+ */
+function trimIndexed(moeLayers: number, buffer: BufferView, capOf: CapOf, choose: Choose): ExpertKey[] {
+  const out: ExpertKey[] = [];
+  for (let l = 0; l < moeLayers; l++) {
+    let excess = buffer.layerCount!(l) - capOf(l);
+    if (excess <= 0) continue;
+    const pool: ExpertKey[] = [];
+    for (const e of buffer.layerEntries!(l)) if (e.state === 'resident' && !e.pinned) pool.push(e.key);
+    for (; excess > 0 && pool.length > 0; excess--) {
+      const v = choose(pool);
+      pool.splice(pool.indexOf(v), 1);
+      out.push(v);
+    }
+  }
+  return out;
+}
+
+/** `trimToCaps` over every layer by walks over all entries (the reference; buffers without a per-layer index). */
+export function trimByScan(view: ServingView, capOf: CapOf, choose: Choose): ExpertKey[] {
   const counts = layerCounts(view);
   const out: ExpertKey[] = [];
   let byLayer: Map<number, ExpertKey[]> | null = null;

@@ -34,6 +34,10 @@ export class LayerStats {
   readonly stepMaxHist: Float64Array[];
   readonly predictedNeeds: Float64Array;
   readonly predictedHits: Float64Array;
+  /** Scratch of `observe`: distances and sorted indices of the step's experts, and a mark per expert. */
+  private readonly dist: Int32Array;
+  private readonly idx: Int32Array;
+  private readonly mark: Uint8Array;
 
   constructor(
     readonly layers: number,
@@ -44,24 +48,35 @@ export class LayerStats {
     this.stepMaxHist = Array.from({ length: layers }, () => new Float64Array(experts + 1));
     this.predictedNeeds = new Float64Array(layers);
     this.predictedHits = new Float64Array(layers);
+    this.dist = new Int32Array(experts);
+    this.idx = new Int32Array(experts);
+    this.mark = new Uint8Array(experts);
   }
 
   /**
-   * A routed step of `layer`: `activated` ascending; `predicted` the list predicted for it one
-   * layer earlier, or null if no prediction was made.
+   * A routed step of `layer`: `activated` ascending (distinct experts); `predicted` the list
+   * predicted for it one layer earlier, or null if no prediction was made. The recency list is
+   * updated in place (no allocation per step: AdapMoE observes every routed layer).
    */
   observe(layer: number, activated: readonly number[], predicted: readonly number[] | null): void {
     const order = this.recency[layer]!;
     const E = this.experts;
     const hist = this.missHist[layer]!;
+    const k = activated.length;
+    const dist = this.dist;
+    const mark = this.mark;
     let maxD = 0;
-    const dist = activated.map((e) => {
-      const i = order.indexOf(e);
-      const d = i < 0 ? E : i;
+    let fresh = 0;
+    for (let i = 0; i < k; i++) {
+      const e = activated[i]!;
+      const at = order.indexOf(e);
+      const d = at < 0 ? E : at;
+      if (at < 0) fresh++;
       hist[d]!++;
       if (d > maxD) maxD = d;
-      return d;
-    });
+      dist[i] = d;
+      mark[e] = 1;
+    }
     if (predicted) {
       this.stepMaxHist[layer]![maxD]!++;
       for (const e of activated) {
@@ -69,10 +84,33 @@ export class LayerStats {
         if (predicted.includes(e)) this.predictedHits[layer]!++;
       }
     }
-    // The step's experts become the most recent, in their previous recency order.
-    const used = activated.map((e, i) => ({ e, d: dist[i]! })).sort((a, b) => a.d - b.d || a.e - b.e);
-    const set = new Set(activated);
-    this.recency[layer] = [...used.map((u) => u.e), ...order.filter((e) => !set.has(e))];
+    // The step's experts become the most recent, in their previous recency order (unseen ones
+    // last, ascending): the others keep their order behind them.
+    const n = order.length;
+    for (let j = 0; j < fresh; j++) order.push(0);
+    let w = n + fresh - 1;
+    for (let i = n - 1; i >= 0; i--) {
+      const e = order[i]!;
+      if (mark[e] === 0) order[w--] = e;
+    }
+    // Insertion sort of the step's indices by (distance, expert).
+    const idx = this.idx;
+    for (let i = 0; i < k; i++) {
+      let j = i;
+      while (
+        j > 0 &&
+        (dist[idx[j - 1]!]! > dist[i]! || (dist[idx[j - 1]!]! === dist[i]! && activated[idx[j - 1]!]! > activated[i]!))
+      ) {
+        idx[j] = idx[j - 1]!;
+        j--;
+      }
+      idx[j] = i;
+    }
+    for (let i = 0; i < k; i++) {
+      const e = activated[idx[i]!]!;
+      order[i] = e;
+      mark[e] = 0;
+    }
   }
 
   accuracy(layer: number): number {
@@ -100,10 +138,73 @@ export class LayerStats {
 
 /**
  * Sizes s_l ∈ [minSlots, maxSlots] with Σ s_l = min(total, layers · maxSlots) minimising
- * Σ cost[l][s_l] (exact DP, O(layers · total · maxSlots)); ties are broken deterministically
- * (smallest size first while filling the table). Throws RangeError when total < layers · minSlots.
+ * Σ cost[l][s_l] (exact DP); ties are broken deterministically (smallest size first while filling
+ * the table). Throws RangeError when total < layers · minSlots.
+ *
+ * Only the cells that lie on some path to the total are filled: after layer l the partial sum t
+ * must be reachable ((l+1)·minSlots ≤ t ≤ (l+1)·maxSlots) and must still reach the total with the
+ * layers left; each cell reads only reachable cells of the layer before. Every filled cell holds
+ * the value and choice `allocateSlotsFull` gives it (same sums, same order, same strict
+ * comparison), and the backtrack from the total visits filled cells only, so the sizes are the
+ * same; the work drops from layers · total · maxSlots to about half of it in the middle of the
+ * range and to almost nothing near layers · minSlots or layers · maxSlots (AdapMoE reallocates
+ * every few iterations, and for 24 layers × 60 experts the full table cost ~10 ms a call).
  */
 export function allocateSlots(
+  cost: readonly Float64Array[],
+  total: number,
+  minSlots: number,
+  maxSlots: number,
+): Int32Array {
+  const L = cost.length;
+  if (total < L * minSlots) throw new RangeError(`a budget of ${total} slots cannot give ${L} layers ${minSlots} each`);
+  const T = Math.min(total, L * maxSlots);
+  let prev = new Float64Array(T + 1).fill(Infinity);
+  prev[0] = 0;
+  const choice = new Int32Array(L * (T + 1));
+  for (let l = 0; l < L; l++) {
+    const cur = new Float64Array(T + 1).fill(Infinity);
+    const f = cost[l]!;
+    const row = l * (T + 1);
+    const left = L - 1 - l;
+    const tLo = Math.max((l + 1) * minSlots, T - left * maxSlots);
+    const tHi = Math.min((l + 1) * maxSlots, T - left * minSlots);
+    for (let t = tLo; t <= tHi; t++) {
+      // prev[t − s] is reachable iff l·minSlots ≤ t − s ≤ l·maxSlots.
+      const sHi = Math.min(maxSlots, t, t - l * minSlots);
+      let best = Infinity;
+      let bestS = -1;
+      for (let s = Math.max(minSlots, t - l * maxSlots); s <= sHi; s++) {
+        const v = prev[t - s]! + f[s]!;
+        if (v < best) {
+          best = v;
+          bestS = s;
+        }
+      }
+      if (bestS >= 0) {
+        cur[t] = best;
+        choice[row + t] = bestS;
+      }
+    }
+    prev = cur;
+  }
+  return backtrack(choice, L, T);
+}
+
+/** The sizes along the choices from the total back to layer 0. */
+function backtrack(choice: Int32Array, L: number, T: number): Int32Array {
+  const sizes = new Int32Array(L);
+  let t = T;
+  for (let l = L - 1; l >= 0; l--) {
+    const s = choice[l * (T + 1) + t]!;
+    sizes[l] = s;
+    t -= s;
+  }
+  return sizes;
+}
+
+/** `allocateSlots` filling the whole table (the reference its property test compares with). */
+export function allocateSlotsFull(
   cost: readonly Float64Array[],
   total: number,
   minSlots: number,
@@ -129,14 +230,7 @@ export function allocateSlots(
     }
     prev = cur;
   }
-  const sizes = new Int32Array(L);
-  let t = T;
-  for (let l = L - 1; l >= 0; l--) {
-    const s = choice[l * (T + 1) + t]!;
-    sizes[l] = s;
-    t -= s;
-  }
-  return sizes;
+  return backtrack(choice, L, T);
 }
 
 /** Equal split of `total` over `layers`, the remainder to the first layers, each within [1, maxSlots]. */

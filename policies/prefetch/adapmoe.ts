@@ -32,7 +32,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
 import { allocateSlots, equalSlots, LayerStats } from './adapmoe-allocator.ts';
-import { firstBy, firstVictimBy, trimToCaps } from '../cache/victims.ts';
+import { firstBy, firstEvictableVictimBy, trimToCaps } from '../cache/victims.ts';
 
 export const AdapMoeParams = z
   .object({
@@ -114,9 +114,10 @@ export function createAdapMoe(
       const l = routing.layer;
       stats.observe(l, routing.activated, predictedFor[l] ?? null);
       for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
-      // A prefetch the layer did not select is released (an activated one is pinned).
+      // A prefetch the layer did not select is released (an activated one is pinned). The loading
+      // entries are the buffer's entries in the same order with the resident ones left out.
       const cancel: ExpertKey[] = [];
-      for (const ent of view.buffer.entries()) {
+      for (const ent of view.buffer.loadingEntries?.() ?? view.buffer.entries()) {
         if (ent.state === 'loading' && !ent.pinned && ent.origin === 'prefetch' && view.layerOf(ent.key) <= l)
           cancel.push(ent.key);
       }
@@ -143,7 +144,7 @@ export function createAdapMoe(
     chooseVictim(view, q) {
       // Prefetches only use free (spare) slots: they never evict a cached expert.
       if (q.reason === 'prefetch') return undefined;
-      return firstVictimBy(view, q.candidates, q.forKey, capOf, order(view));
+      return firstEvictableVictimBy(view, q, capOf, order(view));
     },
     onIterationEnd(view) {
       iterations++;

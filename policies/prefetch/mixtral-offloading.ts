@@ -32,7 +32,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
-import { firstBy, firstVictimBy, trimToCaps, victimPool } from '../cache/victims.ts';
+import { firstBy, firstEvictableVictimBy, trimToCaps, victimPool } from '../cache/victims.ts';
 import { lruSlots } from '../cache/lru.ts';
 
 export const MixtralOffloadingParams = z
@@ -119,7 +119,7 @@ export function createMixtralOffloading(
       return { evict, prefetch };
     },
     chooseVictim(view, q) {
-      if (q.reason === 'demand') return firstVictimBy(view, q.candidates, q.forKey, capOf, lruFirst);
+      if (q.reason === 'demand') return firstEvictableVictimBy(view, q, capOf, lruFirst);
       // A speculative load replaces the LRU expert of its own full layer (or one another layer
       // overshot), never a predicted one, and never pushes another layer below its cap.
       const pool = victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !predicted.has(c));

@@ -49,6 +49,8 @@ export class ExpertBuffer implements BufferView {
    * pay nothing).
    */
   private byLayer: BufferEntry[][] | null = null;
+  /** The loading entries in insertion order: built on the first `loadingEntries` call, then kept up to date. */
+  private loadingList: BufferEntry[] | null = null;
 
   constructor(
     readonly slots: number,
@@ -80,6 +82,11 @@ export class ExpertBuffer implements BufferView {
 
   layerCount(layer: number): number {
     return this.layerIndex()[layer]?.length ?? 0;
+  }
+
+  loadingEntries(): Iterable<BufferEntry> {
+    this.loadingList ??= this.list.filter((e) => e.state === 'loading');
+    return this.loadingList;
   }
 
   get occupied(): number {
@@ -144,6 +151,7 @@ export class ExpertBuffer implements BufferView {
     this.size++;
     this.list.push(e);
     if (this.byLayer) this.layerSet(key).push(e);
+    if (this.loadingList && !resident) this.loadingList.push(e);
     if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
   }
@@ -174,6 +182,7 @@ export class ExpertBuffer implements BufferView {
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
     e.transfer = null;
+    if (this.loadingList) removeInOrder(this.loadingList, e);
     this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
   }
@@ -187,6 +196,7 @@ export class ExpertBuffer implements BufferView {
     this.size--;
     removeInOrder(this.list, e);
     if (this.byLayer) removeInOrder(this.layerSet(key), e);
+    if (this.loadingList && e.state === 'loading') removeInOrder(this.loadingList, e);
     this.vram.free(e.allocation);
     if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
     return e;

@@ -65,6 +65,8 @@ export interface BufferView {
   layerEntries?(layer: number): Iterable<BufferEntryView>;
   /** Entries of one MoE layer (loading + resident); optional, with `layerEntries`. */
   layerCount?(layer: number): number;
+  /** The loading entries, in insertion order; optional (the executor's buffer has it). */
+  loadingEntries?(): Iterable<BufferEntryView>;
 }
 
 /**

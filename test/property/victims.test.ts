@@ -2,12 +2,23 @@
  * `firstVictimBy` (one pass, no candidate pools built, for speed) chooses exactly what the reference
  * `firstBy(victimPool(…), cmp)` chooses, on random buffers, per-layer caps and orders — total
  * orders and orders with ties (where the first minimum in candidate order decides) — with and
- * without the buffer's per-layer index, with and without the fallback to every candidate.
+ * without the buffer's per-layer index, with and without the fallback to every candidate; and
+ * `trimToCaps` over every layer from the per-layer index gives exactly the evictions, in the same
+ * order, of the reference walk over all entries (`trimByScan`), with a pool-order-dependent choice
+ * too (as `rnd`'s seeded draw); `firstEvictableVictimBy` (the executor's query: candidates are
+ * exactly the resident, unpinned entries) chooses what `firstVictimBy` chooses.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ExpertKey, ServingView } from '../../sim/serving/policy.ts';
-import { firstBy, firstVictimBy, victimPool } from '../../policies/cache/victims.ts';
+import {
+  firstBy,
+  firstEvictableVictimBy,
+  firstVictimBy,
+  trimByScan,
+  trimToCaps,
+  victimPool,
+} from '../../policies/cache/victims.ts';
 
 const E = 4;
 
@@ -52,5 +63,93 @@ describe('firstVictimBy', () => {
       ),
       { numRuns: 500 },
     );
+  });
+});
+
+/** A buffer of entries in insertion order, with states and pins, and its per-layer index. */
+function stateView(keys: readonly ExpertKey[], flags: readonly number[], layers: number): ServingView {
+  const entries = keys.map((key, i) => ({
+    key,
+    state: flags[i]! % 3 === 0 ? 'loading' : 'resident',
+    pinned: flags[i]! % 4 === 1,
+  }));
+  const byLayer = Array.from({ length: layers }, (_, l) => entries.filter((e) => Math.floor(e.key / E) === l));
+  const buffer = {
+    entries: () => entries.values(),
+    layerEntries: (l: number) => byLayer[l]!,
+    layerCount: (l: number) => byLayer[l]!.length,
+  };
+  return { moeLayers: layers, layerOf: (k: ExpertKey) => Math.floor(k / E), buffer } as unknown as ServingView;
+}
+
+describe('trimToCaps', () => {
+  it('from the per-layer index equals the walk over every entry (trimByScan)', () => {
+    let trimmed = 0;
+    let byPosition = 0;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 5 }),
+        fc.uniqueArray(fc.integer({ min: 0, max: 5 * E - 1 }), { minLength: 0, maxLength: 20 }),
+        fc.array(fc.integer({ min: 0, max: 11 }), { minLength: 20, maxLength: 20 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5, maxLength: 5 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5 * E, maxLength: 5 * E }),
+        fc.boolean(),
+        (layers, rawKeys, flags, caps, score, positional) => {
+          const keys = rawKeys.filter((k) => k < layers * E);
+          const view = stateView(keys, flags, layers);
+          const capOf = (l: number) => caps[l]!;
+          // A total order, or a choice by position in the pool (its order must then match too).
+          const choose = positional
+            ? (pool: readonly ExpertKey[]) => pool[(pool.length * 7 + 3) % pool.length]!
+            : (pool: readonly ExpertKey[]) => firstBy(pool, (a, b) => score[a]! - score[b]! || a - b)!;
+          const want = trimByScan(view, capOf, choose);
+          expect(trimToCaps(view, capOf, choose)).toEqual(want);
+          if (want.length > 0) {
+            trimmed++;
+            if (positional) byPosition++;
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+    expect(trimmed).toBeGreaterThan(100);
+    expect(byPosition).toBeGreaterThan(30);
+  });
+});
+
+describe('firstEvictableVictimBy', () => {
+  it('equals firstVictimBy when the candidates are the evictable entries in buffer order', () => {
+    let own = 0;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 5 }),
+        fc.uniqueArray(fc.integer({ min: 0, max: 5 * E - 1 }), { minLength: 0, maxLength: 20 }),
+        fc.array(fc.integer({ min: 0, max: 11 }), { minLength: 20, maxLength: 20 }),
+        fc.integer({ min: 0, max: 5 * E - 1 }),
+        fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 5, maxLength: 5 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5 * E, maxLength: 5 * E }),
+        fc.boolean(),
+        fc.boolean(),
+        (layers, rawKeys, flags, rawFor, caps, score, ties, fallback) => {
+          const keys = rawKeys.filter((k) => k < layers * E);
+          const view = stateView(keys, flags, layers);
+          const candidates = [...view.buffer.entries()]
+            .filter((e) => e.state === 'resident' && !e.pinned)
+            .map((e) => e.key);
+          const forKey = rawFor % (layers * E);
+          const capOf = (l: number) => caps[l]!;
+          const cmp = ties
+            ? (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]!
+            : (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! || a - b;
+          const want = firstVictimBy(view, candidates, forKey, capOf, cmp, fallback);
+          const q = { reason: 'demand', forKey, candidates } as const;
+          expect(firstEvictableVictimBy(view, q, capOf, cmp, fallback)).toBe(want);
+          const l = Math.floor(forKey / E);
+          if (want !== undefined && Math.floor(want / E) === l && view.buffer.layerCount!(l) + 1 > caps[l]!) own++;
+        },
+      ),
+      { numRuns: 500 },
+    );
+    expect(own).toBeGreaterThan(100);
   });
 });

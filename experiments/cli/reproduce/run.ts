@@ -6,7 +6,8 @@
  * them share one pool of worker threads (`experiments/parallel/shared-pool.ts`): the threads
  * start once and stay busy across configs. An experiment whose results.json is complete for the
  * same config is kept as it is (a killed reproduction, run again, simulates only what is left:
- * finished experiments are skipped, a partial one resumes). One progress bar on a terminal.
+ * finished experiments are skipped, a partial one resumes). A run that several experiments
+ * hold is simulated once (`shared-runs.ts`). One progress bar on a terminal.
  *
  * Every config is loaded and validated before anything runs, so a bad shipped file fails with
  * one line before any output exists. The comparison tables are written afterwards (`tables.ts`).
@@ -19,6 +20,7 @@ import { loadConfigFile, type LoadedConfig } from '../../config/load.ts';
 import { toJson } from '../../outputs/atomic.ts';
 import { checkOutDir } from '../../outputs/out-dir.ts';
 import { comparisonOf, experimentsOf, type Paper } from './papers.ts';
+import { RunSharing } from './shared-runs.ts';
 
 export interface ReproduceOptions {
   readonly outRoot: string;
@@ -122,11 +124,13 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
   const { sharedThreadPool } = await import('../../parallel/shared-pool.ts');
   const pool = o.jobs > 1 ? sharedThreadPool(o.jobs, PluginError.make, () => bar.add()) : undefined;
   const runS = new Map<Planned, number>();
+  // Runs that several experiments hold are simulated once (`shared-runs.ts`).
+  const sharing = new RunSharing();
   try {
     const one = async (p: Planned, rank: number, ready: () => void = () => {}): Promise<void> => {
       const { loaded } = p;
       const base = { config: loaded.config, file: loaded.file, baseDir: loaded.baseDir, timeline: false };
-      const backend = pool?.backendFor(base, rank);
+      const backend = pool ? sharing.wrap(pool.backendFor(base, rank), loaded.baseDir) : undefined;
       const result = await runExperiment(loaded, {
         outDir: p.outDir,
         progress: false,
@@ -174,6 +178,7 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
     bar.stop();
     await pool?.close();
   }
+  if (sharing.shared > 0) o.log(`${sharing.shared} run(s) were the same as another experiment's: simulated once`);
   const cpu = process.cpuUsage(cpu0);
   return {
     wallS: (performance.now() - t0) / 1000,

@@ -1,0 +1,56 @@
+/**
+ * The expert buffer's derived indexes stay equal to filters of its entry list under random
+ * occupy / arrive / release sequences: `loadingEntries()` is the loading entries in insertion
+ * order, `layerEntries(l)` / `layerCount(l)` the entries of layer l in insertion order —
+ * whether an index is first asked for before, during or after the changes (both are built
+ * lazily and then kept up to date).
+ */
+import * as fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ExpertBuffer } from '../../sim/serving/expert-buffer.ts';
+import { MemoryPool } from '../../sim/resources/memory-pool.ts';
+import { ZERO_NS } from '../../sim/kernel/time.ts';
+
+const E = 4;
+const LAYERS = 3;
+
+describe('ExpertBuffer indexes', () => {
+  it('loadingEntries and layerEntries equal filters of entries(), in order', () => {
+    let checked = 0;
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: E * LAYERS - 1 }), fc.boolean()), {
+          minLength: 10,
+          maxLength: 60,
+        }),
+        fc.integer({ min: 0, max: 10 }),
+        (ops, askAt) => {
+          const clock = { now: ZERO_NS };
+          const vram = new MemoryPool('vram', 1 << 30, clock);
+          const buf = new ExpertBuffer(6, 100, vram, clock, undefined, { experts: E, moeLayers: LAYERS });
+          const check = () => {
+            const all = [...buf.entries()];
+            expect([...buf.loadingEntries()]).toEqual(all.filter((e) => e.state === 'loading'));
+            for (let l = 0; l < LAYERS; l++) {
+              const own = all.filter((e) => Math.floor(e.key / E) === l);
+              expect([...buf.layerEntries(l)]).toEqual(own);
+              expect(buf.layerCount(l)).toBe(own.length);
+            }
+            checked++;
+          };
+          ops.forEach(([op, key, resident], i) => {
+            if (i === askAt) check();
+            const e = buf.entry(key);
+            if (op === 0 && !e && buf.free > 0) buf.occupy(key, resident ? 'cache' : 'prefetch', resident);
+            else if (op === 1 && e?.state === 'loading') buf.arrived(key);
+            else if (op === 2 && e) buf.release(key);
+            if (i > askAt) check();
+          });
+          check();
+        },
+      ),
+      { numRuns: 300 },
+    );
+    expect(checked).toBeGreaterThan(2000);
+  });
+});
