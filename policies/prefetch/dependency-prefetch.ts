@@ -150,10 +150,10 @@ export function createDependencyPrefetch(
       // unpinned), and a stamp is unique, so this is `dependencyVictimByScan`'s choice.
       const target = q.reason === 'prefetch' ? view.layerOf(q.forKey) : -1;
       const buffer = view.buffer;
-      for (const k of order.keys()) {
+      for (const [k, s] of order) {
         const e = buffer.entry(k);
         if (e === undefined) {
-          if (stamp[k]! <= settled) order.delete(k);
+          if (s <= settled) order.delete(k);
           continue;
         }
         if (e.state !== 'resident' || e.pinned || view.layerOf(k) === target) continue;
