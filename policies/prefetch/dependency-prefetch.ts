@@ -28,13 +28,7 @@
  * fetches; ZeRO's parameter partitioning and multi-GPU gather are absent.
  */
 import { z } from 'zod';
-import type {
-  EvictionQuery,
-  ExpertKey,
-  PrefetchRequest,
-  ServingPolicy,
-  ServingView,
-} from '../../sim/serving/policy.ts';
+import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
 import { evictable, firstBy } from '../cache/victims.ts';
@@ -57,30 +51,7 @@ export const DependencyPrefetchParams = z
   .strict();
 export type DependencyPrefetchParams = z.infer<typeof DependencyPrefetchParams>;
 
-/** Internal options: `victimByScan` chooses victims by the plain scan of the executor's candidates (the reference). */
-export interface DependencyPrefetchOptions {
-  readonly victimByScan?: boolean;
-}
-
-/**
- * The reference victim rule: among the candidates (a prefetch: not of the layer it loads), the
- * least recent stamp, then the lowest key.
- */
-export function dependencyVictimByScan(
-  view: ServingView,
-  q: EvictionQuery,
-  stamp: ArrayLike<number>,
-): ExpertKey | undefined {
-  const target = view.layerOf(q.forKey);
-  const pool = q.reason === 'prefetch' ? q.candidates.filter((k) => view.layerOf(k) !== target) : q.candidates;
-  return firstBy(pool, (a, b) => stamp[a]! - stamp[b]! || a - b);
-}
-
-export function createDependencyPrefetch(
-  name: string,
-  p: DependencyPrefetchParams,
-  o: DependencyPrefetchOptions = {},
-): ServingPolicy {
+export function createDependencyPrefetch(name: string, p: DependencyPrefetchParams): ServingPolicy {
   const keep = p.cache === 'lru';
   /** Recency stamps per key (0 = never): touched on use and when prefetched. */
   let stamp = new Float64Array(0);
@@ -144,10 +115,9 @@ export function createDependencyPrefetch(
       if (!keep && view.layer >= 0 && view.layerOf(key) <= view.layer) return { evict: [key] };
     },
     chooseVictim(view, q) {
-      if (o.victimByScan) return dependencyVictimByScan(view, q, stamp);
       // The least recently stamped evictable key (a prefetch: not of the layer it loads). Every
       // key in the buffer was stamped when it entered (prefetched, or activated before it is
-      // unpinned), and a stamp is unique, so this is `dependencyVictimByScan`'s choice.
+      // unpinned), and a stamp is unique, so this is `chooseVictimByScan`'s choice.
       const target = q.reason === 'prefetch' ? view.layerOf(q.forKey) : -1;
       const buffer = view.buffer;
       for (const [k, s] of order) {
