@@ -56,27 +56,12 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
   /** Recency stamps per key (0 = never): touched on use and when prefetched. */
   let stamp = new Float64Array(0);
   let tick = 0;
-  /**
-   * Stamped keys in stamp order (a touch moves a key to the end): the victim is the first
-   * evictable key of this order, found without the executor's candidate list (`chooseVictim`).
-   * A key leaves it when chosen, or when a search finds it absent from the buffer with a stamp
-   * from before the current hook (≤ `settled`): such a key re-enters the buffer only by being
-   * prefetched or activated, which stamps it again. A key stamped by the current hook may still
-   * be fetched by the executor after the search (the hook's prefetch list), so it stays.
-   */
-  let order = new Map<ExpertKey, number>();
-  let settled = 0;
-  const touch = (key: ExpertKey): void => {
-    stamp[key] = ++tick;
-    order.delete(key);
-    order.set(key, tick);
-  };
   const wholeLayer = (view: ServingView, layer: number): PrefetchRequest[] => {
     const out: PrefetchRequest[] = [];
     for (let e = 0; e < view.experts; e++) {
       const key = view.keyOf(layer, e);
       if (view.buffer.has(key)) continue;
-      touch(key);
+      stamp[key] = ++tick;
       out.push({ key, priority: 1 });
     }
     return out;
@@ -85,16 +70,13 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
     name,
     init(shape) {
       stamp = new Float64Array(shape.moeLayers * shape.experts);
-      order = new Map();
     },
     onIterationStart(view) {
-      settled = tick;
       if (view.moeLayers > 0) return { prefetch: wholeLayer(view, view.firstLayer) };
     },
     onLayerRouted(view, routing) {
       const l = routing.layer;
-      settled = tick;
-      for (const e of routing.activated) touch(view.keyOf(l, e));
+      for (const e of routing.activated) stamp[view.keyOf(l, e)] = ++tick;
       const evict: ExpertKey[] = [];
       const cancel: ExpertKey[] = [];
       if (p.replaceQueue) {
@@ -115,22 +97,9 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
       if (!keep && view.layer >= 0 && view.layerOf(key) <= view.layer) return { evict: [key] };
     },
     chooseVictim(view, q) {
-      // The least recently stamped evictable key (a prefetch: not of the layer it loads). Every
-      // key in the buffer was stamped when it entered (prefetched, or activated before it is
-      // unpinned), and a stamp is unique, so this is `chooseVictimByScan`'s choice.
-      const target = q.reason === 'prefetch' ? view.layerOf(q.forKey) : -1;
-      const buffer = view.buffer;
-      for (const [k, s] of order) {
-        const e = buffer.entry(k);
-        if (e === undefined) {
-          if (s <= settled) order.delete(k);
-          continue;
-        }
-        if (e.state !== 'resident' || e.pinned || view.layerOf(k) === target) continue;
-        order.delete(k);
-        return k;
-      }
-      return undefined;
+      const target = view.layerOf(q.forKey);
+      const pool = q.reason === 'prefetch' ? q.candidates.filter((k) => view.layerOf(k) !== target) : q.candidates;
+      return firstBy(pool, (a, b) => stamp[a]! - stamp[b]! || a - b);
     },
   };
 }

@@ -192,17 +192,8 @@ export class ExpertBuffer implements BufferView {
     return e;
   }
 
-  /** Whether any entry is resident and unpinned (stops at the first). */
-  hasEvictable(): boolean {
-    const list = this.list;
-    for (let i = 0; i < list.length; i++) {
-      const e = list[i]!;
-      if (e.state === 'resident' && !e.pinned) return true;
-    }
-    return false;
-  }
-
-  /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given): what may be evicted. */
+  /** Resident, unpinned entries: what may be evicted, in insertion order. */
+  /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
   evictable(out: ExpertKey[] = []): ExpertKey[] {
     // Written by index over the previous contents, the length cut once at the end (popping
     // dozens of old candidates one by one cost more than the one runtime call).

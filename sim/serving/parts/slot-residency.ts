@@ -175,10 +175,9 @@ export class SlotResidency implements Residency {
   /** Makes room for `key`. Returns false when no slot can be freed now. */
   protected acquireSlot(key: ExpertKey, reason: 'demand' | 'prefetch'): boolean {
     if (this.buffer.free > 0) return true;
-    if (!this.buffer.hasEvictable()) return reason === 'demand' && this.takeLoadingSlot();
-    // The candidate list is built only if the policy reads it (policies that keep their own
-    // order of the buffer never do): the same list, from the same buffer state, as built here.
-    const query = new LazyEvictionQuery(reason, key, this.buffer, this.candidateScratch);
+    const candidates = this.buffer.evictable(this.candidateScratch);
+    if (candidates.length === 0) return reason === 'demand' && this.takeLoadingSlot();
+    const query: EvictionQuery = { reason, forKey: key, candidates };
     let victim: ExpertKey | undefined;
     const driver = this.ctx.driver;
     if (driver.policy.chooseVictim) {
@@ -194,7 +193,7 @@ export class SlotResidency implements Residency {
       }
     } else {
       const b = this.buffer;
-      victim = query.candidates.reduce((best, c) => (b.entry(c)!.lastUsedNs < b.entry(best)!.lastUsedNs ? c : best));
+      victim = candidates.reduce((best, c) => (b.entry(c)!.lastUsedNs < b.entry(best)!.lastUsedNs ? c : best));
     }
     this.evict(victim, true);
     return true;
@@ -286,23 +285,5 @@ export class SlotResidency implements Residency {
   finish(): void {
     // Prefetched experts never used by the end of the run were wasted.
     for (const e of this.buffer.entries()) if (e.prefetchUnused) this.ctx.counters.prefetchWastedBytes += e.bytes;
-  }
-}
-
-/** An `EvictionQuery` whose candidates (`ExpertBuffer.evictable`) are listed on first read. */
-class LazyEvictionQuery implements EvictionQuery {
-  private listed = false;
-  constructor(
-    readonly reason: 'demand' | 'prefetch',
-    readonly forKey: ExpertKey,
-    private readonly buffer: ExpertBuffer,
-    private readonly scratch: ExpertKey[],
-  ) {}
-  get candidates(): readonly ExpertKey[] {
-    if (!this.listed) {
-      this.buffer.evictable(this.scratch);
-      this.listed = true;
-    }
-    return this.scratch;
   }
 }
