@@ -274,9 +274,11 @@ describe('lru', () => {
     p.onLayerRouted!(v, routing(0, [1, 0, 0, 0])); // 0 again: 1 is least recent
     // Layer 0 (3 entries) is full for key 3: its own, 2 never routed first.
     expect(p.chooseVictim!(v, { reason: 'demand', forKey: 3, candidates: [0, 1, 2, 4] })).toBe(2);
-    expect(p.chooseVictim!(v, { reason: 'demand', forKey: 3, candidates: [0, 1, 4] })).toBe(1);
+    // The executor's candidates are exactly the evictable entries: with 2 pinned they are 0, 1 and 4.
+    const pinned2 = view([{ key: 0 }, { key: 1 }, { key: 2, pinned: true }, { key: 4 }], true);
+    expect(p.chooseVictim!(pinned2, { reason: 'demand', forKey: 3, candidates: [0, 1, 4] })).toBe(1);
     // Stamps are not removed by a per-layer choice.
-    expect(p.chooseVictim!(v, { reason: 'demand', forKey: 3, candidates: [0, 1, 4] })).toBe(1);
+    expect(p.chooseVictim!(pinned2, { reason: 'demand', forKey: 3, candidates: [0, 1, 4] })).toBe(1);
     expect(p.onLayerDone!(v, 0)).toEqual({ evict: [2] });
     expect(p.onLayerDone!(v, 1)).toEqual({ evict: [] });
     // Never-routed ties: lowest key.
@@ -343,7 +345,12 @@ describe('lfu', () => {
     p.onLayerRouted!(v, routing(0, [1, 1, 0, 0]));
     // Counts 0:1, 1:2 (1 more below), 2:0, 3:0 — over by 2: 3 (never used) then 2.
     expect(p.onLayerRouted!(v, routing(0, [0, 1, 0, 0]))).toEqual({ evict: [3, 2] });
-    expect(p.chooseVictim!(v, { reason: 'demand', forKey: 3, candidates: [1, 0] })).toBe(0);
+    // Once 3 and 2 have left, the candidates (the evictable entries) are 0 and 1: 0 is used least.
+    const after = view(
+      ents.filter((e) => e.key !== 2 && e.key !== 3),
+      true,
+    );
+    expect(p.chooseVictim!(after, { reason: 'demand', forKey: 3, candidates: [1, 0] })).toBe(0);
   });
 });
 
