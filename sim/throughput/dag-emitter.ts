@@ -95,11 +95,7 @@ export class DagEmitter {
     label?: () => string,
     extra?: Partial<MutableTask>,
   ): number {
-    const t = this.base('h2d', category, chained ? [this.lastH2d, ...deps] : deps, label);
-    t.bytes = bytes;
-    if (!chained) t.priority = URGENT_PRIORITY;
-    if (extra) Object.assign(t, extra, { deps: t.deps });
-    const id = this.emit(t);
+    const id = this.copy('h2d', chained ? this.lastH2d : undefined, category, bytes, deps, label, extra);
     if (chained) this.lastH2d = id;
     return id;
   }
@@ -113,13 +109,26 @@ export class DagEmitter {
     label?: () => string,
     extra?: Partial<MutableTask>,
   ): number {
-    const t = this.base('d2h', category, chained ? [this.lastD2h, ...deps] : deps, label);
-    t.bytes = bytes;
-    if (!chained) t.priority = URGENT_PRIORITY;
-    if (extra) Object.assign(t, extra, { deps: t.deps });
-    const id = this.emit(t);
+    const id = this.copy('d2h', chained ? this.lastD2h : undefined, category, bytes, deps, label, extra);
     if (chained) this.lastD2h = id;
     return id;
+  }
+
+  /** A copy on one link: after `after` (the link's previous chained copy) when chained, else urgent. */
+  private copy(
+    kind: 'h2d' | 'd2h',
+    after: number | undefined,
+    category: string,
+    bytes: number,
+    deps: number[],
+    label?: () => string,
+    extra?: Partial<MutableTask>,
+  ): number {
+    const t = this.base(kind, category, after === undefined ? deps : [after, ...deps], label);
+    t.bytes = bytes;
+    if (after === undefined) t.priority = URGENT_PRIORITY;
+    if (extra) Object.assign(t, extra, { deps: t.deps });
+    return this.emit(t);
   }
 
   /** A CPU task on `cpuCores` cores, after the previous one. */
