@@ -116,6 +116,8 @@ export function gemmEfficiency(
 
 type GpuKind = 'expert' | 'sharedExperts' | 'denseFfn' | 'attentionProj' | 'router' | 'lmHead';
 type Points = readonly (readonly [number, number])[];
+/** The operation of one kind. */
+type OpOf<K extends Operation['kind']> = Extract<Operation, { kind: K }>;
 
 const ZERO_COST_GPU: Cost = Object.freeze({ ns: 0 as Ns, bound: 'launch', source: 'roofline', flops: 0, bytes: 0 });
 
@@ -214,6 +216,70 @@ export function createCostModel(
     return Object.freeze({ ns, bound, source: 'table', flops, bytes });
   }
 
+  /** A linear-attention layer: its weights and each sequence's recurrent state read and written. */
+  function linearAttentionCost(op: OpOf<'linearAttention'>): Cost {
+    const t = checkCount(op.tokens, 'tokens');
+    const n = checkCount(op.sequences, 'sequences');
+    if (dv.linearAttentionBytesPerLayer === undefined || dv.linearStateBytesPerLayer === undefined) {
+      throw new RangeError(`model ${model.id} has no linear-attention layers`);
+    }
+    const flops = t * (dv.linearAttentionFlopsPerToken ?? 0);
+    const bytes = dv.linearAttentionBytesPerLayer + t * actInOut + 2 * n * dv.linearStateBytesPerLayer;
+    return gpuCost('linearAttention', t, flops, bytes);
+  }
+
+  /** Host work of the experts a layer skips (no GPU time): the runtime still visits each one. */
+  function idleExpertsCost(op: OpOf<'idleExperts'>): Cost {
+    const n = checkCount(op.count, 'count');
+    const w = work('idleExpert');
+    const dispatch = n * w.ops * dispatchNs;
+    const syncs = n * w.syncs * syncNs;
+    const bound: Bound = syncs > dispatch ? 'sync' : 'dispatch';
+    const host = dispatch + syncs;
+    if (host === 0) return Object.freeze({ ns: 0 as Ns, bound, source: 'roofline', flops: 0, bytes: 0 });
+    return Object.freeze({ ns: ceilNs(host), bound, source: 'roofline', flops: 0, bytes: 0, runtimeNs: host });
+  }
+
+  /** Attention scores over the context on the CPU: roofline of vector FLOPs and DRAM bandwidth. */
+  function cpuAttentionCost(op: OpOf<'cpuAttention'>): Cost {
+    const c = checkCount(op.contextTokens, 'contextTokens');
+    checkCount(op.tokens, 'tokens');
+    if (!Number.isInteger(op.cores) || op.cores < 1 || op.cores > cpu.cores) {
+      throw new RangeError(`cpuAttention cores must be an integer in 1..${cpu.cores} (${cpu.id}), got ${op.cores}`);
+    }
+    const cores = cpuThreads === null ? op.cores : Math.min(cpuThreads, cpu.cores);
+    const flops = c * dv.attentionScoreFlopsPerContextToken;
+    const bytes = c * dv.kvBytesPerTokenPerLayer;
+    const computeReal = (flops / (cores * cpu.vectorFlopsPerSecPerCore * cpuEfficiency)) * 1e9;
+    const memReal = (bytes / Math.min(cpu.dramBytesPerSec, cores * cpu.perCoreDramBytesPerSec)) * 1e9;
+    const bound: Bound = computeReal >= memReal ? 'cpuFlops' : 'hostMem';
+    return Object.freeze({
+      ns: ceilNs(Math.max(computeReal, memReal)),
+      bound,
+      source: 'roofline',
+      flops,
+      bytes,
+      computeNs: ceilNs(computeReal),
+    });
+  }
+
+  /** One PCIe copy: latency plus bytes over the direction's bandwidth (pageable memory is slower). */
+  function transferCost(op: OpOf<'transfer'>): Cost {
+    const b = checkCount(op.bytes, 'bytes');
+    if (b === 0) return Object.freeze({ ns: 0 as Ns, bound: 'pcie', source: 'roofline', flops: 0, bytes: 0 });
+    const bw =
+      (op.direction === 'h2d' ? pcie.h2dBytesPerSec : pcie.d2hBytesPerSec) *
+      (hw.pinnedHostMemory ? 1 : pcie.pageableFactor);
+    return Object.freeze({
+      ns: ceilNs(pcie.latencyNs + (b / bw) * 1e9),
+      bound: 'pcie',
+      source: 'roofline',
+      flops: 0,
+      bytes: b,
+    });
+  }
+
+  /** The cost of one operation, by kind (the memo below calls this on a miss). */
   function compute(op: Operation): Cost {
     switch (op.kind) {
       case 'expert': {
@@ -247,16 +313,8 @@ export function createCostModel(
           projWeightBytes + t * actInOut + (c + t) * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes);
       }
-      case 'linearAttention': {
-        const t = checkCount(op.tokens, 'tokens');
-        const n = checkCount(op.sequences, 'sequences');
-        if (dv.linearAttentionBytesPerLayer === undefined || dv.linearStateBytesPerLayer === undefined) {
-          throw new RangeError(`model ${model.id} has no linear-attention layers`);
-        }
-        const flops = t * (dv.linearAttentionFlopsPerToken ?? 0);
-        const bytes = dv.linearAttentionBytesPerLayer + t * actInOut + 2 * n * dv.linearStateBytesPerLayer;
-        return gpuCost('linearAttention', t, flops, bytes);
-      }
+      case 'linearAttention':
+        return linearAttentionCost(op);
       case 'crossAttention': {
         const t = checkCount(op.tokens, 'tokens');
         const c = checkCount(op.contextTokens, 'contextTokens');
@@ -265,16 +323,8 @@ export function createCostModel(
           projWeightBytes + t * actInOut + c * dv.kvBytesPerTokenPerLayer + c * eagerScoreBytesPerContextToken;
         return gpuCost('attention', t, flops, bytes, 1, 'crossAttention');
       }
-      case 'idleExperts': {
-        const n = checkCount(op.count, 'count');
-        const w = work('idleExpert');
-        const dispatch = n * w.ops * dispatchNs;
-        const syncs = n * w.syncs * syncNs;
-        const bound: Bound = syncs > dispatch ? 'sync' : 'dispatch';
-        const host = dispatch + syncs;
-        if (host === 0) return Object.freeze({ ns: 0 as Ns, bound, source: 'roofline', flops: 0, bytes: 0 });
-        return Object.freeze({ ns: ceilNs(host), bound, source: 'roofline', flops: 0, bytes: 0, runtimeNs: host });
-      }
+      case 'idleExperts':
+        return idleExpertsCost(op);
       case 'router': {
         const t = checkCount(op.tokens, 'tokens');
         return gpuCost(
@@ -291,41 +341,10 @@ export function createCostModel(
         const bytes = dv.lmHeadBytes + t * (embRowBytes + model.vocabSize * ACTIVATION_BYTES);
         return gpuCost('lmHead', t, t * dv.lmHeadFlopsPerToken, bytes);
       }
-      case 'cpuAttention': {
-        const c = checkCount(op.contextTokens, 'contextTokens');
-        checkCount(op.tokens, 'tokens');
-        if (!Number.isInteger(op.cores) || op.cores < 1 || op.cores > cpu.cores) {
-          throw new RangeError(`cpuAttention cores must be an integer in 1..${cpu.cores} (${cpu.id}), got ${op.cores}`);
-        }
-        const cores = cpuThreads === null ? op.cores : Math.min(cpuThreads, cpu.cores);
-        const flops = c * dv.attentionScoreFlopsPerContextToken;
-        const bytes = c * dv.kvBytesPerTokenPerLayer;
-        const computeReal = (flops / (cores * cpu.vectorFlopsPerSecPerCore * cpuEfficiency)) * 1e9;
-        const memReal = (bytes / Math.min(cpu.dramBytesPerSec, cores * cpu.perCoreDramBytesPerSec)) * 1e9;
-        const bound: Bound = computeReal >= memReal ? 'cpuFlops' : 'hostMem';
-        return Object.freeze({
-          ns: ceilNs(Math.max(computeReal, memReal)),
-          bound,
-          source: 'roofline',
-          flops,
-          bytes,
-          computeNs: ceilNs(computeReal),
-        });
-      }
-      case 'transfer': {
-        const b = checkCount(op.bytes, 'bytes');
-        if (b === 0) return Object.freeze({ ns: 0 as Ns, bound: 'pcie', source: 'roofline', flops: 0, bytes: 0 });
-        const bw =
-          (op.direction === 'h2d' ? pcie.h2dBytesPerSec : pcie.d2hBytesPerSec) *
-          (hw.pinnedHostMemory ? 1 : pcie.pageableFactor);
-        return Object.freeze({
-          ns: ceilNs(pcie.latencyNs + (b / bw) * 1e9),
-          bound: 'pcie',
-          source: 'roofline',
-          flops: 0,
-          bytes: b,
-        });
-      }
+      case 'cpuAttention':
+        return cpuAttentionCost(op);
+      case 'transfer':
+        return transferCost(op);
       default: {
         const never: never = op;
         throw new RangeError(`unknown operation ${JSON.stringify(never)}`);

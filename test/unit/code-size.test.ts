@@ -28,7 +28,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.prepareSingle': `${KERNEL}: scores of one group`,
   'policies/moe-infinity/score-accumulator.ts#ScoreAccumulator.fill': `${KERNEL}: one row of scores`,
   'sim/cost/cost-model.ts#createCostModel': `${FACTORY} (the roofline cost model and its memo)`,
-  'sim/cost/cost-model.ts#createCostModel/compute': `${DEBT} (one roofline formula per operation kind)`,
   'policies/moepic/policy.ts#createMoepic': FACTORY,
   'policies/oracle/oracle-prefetch.ts#createOraclePrefetch': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
