@@ -125,53 +125,40 @@ function searchMetrics(o: ThroughputOutcome, ph: Phase): SearchMetrics | undefin
   };
 }
 
-export function throughputMetrics(
-  o: ThroughputOutcome,
-  opts: { readonly model?: ModelProfile } = {},
-): ThroughputMetrics {
-  const notes = o.plan?.notes;
-  if (!o.feasible) {
-    return {
-      feasible: false,
-      infeasibleReason: o.infeasibleReason ?? 'infeasible',
-      requests: o.requests,
-      ...(notes ? { policyNotes: notes } : {}),
-    };
-  }
-  const p = o.prefill;
-  const d = o.decode;
+/** GPU busy time per module (`MODULE_OF`), each as a share of the makespan. */
+function busyFracByModule(o: ThroughputOutcome): Record<string, number> {
   const endNs = o.endNs;
-  const hw = o.hardware;
-  const sum = (f: (t: PhaseTotals) => number) => f(p) + f(d);
   const byModule: Record<string, number> = {};
-  for (const t of [p, d]) {
+  for (const t of [o.prefill, o.decode]) {
     for (const [cat, ns] of Object.entries(t.gpuBusyNsByCategory)) {
       const m = MODULE_OF[cat] ?? cat;
       byModule[m] = (byModule[m] ?? 0) + ns;
     }
   }
   for (const k of Object.keys(byModule)) byModule[k] = round6(safeDiv(byModule[k]!, endNs));
-  const generated = sum((t) => t.generatedTokens);
-  const mainPhase: Phase = o.decode.passes > 0 || !o.plan?.prefill.search ? 'decode' : 'prefill';
-  const search = searchMetrics(o, mainPhase);
-  const searchPrefill = mainPhase === 'decode' && o.prefill.passes > 0 ? searchMetrics(o, 'prefill') : undefined;
+  return byModule;
+}
+
+type Utilisation = Pick<
+  ThroughputMetrics,
+  'gpuBusyFrac' | 'gpuBusyFracByModule' | 'h2dBytes' | 'd2hBytes' | 'h2dUtil' | 'd2hUtil' | 'cpuUtil' | 'hostDramUtil'
+>;
+
+/** Busy shares of the GPU, the links, the CPU cores and host DRAM over the makespan, and the bytes copied. */
+function utilisation(o: ThroughputOutcome): Utilisation {
+  const p = o.prefill;
+  const d = o.decode;
+  const endNs = o.endNs;
+  const hw = o.hardware;
+  const sum = (f: (t: PhaseTotals) => number) => f(p) + f(d);
   return {
-    feasible: true,
-    requests: o.requests,
-    throughputTokPerS: round6(safeDiv(generated, endNs / 1e9)),
-    prefillTokPerS: round6(safeDiv(p.processedTokens, p.ns / 1e9)),
-    decodeTokPerS: round6(safeDiv(d.generatedTokens, d.ns / 1e9)),
-    makespanS: round6(endNs / 1e9),
-    makespanH: round6(endNs / 3.6e12),
-    prefillS: round6(p.ns / 1e9),
-    decodeS: round6(d.ns / 1e9),
     gpuBusyFrac: round6(
       safeDiv(
         sum((t) => t.gpuBusyNs),
         endNs,
       ),
     ),
-    gpuBusyFracByModule: byModule,
+    gpuBusyFracByModule: busyFracByModule(o),
     h2dBytes: sum((t) => t.h2dBytes),
     d2hBytes: sum((t) => t.d2hBytes),
     h2dUtil: round6(
@@ -198,6 +185,41 @@ export function throughputMetrics(
         (hw.cpu.dramBytesPerSec * endNs) / 1e9,
       ),
     ),
+  };
+}
+
+export function throughputMetrics(
+  o: ThroughputOutcome,
+  opts: { readonly model?: ModelProfile } = {},
+): ThroughputMetrics {
+  const notes = o.plan?.notes;
+  if (!o.feasible) {
+    return {
+      feasible: false,
+      infeasibleReason: o.infeasibleReason ?? 'infeasible',
+      requests: o.requests,
+      ...(notes ? { policyNotes: notes } : {}),
+    };
+  }
+  const p = o.prefill;
+  const d = o.decode;
+  const endNs = o.endNs;
+  const sum = (f: (t: PhaseTotals) => number) => f(p) + f(d);
+  const generated = sum((t) => t.generatedTokens);
+  const mainPhase: Phase = o.decode.passes > 0 || !o.plan?.prefill.search ? 'decode' : 'prefill';
+  const search = searchMetrics(o, mainPhase);
+  const searchPrefill = mainPhase === 'decode' && o.prefill.passes > 0 ? searchMetrics(o, 'prefill') : undefined;
+  return {
+    feasible: true,
+    requests: o.requests,
+    throughputTokPerS: round6(safeDiv(generated, endNs / 1e9)),
+    prefillTokPerS: round6(safeDiv(p.processedTokens, p.ns / 1e9)),
+    decodeTokPerS: round6(safeDiv(d.generatedTokens, d.ns / 1e9)),
+    makespanS: round6(endNs / 1e9),
+    makespanH: round6(endNs / 3.6e12),
+    prefillS: round6(p.ns / 1e9),
+    decodeS: round6(d.ns / 1e9),
+    ...utilisation(o),
     tokensPerExpertPerPass: {
       prefill: round6(safeDiv(p.routedTokenSlots, p.expertLayerPairs)),
       decode: round6(safeDiv(d.routedTokenSlots, d.expertLayerPairs)),

@@ -33,7 +33,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy/execution': DEBT,
   'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine)`,
-  'sim/metrics/throughput-metrics.ts#throughputMetrics': DEBT,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
   'policies/oracle/min-plan.ts#minPlan': `${DEBT} (Belady's MIN over the need sequence)`,
   'policies/throughput/flexgen-like.ts#plan': DEBT,
