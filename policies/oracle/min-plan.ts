@@ -25,70 +25,102 @@ export interface MinPlan {
   readonly byReady: Int32Array;
 }
 
+/**
+ * Max-heap of (next use, last use, key, version): furthest next use first; ties (typically
+ * several never used again) the earliest last use — the victim free soonest, so its fetch can
+ * start earliest — then the lowest key. Stale entries (version changed, or out of the set) are
+ * skipped. `inSet` and `ver` are the plan's, shared.
+ */
+class VictimHeap {
+  private readonly hNext: number[] = [];
+  private readonly hLast: number[] = [];
+  private readonly hKey: number[] = [];
+  private readonly hVer: number[] = [];
+
+  constructor(
+    private readonly inSet: Uint8Array,
+    private readonly ver: Int32Array,
+  ) {}
+
+  private above(i: number, j: number): boolean {
+    const { hNext, hLast, hKey } = this;
+    return (
+      hNext[i]! > hNext[j]! ||
+      (hNext[i] === hNext[j] && (hLast[i]! < hLast[j]! || (hLast[i] === hLast[j] && hKey[i]! < hKey[j]!)))
+    );
+  }
+
+  private swap(i: number, j: number): void {
+    const { hNext, hLast, hKey, hVer } = this;
+    [hNext[i], hNext[j]] = [hNext[j]!, hNext[i]!];
+    [hLast[i], hLast[j]] = [hLast[j]!, hLast[i]!];
+    [hKey[i], hKey[j]] = [hKey[j]!, hKey[i]!];
+    [hVer[i], hVer[j]] = [hVer[j]!, hVer[i]!];
+  }
+
+  push(next: number, last: number, key: number): void {
+    const hNext = this.hNext;
+    hNext.push(next);
+    this.hLast.push(last);
+    this.hKey.push(key);
+    this.hVer.push(this.ver[key]!);
+    for (let i = hNext.length - 1; i > 0; ) {
+      const up = (i - 1) >> 1;
+      if (!this.above(i, up)) break;
+      this.swap(i, up);
+      i = up;
+    }
+  }
+
+  private pop(): void {
+    const hNext = this.hNext;
+    const last = hNext.length - 1;
+    this.swap(0, last);
+    hNext.pop();
+    this.hLast.pop();
+    this.hKey.pop();
+    this.hVer.pop();
+    for (let i = 0; ; ) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < hNext.length && this.above(l, m)) m = l;
+      if (r < hNext.length && this.above(r, m)) m = r;
+      if (m === i) break;
+      this.swap(i, m);
+      i = m;
+    }
+  }
+
+  /** The valid top of the heap (stale entries dropped), or −1. */
+  top(): number {
+    const { hNext, hKey, hVer, inSet, ver } = this;
+    while (hNext.length > 0 && !(inSet[hKey[0]!] && hVer[0] === ver[hKey[0]!])) this.pop();
+    return hNext.length > 0 ? 0 : -1;
+  }
+
+  /** The next use of the top entry (call `top()` first). */
+  topNext(): number {
+    return this.hNext[0]!;
+  }
+
+  /** Evicts the top entry's key (call `top()` first) and returns it. */
+  evictTop(): number {
+    const k = this.hKey[0]!;
+    this.pop();
+    this.inSet[k] = 0;
+    this.ver[k]!++;
+    return k;
+  }
+}
+
 export function minPlan(index: NeedIndex, keys: number, slots: number): MinPlan {
   const steps = index.trace.steps;
   const E = index.experts;
   const inSet = new Uint8Array(keys);
   const ver = new Int32Array(keys);
   const lastUse = new Int32Array(keys).fill(-1);
-  // Max-heap of (next use, last use, key, version): furthest next use first; ties (typically
-  // several never used again) the earliest last use — the victim free soonest, so its fetch can
-  // start earliest — then the lowest key. Stale entries (version changed, or out of the set) are skipped.
-  const hNext: number[] = [];
-  const hLast: number[] = [];
-  const hKey: number[] = [];
-  const hVer: number[] = [];
-  const above = (i: number, j: number) =>
-    hNext[i]! > hNext[j]! ||
-    (hNext[i] === hNext[j] && (hLast[i]! < hLast[j]! || (hLast[i] === hLast[j] && hKey[i]! < hKey[j]!)));
-  const swap = (i: number, j: number) => {
-    [hNext[i], hNext[j]] = [hNext[j]!, hNext[i]!];
-    [hLast[i], hLast[j]] = [hLast[j]!, hLast[i]!];
-    [hKey[i], hKey[j]] = [hKey[j]!, hKey[i]!];
-    [hVer[i], hVer[j]] = [hVer[j]!, hVer[i]!];
-  };
-  const push = (next: number, last: number, key: number) => {
-    hNext.push(next);
-    hLast.push(last);
-    hKey.push(key);
-    hVer.push(ver[key]!);
-    for (let i = hNext.length - 1; i > 0; ) {
-      const up = (i - 1) >> 1;
-      if (!above(i, up)) break;
-      swap(i, up);
-      i = up;
-    }
-  };
-  const pop = () => {
-    const last = hNext.length - 1;
-    swap(0, last);
-    hNext.pop();
-    hLast.pop();
-    hKey.pop();
-    hVer.pop();
-    for (let i = 0; ; ) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < hNext.length && above(l, m)) m = l;
-      if (r < hNext.length && above(r, m)) m = r;
-      if (m === i) break;
-      swap(i, m);
-      i = m;
-    }
-  };
-  /** The valid top of the heap (stale entries dropped), or −1. */
-  const top = (): number => {
-    while (hNext.length > 0 && !(inSet[hKey[0]!] && hVer[0] === ver[hKey[0]!])) pop();
-    return hNext.length > 0 ? 0 : -1;
-  };
-  const evictTop = (): number => {
-    const k = hKey[0]!;
-    pop();
-    inSet[k] = 0;
-    ver[k]!++;
-    return k;
-  };
+  const heap = new VictimHeap(inSet, ver);
   const step: number[] = [];
   const key: number[] = [];
   const victim: number[] = [];
@@ -103,7 +135,7 @@ export function minPlan(index: NeedIndex, keys: number, slots: number): MinPlan 
       let v = -1;
       let over = 0;
       if (size < slots) size++;
-      else if (top() >= 0 && hNext[0]! > p) v = evictTop();
+      else if (heap.top() >= 0 && heap.topNext() > p) v = heap.evictTop();
       else {
         over = 1;
         size++;
@@ -120,10 +152,10 @@ export function minPlan(index: NeedIndex, keys: number, slots: number): MinPlan 
       const k = s.layer * E + e;
       lastUse[k] = p;
       ver[k]!++;
-      push(index.nextUse(k, p + 1), p, k);
+      heap.push(index.nextUse(k, p + 1), p, k);
     }
-    while (size > slots && top() >= 0) {
-      evictTop();
+    while (size > slots && heap.top() >= 0) {
+      heap.evictTop();
       size--;
     }
   }

@@ -34,7 +34,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/moe-lens/policy.ts#lensPolicy/execution': DEBT,
   'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine)`,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
-  'policies/oracle/min-plan.ts#minPlan': `${DEBT} (Belady's MIN over the need sequence)`,
   'policies/throughput/flexgen-like.ts#plan': DEBT,
   'policies/throughput/moe-lightning-lens.ts#lightningChoose': DEBT,
   'policies/throughput/moe-lightning-like.ts#plan': DEBT,
