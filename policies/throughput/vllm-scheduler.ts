@@ -76,103 +76,18 @@ export class VllmScheduler implements IterationScheduler {
   }
 
   next(nowNs = 0): VllmStep {
-    const gpu = this.gpu;
-    const L = this.limits;
-    const watermarkPages = Math.floor(L.watermark * gpu.pages);
     // 1. Prefills, only when nothing is swapped out.
     if (this.swapped.length === 0) {
-      const prefill: { seq: BaseSeq; tokens: number; recomputed: number }[] = [];
-      let budget = L.maxNumBatchedTokens;
-      for (;;) {
-        const s = this.peekWaiting();
-        if (!s) break;
-        const tokens = s.prompt + s.generated;
-        const alone = prefill.length === 0 && this.running.length === 0;
-        if (tokens > budget && !(alone && prefill.length === 0)) break;
-        if (this.running.length + prefill.length >= L.maxNumSeqs) break;
-        const need = gpu.pagesFor(tokens);
-        if (gpu.freePages - need < (alone ? 0 : watermarkPages)) break;
-        this.popWaiting();
-        gpu.grow(s.id, tokens, nowNs);
-        s.kvTokens = tokens;
-        s.state = 'running';
-        const recomputed = s.generated > 0 ? tokens - 1 : 0;
-        this.recomputedTokens += recomputed;
-        prefill.push({ seq: s, tokens, recomputed });
-        budget -= tokens;
-      }
-      if (prefill.length > 0) {
-        for (const p of prefill) this.running.push(p.seq);
-        const finished = this.step(
-          prefill.map((p) => p.seq),
-          nowNs,
-        );
-        return {
-          kind: 'prefill',
-          prefill,
-          decode: [],
-          preempted: [],
-          finished,
-          decodeContextTokens: 0,
-          swapOutTokens: 0,
-          swapInTokens: 0,
-          swappedOut: [],
-          swappedIn: [],
-          recomputePreempted: [],
-        };
-      }
+      const prefillStep = this.admitPrefills(nowNs);
+      if (prefillStep) return prefillStep;
     }
     // 2. Decode every running sequence (oldest first); preempt the newest when a page is missing.
-    const swappedOut: BaseSeq[] = [];
-    const recomputePreempted: BaseSeq[] = [];
-    let swapOutTokens = 0;
-    let need = 0;
-    for (const s of this.running) need += gpu.extraFor(s.id, s.kvTokens + 1);
-    while (need > gpu.freePages && this.running.length > 0) {
-      const v = this.running.pop()!;
-      need -= gpu.extraFor(v.id, v.kvTokens + 1);
-      this.preemptions++;
-      const pages = gpu.heldBy(v.id);
-      if (L.preemption === 'swap' && pages <= this.cpu.freePages) {
-        gpu.free(v.id, nowNs);
-        this.cpu.grow(v.id, v.kvTokens, nowNs);
-        v.state = 'swapped';
-        swapOutTokens += v.kvTokens;
-        this.swapOuts++;
-        swappedOut.push(v);
-      } else {
-        gpu.free(v.id, nowNs);
-        v.state = 'waiting';
-        v.kvTokens = 0;
-        recomputePreempted.push(v);
-      }
-    }
-    // Swapped-out sequences resume before anything else (in preemption order, oldest admitted first);
-    // recomputed ones go to the head of the waiting queue.
-    for (let i = swappedOut.length - 1; i >= 0; i--) this.swapped.push(swappedOut[i]!);
-    if (recomputePreempted.length > 0) {
-      const rest = this.waiting.slice(this.waitingHead);
-      this.waiting = [...recomputePreempted.slice().reverse(), ...rest];
-      this.waitingHead = 0;
-    }
+    const { swappedOut, recomputePreempted, swapOutTokens, need } = this.preemptForDecode(nowNs);
     // 3. Swap in (oldest first) when nothing was preempted this step.
     const swappedIn: BaseSeq[] = [];
     let swapInTokens = 0;
-    if (swappedOut.length === 0 && recomputePreempted.length === 0) {
-      while (this.swapped.length > 0 && this.running.length < L.maxNumSeqs) {
-        const s = this.swapped[0]!;
-        const pages = gpu.pagesFor(s.kvTokens + 1);
-        if (need + pages > gpu.freePages) break;
-        this.swapped.shift();
-        this.cpu.free(s.id, nowNs);
-        gpu.grow(s.id, s.kvTokens, nowNs);
-        need += gpu.extraFor(s.id, s.kvTokens + 1);
-        s.state = 'running';
-        swapInTokens += s.kvTokens;
-        swappedIn.push(s);
-        this.running.push(s);
-      }
-    }
+    if (swappedOut.length === 0 && recomputePreempted.length === 0) swapInTokens = this.swapIn(need, swappedIn, nowNs);
+    const gpu = this.gpu;
     const decode = this.running.slice();
     let ctx = 0;
     for (const s of decode) {
@@ -201,6 +116,126 @@ export class VllmScheduler implements IterationScheduler {
       swappedIn,
       recomputePreempted,
     };
+  }
+
+  /**
+   * Admits waiting prompts (FCFS, whole prompts) within the token budget, the sequence limit and
+   * the watermark, and runs them as one prefill step; undefined when none fits.
+   */
+  private admitPrefills(nowNs: number): VllmStep | undefined {
+    const gpu = this.gpu;
+    const L = this.limits;
+    const watermarkPages = Math.floor(L.watermark * gpu.pages);
+    const prefill: { seq: BaseSeq; tokens: number; recomputed: number }[] = [];
+    let budget = L.maxNumBatchedTokens;
+    for (;;) {
+      const s = this.peekWaiting();
+      if (!s) break;
+      const tokens = s.prompt + s.generated;
+      const alone = prefill.length === 0 && this.running.length === 0;
+      if (tokens > budget && !(alone && prefill.length === 0)) break;
+      if (this.running.length + prefill.length >= L.maxNumSeqs) break;
+      const need = gpu.pagesFor(tokens);
+      if (gpu.freePages - need < (alone ? 0 : watermarkPages)) break;
+      this.popWaiting();
+      gpu.grow(s.id, tokens, nowNs);
+      s.kvTokens = tokens;
+      s.state = 'running';
+      const recomputed = s.generated > 0 ? tokens - 1 : 0;
+      this.recomputedTokens += recomputed;
+      prefill.push({ seq: s, tokens, recomputed });
+      budget -= tokens;
+    }
+    if (prefill.length === 0) return undefined;
+    for (const p of prefill) this.running.push(p.seq);
+    const finished = this.step(
+      prefill.map((p) => p.seq),
+      nowNs,
+    );
+    return {
+      kind: 'prefill',
+      prefill,
+      decode: [],
+      preempted: [],
+      finished,
+      decodeContextTokens: 0,
+      swapOutTokens: 0,
+      swapInTokens: 0,
+      swappedOut: [],
+      swappedIn: [],
+      recomputePreempted: [],
+    };
+  }
+
+  /**
+   * Preempts the newest running sequences until every running one has a page for its next token
+   * (swapped out while the CPU swap space has room, else dropped for recomputation), and queues
+   * them; returns them with the pages the decode step still needs.
+   */
+  private preemptForDecode(nowNs: number): {
+    swappedOut: BaseSeq[];
+    recomputePreempted: BaseSeq[];
+    swapOutTokens: number;
+    need: number;
+  } {
+    const gpu = this.gpu;
+    const swappedOut: BaseSeq[] = [];
+    const recomputePreempted: BaseSeq[] = [];
+    let swapOutTokens = 0;
+    let need = 0;
+    for (const s of this.running) need += gpu.extraFor(s.id, s.kvTokens + 1);
+    while (need > gpu.freePages && this.running.length > 0) {
+      const v = this.running.pop()!;
+      need -= gpu.extraFor(v.id, v.kvTokens + 1);
+      this.preemptions++;
+      const pages = gpu.heldBy(v.id);
+      if (this.limits.preemption === 'swap' && pages <= this.cpu.freePages) {
+        gpu.free(v.id, nowNs);
+        this.cpu.grow(v.id, v.kvTokens, nowNs);
+        v.state = 'swapped';
+        swapOutTokens += v.kvTokens;
+        this.swapOuts++;
+        swappedOut.push(v);
+      } else {
+        gpu.free(v.id, nowNs);
+        v.state = 'waiting';
+        v.kvTokens = 0;
+        recomputePreempted.push(v);
+      }
+    }
+    // Swapped-out sequences resume before anything else (in preemption order, oldest admitted first);
+    // recomputed ones go to the head of the waiting queue.
+    for (let i = swappedOut.length - 1; i >= 0; i--) this.swapped.push(swappedOut[i]!);
+    if (recomputePreempted.length > 0) {
+      const rest = this.waiting.slice(this.waitingHead);
+      this.waiting = [...recomputePreempted.slice().reverse(), ...rest];
+      this.waitingHead = 0;
+    }
+    return { swappedOut, recomputePreempted, swapOutTokens, need };
+  }
+
+  /**
+   * Swaps sequences back in (oldest first) while the GPU has pages for them beside the `decodeNeed`
+   * pages of the decode step; appends them to `swappedIn` and returns their KV tokens.
+   */
+  private swapIn(decodeNeed: number, swappedIn: BaseSeq[], nowNs: number): number {
+    const gpu = this.gpu;
+    let need = decodeNeed;
+    let swapInTokens = 0;
+    while (this.swapped.length > 0 && this.running.length < this.limits.maxNumSeqs) {
+      const s = this.swapped[0]!;
+      const pages = gpu.pagesFor(s.kvTokens + 1);
+      if (need + pages > gpu.freePages) break;
+      this.swapped.shift();
+      this.cpu.free(s.id, nowNs);
+      gpu.grow(s.id, s.kvTokens, nowNs);
+      need += gpu.extraFor(s.id, s.kvTokens + 1);
+      s.state = 'running';
+      swapInTokens += s.kvTokens;
+      swappedIn.push(s);
+      this.running.push(s);
+    }
+    return swapInTokens;
   }
 
   private step(stepped: readonly BaseSeq[], nowNs: number): number[] {

@@ -37,7 +37,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/throughput/flexgen-like.ts#plan': DEBT,
   'policies/throughput/moe-lightning-lens.ts#lightningChoose': DEBT,
   'policies/throughput/moe-lightning-like.ts#plan': DEBT,
-  'policies/throughput/vllm-scheduler.ts#VllmScheduler.next': `${DEBT} (vLLM's scheduling step)`,
 };
 
 interface Oversize {
