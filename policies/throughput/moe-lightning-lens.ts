@@ -29,7 +29,7 @@ import {
   type IterationRun,
 } from '../../sim/throughput/iteration.ts';
 import { KvPages } from '../../sim/throughput/kv-pages.ts';
-import { modelModules } from '../../sim/throughput/memory-model.ts';
+import { type ModelModules, modelModules } from '../../sim/throughput/memory-model.ts';
 import { CgoPipe, cgoStage } from '../../sim/throughput/pipelines/cgopipe.ts';
 import { layerCosts } from '../../sim/throughput/pipelines/layer-costs.ts';
 import type { PlanContext } from '../../sim/throughput/policy.ts';
@@ -94,6 +94,37 @@ interface LightningChoice {
   readonly why: string;
 }
 
+/**
+ * μ when not given: the micro-batch count (1, 2, 4, … up to 16 and N) whose CGOPipe stage of the
+ * first MoE layer is shortest at the last decode step (the largest CPU attention of the batch),
+ * each sequence holding `seqTokens` of context; no contention.
+ */
+function shortestStageMicroBatches(
+  ctx: PlanContext,
+  mm: ModelModules,
+  cores: number,
+  N: number,
+  seqTokens: number,
+): number {
+  let mu = 1;
+  const lc = layerCosts(ctx.model, ctx.hardware, ctx.cost, cores);
+  const l = Math.max(
+    0,
+    mm.moeIndexOfLayer.findIndex((m) => m >= 0),
+  );
+  const ctxTok = N * seqTokens;
+  let best = Number.POSITIVE_INFINITY;
+  for (let m = 1; m <= Math.min(16, N); m *= 2) {
+    const per = { decode: Math.ceil(N / m), decodeCtx: ctxTok / m, prefillTokens: 0, prefillCtx: 0 };
+    const s = cgoStage(m * lc.cpuNs(per), 0, m * lc.gpuLayerNs(l, per), m, 0, lc.transferNs[l]!, undefined).stageNs;
+    if (s < best - 1e-6) {
+      best = s;
+      mu = m;
+    }
+  }
+  return mu;
+}
+
 function lightningChoose(
   ctx: PlanContext,
   p: LensLightningParams,
@@ -101,7 +132,7 @@ function lightningChoose(
   pMean: number,
   sequences: number,
 ): LightningChoice | string {
-  const { model, hardware: hw, cost } = ctx;
+  const { model, hardware: hw } = ctx;
   const mm = modelModules(model);
   const W = model.derived.totalBytes;
   const kv = p.kvCapacityGB !== undefined ? p.kvCapacityGB * 1e9 : hw.hostDramBytes - W;
@@ -157,25 +188,7 @@ function lightningChoose(
         : `batch ${N} bounded by ${N === hostCap ? 'host' : N === gpuCap ? 'GPU' : 'workload'} memory (roofline ${roofline})`;
   }
   // μ: the shortest CGOPipe stage at the mid-generation shape (per MoE layer, no contention).
-  let mu = p.microBatches ?? 1;
-  if (p.microBatches === undefined) {
-    const lc = layerCosts(model, hw, cost, cores);
-    const l = Math.max(
-      0,
-      mm.moeIndexOfLayer.findIndex((m) => m >= 0),
-    );
-    // At the last decode step (the largest CPU attention of the batch).
-    const ctxTok = N * (pMean + g);
-    let best = Number.POSITIVE_INFINITY;
-    for (let m = 1; m <= Math.min(16, N); m *= 2) {
-      const per = { decode: Math.ceil(N / m), decodeCtx: ctxTok / m, prefillTokens: 0, prefillCtx: 0 };
-      const s = cgoStage(m * lc.cpuNs(per), 0, m * lc.gpuLayerNs(l, per), m, 0, lc.transferNs[l]!, undefined).stageNs;
-      if (s < best - 1e-6) {
-        best = s;
-        mu = m;
-      }
-    }
-  }
+  const mu = p.microBatches ?? shortestStageMicroBatches(ctx, mm, cores, N, pMean + g);
   const gpuBytes = dense + 2 * layerExperts + N * ACTIVATION_BYTES * d * Math.max(2, pMean);
   return { setting, cpuMemBytes: cpuMem, kvBudgetBytes: kvBudget, N, mu, hostCap, gpuCap, roofline, gpuBytes, why };
 }

@@ -35,7 +35,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine)`,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
   'policies/throughput/flexgen-like.ts#plan': DEBT,
-  'policies/throughput/moe-lightning-lens.ts#lightningChoose': DEBT,
   'policies/throughput/moe-lightning-like.ts#plan': DEBT,
 };
 
