@@ -199,21 +199,9 @@ function lensPolicy(p: Params): ThroughputPolicy {
         decode.d2hBytes = r.eventStats.d2hBytes;
         decode.d2hBusyNs = r.eventStats.d2hBusyNs;
       }
-      const a = r.analytic;
-      const analytic: Record<string, number | string> = {};
-      for (const [k, v] of Object.entries(a))
-        if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
-      analytic.simulatedTokPerS = r6(r.throughputTokPerS);
-      analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
-      analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
+      const analytic = analyticOf(r);
       const kvTok = model.derived.kvBytesPerToken * p.pageTokens;
-      const notes = [
-        `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
-        r.pipeline === 'events'
-          ? `event-level VSLPipe iteration (sim/throughput/pipelines/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
-          : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
-        `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
-      ];
+      const notes = lensNotes(p, r, kvBytes, P);
       return {
         plan: { ...planned, notes },
         hostBatches: 1,
@@ -238,6 +226,29 @@ function lensPolicy(p: Params): ThroughputPolicy {
     };
     return { ...e, report };
   }
+}
+
+/** `metrics.analytic` of a MoE-Lens run: the analytic model (rounded) beside the simulated throughput. */
+function analyticOf(r: LensRunResult): Record<string, number | string> {
+  const a = r.analytic;
+  const analytic: Record<string, number | string> = {};
+  for (const [k, v] of Object.entries(a))
+    if (v !== undefined) analytic[k] = typeof v === 'number' ? r6(v) : (v as string);
+  analytic.simulatedTokPerS = r6(r.throughputTokPerS);
+  analytic.simulatedOverT = r6(r.throughputTokPerS / a.t);
+  analytic.simulatedOverTMaxGen = r6(r.throughputTokPerS / a.tMaxGenTokPerS);
+  return analytic;
+}
+
+/** The plan notes of a MoE-Lens run: its KV pages and n_real, the VSLPipe variant, the prompt padding. */
+function lensNotes(p: Params, r: LensRunResult, kvBytes: number, P: number): string[] {
+  return [
+    `MoE-Lens: KV ${(kvBytes / 1e9).toFixed(1)} GB = ${r.pages} pages of ${p.pageTokens} tokens; n_real ${r.nReal}${p.nReal !== undefined ? ' (fixed)' : ' (profiler)'}; contention ${p.contention ? 'on' : 'off'}`,
+    r.pipeline === 'events'
+      ? `event-level VSLPipe iteration (sim/throughput/pipelines/vslpipe-events.ts: ${((p.packetBytes ?? 100e6) / 1e6).toFixed(0)} MB data-mover packets, host-DRAM fluid share ${p.contention ? 'on' : 'off'}), even routing`
+      : 'closed-form VSLPipe iteration cost, even routing (see policies/moe-lens/policy.ts)',
+    `prompts: ${p.promptPadding === 'executor' ? `padded to P = ${P} (executor convention)` : 'unpadded'}`,
+  ];
 }
 
 /** `metrics.schedule` of a MoE-Lens run (event-mode fields only in event mode). */
