@@ -31,7 +31,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/moepic/policy.ts#createMoepic': FACTORY,
   'policies/oracle/oracle-prefetch.ts#createOraclePrefetch': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
-  'sim/throughput/pipelines/vslpipe-events.ts#EventPipe.runIteration': `${DEBT} (a closure state machine)`,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
   'policies/throughput/flexgen-like.ts#plan': DEBT,
   'policies/throughput/moe-lightning-like.ts#plan': DEBT,

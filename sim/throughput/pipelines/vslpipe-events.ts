@@ -182,6 +182,15 @@ export interface EventPipeStats {
   readonly cpuWaitD2hNs: number;
 }
 
+/** Counters an `EventPipe` keeps over its iterations. */
+interface PipeTally {
+  dramBoundStages: number;
+  d2hLatencyNs: number;
+  cpuWaitD2hNs: number;
+  /** The DRAM share's contended time at the end of the last stage. */
+  lastContended: number;
+}
+
 export class EventPipe {
   readonly sim = new Simulation<ResourceEvent>();
   readonly dram: FluidShare;
@@ -189,10 +198,7 @@ export class EventPipe {
   readonly cpu: CpuPool;
   readonly gpu: Gpu;
   readonly d2h: PcieLink;
-  private dramBoundStages = 0;
-  private d2hLatencyNs = 0;
-  private cpuWaitD2hNs = 0;
-  private lastContended = 0;
+  private readonly tally: PipeTally = { dramBoundStages: 0, d2hLatencyNs: 0, cpuWaitD2hNs: 0, lastContended: 0 };
 
   constructor(private readonly o: EventPipeOptions) {
     const sim = this.sim;
@@ -234,190 +240,12 @@ export class EventPipe {
 
   /** Simulates one iteration from `sim.now`; returns its duration (ns). */
   runIteration(x: PipeIteration): number {
-    const sim = this.sim;
-    const mover = this.mover;
-    const L = x.layerBytes.length;
-    const startNs = sim.now as number;
-    const contention = this.o.contention;
-    const cores = this.o.cores;
-    let endNs = -1;
-    let l = 0;
-    let dmaDone = false;
-    let p2Done = false;
-    let cpuDone = false;
-    let gpuDone = false;
-    let phase = 1;
-    let actAReady = true;
-    let actBReady = true;
-    let gpuAWaiting = false;
-    let gpuBWaiting = false;
-    let lmWaiting = false;
-    const d2hA = x.d2hA ?? 0;
-    const d2hB = x.d2hB ?? 0;
-    let qkvAReady = true;
-    let qkvBReady = true;
-    let cpuAWaitSince = -1;
-    let cpuBWaitSince = -1;
-    const d2hCopy = (bytes: number, done: () => void): void => {
-      const t0 = sim.now as number;
-      this.d2h.submit({
-        bytes,
-        priority: ACTIVATION_PRIORITY,
-        label: 'q/k/v',
-        category: 'activations',
-        onDone: () => {
-          this.d2hLatencyNs += (sim.now as number) - t0;
-          done();
-        },
-      });
-    };
-
-    const cpuTask = (c: number, k: number, done: () => void): void => {
-      if (c <= 0) {
-        done();
-        return;
-      }
-      this.cpu.submit({
-        cores,
-        computeNs: c as Ns,
-        bytes: contention ? k : 0,
-        label: 'cpu attention',
-        category: 'attention',
-        onDone: done,
-      });
-    };
-    const gpuTask = (g: number, label: string, done: () => void): void => {
-      if (g <= 0) {
-        done();
-        return;
-      }
-      this.gpu.submit({ stream: 0, durationNs: g as Ns, label, category: 'compute', onDone: done });
-    };
-    const endPhase = (): void => {
-      if (!cpuDone || !gpuDone) return;
-      if (phase === 1) phase2();
-      else {
-        p2Done = true;
-        maybeEndStage();
-      }
-    };
-    const runCpuA = (): void =>
-      cpuTask(x.ca, x.ka, () => {
-        if (x.actA > 0) {
-          actAReady = false;
-          mover.activation(x.actA, onActA);
-        }
-        cpuDone = true;
-        endPhase();
-      });
-    const runCpuB = (): void =>
-      cpuTask(x.cb, x.kb, () => {
-        if (x.actB > 0) {
-          actBReady = false;
-          mover.activation(x.actB, onActB);
-        }
-        cpuDone = true;
-        endPhase();
-      });
-    const onQkvA = (): void => {
-      qkvAReady = true;
-      if (cpuAWaitSince >= 0) {
-        this.cpuWaitD2hNs += (sim.now as number) - cpuAWaitSince;
-        cpuAWaitSince = -1;
-        runCpuA();
-      }
-    };
-    const onQkvB = (): void => {
-      qkvBReady = true;
-      if (cpuBWaitSince >= 0) {
-        this.cpuWaitD2hNs += (sim.now as number) - cpuBWaitSince;
-        cpuBWaitSince = -1;
-        runCpuB();
-      }
-    };
-    const runGpuB = (): void =>
-      gpuTask(x.gb[l]!, 'gpu β', () => {
-        if (d2hB > 0) {
-          qkvBReady = false;
-          d2hCopy(d2hB, onQkvB);
-        }
-        gpuDone = true;
-        endPhase();
-      });
-    const runGpuA = (): void =>
-      gpuTask(x.ga[l]!, 'gpu α', () => {
-        if (d2hA > 0 && l + 1 < L) {
-          qkvAReady = false;
-          d2hCopy(d2hA, onQkvA);
-        }
-        gpuDone = true;
-        endPhase();
-      });
-    const runLm = (): void =>
-      gpuTask(x.lmHeadNs, 'lm head', () => {
-        endNs = sim.now;
-      });
-    const onActA = (): void => {
-      actAReady = true;
-      if (gpuAWaiting) {
-        gpuAWaiting = false;
-        runGpuA();
-      }
-    };
-    const onActB = (): void => {
-      actBReady = true;
-      if (gpuBWaiting) {
-        gpuBWaiting = false;
-        runGpuB();
-      } else if (lmWaiting) {
-        lmWaiting = false;
-        runLm();
-      }
-    };
-    const phase1 = (): void => {
-      phase = 1;
-      cpuDone = false;
-      gpuDone = false;
-      if (qkvAReady) runCpuA();
-      else cpuAWaitSince = sim.now;
-      if (actBReady) runGpuB();
-      else gpuBWaiting = true;
-    };
-    const phase2 = (): void => {
-      phase = 2;
-      cpuDone = false;
-      gpuDone = false;
-      if (qkvBReady) runCpuB();
-      else cpuBWaitSince = sim.now;
-      if (actAReady) runGpuA();
-      else gpuAWaiting = true;
-    };
-    const onDma = (): void => {
-      dmaDone = true;
-      maybeEndStage();
-    };
-    const startStage = (): void => {
-      dmaDone = l + 1 >= L;
-      p2Done = false;
-      if (!dmaDone) mover.weights(x.layerBytes[l + 1]!, onDma);
-      phase1();
-    };
-    const maybeEndStage = (): void => {
-      if (!p2Done || !dmaDone) return;
-      if (contention) {
-        const c = this.dram.contendedTimeNs();
-        if (c > this.lastContended) this.dramBoundStages++;
-        this.lastContended = c;
-      }
-      l++;
-      if (l < L) startStage();
-      else if (actBReady) runLm();
-      else lmWaiting = true;
-    };
-    mover.weights(x.layerBytes[0]!, () => startStage());
-    sim.run();
-    if (endNs < 0) throw new Error(`event VSLPipe: iteration did not finish (layer ${l} of ${L})`);
-    return endNs - startNs;
+    const startNs = this.sim.now as number;
+    const run = new IterationRun(this, x, this.o.contention, this.o.cores, this.tally);
+    run.start();
+    this.sim.run();
+    if (run.endNs < 0) throw new Error(`event VSLPipe: iteration did not finish (layer ${run.l} of ${run.L})`);
+    return run.endNs - startNs;
   }
 
   stats(): EventPipeStats {
@@ -429,15 +257,241 @@ export class EventPipe {
       activationMaxQueueNs: m.activationMaxQueueNs,
       activationTransfers: m.activationTransfers,
       dramContendedNs: this.o.contention ? this.dram.contendedTimeNs() : 0,
-      dramBoundStages: this.dramBoundStages,
+      dramBoundStages: this.tally.dramBoundStages,
       h2dBusyNs: m.link.busyTimeNs(),
       h2dBytes: m.link.bytesMoved,
       cpuBusyNs: this.cpu.busyCoreTimeNs() / this.o.cores,
       gpuBusyNs: this.gpu.busyTimeNs(),
       d2hBytes: this.d2h.bytesMoved,
       d2hBusyNs: this.d2h.busyTimeNs(),
-      d2hLatencyNs: this.d2hLatencyNs,
-      cpuWaitD2hNs: this.cpuWaitD2hNs,
+      d2hLatencyNs: this.tally.d2hLatencyNs,
+      cpuWaitD2hNs: this.tally.cpuWaitD2hNs,
     };
+  }
+}
+
+/**
+ * One iteration of the event pipeline as a state machine (module comment): layer 0's weights,
+ * then per layer a stage of two phases (CPU α beside GPU β, then CPU β beside GPU α) that ends
+ * when phase 2 and the next layer's weight DMA have both finished, then the LM head. A group's
+ * H2D activation copy gates its next GPU task; its D2H Q/K/V copy gates its next CPU attention.
+ */
+class IterationRun {
+  /** When the LM head finished (−1 until then), and the current layer. */
+  endNs = -1;
+  l = 0;
+  readonly L: number;
+  private readonly sim: Simulation<ResourceEvent>;
+  private readonly d2hA: number;
+  private readonly d2hB: number;
+  private dmaDone = false;
+  private p2Done = false;
+  private cpuDone = false;
+  private gpuDone = false;
+  private phase = 1;
+  private actAReady = true;
+  private actBReady = true;
+  private gpuAWaiting = false;
+  private gpuBWaiting = false;
+  private lmWaiting = false;
+  private qkvAReady = true;
+  private qkvBReady = true;
+  private cpuAWaitSince = -1;
+  private cpuBWaitSince = -1;
+
+  constructor(
+    private readonly pipe: EventPipe,
+    private readonly x: PipeIteration,
+    private readonly contention: boolean,
+    private readonly cores: number,
+    private readonly tally: PipeTally,
+  ) {
+    this.sim = pipe.sim;
+    this.L = x.layerBytes.length;
+    this.d2hA = x.d2hA ?? 0;
+    this.d2hB = x.d2hB ?? 0;
+  }
+
+  /** The prologue: layer 0's weights over H2D, alone; then stage 0. */
+  start(): void {
+    this.pipe.mover.weights(this.x.layerBytes[0]!, () => this.startStage());
+  }
+
+  private d2hCopy(bytes: number, done: () => void): void {
+    const t0 = this.sim.now as number;
+    this.pipe.d2h.submit({
+      bytes,
+      priority: ACTIVATION_PRIORITY,
+      label: 'q/k/v',
+      category: 'activations',
+      onDone: () => {
+        this.tally.d2hLatencyNs += (this.sim.now as number) - t0;
+        done();
+      },
+    });
+  }
+
+  private cpuTask(c: number, k: number, done: () => void): void {
+    if (c <= 0) {
+      done();
+      return;
+    }
+    this.pipe.cpu.submit({
+      cores: this.cores,
+      computeNs: c as Ns,
+      bytes: this.contention ? k : 0,
+      label: 'cpu attention',
+      category: 'attention',
+      onDone: done,
+    });
+  }
+
+  private gpuTask(g: number, label: string, done: () => void): void {
+    if (g <= 0) {
+      done();
+      return;
+    }
+    this.pipe.gpu.submit({ stream: 0, durationNs: g as Ns, label, category: 'compute', onDone: done });
+  }
+
+  private endPhase(): void {
+    if (!this.cpuDone || !this.gpuDone) return;
+    if (this.phase === 1) this.phase2();
+    else {
+      this.p2Done = true;
+      this.maybeEndStage();
+    }
+  }
+
+  private runCpuA(): void {
+    this.cpuTask(this.x.ca, this.x.ka, () => {
+      if (this.x.actA > 0) {
+        this.actAReady = false;
+        this.pipe.mover.activation(this.x.actA, () => this.onActA());
+      }
+      this.cpuDone = true;
+      this.endPhase();
+    });
+  }
+
+  private runCpuB(): void {
+    this.cpuTask(this.x.cb, this.x.kb, () => {
+      if (this.x.actB > 0) {
+        this.actBReady = false;
+        this.pipe.mover.activation(this.x.actB, () => this.onActB());
+      }
+      this.cpuDone = true;
+      this.endPhase();
+    });
+  }
+
+  private onQkvA(): void {
+    this.qkvAReady = true;
+    if (this.cpuAWaitSince >= 0) {
+      this.tally.cpuWaitD2hNs += (this.sim.now as number) - this.cpuAWaitSince;
+      this.cpuAWaitSince = -1;
+      this.runCpuA();
+    }
+  }
+
+  private onQkvB(): void {
+    this.qkvBReady = true;
+    if (this.cpuBWaitSince >= 0) {
+      this.tally.cpuWaitD2hNs += (this.sim.now as number) - this.cpuBWaitSince;
+      this.cpuBWaitSince = -1;
+      this.runCpuB();
+    }
+  }
+
+  private runGpuB(): void {
+    this.gpuTask(this.x.gb[this.l]!, 'gpu β', () => {
+      if (this.d2hB > 0) {
+        this.qkvBReady = false;
+        this.d2hCopy(this.d2hB, () => this.onQkvB());
+      }
+      this.gpuDone = true;
+      this.endPhase();
+    });
+  }
+
+  private runGpuA(): void {
+    this.gpuTask(this.x.ga[this.l]!, 'gpu α', () => {
+      if (this.d2hA > 0 && this.l + 1 < this.L) {
+        this.qkvAReady = false;
+        this.d2hCopy(this.d2hA, () => this.onQkvA());
+      }
+      this.gpuDone = true;
+      this.endPhase();
+    });
+  }
+
+  private runLm(): void {
+    this.gpuTask(this.x.lmHeadNs, 'lm head', () => {
+      this.endNs = this.sim.now;
+    });
+  }
+
+  private onActA(): void {
+    this.actAReady = true;
+    if (this.gpuAWaiting) {
+      this.gpuAWaiting = false;
+      this.runGpuA();
+    }
+  }
+
+  private onActB(): void {
+    this.actBReady = true;
+    if (this.gpuBWaiting) {
+      this.gpuBWaiting = false;
+      this.runGpuB();
+    } else if (this.lmWaiting) {
+      this.lmWaiting = false;
+      this.runLm();
+    }
+  }
+
+  private phase1(): void {
+    this.phase = 1;
+    this.cpuDone = false;
+    this.gpuDone = false;
+    if (this.qkvAReady) this.runCpuA();
+    else this.cpuAWaitSince = this.sim.now;
+    if (this.actBReady) this.runGpuB();
+    else this.gpuBWaiting = true;
+  }
+
+  private phase2(): void {
+    this.phase = 2;
+    this.cpuDone = false;
+    this.gpuDone = false;
+    if (this.qkvBReady) this.runCpuB();
+    else this.cpuBWaitSince = this.sim.now;
+    if (this.actAReady) this.runGpuA();
+    else this.gpuAWaiting = true;
+  }
+
+  private onDma(): void {
+    this.dmaDone = true;
+    this.maybeEndStage();
+  }
+
+  private startStage(): void {
+    this.dmaDone = this.l + 1 >= this.L;
+    this.p2Done = false;
+    if (!this.dmaDone) this.pipe.mover.weights(this.x.layerBytes[this.l + 1]!, () => this.onDma());
+    this.phase1();
+  }
+
+  private maybeEndStage(): void {
+    if (!this.p2Done || !this.dmaDone) return;
+    if (this.contention) {
+      const c = this.pipe.dram.contendedTimeNs();
+      if (c > this.tally.lastContended) this.tally.dramBoundStages++;
+      this.tally.lastContended = c;
+    }
+    this.l++;
+    if (this.l < this.L) this.startStage();
+    else if (this.actBReady) this.runLm();
+    else this.lmWaiting = true;
   }
 }
