@@ -75,6 +75,26 @@ function config(layers: number, b: number, kvBuffers: number): PassConfig {
   };
 }
 
+/**
+ * The grids of the (b, n) search: the fixed value or powers of two up to the cap; with
+ * model-based batching, b's grid also gets the largest unified batch whose prefill fits.
+ */
+function searchGrids(
+  p: z.infer<typeof Params>,
+  cap: number,
+  fits: (b: number, n: number) => boolean,
+): { bGrid: readonly number[]; nGrid: readonly number[] } {
+  let bGrid = p.gpuBatchSeqs !== undefined ? [p.gpuBatchSeqs] : powersOfTwoUpTo(Math.min(cap, 1024));
+  if (p.batching === 'model' && p.gpuBatchSeqs === undefined) {
+    // The largest unified batch (one micro-batch) whose prefill fits: the grid's powers of two may straddle it.
+    const one = largestSatisfying(1, Math.min(cap, 1 << 16), (x) => fits(x, 1));
+    if (one >= 1 && !bGrid.includes(one)) bGrid = [...bGrid.filter((v) => v < one), one];
+  }
+  const nGrid =
+    p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
+  return { bGrid, nGrid };
+}
+
 function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
   const { model, hardware: hw, workload: w } = ctx;
   const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
@@ -118,14 +138,7 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
       ? block / predictPassNs(ctx, refDecodeShape(w, block, block), c, { mode: 'extrapolate' })
       : (block * w.promptTokens) / predictPassNs(ctx, prefillShape(w, block, block), c, { mode: 'extrapolate' });
   };
-  let bGrid = p.gpuBatchSeqs !== undefined ? [p.gpuBatchSeqs] : powersOfTwoUpTo(Math.min(cap, 1024));
-  if (p.batching === 'model' && p.gpuBatchSeqs === undefined) {
-    // The largest unified batch (one micro-batch) whose prefill fits: the grid's powers of two may straddle it.
-    const one = largestSatisfying(1, Math.min(cap, 1 << 16), (x) => fits(x, 1));
-    if (one >= 1 && !bGrid.includes(one)) bGrid = [...bGrid.filter((v) => v < one), one];
-  }
-  const nGrid =
-    p.gpuBatches !== undefined ? [p.gpuBatches] : powersOfTwoUpTo(Math.max(1, Math.min(p.maxGpuBatches, cap)));
+  const { bGrid, nGrid } = searchGrids(p, cap, fits);
   const found = coordinateSearch({
     start: { b: bGrid[0]!, n: nGrid[0]! },
     axes: [
