@@ -104,23 +104,21 @@ function config(layers: number, microSeqs: number, omega: 0 | 1, cores: number):
 
 export { lightningRoofline, RELEASED_GPU_MEMORY_FRACTION, RELEASED_HOST_MEMORY_FRACTION };
 
-function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
-  const { model, hardware: hw, workload: w } = ctx;
-  const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
-  if (hostWhy) return { feasible: false, reason: hostWhy };
+/**
+ * The batch N (sequences decoding together) and the reason for it: with the released optimiser,
+ * the roofline turning point within GPU memory; with model-based batching, the largest batch
+ * whose prefill as one batch and whose decode fit the GPU.
+ */
+function chooseBatch(
+  ctx: PlanContext,
+  cores: number,
+  cap: number,
+  hostMax: number,
+  vram: number,
+  released: boolean,
+): { N: number; why: string } {
+  const { model, workload: w } = ctx;
   const L = model.layers;
-  const cores = p.cpuCores === 'all' ? hw.cpu.cores : Math.min(p.cpuCores, hw.cpu.cores);
-  const released = p.batching === 'released';
-  const reserve = w.promptTokens + w.outputTokens;
-  const hostBytes = released ? Math.floor(hw.hostDramBytes * RELEASED_HOST_MEMORY_FRACTION) : hw.hostDramBytes;
-  const hostMax = maxHostSeqs(model, hostBytes, reserve, 0);
-  if (hostMax < 1)
-    return {
-      feasible: false,
-      reason: `host DRAM left after the weights (${gb(hostBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV`,
-    };
-  const cap = Math.min(workloadCap(ctx), hostMax);
-  const vram = released ? Math.floor(hw.gpu.vramBytes * RELEASED_GPU_MEMORY_FRACTION) : hw.gpu.vramBytes;
   // The batch's activations stay on the GPU: no more sequences than fit beside the two layer buffers.
   const fitsDecode = (n: number) =>
     !w.phases.decode ||
@@ -151,7 +149,27 @@ function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
     N = Math.max(1, maxFit);
     why = N < cap ? `batch ${N} bounded by GPU memory (its prefill as one batch)` : `batch ${N}`;
   }
+  return { N, why };
+}
 
+function plan(ctx: PlanContext, p: z.infer<typeof Params>): PlanResult {
+  const { model, hardware: hw, workload: w } = ctx;
+  const hostWhy = hostInfeasibility(model, hw.hostDramBytes);
+  if (hostWhy) return { feasible: false, reason: hostWhy };
+  const L = model.layers;
+  const cores = p.cpuCores === 'all' ? hw.cpu.cores : Math.min(p.cpuCores, hw.cpu.cores);
+  const released = p.batching === 'released';
+  const reserve = w.promptTokens + w.outputTokens;
+  const hostBytes = released ? Math.floor(hw.hostDramBytes * RELEASED_HOST_MEMORY_FRACTION) : hw.hostDramBytes;
+  const hostMax = maxHostSeqs(model, hostBytes, reserve, 0);
+  if (hostMax < 1)
+    return {
+      feasible: false,
+      reason: `host DRAM left after the weights (${gb(hostBytes - model.derived.totalBytes)} GB) cannot hold one sequence's KV`,
+    };
+  const cap = Math.min(workloadCap(ctx), hostMax);
+  const vram = released ? Math.floor(hw.gpu.vramBytes * RELEASED_GPU_MEMORY_FRACTION) : hw.gpu.vramBytes;
+  const { N, why } = chooseBatch(ctx, cores, cap, hostMax, vram, released);
   const pick = (phase: 'prefill' | 'decode', seqs: number) => {
     const omega = phase === 'decode' ? 1 : 0;
     const shapeFit = phase === 'decode' ? worstDecodeShape(w, seqs, N) : prefillShape(w, seqs, N);

@@ -32,7 +32,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/oracle/oracle-prefetch.ts#createOraclePrefetch': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
   'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
-  'policies/throughput/moe-lightning-like.ts#plan': DEBT,
 };
 
 interface Oversize {
