@@ -29,6 +29,7 @@ import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import {
   cachedModules,
   hostInfeasibility,
+  type ModelModules,
   maxHostSeqs,
   modelModules,
   vramNeeded,
@@ -40,6 +41,7 @@ import {
   predictPassNs,
   prefillShape,
   refDecodeShape,
+  type SearchResult,
   worstDecodeShape,
 } from '../../sim/throughput/search.ts';
 import {
@@ -209,70 +211,75 @@ type PhaseResult =
   | { readonly feasible: true; readonly plan: PhasePlan }
   | { readonly feasible: false; readonly reason: string };
 
-function searchPhase(
-  ctx: PlanContext,
-  s: MoeGenSettings,
-  base: PassConfig,
-  phase: 'prefill' | 'decode',
-  N: number,
-  predict: Predict,
-): PhaseResult {
-  const { model, hardware: hw, workload: w } = ctx;
+/** One phase's search: the plan's context and settings, the base configuration, the host batch. */
+interface PhaseSearch {
+  readonly ctx: PlanContext;
+  readonly s: MoeGenSettings;
+  readonly base: PassConfig;
+  readonly phase: 'prefill' | 'decode';
+  readonly N: number;
+  readonly mm: ModelModules;
+}
+
+/** The shape a candidate must fit in VRAM (the phase's largest pass) and the shape it is priced at. */
+function shapesOf(q: PhaseSearch, c: Candidate): { fit: PassShape; ref: PassShape } {
+  const w = q.ctx.workload;
+  const N = q.N;
+  return q.phase === 'decode'
+    ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) }
+    : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
+}
+
+/**
+ * The configuration of a candidate, with S_params = the VRAM it leaves; undefined if it does
+ * not fit. A micro-batch larger than the GPU share, or a GEMM chunk larger than an expert's
+ * expected tokens, builds the same DAG as the smallest such value: normalised to it, so that
+ * equivalent candidates share one evaluation and the report shows the effective sizes.
+ */
+function toConfig(q: PhaseSearch, c: Candidate): PassConfig | undefined {
+  const { model, hardware: hw, workload: w } = q.ctx;
+  const { s, base, phase, N, mm } = q;
   const vram = hw.gpu.vramBytes;
-  const mm = modelModules(model);
   const P = w.promptTokens;
+  const seqs = phase === 'decode' ? N : c.seqs;
+  const gpuSeqs = Math.max(1, seqs - Math.round(c.omega * seqs));
+  const tokensPerExpert = Math.max(1, Math.ceil((seqs * (phase === 'decode' ? 1 : P) * model.topK) / model.experts));
+  const cfg0: PassConfig = {
+    ...base,
+    omega: c.omega,
+    attnMicroSeqs: Math.min(c.ba, gpuSeqs),
+    expertChunkTokens: Math.min(c.be, tokensPerExpert),
+    expertSlots: c.slots,
+    cachedParamBytes: 0,
+  };
+  const { fit } = shapesOf(q, c);
+  const left = vram - vramNeeded(model, fit, cfg0).totalBytes;
+  if (left < 0) return undefined;
+  const budget = s.sParamsGiB !== undefined ? Math.round(s.sParamsGiB * 2 ** 30) : left;
+  if (budget > left) return undefined;
+  const cfg = { ...cfg0, cachedParamBytes: cachedModules(mm, budget, base.cacheOrder, base.gpuLayers).bytes };
+  return vramNeeded(model, fit, cfg).totalBytes <= vram ? cfg : undefined;
+}
+
+/** The candidate grids of a phase's search (a fixed setting is a grid of one value). */
+interface PhaseGrids {
+  /** b_a's grid from `from` up. */
+  readonly baFrom: (from: number) => readonly number[];
+  readonly beGrid: readonly number[];
+  readonly slotGrid: readonly number[];
+  readonly omegaGrid: readonly number[];
+  readonly seqGrid: readonly number[];
+}
+
+function phaseGrids(q: PhaseSearch): PhaseGrids {
+  const { s, phase, N } = q;
+  const model = q.ctx.model;
   const omegaFixed = s.omega === 'auto' ? undefined : s.omega;
-
-  const shapesOf = (c: Candidate): { fit: PassShape; ref: PassShape } =>
-    phase === 'decode'
-      ? { fit: worstDecodeShape(w, N, N), ref: refDecodeShape(w, N, N) }
-      : { fit: prefillShape(w, c.seqs, N), ref: prefillShape(w, c.seqs, N) };
-  /**
-   * The configuration of a candidate, with S_params = the VRAM it leaves; undefined if it does
-   * not fit. A micro-batch larger than the GPU share, or a GEMM chunk larger than an expert's
-   * expected tokens, builds the same DAG as the smallest such value: normalised to it, so that
-   * equivalent candidates share one evaluation and the report shows the effective sizes.
-   */
-  const toConfig = (c: Candidate): PassConfig | undefined => {
-    const seqs = phase === 'decode' ? N : c.seqs;
-    const gpuSeqs = Math.max(1, seqs - Math.round(c.omega * seqs));
-    const tokensPerExpert = Math.max(1, Math.ceil((seqs * (phase === 'decode' ? 1 : P) * model.topK) / model.experts));
-    const cfg0: PassConfig = {
-      ...base,
-      omega: c.omega,
-      attnMicroSeqs: Math.min(c.ba, gpuSeqs),
-      expertChunkTokens: Math.min(c.be, tokensPerExpert),
-      expertSlots: c.slots,
-      cachedParamBytes: 0,
-    };
-    const { fit } = shapesOf(c);
-    const left = vram - vramNeeded(model, fit, cfg0).totalBytes;
-    if (left < 0) return undefined;
-    const budget = s.sParamsGiB !== undefined ? Math.round(s.sParamsGiB * 2 ** 30) : left;
-    if (budget > left) return undefined;
-    const cfg = { ...cfg0, cachedParamBytes: cachedModules(mm, budget, base.cacheOrder, base.gpuLayers).bytes };
-    return vramNeeded(model, fit, cfg).totalBytes <= vram ? cfg : undefined;
-  };
-  const tokensOf = (c: Candidate) => (phase === 'decode' ? N : c.seqs * P);
-  // Candidates that build the same DAG share one evaluation.
-  const byConfig = new Map<string, number | undefined>();
-  const evaluate = (c: Candidate): number | undefined => {
-    const cfg = toConfig(c);
-    if (!cfg) return undefined;
-    const ref = shapesOf(c).ref;
-    const key = JSON.stringify([cfg, ref.seqs]);
-    if (byConfig.has(key)) return byConfig.get(key);
-    const v = tokensOf(c) / predict(ref, cfg, 'extrapolate');
-    byConfig.set(key, v);
-    return v;
-  };
-
   const maxSeqs = phase === 'decode' ? N : Math.min(N, s.prefillBatchSeqs ?? N);
   // b_a from 8 up (smaller micro-batches only trade kernel launches for staging memory), and from
   // 1 when nothing fits otherwise.
   const baFrom = (from: number) =>
     s.ba !== undefined ? [s.ba] : powersOfTwoUpTo(Math.min(maxSeqs, 4096), Math.min(from, maxSeqs));
-  let baGrid = baFrom(8);
   const beGrid = s.be !== undefined ? [s.be] : phase === 'decode' ? BE_GRID_DECODE : BE_GRID_PREFILL;
   const slotGrid = s.expertSlots !== undefined ? [s.expertSlots] : SLOT_GRID.filter((v) => v <= 2 * model.experts);
   const omegaGrid =
@@ -289,6 +296,111 @@ function searchPhase(
       : s.prefillBatchSeqs !== undefined
         ? [Math.min(N, s.prefillBatchSeqs)]
         : powersOfTwoUpTo(maxSeqs, 1);
+  return { baFrom, beGrid, slotGrid, omegaGrid, seqGrid };
+}
+
+/** Where every ω's coordinate searches start: b_e and the expert-slot starts. */
+interface SearchStarts {
+  readonly be0: number;
+  readonly slotStarts: readonly number[];
+}
+
+/**
+ * The best candidate over every ω of the grid, each ω a coordinate search of its own over the
+ * other axes from each slot start (evaluations shared through `memo`); undefined if none fits.
+ */
+function bestOverOmegas(
+  g: PhaseGrids,
+  baGrid: readonly number[],
+  st: SearchStarts,
+  evaluate: (c: Candidate) => number | undefined,
+  memo: Map<string, number>,
+): SearchResult<Candidate> | undefined {
+  let found: SearchResult<Candidate> | undefined;
+  for (const omega of g.omegaGrid) {
+    for (const slots of st.slotStarts) {
+      const r = coordinateSearch<Candidate>({
+        start: { omega, ba: baGrid[0]!, be: st.be0, slots, seqs: g.seqGrid[0]! },
+        axes: [
+          { key: 'seqs', values: g.seqGrid },
+          { key: 'ba', values: baGrid },
+          { key: 'slots', values: g.slotGrid },
+          { key: 'be', values: g.beGrid },
+        ],
+        evaluate,
+        memo,
+      });
+      if (r && (!found || r.objective > found.objective * (1 + 1e-9))) found = r;
+    }
+  }
+  return found;
+}
+
+/** Why no configuration of the phase fits: what the smallest one needs, by part, against the GPU's VRAM. */
+function noFitReason(q: PhaseSearch, start: Candidate, beGrid: readonly number[]): string {
+  const { model, hardware: hw } = q.ctx;
+  const vram = hw.gpu.vramBytes;
+  const need = vramNeeded(model, shapesOf(q, start).fit, {
+    ...q.base,
+    attnMicroSeqs: 1,
+    expertSlots: 1,
+    expertChunkTokens: beGrid[0]!,
+    omega: start.omega,
+  });
+  return `no ${q.phase} configuration fits VRAM: the smallest needs ${bytesText(need.totalBytes)} (dense buffer ${bytesText(need.weightBufferBytes)}, one expert ${bytesText(need.expertBufferBytes)}, intermediate state ${bytesText(need.activationBytes)}, workspace ${bytesText(need.workspaceBytes)}), the GPU has ${bytesText(vram)}`;
+}
+
+/** The search's report of the chosen configuration, priced at `exactNs` on the full DAG. */
+function searchReport(
+  cfg: PassConfig,
+  ref: PassShape,
+  mm: ModelModules,
+  exactNs: number,
+  evaluated: number,
+): SearchReport {
+  return {
+    B: ref.seqs,
+    // No GPU attention at all when ω = 1: no micro-batch to report.
+    ba: ref.seqs - Math.round(cfg.omega * ref.seqs) > 0 ? cfg.attnMicroSeqs : 0,
+    be: cfg.expertChunkTokens,
+    // The share of sequences actually on the CPU: round(ω·B) / B.
+    omega: Math.round(cfg.omega * ref.seqs) / ref.seqs,
+    sExpertBytes: cfg.expertSlots * mm.expertBytes,
+    sParamsBytes: cfg.cachedParamBytes,
+    predictedPassS: exactNs / 1e9,
+    refPastTokens: ref.pastTokens,
+    evaluated,
+  };
+}
+
+function searchPhase(
+  ctx: PlanContext,
+  s: MoeGenSettings,
+  base: PassConfig,
+  phase: 'prefill' | 'decode',
+  N: number,
+  predict: Predict,
+): PhaseResult {
+  const { model, workload: w } = ctx;
+  const mm = modelModules(model);
+  const q: PhaseSearch = { ctx, s, base, phase, N, mm };
+  const P = w.promptTokens;
+  const tokensOf = (c: Candidate) => (phase === 'decode' ? N : c.seqs * P);
+  // Candidates that build the same DAG share one evaluation.
+  const byConfig = new Map<string, number | undefined>();
+  const evaluate = (c: Candidate): number | undefined => {
+    const cfg = toConfig(q, c);
+    if (!cfg) return undefined;
+    const ref = shapesOf(q, c).ref;
+    const key = JSON.stringify([cfg, ref.seqs]);
+    if (byConfig.has(key)) return byConfig.get(key);
+    const v = tokensOf(c) / predict(ref, cfg, 'extrapolate');
+    byConfig.set(key, v);
+    return v;
+  };
+  const g = phaseGrids(q);
+  let baGrid = g.baFrom(8);
+  const { beGrid, slotGrid, omegaGrid, seqGrid } = g;
 
   // ω interacts with everything (a CPU share frees PCIe from KV but serialises CPU attention
   // with the experts unless the expert buffer prefetches the whole layer), so every ω of the grid
@@ -302,60 +414,18 @@ function searchPhase(
       slotGrid.filter((v) => v <= model.experts).pop() ?? slotGrid[0]!,
     ]),
   ];
-  let found: ReturnType<typeof coordinateSearch<Candidate>>;
-  const searchAll = () => {
-    for (const omega of omegaGrid) {
-      for (const slots of slotStarts) {
-        const r = coordinateSearch<Candidate>({
-          start: { omega, ba: baGrid[0]!, be: be0, slots, seqs: seqGrid[0]! },
-          axes: [
-            { key: 'seqs', values: seqGrid },
-            { key: 'ba', values: baGrid },
-            { key: 'slots', values: slotGrid },
-            { key: 'be', values: beGrid },
-          ],
-          evaluate,
-          memo,
-        });
-        if (r && (!found || r.objective > found.objective * (1 + 1e-9))) found = r;
-      }
-    }
-  };
-  searchAll();
+  const st: SearchStarts = { be0, slotStarts };
+  let found = bestOverOmegas(g, baGrid, st, evaluate, memo);
   if (!found && baGrid[0]! > 1) {
-    baGrid = baFrom(1);
-    searchAll();
+    baGrid = g.baFrom(1);
+    found = bestOverOmegas(g, baGrid, st, evaluate, memo);
   }
   if (found) found = { ...found, evaluated: memo.size };
   const start: Candidate = { omega: omegaGrid[0]!, ba: baGrid[0]!, be: be0, slots: slotStarts[0]!, seqs: seqGrid[0]! };
-  if (!found) {
-    const need = vramNeeded(model, shapesOf(start).fit, {
-      ...base,
-      attnMicroSeqs: 1,
-      expertSlots: 1,
-      expertChunkTokens: beGrid[0]!,
-      omega: start.omega,
-    });
-    return {
-      feasible: false,
-      reason: `no ${phase} configuration fits VRAM: the smallest needs ${bytesText(need.totalBytes)} (dense buffer ${bytesText(need.weightBufferBytes)}, one expert ${bytesText(need.expertBufferBytes)}, intermediate state ${bytesText(need.activationBytes)}, workspace ${bytesText(need.workspaceBytes)}), the GPU has ${bytesText(vram)}`,
-    };
-  }
-  const cfg = toConfig(found.best)!;
-  const ref = shapesOf(found.best).ref;
+  if (!found) return { feasible: false, reason: noFitReason(q, start, beGrid) };
+  const cfg = toConfig(q, found.best)!;
+  const ref = shapesOf(q, found.best).ref;
   const exactNs = predict(ref, cfg, 'exact');
-  const report: SearchReport = {
-    B: ref.seqs,
-    // No GPU attention at all when ω = 1: no micro-batch to report.
-    ba: ref.seqs - Math.round(cfg.omega * ref.seqs) > 0 ? cfg.attnMicroSeqs : 0,
-    be: cfg.expertChunkTokens,
-    // The share of sequences actually on the CPU: round(ω·B) / B.
-    omega: Math.round(cfg.omega * ref.seqs) / ref.seqs,
-    sExpertBytes: cfg.expertSlots * mm.expertBytes,
-    sParamsBytes: cfg.cachedParamBytes,
-    predictedPassS: exactNs / 1e9,
-    refPastTokens: ref.pastTokens,
-    evaluated: found.evaluated,
-  };
+  const report = searchReport(cfg, ref, mm, exactNs, found.evaluated);
   return { feasible: true, plan: { batchSeqs: ref.seqs, config: cfg, search: report } };
 }

@@ -31,7 +31,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'policies/moepic/policy.ts#createMoepic': FACTORY,
   'policies/oracle/oracle-prefetch.ts#createOraclePrefetch': FACTORY,
   'policies/moe-lens/policy.ts#lensPolicy': FACTORY,
-  'policies/moe-gen/search.ts#searchPhase': `${DEBT} (MoE-Gen's configuration search loop)`,
 };
 
 interface Oversize {
