@@ -19,7 +19,6 @@ const MAX_FUNCTION_LINES = 80;
 
 const KERNEL = 'numeric kernel, hand-written for speed (one pass, no calls in its loop)';
 const FACTORY = 'factory closure holding the whole state; splitting it is a redesign of its own';
-const DEBT = 'not split yet (long but linear); a later step splits it into named parts';
 
 /** Exceptions: `path#name` (name as `measure` gives it) → why it may exceed its limit. */
 const ALLOWED: Readonly<Record<string, string>> = {
