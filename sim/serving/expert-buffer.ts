@@ -39,15 +39,17 @@ export class ExpertBuffer implements BufferView {
    * The entries in insertion order (as the Map's), as an array: the executor's eviction
    * candidates and policies' walks over `entries()` iterate it on every slot they need, and an
    * array walks faster than a Map. A release leaves `undefined` at the entry's position
-   * (`posByKey`), found without a search; the holes are squeezed out, keeping the order, when
-   * `entries()` is read or when they are half the array (a buffer of a thousand slots evicts on
-   * most misses: finding and shifting out each victim was a walk over the whole array).
+   * (`posByKey`), found without a search; the holes are squeezed out, keeping the order, from
+   * the first one on, when `entries()` is read or when they are half the array (a buffer of a
+   * thousand slots evicts on most misses: finding and shifting out each victim was a walk over
+   * the whole array).
    */
   private readonly list: (BufferEntry | undefined)[] = [];
   /** Position in `list` by key (valid while the key is in the buffer). */
   private readonly posByKey: number[] = [];
-  /** `undefined` slots in `list`. */
+  /** `undefined` slots in `list`, and the first one's position (`NO_HOLE` when there is none). */
   private holes = 0;
+  private firstHole = NO_HOLE;
   /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
   private readonly labels: string[] = [];
   /**
@@ -119,12 +121,12 @@ export class ExpertBuffer implements BufferView {
     return (this.list as BufferEntry[]).values();
   }
 
-  /** Squeezes the holes out of `list`, keeping the order. */
+  /** Squeezes the holes out of `list`, keeping the order (the entries before the first hole stay put). */
   private compact(): void {
     const list = this.list;
     const pos = this.posByKey;
-    let n = 0;
-    for (let i = 0; i < list.length; i++) {
+    let n = this.firstHole;
+    for (let i = n; i < list.length; i++) {
       const e = list[i];
       if (e === undefined) continue;
       list[n] = e;
@@ -133,6 +135,7 @@ export class ExpertBuffer implements BufferView {
     }
     list.length = n;
     this.holes = 0;
+    this.firstHole = NO_HOLE;
   }
 
   /**
@@ -233,14 +236,17 @@ export class ExpertBuffer implements BufferView {
   /** Takes `key`'s entry out of `list` (a hole; trailing holes popped, half-empty squeezed). */
   private unlist(key: ExpertKey): void {
     const list = this.list;
-    list[this.posByKey[key]!] = undefined;
+    const p = this.posByKey[key]!;
+    list[p] = undefined;
     this.posByKey[key] = -1;
     this.holes++;
+    if (p < this.firstHole) this.firstHole = p;
     while (list.length > 0 && list[list.length - 1] === undefined) {
       list.pop();
       this.holes--;
     }
-    if (this.holes > 16 && this.holes * 2 > list.length) this.compact();
+    if (this.holes === 0) this.firstHole = NO_HOLE;
+    else if (this.holes > 16 && this.holes * 2 > list.length) this.compact();
   }
 
   /** Whether some entry is resident and unpinned (what `evictable` would list), without listing them. */
@@ -270,6 +276,9 @@ export class ExpertBuffer implements BufferView {
     return out;
   }
 }
+
+/** `ExpertBuffer.firstHole` when the list has no hole (past any position; a small integer for V8). */
+const NO_HOLE = 0x3fffffff;
 
 /** Removes `e` from `list` in place, keeping the order (`splice` would allocate the array of removed items). */
 function removeInOrder(list: BufferEntry[], e: BufferEntry): void {

@@ -3,9 +3,8 @@
  * occupy / arrive / release sequences: `loadingEntries()` is the loading entries in insertion
  * order, `layerEntries(l)` / `layerCount(l)` the entries of layer l in insertion order —
  * whether an index is first asked for before, during or after the changes (both are built
- * lazily and then kept up to date). And the entry list itself (a release leaves a hole, squeezed
- * out later) lists, in `entries()`, `evictable()` and `hasEvictable()`, exactly what a plain
- * array in insertion order with removal in place lists.
+ * lazily and then kept up to date). And `entries()`, `evictable()` and `hasEvictable()` list
+ * exactly what a plain array in insertion order with removal in place lists.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -57,8 +56,8 @@ describe('ExpertBuffer indexes', () => {
     expect(checked).toBeGreaterThan(2000);
   });
 
-  it('entries, evictable and hasEvictable equal a plain insertion-ordered list (holes squeezed out)', () => {
-    let compactions = 0;
+  it('entries, evictable and hasEvictable equal a plain insertion-ordered list', () => {
+    let manyRemovals = 0;
     let evictables = 0;
     fc.assert(
       fc.property(
@@ -73,7 +72,7 @@ describe('ExpertBuffer indexes', () => {
           const vram = new MemoryPool('vram', 1 << 30, clock);
           const buf = new ExpertBuffer(40, 100, vram, clock, undefined, { experts: 16, moeLayers: 3 });
           const ref: ExpertKey[] = [];
-          // Releases not at the list's end since the last entries() read: holes; past 16, squeezed.
+          // Releases not at the list's end since the last entries() read (coverage of removals in the middle).
           let holes = 0;
           ops.forEach(([op, key, flag], i) => {
             const e = buf.entry(key);
@@ -85,10 +84,10 @@ describe('ExpertBuffer indexes', () => {
             else if (op >= 4 && e && !e.pinned) {
               buf.release(key);
               if (ref.indexOf(key) !== ref.length - 1) holes++;
-              if (holes === 17) compactions++;
+              if (holes === 17) manyRemovals++;
               ref.splice(ref.indexOf(key), 1);
             }
-            // Reads now and then (an entries() read squeezes the holes out; evictable() does not).
+            // entries() read now and then, evictable() and hasEvictable() after every step.
             const want = ref.filter((k) => buf.entry(k)!.state === 'resident' && !buf.entry(k)!.pinned);
             expect(buf.evictable()).toEqual(want);
             expect(buf.hasEvictable()).toBe(want.length > 0);
@@ -104,7 +103,7 @@ describe('ExpertBuffer indexes', () => {
       ),
       { numRuns: 150 },
     );
-    expect(compactions).toBeGreaterThan(30);
+    expect(manyRemovals).toBeGreaterThan(30);
     expect(evictables).toBeGreaterThan(5000);
   });
 });
