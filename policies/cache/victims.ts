@@ -116,6 +116,50 @@ export function firstEvictableVictimBy(
   return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
 }
 
+/**
+ * `firstBy(victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !skip(c)), cmp)`
+ * (a load that must not push another layer below its cap, and must not evict what `skip` names)
+ * for an executor's eviction query, read from the buffer's per-layer index when it keeps one: the
+ * own layer's evictable entries when it is full, else those of the layers over their cap —
+ * instead of walks and filters over every candidate. `cmp` must be a total order (ties broken by
+ * key): the pools are then visited in another order than the candidates' with the same minimum.
+ */
+export function firstEvictableCappedVictimBy(
+  view: ServingView,
+  q: EvictionQuery,
+  capOf: CapOf,
+  cmp: (a: ExpertKey, b: ExpertKey) => number,
+  skip: (key: ExpertKey) => boolean,
+): ExpertKey | undefined {
+  const buffer = view.buffer;
+  if (!buffer.layerEntries || !buffer.layerCount) {
+    return firstBy(
+      victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !skip(c)),
+      cmp,
+    );
+  }
+  const forLayer = view.layerOf(q.forKey);
+  let best: ExpertKey | undefined;
+  if (buffer.layerCount(forLayer) + 1 > capOf(forLayer)) {
+    // The own layer's evictable entries are the pool when there is any, even if `skip` takes them all.
+    let any = false;
+    for (const e of buffer.layerEntries(forLayer)) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      any = true;
+      if (!skip(e.key) && (best === undefined || cmp(e.key, best) < 0)) best = e.key;
+    }
+    if (any) return best;
+  }
+  for (let l = 0; l < view.moeLayers; l++) {
+    if (!(buffer.layerCount(l) > capOf(l))) continue;
+    for (const e of buffer.layerEntries(l)) {
+      if (e.state !== 'resident' || e.pinned || skip(e.key)) continue;
+      if (best === undefined || cmp(e.key, best) < 0) best = e.key;
+    }
+  }
+  return best;
+}
+
 /** Entries per layer: the buffer's own index when it keeps one, else counted once over all entries. */
 function layerCountOf(view: ServingView): (layer: number) => number {
   const buffer = view.buffer;

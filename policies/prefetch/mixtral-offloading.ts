@@ -32,7 +32,7 @@ import { UserError } from '../../sim/kernel/errors.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { ExpertKey, PrefetchRequest, ServingPolicy } from '../../sim/serving/policy.ts';
 import { definePolicy } from '../types.ts';
-import { firstBy, firstEvictableVictimBy, trimToCaps, victimPool } from '../cache/victims.ts';
+import { firstBy, firstEvictableCappedVictimBy, firstEvictableVictimBy, trimToCaps } from '../cache/victims.ts';
 import { lruSlots } from '../cache/lru.ts';
 
 export const MixtralOffloadingParams = z
@@ -94,6 +94,7 @@ export function createMixtralOffloading(
   /** Predicted experts of the layer being prefetched: protected from the prefetches' evictions. */
   let predicted = new Set<ExpertKey>();
   const lruFirst = (a: ExpertKey, b: ExpertKey) => stamp[a]! - stamp[b]! || a - b;
+  const isPredicted = (key: ExpertKey) => predicted.has(key);
   return {
     name,
     init(shape) {
@@ -122,8 +123,7 @@ export function createMixtralOffloading(
       if (q.reason === 'demand') return firstEvictableVictimBy(view, q, capOf, lruFirst);
       // A speculative load replaces the LRU expert of its own full layer (or one another layer
       // overshot), never a predicted one, and never pushes another layer below its cap.
-      const pool = victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !predicted.has(c));
-      return firstBy(pool, lruFirst);
+      return firstEvictableCappedVictimBy(view, q, capOf, lruFirst, isPredicted);
     },
   };
 }

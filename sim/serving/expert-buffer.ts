@@ -38,9 +38,18 @@ export class ExpertBuffer implements BufferView {
   /**
    * The entries in insertion order (as the Map's), as an array: the executor's eviction
    * candidates and policies' walks over `entries()` iterate it on every slot they need, and an
-   * array walks faster than a Map. Removal keeps the order (a shift of a few dozen slots).
+   * array walks faster than a Map. A release leaves `undefined` at the entry's position
+   * (`posByKey`), found without a search; the holes are squeezed out, keeping the order, from
+   * the first one on, when `entries()` is read or when they are half the array (a buffer of a
+   * thousand slots evicts on most misses: finding and shifting out each victim was a walk over
+   * the whole array).
    */
-  private readonly list: BufferEntry[] = [];
+  private readonly list: (BufferEntry | undefined)[] = [];
+  /** Position in `list` by key (valid while the key is in the buffer). */
+  private readonly posByKey: number[] = [];
+  /** `undefined` slots in `list`, and the first one's position (`NO_HOLE` when there is none). */
+  private holes = 0;
+  private firstHole = NO_HOLE;
   /** VRAM allocation labels by key, built once (a slot is occupied once per fetch). */
   private readonly labels: string[] = [];
   /**
@@ -71,7 +80,7 @@ export class ExpertBuffer implements BufferView {
           'expert buffer',
         );
       this.byLayer = Array.from({ length: this.shape.moeLayers }, () => [] as BufferEntry[]);
-      for (const e of this.list) this.layerSet(e.key).push(e);
+      for (const e of this.list) if (e !== undefined) this.layerSet(e.key).push(e);
     }
     return this.byLayer;
   }
@@ -85,7 +94,7 @@ export class ExpertBuffer implements BufferView {
   }
 
   loadingEntries(): Iterable<BufferEntry> {
-    this.loadingList ??= this.list.filter((e) => e.state === 'loading');
+    this.loadingList ??= this.list.filter((e): e is BufferEntry => e !== undefined && e.state === 'loading');
     return this.loadingList;
   }
 
@@ -108,7 +117,25 @@ export class ExpertBuffer implements BufferView {
     return this.byKey[key];
   }
   entries(): IterableIterator<BufferEntry> {
-    return this.list.values();
+    if (this.holes > 0) this.compact();
+    return (this.list as BufferEntry[]).values();
+  }
+
+  /** Squeezes the holes out of `list`, keeping the order (the entries before the first hole stay put). */
+  private compact(): void {
+    const list = this.list;
+    const pos = this.posByKey;
+    let n = this.firstHole;
+    for (let i = n; i < list.length; i++) {
+      const e = list[i];
+      if (e === undefined) continue;
+      list[n] = e;
+      pos[e.key] = n;
+      n++;
+    }
+    list.length = n;
+    this.holes = 0;
+    this.firstHole = NO_HOLE;
   }
 
   /**
@@ -146,9 +173,13 @@ export class ExpertBuffer implements BufferView {
     };
     const byKey = this.byKey;
     // Grown densely (holes would turn the array into a dictionary).
-    while (byKey.length <= key) byKey.push(undefined);
+    while (byKey.length <= key) {
+      byKey.push(undefined);
+      this.posByKey.push(-1);
+    }
     byKey[key] = e;
     this.size++;
+    this.posByKey[key] = this.list.length;
     this.list.push(e);
     if (this.byLayer) this.layerSet(key).push(e);
     if (this.loadingList && !resident) this.loadingList.push(e);
@@ -194,7 +225,7 @@ export class ExpertBuffer implements BufferView {
     if (e.pinned) throw new InvariantError(`release of pinned expert ${key}`, this.clock.now, 'expert buffer');
     this.byKey[key] = undefined;
     this.size--;
-    removeInOrder(this.list, e);
+    this.unlist(key);
     if (this.byLayer) removeInOrder(this.layerSet(key), e);
     if (this.loadingList && e.state === 'loading') removeInOrder(this.loadingList, e);
     this.vram.free(e.allocation);
@@ -202,7 +233,32 @@ export class ExpertBuffer implements BufferView {
     return e;
   }
 
-  /** Resident, unpinned entries: what may be evicted, in insertion order. */
+  /** Takes `key`'s entry out of `list` (a hole; trailing holes popped, half-empty squeezed). */
+  private unlist(key: ExpertKey): void {
+    const list = this.list;
+    const p = this.posByKey[key]!;
+    list[p] = undefined;
+    this.posByKey[key] = -1;
+    this.holes++;
+    if (p < this.firstHole) this.firstHole = p;
+    while (list.length > 0 && list[list.length - 1] === undefined) {
+      list.pop();
+      this.holes--;
+    }
+    if (this.holes === 0) this.firstHole = NO_HOLE;
+    else if (this.holes > 16 && this.holes * 2 > list.length) this.compact();
+  }
+
+  /** Whether some entry is resident and unpinned (what `evictable` would list), without listing them. */
+  hasEvictable(): boolean {
+    const list = this.list;
+    for (let i = 0; i < list.length; i++) {
+      const e = list[i];
+      if (e !== undefined && e.state === 'resident' && !e.pinned) return true;
+    }
+    return false;
+  }
+
   /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
   evictable(out: ExpertKey[] = []): ExpertKey[] {
     // Written by index over the previous contents, the length cut once at the end (popping
@@ -210,8 +266,8 @@ export class ExpertBuffer implements BufferView {
     const list = this.list;
     let n = 0;
     for (let i = 0; i < list.length; i++) {
-      const e = list[i]!;
-      if (e.state !== 'resident' || e.pinned) continue;
+      const e = list[i];
+      if (e === undefined || e.state !== 'resident' || e.pinned) continue;
       if (n < out.length) out[n] = e.key;
       else out.push(e.key);
       n++;
@@ -220,6 +276,9 @@ export class ExpertBuffer implements BufferView {
     return out;
   }
 }
+
+/** `ExpertBuffer.firstHole` when the list has no hole (past any position; a small integer for V8). */
+const NO_HOLE = 0x3fffffff;
 
 /** Removes `e` from `list` in place, keeping the order (`splice` would allocate the array of removed items). */
 function removeInOrder(list: BufferEntry[], e: BufferEntry): void {

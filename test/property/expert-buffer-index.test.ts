@@ -3,13 +3,15 @@
  * occupy / arrive / release sequences: `loadingEntries()` is the loading entries in insertion
  * order, `layerEntries(l)` / `layerCount(l)` the entries of layer l in insertion order —
  * whether an index is first asked for before, during or after the changes (both are built
- * lazily and then kept up to date).
+ * lazily and then kept up to date). And `entries()`, `evictable()` and `hasEvictable()` list
+ * exactly what a plain array in insertion order with removal in place lists.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ExpertBuffer } from '../../sim/serving/expert-buffer.ts';
 import { MemoryPool } from '../../sim/resources/memory-pool.ts';
 import { ZERO_NS } from '../../sim/kernel/time.ts';
+import type { ExpertKey } from '../../sim/serving/policy.ts';
 
 const E = 4;
 const LAYERS = 3;
@@ -52,5 +54,56 @@ describe('ExpertBuffer indexes', () => {
       { numRuns: 300 },
     );
     expect(checked).toBeGreaterThan(2000);
+  });
+
+  it('entries, evictable and hasEvictable equal a plain insertion-ordered list', () => {
+    let manyRemovals = 0;
+    let evictables = 0;
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 47 }), fc.boolean()), {
+          minLength: 50,
+          maxLength: 400,
+          size: 'max',
+        }),
+        fc.integer({ min: 1, max: 300 }),
+        (ops, readEvery) => {
+          const clock = { now: ZERO_NS };
+          const vram = new MemoryPool('vram', 1 << 30, clock);
+          const buf = new ExpertBuffer(40, 100, vram, clock, undefined, { experts: 16, moeLayers: 3 });
+          const ref: ExpertKey[] = [];
+          // Releases not at the list's end since the last entries() read (coverage of removals in the middle).
+          let holes = 0;
+          ops.forEach(([op, key, flag], i) => {
+            const e = buf.entry(key);
+            if (op <= 1 && !e && buf.free > 0) {
+              buf.occupy(key, flag ? 'cache' : 'prefetch', flag);
+              ref.push(key);
+            } else if (op === 2 && e?.state === 'loading') buf.arrived(key);
+            else if (op === 3 && e) e.pinned = flag;
+            else if (op >= 4 && e && !e.pinned) {
+              buf.release(key);
+              if (ref.indexOf(key) !== ref.length - 1) holes++;
+              if (holes === 17) manyRemovals++;
+              ref.splice(ref.indexOf(key), 1);
+            }
+            // entries() read now and then, evictable() and hasEvictable() after every step.
+            const want = ref.filter((k) => buf.entry(k)!.state === 'resident' && !buf.entry(k)!.pinned);
+            expect(buf.evictable()).toEqual(want);
+            expect(buf.hasEvictable()).toBe(want.length > 0);
+            if (want.length > 0) evictables++;
+            if (i % readEvery === 0) {
+              expect([...buf.entries()].map((x) => x.key)).toEqual(ref);
+              holes = 0;
+            }
+            expect(buf.occupied).toBe(ref.length);
+          });
+          expect([...buf.entries()].map((x) => x.key)).toEqual(ref);
+        },
+      ),
+      { numRuns: 150 },
+    );
+    expect(manyRemovals).toBeGreaterThan(30);
+    expect(evictables).toBeGreaterThan(5000);
   });
 });

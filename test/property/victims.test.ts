@@ -6,13 +6,15 @@
  * `trimToCaps` over every layer from the per-layer index gives exactly the evictions, in the same
  * order, of the reference walk over all entries (`trimByScan`), with a pool-order-dependent choice
  * too (as `rnd`'s seeded draw); `firstEvictableVictimBy` (the executor's query: candidates are
- * exactly the resident, unpinned entries) chooses what `firstVictimBy` chooses.
+ * exactly the resident, unpinned entries) chooses what `firstVictimBy` chooses, and
+ * `firstEvictableCappedVictimBy` what the filtered pool without fallback gives.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ExpertKey, ServingView } from '../../sim/serving/policy.ts';
 import {
   firstBy,
+  firstEvictableCappedVictimBy,
   firstEvictableVictimBy,
   firstVictimBy,
   trimByScan,
@@ -151,5 +153,48 @@ describe('firstEvictableVictimBy', () => {
       { numRuns: 500 },
     );
     expect(own).toBeGreaterThan(100);
+  });
+});
+
+describe('firstEvictableCappedVictimBy', () => {
+  it('equals firstBy(victimPool(…, no fallback) without the skipped keys) from the per-layer index', () => {
+    let own = 0;
+    let over = 0;
+    let none = 0;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 5 }),
+        fc.uniqueArray(fc.integer({ min: 0, max: 5 * E - 1 }), { minLength: 0, maxLength: 20 }),
+        fc.array(fc.integer({ min: 0, max: 11 }), { minLength: 20, maxLength: 20 }),
+        fc.integer({ min: 0, max: 5 * E - 1 }),
+        fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 5, maxLength: 5 }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 5 * E, maxLength: 5 * E }),
+        fc.array(fc.boolean(), { minLength: 5 * E, maxLength: 5 * E }),
+        (layers, rawKeys, flags, rawFor, caps, score, skipped) => {
+          const keys = rawKeys.filter((k) => k < layers * E);
+          const view = stateView(keys, flags, layers);
+          const candidates = [...view.buffer.entries()]
+            .filter((e) => e.state === 'resident' && !e.pinned)
+            .map((e) => e.key);
+          const forKey = rawFor % (layers * E);
+          const capOf = (l: number) => caps[l]!;
+          const cmp = (a: ExpertKey, b: ExpertKey) => score[a]! - score[b]! || a - b;
+          const skip = (k: ExpertKey) => skipped[k]!;
+          const want = firstBy(
+            victimPool(view, candidates, forKey, capOf, false).filter((c) => !skip(c)),
+            cmp,
+          );
+          const q = { reason: 'prefetch', forKey, candidates } as const;
+          expect(firstEvictableCappedVictimBy(view, q, capOf, cmp, skip)).toBe(want);
+          if (want === undefined) none++;
+          else if (Math.floor(want / E) === Math.floor(forKey / E)) own++;
+          else over++;
+        },
+      ),
+      { numRuns: 500 },
+    );
+    expect(own).toBeGreaterThan(50);
+    expect(over).toBeGreaterThan(50);
+    expect(none).toBeGreaterThan(50);
   });
 });

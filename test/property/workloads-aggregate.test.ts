@@ -10,6 +10,7 @@ import {
   binomial,
   estimateInclusion,
   successiveInclusion,
+  successiveInclusionOf,
   type TokenSampler,
 } from '../../workloads/aggregate-router.ts';
 import { AliasTables, aliasScratch } from '../../workloads/random/alias.ts';
@@ -160,6 +161,28 @@ describe('aggregate routing vs per-token routing', () => {
       const sd = Math.sqrt((q[e]! * (1 - q[e]!)) / N) || 1e-9;
       expect(Math.abs(mc[e]! - q[e]!) / sd).toBeLessThan(4.5);
     }
+  });
+
+  it('successive-sampling inclusion is memoised on its inputs: the same bits as computed, a fresh copy each call', () => {
+    const rng = new Rng('inclusion-memo');
+    const pool = Array.from({ length: 5 }, (_, j) =>
+      Float64Array.from({ length: 8 + 13 * j }, () => (rng.next() < 0.1 ? 0 : rng.next() * 3)),
+    );
+    const seen = new Set<string>();
+    let repeats = 0;
+    for (let trial = 0; trial < 40; trial++) {
+      const j = Math.floor(rng.next() * pool.length);
+      const w = pool[j]!;
+      const k = 1 + Math.floor(rng.next() * 4);
+      if (seen.has(`${j}:${k}`)) repeats++;
+      seen.add(`${j}:${k}`);
+      const ref = successiveInclusionOf(w, k);
+      const got = successiveInclusion(Array.from(w), k);
+      expect(Buffer.from(got.buffer)).toEqual(Buffer.from(ref.buffer));
+      got.fill(-1); // the caller's copy: the memo is not touched
+      expect(Buffer.from(successiveInclusion(w, k).buffer)).toEqual(Buffer.from(ref.buffer));
+    }
+    expect(repeats).toBeGreaterThan(10);
   });
 
   it('estimated inclusion probabilities sum to k per layer', () => {

@@ -175,9 +175,8 @@ export class SlotResidency implements Residency {
   /** Makes room for `key`. Returns false when no slot can be freed now. */
   protected acquireSlot(key: ExpertKey, reason: 'demand' | 'prefetch'): boolean {
     if (this.buffer.free > 0) return true;
-    const candidates = this.buffer.evictable(this.candidateScratch);
-    if (candidates.length === 0) return reason === 'demand' && this.takeLoadingSlot();
-    const query: EvictionQuery = { reason, forKey: key, candidates };
+    if (!this.buffer.hasEvictable()) return reason === 'demand' && this.takeLoadingSlot();
+    const query = new LazyEvictionQuery(reason, key, this.buffer, this.candidateScratch);
     let victim: ExpertKey | undefined;
     const driver = this.ctx.driver;
     if (driver.policy.chooseVictim) {
@@ -193,7 +192,7 @@ export class SlotResidency implements Residency {
       }
     } else {
       const b = this.buffer;
-      victim = candidates.reduce((best, c) => (b.entry(c)!.lastUsedNs < b.entry(best)!.lastUsedNs ? c : best));
+      victim = query.candidates.reduce((best, c) => (b.entry(c)!.lastUsedNs < b.entry(best)!.lastUsedNs ? c : best));
     }
     this.evict(victim, true);
     return true;
@@ -285,5 +284,27 @@ export class SlotResidency implements Residency {
   finish(): void {
     // Prefetched experts never used by the end of the run were wasted.
     for (const e of this.buffer.entries()) if (e.prefetchUnused) this.ctx.counters.prefetchWastedBytes += e.bytes;
+  }
+}
+
+/**
+ * An eviction query whose candidates are listed on their first read: a policy that finds its
+ * victim in its own index (per-layer caches, through the buffer's per-layer entries) never pays
+ * the walk over a buffer of hundreds of slots on each miss. The list is the one
+ * `ExpertBuffer.evictable` gives, so what a policy reads is unchanged.
+ */
+class LazyEvictionQuery implements EvictionQuery {
+  private listed: readonly ExpertKey[] | null = null;
+
+  constructor(
+    readonly reason: 'demand' | 'prefetch',
+    readonly forKey: ExpertKey,
+    private readonly buffer: ExpertBuffer,
+    private readonly scratch: ExpertKey[],
+  ) {}
+
+  get candidates(): readonly ExpertKey[] {
+    this.listed ??= this.buffer.evictable(this.scratch);
+    return this.listed;
   }
 }
