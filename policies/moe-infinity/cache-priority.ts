@@ -332,6 +332,8 @@ export class CachePriorities {
   private orderNow = NaN;
   /** Bumped whenever something the eviction order reads changes (see `noteUse`). */
   private version = 0;
+  /** Counters for tests: `chooseVictim` queries, and the ones that built a new order. */
+  readonly victimStats = { queries: 0, builds: 0 };
 
   /** An expert was used (its last use changed): the eviction order must be rebuilt. */
   noteUse(): void {
@@ -348,6 +350,7 @@ export class CachePriorities {
    */
   chooseVictim(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
     const cands = q.candidates;
+    this.victimStats.queries++;
     if (!this.orderValid(buffer, cands, now)) this.buildOrder(buffer, cands, now);
     const o = this.order;
     const v = o.peek();
@@ -391,6 +394,7 @@ export class CachePriorities {
       o.add(k, prot, prot ? -rank[k]! : req ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
     }
     o.build();
+    this.victimStats.builds++;
     this.expectedCount = n;
     this.orderFor = buffer;
     this.orderVersion = this.version;
