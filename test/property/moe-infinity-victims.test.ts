@@ -160,11 +160,20 @@ describe('MoE-Infinity cache victims', () => {
               const l = rng.int(L);
               for (const id of ids) {
                 eams.addTokens(id, 'decode', 1);
-                eams.addRow(id, 'decode', l, Float64Array.from({ length: E }, () => (rng.next() < 0.5 ? 0 : 1)));
+                eams.addRow(
+                  id,
+                  'decode',
+                  l,
+                  Float64Array.from({ length: E }, () => (rng.next() < 0.5 ? 0 : 1)),
+                );
               }
               c.resetLayer(eams, ids, l);
               const ranked = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
-              c.setRanked(ranked, Float64Array.from(ranked, () => rng.int(4)), ranked.length);
+              c.setRanked(
+                ranked,
+                Float64Array.from(ranked, () => rng.int(4)),
+                ranked.length,
+              );
               admitted.clear();
             } else if (op === 2) {
               // Unseen by the policy: arrivals, pins and unpins, cancelled loads.
