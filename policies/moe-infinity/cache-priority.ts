@@ -30,7 +30,7 @@
  */
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
 import type { Phase, RequestEams } from './eam.ts';
-import { VictimOrder } from './victim-order.ts';
+import { firstVictimByScan, VictimOrder, type ScannedVictim } from './victim-order.ts';
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
@@ -330,9 +330,11 @@ export class CachePriorities {
   private orderFor: BufferView | null = null;
   private orderVersion = -1;
   private orderNow = NaN;
+  /** Whether `order` holds the remembered candidates (built on their second query). */
+  private orderBuilt = false;
   /** Bumped whenever something the eviction order reads changes (see `noteUse`). */
   private version = 0;
-  /** Counters for tests: `chooseVictim` queries, and the ones that built a new order. */
+  /** Counters for tests: `chooseVictim` queries, and the ones on new candidates (a scan, not a kept order). */
   readonly victimStats = { queries: 0, builds: 0 };
 
   /** An expert was used (its last use changed): the eviction order must be rebuilt. */
@@ -351,21 +353,41 @@ export class CachePriorities {
   chooseVictim(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
     const cands = q.candidates;
     this.victimStats.queries++;
-    if (!this.orderValid(buffer, cands, now)) this.buildOrder(buffer, cands, now);
+    let best: ExpertKey;
+    let ranked: boolean;
+    let prio: number;
     const o = this.order;
-    const v = o.peek();
-    if (v < 0) return undefined;
-    const best = o.keyAt(v);
-    if (q.reason === 'prefetch') {
-      if (o.rankedAt(v)) return undefined;
-      if (this.admittedGen[q.forKey] === this.gen && !(o.prioAt(v) < this.admitted[q.forKey]!)) return undefined;
+    if (this.orderValid(buffer, cands, now)) {
+      // The same candidates again (less the victims handed out): their order, built once.
+      if (!this.orderBuilt) this.buildOrder(buffer);
+      const v = o.peek();
+      if (v < 0) return undefined;
+      best = o.keyAt(v);
+      ranked = o.rankedAt(v);
+      prio = o.prioAt(v);
+    } else {
+      // New candidates: one scan (most are not asked again), remembered in case they are.
+      this.remember(buffer, cands, now);
+      const sc = this.scanned;
+      if (!firstVictimByScan(buffer, cands, this.rankGen, this.gen, this.rank, this.victimPriorities(), sc))
+        return undefined;
+      best = sc.key;
+      ranked = sc.ranked;
+      prio = sc.prio;
     }
-    o.pop();
+    if (q.reason === 'prefetch') {
+      if (ranked) return undefined;
+      if (this.admittedGen[q.forKey] === this.gen && !(prio < this.admitted[q.forKey]!)) return undefined;
+    }
+    if (this.orderBuilt) o.pop();
     this.dropExpected(best);
     return best;
   }
 
-  /** Whether the order built last still answers for candidates `cands`. */
+  // The first victim of new candidates (`firstVictimByScan`).
+  private readonly scanned: ScannedVictim = { key: -1, ranked: false, prio: 0 };
+
+  /** Whether the candidates remembered last still stand for `cands` (same order of eviction). */
   private orderValid(buffer: BufferView, cands: readonly ExpertKey[], now: number): boolean {
     if (this.orderVersion !== this.version || this.orderFor !== buffer || this.orderNow !== now) return false;
     const n = this.expectedCount;
@@ -375,30 +397,32 @@ export class CachePriorities {
     return true;
   }
 
-  private buildOrder(buffer: BufferView, cands: readonly ExpertKey[], now: number): void {
+  /** Remembers candidates `cands` (their order is built if they are asked again). */
+  private remember(buffer: BufferView, cands: readonly ExpertKey[], now: number): void {
     const n = cands.length;
     if (this.expected.length < n) this.expected = new Int32Array(n * 2);
     const exp = this.expected;
-    const o = this.order;
-    o.clear();
-    const rankGen = this.rankGen;
-    const rank = this.rank;
-    const priority = this.priority;
-    const gen = this.gen;
-    const req = this.o.requestPriorities;
-    for (let i = 0; i < n; i++) {
-      const k = cands[i]!;
-      exp[i] = k;
-      const prot = rankGen[k] === gen;
-      // Inside the ranked set the least urgent (highest rank) goes first.
-      o.add(k, prot, prot ? -rank[k]! : req ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
-    }
-    o.build();
-    this.victimStats.builds++;
+    for (let i = 0; i < n; i++) exp[i] = cands[i]!;
     this.expectedCount = n;
+    this.orderBuilt = false;
     this.orderFor = buffer;
     this.orderVersion = this.version;
     this.orderNow = now;
+    this.victimStats.builds++;
+  }
+
+  /** Orders the remembered candidates (`expected`). */
+  private buildOrder(buffer: BufferView): void {
+    const o = this.order;
+    o.clear();
+    o.addAll(buffer, this.expected, this.expectedCount, this.rankGen, this.gen, this.rank, this.victimPriorities());
+    o.build();
+    this.orderBuilt = true;
+  }
+
+  /** The priorities a victim outside the ranked set is ordered by: the cache priorities, or none (LRU). */
+  private victimPriorities(): Float64Array | null {
+    return this.o.requestPriorities ? this.priority : null;
   }
 
   /** The executor evicts the victim handed out: the next candidates are these without it. */

@@ -6,8 +6,68 @@
  * A heap because one collection of victims answers many queries: an admission round hands out
  * victims one by one, and the executor's prefetches of one decision evict one victim each from
  * the same candidates (a linear scan per query made these rounds quadratic in the buffer). Keys
- * are unique, so the order is total and the heap's minimum is the one a linear scan finds.
+ * are unique, so the order is total and the heap's minimum is the one a linear scan finds
+ * (`firstVictimByScan`, for candidates asked about once).
  */
+import type { BufferView } from '../../sim/serving/policy.ts';
+
+/** The first victim `firstVictimByScan` found: its key, whether it is ranked, its priority (−rank if ranked). */
+export interface ScannedVictim {
+  key: number;
+  ranked: boolean;
+  prio: number;
+}
+
+/**
+ * The first of `cands` in eviction order by one linear scan (arguments as `VictimOrder.addAll`),
+ * into `out`; false when `cands` is empty. For candidates asked about once, cheaper than ordering
+ * them all: last uses are read only to break ties.
+ */
+export function firstVictimByScan(
+  buffer: BufferView,
+  cands: readonly number[],
+  rankGen: Uint32Array,
+  gen: number,
+  rank: Float64Array,
+  priority: Float64Array | null,
+  out: ScannedVictim,
+): boolean {
+  let best = -1;
+  let bestProt = true;
+  let bestPrio = Infinity;
+  // The last use of `best`, read from the buffer only when a tie needs it (NaN: not read yet).
+  let bestUsed = Infinity;
+  for (let i = 0; i < cands.length; i++) {
+    const k = cands[i]!;
+    const prot = rankGen[k] === gen;
+    const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+    let better: boolean;
+    if (best < 0 || (bestProt && !prot)) better = true;
+    else if (prot !== bestProt) better = false;
+    else if (prio !== bestPrio) better = prio < bestPrio;
+    else {
+      // Tied priority: least recently used, then lowest key.
+      if (bestUsed !== bestUsed) bestUsed = buffer.entry(best)?.lastUsedNs ?? -1;
+      const used = buffer.entry(k)?.lastUsedNs ?? -1;
+      if (used < bestUsed || (used === bestUsed && k < best)) {
+        best = k;
+        bestPrio = prio;
+        bestUsed = used;
+      }
+      continue;
+    }
+    if (better) {
+      best = k;
+      bestProt = prot;
+      bestPrio = prio;
+      bestUsed = NaN;
+    }
+  }
+  out.key = best;
+  out.ranked = bestProt;
+  out.prio = bestPrio;
+  return best >= 0;
+}
 
 export class VictimOrder {
   private key = new Int32Array(64);
@@ -35,6 +95,27 @@ export class VictimOrder {
     this.prio[n] = prio;
     this.used[n] = used;
     this.count = n + 1;
+  }
+
+  /**
+   * Adds the first `n` of `keys` (candidates of the executor): ranked where `rankGen[k] === gen`
+   * (ordered by −`rank`), else by `priority` (null: all 0, LRU); last use from `buffer`.
+   */
+  addAll(
+    buffer: BufferView,
+    keys: ArrayLike<number>,
+    n: number,
+    rankGen: Uint32Array,
+    gen: number,
+    rank: Float64Array,
+    priority: Float64Array | null,
+  ): void {
+    for (let i = 0; i < n; i++) {
+      const k = keys[i]!;
+      const prot = rankGen[k] === gen;
+      // Inside the ranked set the least urgent (highest rank) goes first.
+      this.add(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
+    }
   }
 
   /** Orders the victims added since `clear` (O(n)). */
