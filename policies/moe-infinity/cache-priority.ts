@@ -30,6 +30,7 @@
  */
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
 import type { Phase, RequestEams } from './eam.ts';
+import { firstVictimByScan, VictimOrder, type ScannedVictim } from './victim-order.ts';
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
@@ -78,6 +79,7 @@ export class CachePriorities {
    */
   setRanked(keys: ArrayLike<ExpertKey>, urgency?: ArrayLike<number>, count = keys.length): void {
     const gen = ++this.gen;
+    this.version++;
     const rank = this.rank;
     const rankGen = this.rankGen;
     if (urgency) {
@@ -162,6 +164,7 @@ export class CachePriorities {
     const E = this.o.experts;
     const base = layer * E;
     const p = this.priority;
+    this.version++;
     this.useBatch(eams, batchIds);
     p.fill(0, base, base + E);
     const arrays = this.bArrays;
@@ -182,6 +185,7 @@ export class CachePriorities {
   resetKey(eams: RequestEams, batchIds: readonly number[], key: ExpertKey): void {
     const E = this.o.experts;
     const layer = Math.floor(key / E);
+    this.version++;
     if (this.countVersion[layer] === eams.version && this.sameBatch(eams, batchIds)) {
       // Nothing changed since the layer's reset: its summed count is `valueFor`'s count (exact).
       const tokens = this.bTokens;
@@ -197,13 +201,8 @@ export class CachePriorities {
   }
 
   // Victims a prefetch could evict now (resident, unpinned, outside the ranked set), collected by
-  // `scanVictims` (key, priority, last use), for one admission round; `vTaken` marks the ones
-  // handed out.
-  private vKey = new Int32Array(64);
-  private vPrio = new Float64Array(64);
-  private vUsed = new Float64Array(64);
-  private vTaken = new Uint8Array(64);
-  private vCount = 0;
+  // `scanVictims` for one admission round in eviction order; the ones handed out are popped.
+  private readonly adm = new VictimOrder();
   private vFor: BufferView | null = null;
   // The admission round (`beginAdmission` / `admitNext`): free slots left, victims handed out, cap.
   private admFree = 0;
@@ -212,63 +211,20 @@ export class CachePriorities {
 
   /** Collects the victims a prefetch could evict now (resident, unpinned, outside the ranked set). */
   private scanVictims(buffer: BufferView): void {
-    let n = 0;
     const req = this.o.requestPriorities;
     const prio = this.priority;
     const rankGen = this.rankGen;
     const gen = this.gen;
+    const adm = this.adm;
+    adm.clear();
     for (const e of buffer.entries()) {
       if (e.state !== 'resident' || e.pinned) continue;
       const k = e.key;
       if (rankGen[k] === gen) continue;
-      if (n === this.vKey.length) this.growVictims();
-      const p = req ? prio[k]! : 0;
-      this.vKey[n] = k;
-      this.vPrio[n] = p;
-      this.vUsed[n] = e.lastUsedNs;
-      this.vTaken[n] = 0;
-      n++;
+      adm.add(k, false, req ? prio[k]! : 0, e.lastUsedNs);
     }
-    this.vCount = n;
+    adm.build();
     this.vFor = buffer;
-  }
-
-  private growVictims(): void {
-    const n = this.vKey.length * 2;
-    const k = new Int32Array(n);
-    k.set(this.vKey);
-    const p = new Float64Array(n);
-    p.set(this.vPrio);
-    const u = new Float64Array(n);
-    u.set(this.vUsed);
-    const t = new Uint8Array(n);
-    t.set(this.vTaken);
-    this.vKey = k;
-    this.vPrio = p;
-    this.vUsed = u;
-    this.vTaken = t;
-  }
-
-  /** Index of the cheapest collected victim not handed out yet, in eviction order (priority, last use, key); −1 if none. */
-  private nextVictim(): number {
-    let b = -1;
-    let bp = 0;
-    let bu = 0;
-    let bk = 0;
-    for (let i = 0; i < this.vCount; i++) {
-      if (this.vTaken[i]) continue;
-      const p = this.vPrio[i]!;
-      const u = this.vUsed[i]!;
-      const k = this.vKey[i]!;
-      if (b < 0 || (p !== bp ? p < bp : u !== bu ? u < bu : k < bk)) {
-        b = i;
-        bp = p;
-        bu = u;
-        bk = k;
-      }
-    }
-    if (b >= 0) this.vTaken[b] = 1;
-    return b;
   }
 
   /**
@@ -292,13 +248,10 @@ export class CachePriorities {
     }
     if (this.vFor !== buffer) this.scanVictims(buffer);
     if (this.admVi >= this.admLimit) return false;
-    const v = this.nextVictim();
-    if (v < 0) return false;
-    if (!(this.vPrio[v]! < freq)) {
-      // Not spoken for: a next call would see the same victim first.
-      this.vTaken[v] = 0;
-      return false;
-    }
+    const v = this.adm.peek();
+    // Not spoken for when refused: a next call sees the same victim first.
+    if (v < 0 || !(this.adm.prioAt(v) < freq)) return false;
+    this.adm.pop();
     this.admVi++;
     this.markAdmitted(key, freq);
     return true;
@@ -359,63 +312,127 @@ export class CachePriorities {
     this.vFor = null;
     const out: ExpertKey[] = [];
     while (out.length < limit) {
-      const v = this.nextVictim();
+      const v = this.adm.peek();
       if (v < 0) break;
-      out.push(this.vKey[v]!);
+      out.push(this.adm.keyAt(v));
+      this.adm.pop();
     }
     return out;
+  }
+
+  // The executor's eviction order (`chooseVictim`): its candidates as last given, less the victims
+  // handed out since, and the order built from them; valid while the candidates are exactly
+  // these, nothing the order reads changed (`version`: priorities, the ranked set, uses) and the
+  // simulated time is the same.
+  private readonly order = new VictimOrder();
+  private expected = new Int32Array(64);
+  private expectedCount = -1;
+  private orderFor: BufferView | null = null;
+  private orderVersion = -1;
+  private orderNow = NaN;
+  /** Whether `order` holds the remembered candidates (built on their second query). */
+  private orderBuilt = false;
+  /** Bumped whenever something the eviction order reads changes (see `noteUse`). */
+  private version = 0;
+  /** Counters for tests: `chooseVictim` queries, and the ones on new candidates (a scan, not a kept order). */
+  readonly victimStats = { queries: 0, builds: 0 };
+
+  /** An expert was used (its last use changed): the eviction order must be rebuilt. */
+  noteUse(): void {
+    this.version++;
   }
 
   /**
    * The victim for `q`: the lowest-priority candidate outside the ranked set, else (on-demand
    * only) the least urgent one inside it (highest rank). `undefined` declines a prefetch: when
    * only ranked experts are left, or when the victim's priority is not below the admitted
-   * prefetch's expected activation frequency.
+   * prefetch's expected activation frequency. `now` (the simulated time) lets successive
+   * queries at one instant share one order: the prefetches of one decision each evict one
+   * victim of the same candidates (the caller reports every use through `noteUse`).
    */
-  chooseVictim(buffer: BufferView, q: EvictionQuery): ExpertKey | undefined {
-    let best: ExpertKey | undefined;
-    let bestProt = true;
-    let bestPrio = Infinity;
-    // The last use of `best`, read from the buffer only when a tie needs it (NaN: not read yet).
-    let bestUsed = Infinity;
+  chooseVictim(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
     const cands = q.candidates;
-    const rankGen = this.rankGen;
-    const rank = this.rank;
-    const priority = this.priority;
-    const gen = this.gen;
-    const req = this.o.requestPriorities;
-    for (let i = 0; i < cands.length; i++) {
-      const k = cands[i]!;
-      const prot = rankGen[k] === gen;
-      // Inside the ranked set the least urgent (highest rank) goes first.
-      const prio = prot ? -rank[k]! : req ? priority[k]! : 0;
-      let better: boolean;
-      if (best === undefined || (bestProt && !prot)) better = true;
-      else if (prot !== bestProt) better = false;
-      else if (prio !== bestPrio) better = prio < bestPrio;
-      else {
-        // Tied priority: least recently used, then lowest key.
-        if (bestUsed !== bestUsed) bestUsed = buffer.entry(best)?.lastUsedNs ?? -1;
-        const used = buffer.entry(k)?.lastUsedNs ?? -1;
-        better = used < bestUsed || (used === bestUsed && k < best);
-        if (better) {
-          best = k;
-          bestPrio = prio;
-          bestUsed = used;
-        }
-        continue;
-      }
-      if (better) {
-        best = k;
-        bestProt = prot;
-        bestPrio = prio;
-        bestUsed = NaN;
-      }
+    this.victimStats.queries++;
+    let best: ExpertKey;
+    let ranked: boolean;
+    let prio: number;
+    const o = this.order;
+    if (this.orderValid(buffer, cands, now)) {
+      // The same candidates again (less the victims handed out): their order, built once.
+      if (!this.orderBuilt) this.buildOrder(buffer);
+      const v = o.peek();
+      if (v < 0) return undefined;
+      best = o.keyAt(v);
+      ranked = o.rankedAt(v);
+      prio = o.prioAt(v);
+    } else {
+      // New candidates: one scan (most are not asked again), remembered in case they are.
+      this.remember(buffer, cands, now);
+      const sc = this.scanned;
+      if (!firstVictimByScan(buffer, cands, this.rankGen, this.gen, this.rank, this.victimPriorities(), sc))
+        return undefined;
+      best = sc.key;
+      ranked = sc.ranked;
+      prio = sc.prio;
     }
-    if (best !== undefined && q.reason === 'prefetch') {
-      if (bestProt) return undefined;
-      if (this.admittedGen[q.forKey] === this.gen && !(bestPrio < this.admitted[q.forKey]!)) return undefined;
+    if (q.reason === 'prefetch') {
+      if (ranked) return undefined;
+      if (this.admittedGen[q.forKey] === this.gen && !(prio < this.admitted[q.forKey]!)) return undefined;
     }
+    if (this.orderBuilt) o.pop();
+    this.dropExpected(best);
     return best;
+  }
+
+  // The first victim of new candidates (`firstVictimByScan`).
+  private readonly scanned: ScannedVictim = { key: -1, ranked: false, prio: 0 };
+
+  /** Whether the candidates remembered last still stand for `cands` (same order of eviction). */
+  private orderValid(buffer: BufferView, cands: readonly ExpertKey[], now: number): boolean {
+    if (this.orderVersion !== this.version || this.orderFor !== buffer || this.orderNow !== now) return false;
+    const n = this.expectedCount;
+    if (cands.length !== n) return false;
+    const exp = this.expected;
+    for (let i = 0; i < n; i++) if (cands[i] !== exp[i]) return false;
+    return true;
+  }
+
+  /** Remembers candidates `cands` (their order is built if they are asked again). */
+  private remember(buffer: BufferView, cands: readonly ExpertKey[], now: number): void {
+    const n = cands.length;
+    if (this.expected.length < n) this.expected = new Int32Array(n * 2);
+    const exp = this.expected;
+    for (let i = 0; i < n; i++) exp[i] = cands[i]!;
+    this.expectedCount = n;
+    this.orderBuilt = false;
+    this.orderFor = buffer;
+    this.orderVersion = this.version;
+    this.orderNow = now;
+    this.victimStats.builds++;
+  }
+
+  /** Orders the remembered candidates (`expected`). */
+  private buildOrder(buffer: BufferView): void {
+    const o = this.order;
+    o.clear();
+    o.addAll(buffer, this.expected, this.expectedCount, this.rankGen, this.gen, this.rank, this.victimPriorities());
+    o.build();
+    this.orderBuilt = true;
+  }
+
+  /** The priorities a victim outside the ranked set is ordered by: the cache priorities, or none (LRU). */
+  private victimPriorities(): Float64Array | null {
+    return this.o.requestPriorities ? this.priority : null;
+  }
+
+  /** The executor evicts the victim handed out: the next candidates are these without it. */
+  private dropExpected(key: ExpertKey): void {
+    const exp = this.expected;
+    const n = this.expectedCount;
+    let i = 0;
+    while (i < n && exp[i] !== key) i++;
+    if (i === n) return;
+    exp.copyWithin(i, i + 1, n);
+    this.expectedCount = n - 1;
   }
 }

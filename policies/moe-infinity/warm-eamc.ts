@@ -2,10 +2,28 @@
  * EAMC warm-up for MoE-Infinity (`eamcWarmup`): the EAMs of held-out requests, routed as the
  * serving executor routes them, loaded into the policy's collections before the run, so a run
  * can start from a trained collection as the paper's does.
+ *
+ * The warm-up EAMs are a pure function of the routing and the request specs, and the runs of a
+ * sweep (and a run's preflight) mostly share them: with synthetic routing they are memoised per
+ * process, keyed on everything the routers read (routing shape and knobs, the routing seed, the
+ * specs cycled, the model's layer split). Other routing sources are routed anew each time.
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
+import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
 import type { MoeInfinityPolicy } from './policy.ts';
+
+/** One held-out request's EAMs (decode: null when it emits one token only). Never mutated. */
+interface WarmEams {
+  readonly prefill: Float64Array;
+  readonly decode: Float64Array | null;
+}
+
+/** Memoised warm-ups by key (`memoKey`), oldest first; at most `MEMO_BYTES` of EAMs kept. */
+const memo = new Map<string, { readonly eams: readonly WarmEams[]; readonly bytes: number }>();
+let memoBytes = 0;
+/** Bound on the memo's EAM bytes per process (a few warm-ups of the largest models: Arctic 200 × 2 × 36 KB). */
+const MEMO_BYTES = 64 * 1024 * 1024;
 
 /**
  * Loads the prefill and decode EAMs of `n` held-out requests into the policy's EAMC: the run's
@@ -14,10 +32,22 @@ import type { MoeInfinityPolicy } from './policy.ts';
  * output position; decoder-only: every layer over the prompt, then each decode input token).
  */
 export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfile, workload: Workload): void {
-  const specs = workload.requests;
-  if (specs.length === 0) return;
-  const { layers: L, experts: E } = policy.shape;
-  const k = model.topK;
+  if (workload.requests.length === 0) return;
+  const split = layerSplit(model);
+  const key = memoKey(policy, n, model, workload, split);
+  let eams = key === undefined ? undefined : memo.get(key)?.eams;
+  if (!eams) {
+    eams = routeWarmEams(policy, n, model, workload, split);
+    if (key !== undefined) remember(key, eams);
+  }
+  for (const m of eams) {
+    policy.preload('prefill', [m.prefill]);
+    if (m.decode) policy.preload('decode', [m.decode]);
+  }
+}
+
+/** Where the decoder's MoE layers start (encoder-decoder models), and whether there is an encoder. */
+function layerSplit(model: ModelProfile): { readonly encoder: boolean; readonly firstDecoderMoe: number } {
   const decoderLayers = (model as { details?: { decoderLayers?: number } }).details?.decoderLayers ?? model.layers;
   const encoderLayers = model.arch === 'encoder-decoder' ? model.layers - decoderLayers : 0;
   const firstDecoderMoe =
@@ -27,6 +57,71 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
           model.moeLayerIndices.findIndex((li) => li >= encoderLayers),
         )
       : 0;
+  return { encoder: encoderLayers > 0, firstDecoderMoe };
+}
+
+/**
+ * The memo key of a warm-up, or undefined when the routing is not synthetic. A synthetic router
+ * is a function of the routing model (shape, knobs), the routing seed and the request's id, task,
+ * prompt and total length, so the key holds exactly those (ids are the run's count + i).
+ */
+function memoKey(
+  policy: MoeInfinityPolicy,
+  n: number,
+  model: ModelProfile,
+  workload: Workload,
+  split: ReturnType<typeof layerSplit>,
+): string | undefined {
+  const routing = workload.routing;
+  if (!(routing instanceof SyntheticRouting)) return undefined;
+  const specs = workload.requests;
+  const used: unknown[] = [];
+  for (let i = 0; i < Math.min(n, specs.length); i++) {
+    const s = specs[i]!;
+    used.push([s.task ?? null, s.promptTokens, s.outputTokens]);
+  }
+  const m = routing.model;
+  return JSON.stringify([
+    policy.shape.layers,
+    policy.shape.experts,
+    model.topK,
+    split,
+    m.L,
+    m.E,
+    m.k,
+    m.knobs,
+    routing.seedBase,
+    n,
+    specs.length,
+    used,
+  ]);
+}
+
+function remember(key: string, eams: readonly WarmEams[]): void {
+  let bytes = 0;
+  for (const m of eams) bytes += m.prefill.byteLength + (m.decode?.byteLength ?? 0);
+  if (bytes > MEMO_BYTES) return;
+  while (memoBytes + bytes > MEMO_BYTES) {
+    const [oldest, entry] = memo.entries().next().value!;
+    memo.delete(oldest);
+    memoBytes -= entry.bytes;
+  }
+  memo.set(key, { eams, bytes });
+  memoBytes += bytes;
+}
+
+/** Routes the `n` held-out requests (see `warmEamc`). */
+function routeWarmEams(
+  policy: MoeInfinityPolicy,
+  n: number,
+  model: ModelProfile,
+  workload: Workload,
+  split: ReturnType<typeof layerSplit>,
+): WarmEams[] {
+  const specs = workload.requests;
+  const { layers: L, experts: E } = policy.shape;
+  const k = model.topK;
+  const { firstDecoderMoe } = split;
   let scratch = new Int32Array(1024);
   const route = (router: RequestRouter, layer: number, from: number, to: number, into: Float64Array): void => {
     const need = (to - from) * k;
@@ -35,6 +130,7 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
     router.route(layer, from, to, scratch);
     for (let j = 0; j < need; j++) into[layer * E + scratch[j]!]! += 1;
   };
+  const out: WarmEams[] = [];
   for (let i = 0; i < n; i++) {
     const base = specs[i % specs.length]!;
     const spec: RequestSpec = { ...base, id: specs.length + i };
@@ -42,7 +138,7 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
     const prefill = new Float64Array(L * E);
     const decode = new Float64Array(L * E);
     const P = spec.promptTokens;
-    if (encoderLayers > 0) {
+    if (split.encoder) {
       for (let l = 0; l < L; l++)
         route(router, l, l < firstDecoderMoe ? 0 : P, l < firstDecoderMoe ? P : P + 1, prefill);
       for (let t = 1; t < spec.outputTokens; t++)
@@ -52,7 +148,7 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
       for (let t = P; t < P + spec.outputTokens - 1; t++)
         for (let l = 0; l < L; l++) route(router, l, t, t + 1, decode);
     }
-    policy.preload('prefill', [prefill]);
-    if (spec.outputTokens > 1) policy.preload('decode', [decode]);
+    out.push({ prefill, decode: spec.outputTokens > 1 ? decode : null });
   }
+  return out;
 }

@@ -362,7 +362,7 @@ export class SyntheticRouting implements RoutingSource {
   /** @param seedBase per-run seed (drawn from the `routing` stream); request r uses `${seedBase}:${r}`. */
   constructor(
     readonly model: SyntheticModel,
-    private readonly seedBase: string,
+    readonly seedBase: string,
   ) {
     this.moeLayers = model.L;
     this.experts = model.E;

@@ -1,0 +1,241 @@
+/**
+ * MoE-Infinity's cache answers the executor's eviction queries from a kept order (`VictimOrder`)
+ * while its candidates are the last ones less the victims handed out, at the same simulated
+ * time, with nothing it reads changed. This property drives a buffer as the executor does
+ * (loads, arrivals, pins and uses it is not told of, except uses through `noteUse` as the
+ * policy's `afterUse` reports them; decisions whose prefetches each evict one victim at one
+ * instant; demand fetches; resets and re-rankings) and checks every answer against the
+ * reference linear scan over the candidates, with reused orders counted so the fast path is
+ * covered.
+ */
+import * as fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { Rng } from '../../sim/kernel/rng.ts';
+import type { BufferEntryView, BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
+import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
+import { RequestEams } from '../../policies/moe-infinity/eam.ts';
+
+interface Entry extends BufferEntryView {
+  state: 'loading' | 'resident';
+  pinned: boolean;
+  lastUsedNs: number;
+}
+
+/** A buffer in insertion order (a Map's), mutated as the executor mutates `ExpertBuffer`. */
+class World implements BufferView {
+  readonly map = new Map<number, Entry>();
+  constructor(readonly slots: number) {}
+  get occupied(): number {
+    return this.map.size;
+  }
+  has(k: ExpertKey): boolean {
+    return this.map.has(k);
+  }
+  isResident(k: ExpertKey): boolean {
+    return this.map.get(k)?.state === 'resident';
+  }
+  isLoading(k: ExpertKey): boolean {
+    return this.map.get(k)?.state === 'loading';
+  }
+  entry(k: ExpertKey): Entry | undefined {
+    return this.map.get(k);
+  }
+  entries(): IterableIterator<Entry> {
+    return this.map.values();
+  }
+  occupy(key: ExpertKey, resident: boolean): void {
+    const state = resident ? 'resident' : 'loading';
+    this.map.set(key, { key, state, origin: 'prefetch', pinned: false, residentSinceNs: 0, lastUsedNs: -1, uses: 0 });
+  }
+  /** The executor's candidates: resident, unpinned, in insertion order. */
+  candidates(): ExpertKey[] {
+    const out: ExpertKey[] = [];
+    for (const e of this.map.values()) if (e.state === 'resident' && !e.pinned) out.push(e.key);
+    return out;
+  }
+}
+
+/** The reference: one linear scan over the candidates (the implementation the order replaced). */
+function refVictim(
+  c: CachePriorities,
+  admitted: ReadonlyMap<number, number>,
+  req: boolean,
+  buffer: BufferView,
+  q: EvictionQuery,
+): ExpertKey | undefined {
+  let best: ExpertKey | undefined;
+  let bestProt = true;
+  let bestPrio = Infinity;
+  let bestUsed = Infinity;
+  for (const k of q.candidates) {
+    const rank = c.rankOf(k);
+    const prot = rank !== undefined;
+    const prio = prot ? -rank : req ? c.priority[k]! : 0;
+    const used = buffer.entry(k)?.lastUsedNs ?? -1;
+    const better =
+      best === undefined ||
+      (bestProt && !prot) ||
+      (prot === bestProt &&
+        (prio < bestPrio || (prio === bestPrio && (used < bestUsed || (used === bestUsed && k < best)))));
+    if (better) {
+      best = k;
+      bestProt = prot;
+      bestPrio = prio;
+      bestUsed = used;
+    }
+  }
+  if (best !== undefined && q.reason === 'prefetch') {
+    if (bestProt) return undefined;
+    const a = admitted.get(q.forKey);
+    if (a !== undefined && !(bestPrio < a)) return undefined;
+  }
+  return best;
+}
+
+describe('MoE-Infinity cache victims', () => {
+  it('the kept eviction order answers every query as the linear scan does', () => {
+    let queries = 0;
+    let reused = 0;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 4 }),
+        fc.integer({ min: 2, max: 8 }),
+        fc.boolean(),
+        fc.integer(),
+        (L, E, req, seed) => {
+          const rng = new Rng(`victims-${seed}`);
+          const cells = L * E;
+          const c = new CachePriorities({ layers: L, experts: E, requestPriorities: req, initialLayerBoost: 0.5 });
+          const eams = new RequestEams({ layers: L, experts: E });
+          const ids = [1, 2];
+          const w = new World(1 + rng.int(cells));
+          for (let k = 0; k < cells && w.occupied < w.slots; k++) if (rng.next() < 0.7) w.occupy(k, rng.next() < 0.8);
+          const admitted = new Map<number, number>();
+          let now = 0;
+          const absentKey = (): number => {
+            for (let t = 0; t < 8; t++) {
+              const k = rng.int(cells);
+              if (!w.has(k)) return k;
+            }
+            return -1;
+          };
+          // A use, reported as the policy's afterUse reports it: often the least recently used
+          // candidate (the next victim of a kept order), else any resident entry.
+          const use = (): void => {
+            const es = [...w.map.values()].filter((e) => e.state === 'resident');
+            let e = es[rng.int(es.length + 1)];
+            if (rng.next() < 0.5) for (const x of es) if (!x.pinned && (!e || x.lastUsedNs < e.lastUsedNs)) e = x;
+            if (!e) return;
+            e.pinned = false;
+            e.lastUsedNs = now;
+            c.noteUse();
+            if (req) c.resetKey(eams, ids, e.key);
+          };
+          // An arrival or an unpin, and a pin: the candidates change, their count may not.
+          const swapCandidate = (): void => {
+            const es = [...w.map.values()];
+            const joins = es.filter((e) => e.state === 'loading' || e.pinned);
+            const leaves = es.filter((e) => e.state === 'resident' && !e.pinned);
+            const j = joins[rng.int(joins.length + 1)];
+            const l = leaves[rng.int(leaves.length + 1)];
+            if (!j || !l) return;
+            j.state = 'resident';
+            j.pinned = false;
+            l.pinned = true;
+          };
+          const ask = (q: EvictionQuery): ExpertKey | undefined => {
+            const want = refVictim(c, admitted, req, w, q);
+            const before = c.victimStats.builds;
+            const got = c.chooseVictim(w, q, now);
+            expect(got).toBe(want);
+            queries++;
+            if (c.victimStats.builds === before) reused++;
+            return got;
+          };
+          for (let step = 0; step < 80; step++) {
+            const op = rng.int(10);
+            if (op === 0) now += 1 + rng.int(2);
+            else if (op === 1) {
+              // A layer routed: its rows counted, its priorities reset, a new ranked set.
+              const l = rng.int(L);
+              for (const id of ids) {
+                eams.addTokens(id, 'decode', 1);
+                eams.addRow(
+                  id,
+                  'decode',
+                  l,
+                  Float64Array.from({ length: E }, () => (rng.next() < 0.5 ? 0 : 1)),
+                );
+              }
+              c.resetLayer(eams, ids, l);
+              const ranked = [...new Set(Array.from({ length: rng.int(cells) }, () => rng.int(cells)))];
+              c.setRanked(
+                ranked,
+                Float64Array.from(ranked, () => rng.int(4)),
+                ranked.length,
+              );
+              admitted.clear();
+            } else if (op === 2) {
+              // Unseen by the policy: arrivals, pins and unpins, cancelled loads.
+              for (let n = 1 + rng.int(3); n > 0; n--) {
+                const es = [...w.map.values()];
+                const e = es[rng.int(es.length + 1)];
+                if (!e) continue;
+                const r = rng.int(3);
+                if (r === 0 && e.state === 'loading') e.state = 'resident';
+                else if (r === 1) e.pinned = !e.pinned;
+                else if (e.state === 'loading' && !e.pinned) w.map.delete(e.key);
+              }
+            } else if (op <= 4) {
+              use();
+            } else if (op <= 7) {
+              // A decision's prefetches at one instant: each takes a free slot or evicts one victim.
+              for (let p = 1 + rng.int(8); p > 0; p--) {
+                // Between two queries of one instant (not within one decision in the executor, but
+                // allowed): a reported use, or unseen changes that keep the candidate count.
+                const r = rng.int(5);
+                if (r === 0) use();
+                else if (r === 1) swapCandidate();
+                const k = absentKey();
+                if (k < 0) break;
+                if (rng.next() < 0.5) {
+                  const freq = rng.int(6) / 4;
+                  c.markAdmitted(k, freq);
+                  admitted.set(k, freq);
+                }
+                if (w.occupied < w.slots) {
+                  w.occupy(k, false);
+                  continue;
+                }
+                const candidates = w.candidates();
+                if (candidates.length === 0) break;
+                const v = ask({ reason: 'prefetch', forKey: k, candidates });
+                if (v === undefined) continue;
+                w.map.delete(v);
+                w.occupy(k, rng.next() < 0.2);
+              }
+            } else {
+              // A demand fetch: it must evict when anything is evictable.
+              const k = absentKey();
+              if (k < 0) continue;
+              if (w.occupied < w.slots) {
+                w.occupy(k, false);
+                continue;
+              }
+              const candidates = w.candidates();
+              if (candidates.length === 0) continue;
+              const v = ask({ reason: 'demand', forKey: k, candidates });
+              expect(v).toBeDefined();
+              w.map.delete(v!);
+              w.occupy(k, false);
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+    // Coverage: queries answered from a kept order, and ones that rebuilt it.
+    expect(reused).toBeGreaterThan(200);
+    expect(queries - reused).toBeGreaterThan(200);
+  });
+});
