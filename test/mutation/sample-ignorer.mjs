@@ -10,14 +10,21 @@
  */
 import { declareValuePlugin, PluginKind } from '@stryker-mutator/api/plugin';
 
+// Read on every call: the module is loaded once per process, the drawn nodes change per folder.
+let seen = '';
 /** @type {number[][]} */
-const locs = JSON.parse(process.env.MOESIM_MUTATION_SAMPLE_LOCS ?? '[]');
+let locs = [];
 
 /** True when a (line, column) position is before or at b. */
 const le = (l1, c1, l2, c2) => l1 < l2 || (l1 === l2 && c1 <= c2);
 
 /** @param {{ node: { loc?: { start: { line: number, column: number }, end: { line: number, column: number } } } }} path */
 function shouldIgnore(path) {
+  const env = process.env.MOESIM_MUTATION_SAMPLE_LOCS ?? '[]';
+  if (env !== seen) {
+    seen = env;
+    locs = JSON.parse(env);
+  }
   const loc = path.node.loc;
   if (loc === undefined || loc === null || locs.length === 0) return undefined;
   for (const [sl, sc, el, ec] of locs) {
