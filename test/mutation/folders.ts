@@ -75,7 +75,10 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
   {
     name: 'policies/prefetch',
     mutate: ['policies/prefetch/**/*.ts'],
-    tests: ['test/unit/{oracle-prefetch,budget-experts,baselines}.test.ts', 'test/property/baselines.test.ts'],
+    tests: [
+      'test/unit/{oracle-prefetch,budget-experts,baselines}.test.ts',
+      'test/property/{baselines,adapmoe-allocator}.test.ts',
+    ],
   },
 ];
 

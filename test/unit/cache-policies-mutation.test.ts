@@ -214,6 +214,17 @@ describe('victims: trimToCaps', () => {
       expect(trimToCaps(v, () => 0, lowest, 2)).toEqual([8]);
     });
   }
+
+  for (const indexed of [false, true]) {
+    it(`one layer over its cap with too few evictable experts gives what it has (indexed: ${indexed})`, () => {
+      // Layer 0 holds 4 (one pinned, one loading): cap 0 wants 4 back, only 0 and 3 can go; a
+      // layer whose entries are all pinned or loading gives nothing (never an undefined victim).
+      const v = view(ents, indexed);
+      expect(trimToCaps(v, () => 0, lowest, 0)).toEqual([0, 3]);
+      const stuck = view([{ key: 4, pinned: true }, { key: 5, state: 'loading' }, { key: 0 }], indexed);
+      expect(trimToCaps(stuck, () => 0, lowest, 1)).toEqual([]);
+    });
+  }
 });
 
 describe('lru', () => {
@@ -401,6 +412,28 @@ describe('lcp', () => {
     expect(big.priority(0)).toBe(Math.pow(0.5, 5));
   });
 
+  it('a ν far past the cache (2⁴⁰ tokens) is computed, never tabled (a table that size cannot exist)', () => {
+    const s = new LcpScores(1, 1, 1, 0.5);
+    s.observe(0, [1], 1);
+    s.observe(0, [0], 2 ** 40);
+    expect(s.nu(0)).toBe(2 ** 40);
+    expect(s.priority(0)).toBe(0); // 0.5^(2⁴⁰) underflows
+  });
+
+  it('ranking from the kept order: equal P, the more recent first, whatever the previous order', () => {
+    // ω 1, ρ 0.25: expert 0 (μ 4, ν 1) and expert 1 (μ 1, ν 0) both have P = 1 exactly.
+    const s = new LcpScores(1, 2, 1, 0.25);
+    s.observe(0, [4, 0], 1);
+    s.observe(0, [0, 1], 1);
+    expect([s.priority(0), s.priority(1)]).toEqual([1, 1]);
+    expect(s.ranked(0)).toEqual([1, 0]);
+    // The second ranking starts from [1, 0]: 0 (older, lower id) must not move ahead of 1.
+    expect(s.ranked(0)).toEqual([1, 0]);
+    const rank = new Int32Array(2);
+    s.rankInto(0, rank);
+    expect(Array.from(rank)).toEqual([1, 0]);
+  });
+
   it('evicts the lowest P, then the least recently activated, then the lowest key', () => {
     const s = new LcpScores(1, 4, 2, 0.25);
     s.observe(0, [1, 1, 0, 0], 1); // μ 1, 1; last 1
@@ -464,6 +497,10 @@ describe('rnd and on-demand', () => {
     expect(() => createRnd('rnd', RndParams.parse({ mode: 'static' }), new ScriptedRng([]))).toThrow(UserError);
     expect(() => createRnd('rnd', RndParams.parse({ mode: 'static' }), new ScriptedRng([]))).toThrow(
       'rnd mode static needs perLayerSlots',
+    );
+    // The error names the field and value it rejects.
+    expect(() => createRnd('rnd', RndParams.parse({ mode: 'static' }), new ScriptedRng([]))).toThrow(
+      expect.objectContaining({ field: 'mode', value: 'static' }),
     );
     // 3 layers: draws i + ⌊u·(4 − i)⌋ for i = 0, 1.
     const rng = new ScriptedRng([0.75, 0, 0, 0.99, 0.5, 0.5]);
