@@ -58,7 +58,7 @@ import {
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
 import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
-import type { HoldEntry, Node } from './nodes.ts';
+import { type HoldEntry, type Node, NodeIndex } from './nodes.ts';
 import type {
   HoldInfo,
   PoolName,
@@ -86,7 +86,7 @@ export class TaskGraphExecutor {
   private readonly sched: Scheduler<TaskGraphEvent>;
   private readonly onStall: 'throw' | 'wait';
   private readonly pools: Readonly<Record<PoolName, MemoryPool>>;
-  private readonly nodes = new Map<TaskId, Node>();
+  private readonly nodes = new NodeIndex();
   private readonly bySeq: Node[] = [];
   private readonly holds = new Map<string, HoldEntry>();
   /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
