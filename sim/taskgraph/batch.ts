@@ -36,12 +36,13 @@ export interface NormalizedTask {
 export const showId = (id: TaskId): string => (typeof id === 'string' ? JSON.stringify(id) : String(id));
 
 /**
- * Shared by every task without allocations or releases (frozen; only filled when the task has
- * some, so never written): no arrays or object per such task.
+ * Shared by every task without deps, allocations or releases: no array or object per such
+ * task. Never written (a task with entries gets its own); not frozen, as frozen arrays have
+ * another elements kind and made the loops over these lists polymorphic.
  */
-const NONE: readonly never[] = Object.freeze([]);
+const NONE: readonly never[] = [];
 const NO_KEYS = NONE as unknown as string[];
-const NO_BYTES: Readonly<Record<PoolName, number>> = Object.freeze({ vram: 0, host: 0 });
+const NO_BYTES: Readonly<Record<PoolName, number>> = { vram: 0, host: 0 };
 
 /** A task's name in messages (built only for a message: a string per task otherwise). */
 const where = (s: TaskSpec): string => `task ${showId(s.id)}`;
@@ -166,17 +167,22 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   if (typeof priority !== 'number' || !Number.isFinite(priority))
     fail(`${where(s)}: priority must be a finite number (got ${String(priority)})`);
 
-  const deps: TaskId[] = [];
   const given = s.deps ?? NONE;
-  // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
-  const seen = given.length > 16 ? new Set<TaskId>() : undefined;
-  for (const d of given) {
-    if (seen ? seen.has(d) : deps.includes(d)) continue;
-    seen?.add(d);
-    if (d === s.id) fail(`${where(s)}: depends on itself`);
-    if (!view.has(d) && !inBatch.has(d))
-      fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
-    deps.push(d);
+  let deps: TaskId[];
+  if (given.length <= 16 && !hasRepeat(given)) {
+    // The usual case: checked in order, then copied at its final length (no array grown by push).
+    for (let i = 0; i < given.length; i++) checkDep(s, given[i]!, view, inBatch, fail);
+    deps = given.slice();
+  } else {
+    // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
+    deps = [];
+    const seen = given.length > 16 ? new Set<TaskId>() : undefined;
+    for (const d of given) {
+      if (seen ? seen.has(d) : deps.includes(d)) continue;
+      seen?.add(d);
+      checkDep(s, d, view, inBatch, fail);
+      deps.push(d);
+    }
   }
 
   const stream = checkKindFields(s, view, fail);
@@ -211,6 +217,19 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
     releases.push(key);
   }
   return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
+}
+
+/** True if some id appears twice in a short list. */
+function hasRepeat(ids: readonly TaskId[]): boolean {
+  for (let i = 1; i < ids.length; i++) for (let j = 0; j < i; j++) if (ids[i] === ids[j]) return true;
+  return false;
+}
+
+/** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */
+function checkDep(s: TaskSpec, d: TaskId, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): void {
+  if (d === s.id) fail(`${where(s)}: depends on itself`);
+  if (!view.has(d) && !inBatch.has(d))
+    fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
 }
 
 /** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream (0 if none). */

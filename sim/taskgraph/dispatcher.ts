@@ -42,7 +42,15 @@ import type { Ns } from '../kernel/time.ts';
 import type { Resources } from '../resources/index.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
 import { showId, type NormalizedTask } from './batch.ts';
-import { compareHeads, type Lane, type LaneKind, type Node, type ParkGroup, type Source } from './nodes.ts';
+import {
+  compareHeads,
+  type HeldAllocation,
+  type Lane,
+  type LaneKind,
+  type Node,
+  type ParkGroup,
+  type Source,
+} from './nodes.ts';
 import { ReadyList } from './ready-list.ts';
 import type { PoolName, TaskGraphEvent } from './types.ts';
 
@@ -233,7 +241,11 @@ export class Dispatcher {
 
   /** Acquires all of the node's memory (the caller has checked that it fits). */
   private allocate(node: Node): void {
-    for (const a of node.t.spec.alloc ?? []) {
+    const allocs = node.t.spec.alloc;
+    if (!allocs || allocs.length === 0) return;
+    const held = new Array<HeldAllocation>(allocs.length); // its final length (see `NO_ALLOCATIONS`)
+    for (let i = 0; i < allocs.length; i++) {
+      const a = allocs[i]!;
       const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
       if (!alloc)
@@ -242,8 +254,9 @@ export class Dispatcher {
           this.sched.now,
           this.name,
         );
-      node.allocations.push({ alloc, pool: a.pool, hold: a.hold });
+      held[i] = { alloc, pool: a.pool, hold: a.hold };
     }
+    node.allocations = held;
   }
 
   /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */

@@ -33,7 +33,8 @@ export interface HeldAllocation {
 export interface Node extends Ranked {
   readonly t: NormalizedTask;
   readonly lane: Lane;
-  readonly deps: Node[];
+  /** Set once when the task is added (its deps' nodes, in the order of `t.deps`). */
+  deps: readonly Node[];
   readonly dependents: Node[];
   remainingDeps: number;
   state: TaskState;
@@ -80,6 +81,10 @@ export interface Source {
 }
 
 export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
+
+/** Shared empty lists (never written: a node gets its own array when it has entries). */
+export const NO_NODES: readonly Node[] = [];
+export const NO_ALLOCATIONS = [] as HeldAllocation[];
 
 /**
  * The executor's nodes by task id: an array for ids that are small non-negative integers (the
