@@ -37,6 +37,22 @@ export function hold(bytes: number, category: MemoryCategory, key: string): Memo
   return [{ pool: 'vram', bytes, category, hold: key }];
 }
 
+/**
+ * Hold keys by ring prefix and fill (`x0`, `x1` ...), made once per process: every pass uses
+ * the same ones, and a string made anew per fill (then hashed by the executor's maps) was a
+ * large part of a built pass's garbage.
+ */
+const RING_KEYS = new Map<string, string[]>();
+function ringKey(prefix: string, fill: number): string {
+  let keys = RING_KEYS.get(prefix);
+  if (!keys) {
+    keys = [];
+    RING_KEYS.set(prefix, keys);
+  }
+  while (keys.length <= fill) keys.push(`${prefix}${keys.length}`);
+  return keys[fill]!;
+}
+
 /** A ring of n buffers: fill f waits for the release of fill f − n. */
 export class Ring {
   private readonly releasers: number[] = [];
@@ -50,7 +66,7 @@ export class Ring {
     const fill = this.fills++;
     const waitFor = fill >= this.size ? this.releasers[fill - this.size]! : -1;
     if (waitFor === undefined) throw new RangeError(`ring ${this.prefix}: fill ${fill - this.size} has no releaser`);
-    return { fill, key: `${this.prefix}${fill}`, waitFor };
+    return { fill, key: ringKey(this.prefix, fill), waitFor };
   }
   released(fill: number, by: number): void {
     this.releasers[fill] = by;
