@@ -35,7 +35,47 @@ export interface NormalizedTask {
 
 export const showId = (id: TaskId): string => (typeof id === 'string' ? JSON.stringify(id) : String(id));
 
+/**
+ * Shared by every task without deps, allocations or releases: no array or object per such
+ * task. Never written (a task with entries gets its own); not frozen, as frozen arrays have
+ * another elements kind and made the loops over these lists polymorphic.
+ */
+const NONE: readonly never[] = [];
+const NO_KEYS = NONE as unknown as string[];
+const NO_BYTES: Readonly<Record<PoolName, number>> = { vram: 0, host: 0 };
+
+/** A task's name in messages (built only for a message: a string per task otherwise). */
+const where = (s: TaskSpec): string => `task ${showId(s.id)}`;
+
 const isSafeNonNegInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** Batch positions by id (a Map, or `IdRange` for a builder's consecutive ids). */
+type BatchIndex = Pick<ReadonlyMap<TaskId, number>, 'get' | 'has'>;
+
+/** The batch index of ids first, first + 1, ..., first + n − 1, by subtraction (no Map of n entries). */
+class IdRange implements BatchIndex {
+  constructor(
+    private readonly first: number,
+    private readonly n: number,
+  ) {}
+  get(id: TaskId): number | undefined {
+    if (typeof id !== 'number') return undefined;
+    const i = id - this.first;
+    return Number.isInteger(i) && i >= 0 && i < this.n ? i : undefined;
+  }
+  has(id: TaskId): boolean {
+    return this.get(id) !== undefined;
+  }
+}
+
+/** An `IdRange` if the batch's ids are consecutive safe integers in order, else undefined. */
+function consecutiveIds(specs: readonly TaskSpec[]): IdRange | undefined {
+  const first = specs[0]?.id;
+  if (!(typeof first === 'number' && Number.isSafeInteger(first) && Number.isSafeInteger(first + specs.length)))
+    return undefined;
+  for (let i = 1; i < specs.length; i++) if (specs[i]?.id !== first + i) return undefined;
+  return new IdRange(first, specs.length);
+}
 
 /** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
 export function validateBatch(
@@ -43,16 +83,22 @@ export function validateBatch(
   view: GraphView,
   fail: (message: string) => never,
 ): NormalizedTask[] {
-  const inBatch = new Map<TaskId, number>();
+  const range = consecutiveIds(specs);
+  const inBatch: BatchIndex = range ?? new Map<TaskId, number>();
   for (let i = 0; i < specs.length; i++) {
     const s = specs[i]!;
+    if (range) {
+      // Ids first, first + 1, ...: valid and distinct; only a clash with the graph is possible.
+      if (view.has(s.id)) fail(`task ${showId(s.id)}: id already added`);
+      continue;
+    }
     const id: unknown = s?.id;
     if (!(typeof id === 'string' || (typeof id === 'number' && Number.isFinite(id)))) {
       fail(`task #${i} of the batch: id must be a string or a finite number (got ${String(id)})`);
     }
     if (view.has(s.id)) fail(`task ${showId(s.id)}: id already added`);
     if (inBatch.has(s.id)) fail(`task ${showId(s.id)}: id appears twice in the batch`);
-    inBatch.set(s.id, i);
+    (inBatch as Map<TaskId, number>).set(s.id, i);
   }
 
   const out: NormalizedTask[] = [];
@@ -114,94 +160,110 @@ export function validateBatch(
   return out;
 }
 
-function normalizeOne(
-  s: TaskSpec,
-  view: GraphView,
-  inBatch: ReadonlyMap<TaskId, number>,
-  fail: (m: string) => never,
-): NormalizedTask {
-  const where = `task ${showId(s.id)}`;
-  if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where}: unknown kind ${JSON.stringify(s.kind)}`);
-  if (typeof s.category !== 'string') fail(`${where}: category must be a string`);
+function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): NormalizedTask {
+  if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where(s)}: unknown kind ${JSON.stringify(s.kind)}`);
+  if (typeof s.category !== 'string') fail(`${where(s)}: category must be a string`);
   const priority = s.priority ?? 0;
   if (typeof priority !== 'number' || !Number.isFinite(priority))
-    fail(`${where}: priority must be a finite number (got ${String(priority)})`);
+    fail(`${where(s)}: priority must be a finite number (got ${String(priority)})`);
 
-  const deps: TaskId[] = [];
-  const given = s.deps ?? [];
-  // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
-  const seen = given.length > 16 ? new Set<TaskId>() : undefined;
-  for (const d of given) {
-    if (seen ? seen.has(d) : deps.includes(d)) continue;
-    seen?.add(d);
-    if (d === s.id) fail(`${where}: depends on itself`);
-    if (!view.has(d) && !inBatch.has(d))
-      fail(`${where}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
-    deps.push(d);
+  const given = s.deps ?? NONE;
+  let deps: TaskId[];
+  if (given.length <= 16 && !hasRepeat(given)) {
+    // The usual case: checked in order, then copied at its final length (no array grown by push).
+    for (let i = 0; i < given.length; i++) checkDep(s, given[i]!, view, inBatch, fail);
+    deps = given.slice();
+  } else {
+    // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
+    deps = [];
+    const seen = given.length > 16 ? new Set<TaskId>() : undefined;
+    for (const d of given) {
+      if (seen ? seen.has(d) : deps.includes(d)) continue;
+      seen?.add(d);
+      checkDep(s, d, view, inBatch, fail);
+      deps.push(d);
+    }
   }
 
-  const stream = checkKindFields(s, view, where, fail);
+  const stream = checkKindFields(s, view, fail);
 
-  const needBytes: Record<PoolName, number> = { vram: 0, host: 0 };
-  const holds: string[] = [];
-  for (const a of s.alloc ?? []) {
-    if (!(POOL_NAMES as readonly string[]).includes(a.pool)) fail(`${where}: unknown pool ${JSON.stringify(a.pool)}`);
+  const allocs = s.alloc ?? NONE;
+  const needBytes: Record<PoolName, number> =
+    allocs.length > 0 ? { vram: 0, host: 0 } : (NO_BYTES as Record<PoolName, number>);
+  const holds: string[] = allocs.length > 0 ? [] : NO_KEYS;
+  for (const a of allocs) {
+    if (!(POOL_NAMES as readonly string[]).includes(a.pool))
+      fail(`${where(s)}: unknown pool ${JSON.stringify(a.pool)}`);
     if (!isSafeNonNegInt(a.bytes))
-      fail(`${where}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
+      fail(`${where(s)}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
     if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category))
-      fail(`${where}: unknown memory category ${JSON.stringify(a.category)}`);
+      fail(`${where(s)}: unknown memory category ${JSON.stringify(a.category)}`);
     if (a.hold !== undefined) {
-      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where}: hold key must be a non-empty string`);
+      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where(s)}: hold key must be a non-empty string`);
       if (!holds.includes(a.hold)) holds.push(a.hold);
     }
     needBytes[a.pool] += a.bytes;
   }
   for (const p of POOL_NAMES) {
     if (needBytes[p] > view.poolCapacityBytes[p]) {
-      fail(`${where}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
+      fail(`${where(s)}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
     }
   }
-  const releases: string[] = [];
-  for (const key of s.release ?? []) {
-    if (typeof key !== 'string' || key === '') fail(`${where}: release keys must be non-empty strings`);
-    if (releases.includes(key)) fail(`${where}: releases ${JSON.stringify(key)} twice`);
+  const released = s.release ?? NONE;
+  const releases: string[] = released.length > 0 ? [] : NO_KEYS;
+  for (const key of released) {
+    if (typeof key !== 'string' || key === '') fail(`${where(s)}: release keys must be non-empty strings`);
+    if (releases.includes(key)) fail(`${where(s)}: releases ${JSON.stringify(key)} twice`);
     releases.push(key);
   }
   return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
 }
 
+/** True if some id appears twice in a short list. */
+function hasRepeat(ids: readonly TaskId[]): boolean {
+  for (let i = 1; i < ids.length; i++) for (let j = 0; j < i; j++) if (ids[i] === ids[j]) return true;
+  return false;
+}
+
+/** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */
+function checkDep(s: TaskSpec, d: TaskId, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): void {
+  if (d === s.id) fail(`${where(s)}: depends on itself`);
+  if (!view.has(d) && !inBatch.has(d))
+    fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
+}
+
 /** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream (0 if none). */
-function checkKindFields(s: TaskSpec, view: GraphView, where: string, fail: (m: string) => never): number {
+function checkKindFields(s: TaskSpec, view: GraphView, fail: (m: string) => never): number {
   let stream = 0;
   switch (s.kind) {
     case 'gpu': {
       if (!isSafeNonNegInt(s.durationNs))
-        fail(`${where}: durationNs must be a non-negative integer (got ${String(s.durationNs)})`);
+        fail(`${where(s)}: durationNs must be a non-negative integer (got ${String(s.durationNs)})`);
       const st = s.stream ?? 0;
       if (typeof st === 'number') {
         if (!(Number.isInteger(st) && st >= 0 && st < view.gpuStreams.length))
-          fail(`${where}: no GPU stream ${st} (have ${view.gpuStreams.length})`);
+          fail(`${where(s)}: no GPU stream ${st} (have ${view.gpuStreams.length})`);
         stream = st;
       } else {
         stream = view.gpuStreams.indexOf(st);
         if (stream < 0)
           fail(
-            `${where}: no GPU stream named ${JSON.stringify(st)} (have ${view.gpuStreams.map((n) => JSON.stringify(n)).join(', ')})`,
+            `${where(s)}: no GPU stream named ${JSON.stringify(st)} (have ${view.gpuStreams.map((n) => JSON.stringify(n)).join(', ')})`,
           );
       }
       break;
     }
     case 'cpu':
       if (!(Number.isInteger(s.cores) && s.cores >= 1 && s.cores <= view.cpuCores))
-        fail(`${where}: cores must be an integer in [1, ${view.cpuCores}] (got ${String(s.cores)})`);
+        fail(`${where(s)}: cores must be an integer in [1, ${view.cpuCores}] (got ${String(s.cores)})`);
       if (!isSafeNonNegInt(s.computeNs))
-        fail(`${where}: computeNs must be a non-negative integer (got ${String(s.computeNs)})`);
-      if (!isSafeNonNegInt(s.bytes)) fail(`${where}: bytes must be a non-negative integer (got ${String(s.bytes)})`);
+        fail(`${where(s)}: computeNs must be a non-negative integer (got ${String(s.computeNs)})`);
+      if (!isSafeNonNegInt(s.bytes)) fail(`${where(s)}: bytes must be a non-negative integer (got ${String(s.bytes)})`);
       break;
     case 'h2d':
     case 'd2h':
       if (!(isSafeNonNegInt(s.bytes) && s.bytes > 0))
-        fail(`${where}: bytes must be a positive integer (got ${String(s.bytes)})`);
+        fail(`${where(s)}: bytes must be a positive integer (got ${String(s.bytes)})`);
       break;
     case 'barrier':
       break;
@@ -210,7 +272,7 @@ function checkKindFields(s: TaskSpec, view: GraphView, where: string, fail: (m: 
 }
 
 /** True if every dep inside the batch is an earlier task of the batch (then there is no cycle). */
-function depsPointBack(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<TaskId, number>): boolean {
+function depsPointBack(tasks: readonly NormalizedTask[], inBatch: BatchIndex): boolean {
   for (let i = 0; i < tasks.length; i++) {
     for (const d of tasks[i]!.deps) {
       const j = inBatch.get(d);
@@ -221,7 +283,7 @@ function depsPointBack(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<Ta
 }
 
 /** Kahn's algorithm over the batch (deps outside the batch are already in the graph). Returns batch indices. */
-function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: ReadonlyMap<TaskId, number>): number[] {
+function topologicalOrder(tasks: readonly NormalizedTask[], inBatch: BatchIndex): number[] {
   const indegree = tasks.map(() => 0);
   const dependents: number[][] = tasks.map(() => []);
   tasks.forEach((t, i) => {

@@ -42,9 +42,17 @@ import type { Ns } from '../kernel/time.ts';
 import type { Resources } from '../resources/index.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
 import { showId, type NormalizedTask } from './batch.ts';
-import { compareHeads, type Lane, type LaneKind, type Node, type ParkGroup, type Source } from './nodes.ts';
+import {
+  compareHeads,
+  type HeldAllocation,
+  type Lane,
+  type LaneKind,
+  type Node,
+  type ParkGroup,
+  type Source,
+} from './nodes.ts';
 import { ReadyList } from './ready-list.ts';
-import { POOL_NAMES, type PoolName, type TaskGraphEvent } from './types.ts';
+import type { PoolName, TaskGraphEvent } from './types.ts';
 
 /** The resources the executor drives (a subset of `Resources`, so tests can build just these). */
 export type TaskGraphResources = Pick<Resources, 'gpu' | 'h2d' | 'd2h' | 'cpu' | 'vram' | 'host'>;
@@ -67,6 +75,10 @@ export class Dispatcher {
   inFlight = 0;
   /** A `taskgraph.dispatch` event is scheduled and has not run yet. */
   dispatchPending = false;
+  /** A pass's merge of its sources, the sources it entered, and its memory-blocked tasks (node, pool): reused. */
+  private readonly heap = new Heap<Source>(compareHeads);
+  private readonly visited: Source[] = [];
+  private readonly moved: (Node | PoolName)[] = [];
 
   /**
    * @param finish called when a resource has finished a task (the executor's completion)
@@ -137,19 +149,17 @@ export class Dispatcher {
    */
   pass(): void {
     this.dispatchPending = false;
-    const free: Record<PoolName, number> = { vram: this.pools.vram.freeBytes, host: this.pools.host.freeBytes };
-    const heap = new Heap<Source>(compareHeads);
-    const visited: Source[] = [];
-    const addSource = (list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void => {
-      if (list.length === 0 || !laneHasRoom(lane)) return;
-      const src: Source = { list, lane, group, cursor: 0 };
-      visited.push(src);
-      heap.push(src);
-    };
-    for (const l of this.lanes) addSource(l.ready, l, undefined);
-    for (const g of this.parkGroups.values()) if (g.needBytes <= free[g.pool]) addSource(g.list, g.lane, g);
+    // The heap and the lists are the dispatcher's own, emptied after each pass (a pass runs
+    // per instant with completions: allocating them anew dominated the executor's garbage).
+    const heap = this.heap;
+    const visited = this.visited;
+    const moved = this.moved;
+    const vram = this.pools.vram;
+    const host = this.pools.host;
+    for (const l of this.lanes) this.addSource(l.ready, l, undefined);
+    for (const g of this.parkGroups.values())
+      if (g.needBytes <= (g.pool === 'vram' ? vram : host).freeBytes) this.addSource(g.list, g.lane, g);
     let cpuClosed = false;
-    const moved: [Node, PoolName][] = [];
     for (;;) {
       const src = heap.pop();
       if (!src) break;
@@ -157,7 +167,13 @@ export class Dispatcher {
       if (!laneHasRoom(lane) || (lane.kind === 'cpu' && cpuClosed)) continue; // none of it can start now
       if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
       const node = src.list.at(src.cursor)!;
-      const short = POOL_NAMES.find((p) => !this.pools[p].canAllocate(node.t.needBytes[p]));
+      // The first pool (in `POOL_NAMES` order: VRAM, host) that cannot grant the task's need now.
+      const need = node.t.needBytes;
+      const short: PoolName | undefined = !vram.canAllocate(need.vram)
+        ? 'vram'
+        : !host.canAllocate(need.host)
+          ? 'host'
+          : undefined;
       const spec = node.t.spec;
       if (short === undefined && spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
         cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it (it stays)
@@ -166,7 +182,7 @@ export class Dispatcher {
       // Every task a source's cursor passes leaves it: dispatched, or parked (again) after the pass.
       src.cursor++;
       if (short !== undefined) {
-        moved.push([node, short]);
+        moved.push(node, short);
       } else {
         this.allocate(node);
         this.submit(node);
@@ -178,7 +194,18 @@ export class Dispatcher {
       src.list.removeFirst(src.cursor);
       if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
     }
-    for (const [node, pool] of moved) this.park(node, pool);
+    visited.length = 0;
+    heap.clear();
+    for (let i = 0; i < moved.length; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
+    moved.length = 0;
+  }
+
+  /** Enters a list into the pass's merge, if it has tasks and its lane has room. */
+  private addSource(list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void {
+    if (list.length === 0 || !laneHasRoom(lane)) return;
+    const src: Source = { list, lane, group, cursor: 0 };
+    this.visited.push(src);
+    this.heap.push(src);
   }
 
   /**
@@ -214,7 +241,11 @@ export class Dispatcher {
 
   /** Acquires all of the node's memory (the caller has checked that it fits). */
   private allocate(node: Node): void {
-    for (const a of node.t.spec.alloc ?? []) {
+    const allocs = node.t.spec.alloc;
+    if (!allocs || allocs.length === 0) return;
+    const held = new Array<HeldAllocation>(allocs.length); // its final length (see `NO_ALLOCATIONS`)
+    for (let i = 0; i < allocs.length; i++) {
+      const a = allocs[i]!;
       const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
       if (!alloc)
@@ -223,8 +254,9 @@ export class Dispatcher {
           this.sched.now,
           this.name,
         );
-      node.allocations.push({ alloc, pool: a.pool, hold: a.hold });
+      held[i] = { alloc, pool: a.pool, hold: a.hold };
     }
+    node.allocations = held;
   }
 
   /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
@@ -255,11 +287,13 @@ export class Dispatcher {
     node.dispatchNs = this.sched.now;
     node.lane.outstanding++;
     this.inFlight++;
-    const onDone = (): void => this.finish(node);
+    // Not a named local: the TypeScript loader would give every such closure a name (a
+    // defineProperty per task). `callback` returns its argument.
+    const onDone = callback(() => this.finish(node));
     const label = node.t.label;
     switch (s.kind) {
       case 'gpu':
-        this.r.gpu.submit({ stream: node.t.stream, durationNs: s.durationNs, label, category: s.category, onDone });
+        this.r.gpu.submitKernel(node.t.stream, s.durationNs, label, s.category, onDone);
         break;
       case 'h2d':
       case 'd2h':
@@ -291,6 +325,11 @@ export class Dispatcher {
         break;
     }
   }
+}
+
+/** Its argument: a closure passed through a call is not named by the TypeScript loader (see `submit`). */
+function callback(f: () => void): () => void {
+  return f;
 }
 
 function laneHasRoom(lane: Lane): boolean {

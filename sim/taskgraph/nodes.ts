@@ -8,7 +8,7 @@ import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
 import type { NormalizedTask } from './batch.ts';
 import { compareRanked, type Ranked, type ReadyList } from './ready-list.ts';
-import type { PoolName, TaskState } from './types.ts';
+import type { PoolName, TaskId, TaskState } from './types.ts';
 
 export type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
 
@@ -33,7 +33,8 @@ export interface HeldAllocation {
 export interface Node extends Ranked {
   readonly t: NormalizedTask;
   readonly lane: Lane;
-  readonly deps: Node[];
+  /** Set once when the task is added (its deps' nodes, in the order of `t.deps`). */
+  deps: readonly Node[];
   readonly dependents: Node[];
   remainingDeps: number;
   state: TaskState;
@@ -80,6 +81,45 @@ export interface Source {
 }
 
 export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
+
+/** Shared empty lists (never written: a node gets its own array when it has entries). */
+export const NO_NODES: readonly Node[] = [];
+export const NO_ALLOCATIONS = [] as HeldAllocation[];
+
+/**
+ * The executor's nodes by task id: an array for ids that are small non-negative integers (the
+ * builders number tasks 0, 1, 2 ...), a Map for any other id. Lookups only (never iterated).
+ */
+export class NodeIndex {
+  private readonly byInt: (Node | undefined)[] = [];
+  private readonly byOther = new Map<TaskId, Node>();
+
+  get(id: TaskId): Node | undefined {
+    if (typeof id === 'number' && isArrayIndex(id)) {
+      const n = this.byInt[id];
+      return n !== undefined || this.byOther.size === 0 ? n : this.byOther.get(id);
+    }
+    return this.byOther.get(id);
+  }
+
+  has(id: TaskId): boolean {
+    return this.get(id) !== undefined;
+  }
+
+  set(id: TaskId, node: Node): void {
+    if (typeof id === 'number' && isArrayIndex(id)) {
+      // Grown one slot at a time (holes would make the array sparse); far ids go to the Map.
+      if (id < this.byInt.length) this.byInt[id] = node;
+      else if (id <= this.byInt.length + 1024) {
+        while (this.byInt.length < id) this.byInt.push(undefined);
+        this.byInt.push(node);
+      } else this.byOther.set(id, node);
+    } else this.byOther.set(id, node);
+  }
+}
+
+/** A non-negative integer below 2^30 (an id a dense array may hold). */
+const isArrayIndex = (id: number): boolean => Number.isInteger(id) && id >= 0 && id < 2 ** 30;
 
 export interface MutableBusy {
   finished: number;

@@ -38,8 +38,15 @@ export class ReadyList<T extends Ranked> {
       if (compareRanked(this.items[mid]!, item) < 0) lo = mid + 1;
       else hi = mid;
     }
-    if (lo === this.head && this.head > 0) this.items[--this.head] = item;
-    else this.items.splice(lo, 0, item);
+    const items = this.items;
+    if (lo === this.head && this.head > 0) items[--this.head] = item;
+    else if (lo === items.length) items.push(item);
+    else {
+      // Shift the tail up by one in place (`splice` would allocate the array it returns).
+      items.push(items[items.length - 1]!);
+      for (let i = items.length - 2; i > lo; i--) items[i] = items[i - 1]!;
+      items[lo] = item;
+    }
   }
 
   /** Removes the `k` most urgent items. */

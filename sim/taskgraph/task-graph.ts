@@ -58,7 +58,7 @@ import {
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
 import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
-import type { HoldEntry, Node } from './nodes.ts';
+import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex } from './nodes.ts';
 import type {
   HoldInfo,
   PoolName,
@@ -86,7 +86,7 @@ export class TaskGraphExecutor {
   private readonly sched: Scheduler<TaskGraphEvent>;
   private readonly onStall: 'throw' | 'wait';
   private readonly pools: Readonly<Record<PoolName, MemoryPool>>;
-  private readonly nodes = new Map<TaskId, Node>();
+  private readonly nodes = new NodeIndex();
   private readonly bySeq: Node[] = [];
   private readonly holds = new Map<string, HoldEntry>();
   /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
@@ -164,7 +164,7 @@ export class TaskGraphExecutor {
         priority: t.priority,
         seq: this.bySeq.length,
         lane: this.dispatcher.laneOf(t),
-        deps: [],
+        deps: NO_NODES,
         dependents: [],
         remainingDeps: 0,
         state: 'pending',
@@ -173,7 +173,7 @@ export class TaskGraphExecutor {
         dispatchNs: undefined,
         startNs: undefined,
         finishNs: undefined,
-        allocations: [],
+        allocations: NO_ALLOCATIONS,
         transfer: undefined,
         parkedIn: undefined,
       };
@@ -181,21 +181,35 @@ export class TaskGraphExecutor {
       this.bySeq.push(node);
       return node;
     });
-    for (const node of created) {
-      for (const id of node.t.deps) {
-        const dep = this.nodes.get(id)!;
-        node.deps.push(dep);
-        if (dep.state !== 'done') {
-          dep.dependents.push(node);
-          node.remainingDeps++;
+    // Indexed loops and arrays of their final length: a pass adds tens of thousands of tasks,
+    // and arrays grown by `push` from empty reserve 17 slots each.
+    for (let i = 0; i < created.length; i++) {
+      const node = created[i]!;
+      const ids = node.t.deps;
+      if (ids.length > 0) {
+        const deps = new Array<Node>(ids.length);
+        for (let j = 0; j < ids.length; j++) {
+          const dep = this.nodes.get(ids[j]!)!;
+          deps[j] = dep;
+          if (dep.state !== 'done') {
+            dep.dependents.push(node);
+            node.remainingDeps++;
+          }
         }
+        node.deps = deps;
       }
-      for (const key of node.t.holds)
-        this.holds.set(key, { key, holder: node, releaser: undefined, allocations: [], live: false });
+      const holds = node.t.holds;
+      for (let j = 0; j < holds.length; j++)
+        this.holds.set(holds[j]!, { key: holds[j]!, holder: node, releaser: undefined, allocations: [], live: false });
     }
-    for (const node of created) for (const key of node.t.releases) this.holds.get(key)!.releaser = node;
+    for (let i = 0; i < created.length; i++) {
+      const node = created[i]!;
+      const releases = node.t.releases;
+      for (let j = 0; j < releases.length; j++) this.holds.get(releases[j]!)!.releaser = node;
+    }
     this.unfinished += created.length;
-    for (const node of created) if (node.remainingDeps === 0) this.dispatcher.makeReady(node);
+    for (let i = 0; i < created.length; i++)
+      if (created[i]!.remainingDeps === 0) this.dispatcher.makeReady(created[i]!);
     this.dispatcher.requestDispatch();
   }
 
@@ -339,13 +353,18 @@ export class TaskGraphExecutor {
 
   /** A finished task's memory: own buffers go back, held ones move under their keys, released keys go back. */
   private releaseMemory(node: Node): void {
-    for (const a of node.allocations) {
+    const allocations = node.allocations;
+    for (let i = 0; i < allocations.length; i++) {
+      const a = allocations[i]!;
       if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
       else this.holds.get(a.hold)!.allocations.push(a);
     }
-    node.allocations = [];
-    for (const key of node.t.holds) this.holds.get(key)!.live = true;
-    for (const key of node.t.releases) {
+    node.allocations = NO_ALLOCATIONS;
+    const holds = node.t.holds;
+    for (let i = 0; i < holds.length; i++) this.holds.get(holds[i]!)!.live = true;
+    const releases = node.t.releases;
+    for (let i = 0; i < releases.length; i++) {
+      const key = releases[i]!;
       const h = this.holds.get(key);
       if (!h?.live)
         throw new InvariantError(

@@ -4,7 +4,8 @@
  * each task of a chain depends on the previous one) and the rings of buffers whose reuse is a
  * dep. Kept apart so the layer builders (`pass-dag-layers.ts`) only say what each layer runs.
  */
-import type { Ns } from '../kernel/time.ts';
+import type { HardwareProfile } from '../../hardware-profiles/types.ts';
+import { bytesToNs, ceilNs, type Ns } from '../kernel/time.ts';
 import type { MemoryCategory } from '../resources/memory-pool.ts';
 import type { MemoryRequest, TaskSpec } from '../taskgraph/types.ts';
 
@@ -36,6 +37,22 @@ export function hold(bytes: number, category: MemoryCategory, key: string): Memo
   return [{ pool: 'vram', bytes, category, hold: key }];
 }
 
+/**
+ * Hold keys by ring prefix and fill (`x0`, `x1` ...), made once per process: every pass uses
+ * the same ones, and a string made anew per fill (then hashed by the executor's maps) was a
+ * large part of a built pass's garbage.
+ */
+const RING_KEYS = new Map<string, string[]>();
+function ringKey(prefix: string, fill: number): string {
+  let keys = RING_KEYS.get(prefix);
+  if (!keys) {
+    keys = [];
+    RING_KEYS.set(prefix, keys);
+  }
+  while (keys.length <= fill) keys.push(`${prefix}${keys.length}`);
+  return keys[fill]!;
+}
+
 /** A ring of n buffers: fill f waits for the release of fill f − n. */
 export class Ring {
   private readonly releasers: number[] = [];
@@ -49,10 +66,59 @@ export class Ring {
     const fill = this.fills++;
     const waitFor = fill >= this.size ? this.releasers[fill - this.size]! : -1;
     if (waitFor === undefined) throw new RangeError(`ring ${this.prefix}: fill ${fill - this.size} has no releaser`);
-    return { fill, key: `${this.prefix}${fill}`, waitFor };
+    return { fill, key: ringKey(this.prefix, fill), waitFor };
   }
   released(fill: number, by: number): void {
     this.releasers[fill] = by;
+  }
+}
+
+/**
+ * The estimator's streaming mode: the earliest finish of each task (`estimator.ts`), priced
+ * as the emitter creates it, with no task object — the same sums as `uncontendedNs` over the
+ * built task (a transfer: latency + bytes / bandwidth; a CPU task: the longer of its compute
+ * and its DRAM time; a barrier: 0), checked against it in `test/unit/throughput-estimator.test.ts`.
+ */
+export class EarliestFinishes {
+  /** Earliest finish of task i (ns), for the ids created so far. */
+  finish = new Float64Array(4096);
+  private readonly latencyNs: number;
+  private readonly h2dBytesPerSec: number;
+  private readonly d2hBytesPerSec: number;
+
+  constructor(private readonly hw: HardwareProfile) {
+    const factor = hw.pinnedHostMemory ? 1 : hw.pcie.pageableFactor;
+    this.latencyNs = Math.round(hw.pcie.latencyNs);
+    this.h2dBytesPerSec = hw.pcie.h2dBytesPerSec * factor;
+    this.d2hBytesPerSec = hw.pcie.d2hBytesPerSec * factor;
+  }
+
+  /** Task `id` runs `durNs` from the latest finish of `after` and `deps` (ids < 0 are none). */
+  put(id: number, durNs: number, after: number, deps: readonly number[]): void {
+    if (id >= this.finish.length) {
+      const grown = new Float64Array(this.finish.length * 2);
+      grown.set(this.finish);
+      this.finish = grown;
+    }
+    const finish = this.finish;
+    let start = 0;
+    if (after >= 0 && finish[after]! > start) start = finish[after]!;
+    for (let i = 0; i < deps.length; i++) {
+      const d = deps[i]!;
+      if (d >= 0 && finish[d]! > start) start = finish[d]!;
+    }
+    finish[id] = start + durNs;
+  }
+
+  copyNs(kind: 'h2d' | 'd2h', bytes: number): number {
+    return this.latencyNs + bytesToNs(bytes, kind === 'h2d' ? this.h2dBytesPerSec : this.d2hBytesPerSec);
+  }
+
+  cpuNs(computeNs: number, bytes: number, cores: number): number {
+    if (bytes === 0) return computeNs;
+    const cpu = this.hw.cpu;
+    const rate = Math.min(cpu.dramBytesPerSec, cores * cpu.perCoreDramBytesPerSec);
+    return Math.max(computeNs, ceilNs((bytes / rate) * 1e9));
   }
 }
 
@@ -61,7 +127,7 @@ export class Ring {
  * are built only when asked for. Each method returns the new task's id.
  */
 export class DagEmitter {
-  /** Tasks created, unless streamed to `onTask`. */
+  /** Tasks created, unless priced as they come (`finishes`). */
   readonly tasks: TaskSpec[] = [];
   /** The tail of each engine chain (-1: none yet). */
   lastGpu = -1;
@@ -72,13 +138,19 @@ export class DagEmitter {
 
   constructor(
     private readonly labels: boolean,
-    private readonly onTask: ((t: TaskSpec) => void) | undefined,
+    /** Streaming mode: tasks are priced into it, not kept. */
+    private readonly finishes: EarliestFinishes | undefined,
     /** Cores of every CPU task. */
     private readonly cpuCores: number,
   ) {}
 
   /** A GPU kernel, after the previous one. */
   gpu(category: string, durationNs: Ns, deps: number[], label?: () => string, extra?: Partial<MutableTask>): number {
+    if (this.finishes) {
+      this.finishes.put(this.nextId, durationNs, this.lastGpu, deps);
+      this.lastGpu = this.nextId++;
+      return this.lastGpu;
+    }
     const t = this.base('gpu', category, [this.lastGpu, ...deps], label);
     t.durationNs = durationNs;
     if (extra) Object.assign(t, extra, { deps: t.deps });
@@ -124,6 +196,10 @@ export class DagEmitter {
     label?: () => string,
     extra?: Partial<MutableTask>,
   ): number {
+    if (this.finishes) {
+      this.finishes.put(this.nextId, this.finishes.copyNs(kind, bytes), after ?? -1, deps);
+      return this.nextId++;
+    }
     const t = this.base(kind, category, after === undefined ? deps : [after, ...deps], label);
     t.bytes = bytes;
     if (after === undefined) t.priority = URGENT_PRIORITY;
@@ -133,6 +209,16 @@ export class DagEmitter {
 
   /** A CPU task on `cpuCores` cores, after the previous one. */
   cpu(category: string, computeNs: Ns, bytes: number, deps: number[], label?: () => string): number {
+    if (this.finishes) {
+      this.finishes.put(
+        this.nextId,
+        this.finishes.cpuNs(computeNs, Math.round(bytes), this.cpuCores),
+        this.lastCpu,
+        deps,
+      );
+      this.lastCpu = this.nextId++;
+      return this.lastCpu;
+    }
     const t = this.base('cpu', category, [this.lastCpu, ...deps], label);
     t.cores = this.cpuCores;
     t.computeNs = computeNs;
@@ -143,14 +229,17 @@ export class DagEmitter {
 
   /** A join, releasing `release`. */
   barrier(category: string, deps: number[], release: string[], label?: () => string): number {
+    if (this.finishes) {
+      this.finishes.put(this.nextId, 0, -1, deps);
+      return this.nextId++;
+    }
     const t = this.base('barrier', category, deps, label);
     if (release.length > 0) t.release = release;
     return this.emit(t);
   }
 
   private emit(t: MutableTask): number {
-    if (this.onTask) this.onTask(t as unknown as TaskSpec);
-    else this.tasks.push(t as unknown as TaskSpec);
+    this.tasks.push(t as unknown as TaskSpec);
     return t.id;
   }
 

@@ -23,6 +23,7 @@ import { bytesToNs, ceilNs } from '../kernel/time.ts';
 import { staticCriticalPath, type StaticCriticalPath } from '../taskgraph/critical-path.ts';
 import type { TaskSpec } from '../taskgraph/types.ts';
 import { cachedModules, modelModules } from './memory-model.ts';
+import { EarliestFinishes } from './dag-emitter.ts';
 import { buildPassDag, type DagInput, type PassDag } from './pass-dag.ts';
 
 /** Uncontended duration of one task (see the module doc). */
@@ -110,7 +111,10 @@ export function layerPeriod(inp: Pick<DagInput, 'model' | 'shape' | 'config'>): 
 }
 
 /** Predicted pass time (ns): the critical path of the pass DAG (see the module doc). */
-export function estimatePassNs(inp: Omit<DagInput, 'layerLimit' | 'labels'>, o: EstimateOptions = {}): number {
+export function estimatePassNs(
+  inp: Omit<DagInput, 'layerLimit' | 'labels' | 'finishes'>,
+  o: EstimateOptions = {},
+): number {
   const { model, config: c } = inp;
   const moeIdx = model.moeLayerIndices;
   const L = model.layers;
@@ -139,29 +143,14 @@ export function estimatePassNs(inp: Omit<DagInput, 'layerLimit' | 'labels'>, o: 
   return exactNs(inp);
 }
 
-function exactNs(inp: Omit<DagInput, 'layerLimit' | 'labels'>): number {
+function exactNs(inp: Omit<DagInput, 'layerLimit' | 'labels' | 'finishes'>): number {
   const { dag, finish } = streamedFinishes(inp);
   return finish[dag.finalId]!;
 }
 
 /** Builds a DAG in streaming mode, computing each task's earliest finish as it is created. */
-function streamedFinishes(inp: Omit<DagInput, 'labels' | 'onTask'>): { dag: PassDag; finish: Float64Array } {
-  let finish = new Float64Array(4096);
-  const hw = inp.hardware;
-  const onTask = (t: TaskSpec): void => {
-    const i = t.id as number;
-    if (i >= finish.length) {
-      const grown = new Float64Array(finish.length * 2);
-      grown.set(finish);
-      finish = grown;
-    }
-    let start = 0;
-    for (const d of t.deps ?? []) {
-      const f = finish[d as number]!;
-      if (f > start) start = f;
-    }
-    finish[i] = start + uncontendedNs(t, hw);
-  };
-  const dag = buildPassDag({ ...inp, onTask });
-  return { dag, finish };
+function streamedFinishes(inp: Omit<DagInput, 'labels' | 'finishes'>): { dag: PassDag; finish: Float64Array } {
+  const finishes = new EarliestFinishes(inp.hardware);
+  const dag = buildPassDag({ ...inp, finishes });
+  return { dag, finish: finishes.finish };
 }

@@ -48,7 +48,7 @@
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel } from '../cost/types.ts';
 import type { TaskSpec } from '../taskgraph/types.ts';
-import { DagEmitter } from './dag-emitter.ts';
+import { DagEmitter, type EarliestFinishes } from './dag-emitter.ts';
 import { cachedModules, modelModules, vramNeeded, type CachedModules, type VramBreakdown } from './memory-model.ts';
 import { LayerBuilder } from './pass-dag-layers.ts';
 import { passConfigProblem, type CountsFn } from './pass-config.ts';
@@ -69,10 +69,11 @@ export interface DagInput {
   /** Give tasks readable labels (timelines, errors). Default false (ids only, faster). */
   readonly labels?: boolean;
   /**
-   * Streaming: each task is handed to `onTask` as it is created (ids in order, deps always
-   * earlier) and not kept (`PassDag.tasks` is then empty): the estimator's allocation-light path.
+   * Streaming: each task's earliest finish is priced into `finishes` as it is created (ids in
+   * order, deps always earlier) and the task is not kept (`PassDag.tasks` is then empty): the
+   * estimator's allocation-light path.
    */
-  readonly onTask?: (t: TaskSpec) => void;
+  readonly finishes?: EarliestFinishes;
 }
 
 export interface PassDag {
@@ -105,8 +106,8 @@ export function buildPassDag(inp: DagInput): PassDag {
   const cached = cachedModules(mm, c.cachedParamBytes, c.cacheOrder, gl);
   const vram = vramNeeded(model, shape, c, cached);
   const layersBuilt = Math.min(L, inp.layerLimit ?? L);
-  const onTask = inp.onTask;
-  const e = new DagEmitter(inp.labels ?? false, onTask, c.cpuCores);
+  const streaming = inp.finishes;
+  const e = new DagEmitter(inp.labels ?? false, streaming, c.cpuCores);
   const layers = new LayerBuilder({ ...inp, mm, cached }, e);
 
   let moeLayersBuilt = 0;
@@ -139,7 +140,7 @@ export function buildPassDag(inp: DagInput): PassDag {
   // tails cover everything; a materialised DAG also joins any task nobody depends on.
   const finalId = e.barrier(
     'sync',
-    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...(onTask ? [] : unchainedTails(e.tasks))],
+    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...(streaming ? [] : unchainedTails(e.tasks))],
     [],
     () => 'pass end',
   );

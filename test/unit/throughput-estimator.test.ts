@@ -16,6 +16,7 @@ import type { Cost, CostModel, Operation } from '../../sim/cost/types.ts';
 import { ns, type Ns } from '../../sim/kernel/time.ts';
 import { staticCriticalPath, type TaskSpec } from '../../sim/taskgraph/index.ts';
 import { earliestFinishes, estimatePassNs, layerPeriod, uncontendedNs } from '../../sim/throughput/estimator.ts';
+import { EarliestFinishes } from '../../sim/throughput/dag-emitter.ts';
 import { buildPassDag, expectedCounts, type PassDag } from '../../sim/throughput/pass-dag.ts';
 import { simulatePass } from '../../sim/throughput/pass-sim.ts';
 import { refDecodeShape } from '../../sim/throughput/search.ts';
@@ -389,6 +390,60 @@ describe('estimator: extrapolation and routing counts', () => {
         expect(Math.abs(approx - exact) / exact, `${id} ${JSON.stringify(config)}`).toBeLessThan(1e-3);
       }
     }
+  });
+});
+
+describe('estimator: streamed pricing', () => {
+  it('prices every task as earliestFinishes prices the built DAG (streaming mode vs materialised)', () => {
+    let compared = 0;
+    for (const [id, hwId] of [
+      ['mixtral-8x7b', 'moe-gen-c2'],
+      ['deepseek-v2-lite', 'moe-gen-c1'],
+    ] as const) {
+      const model = loadModel(id);
+      const real = loadHardware(hwId);
+      const cost = createCostModel(model, real);
+      const L = model.layers;
+      const base = defaultPassConfig(L);
+      const configs: PassConfig[] = [
+        { ...base, omega: 0.3, attnMicroSeqs: 48, cpuCores: 8, kvBuffers: 2, expertSlots: 3 },
+        { ...base, attnMicroSeqs: 100, kvBuffers: 3, expertSlots: 5, cachedParamBytes: 3e9, streamAllExperts: false },
+        { ...base, omega: 1, attnMicroSeqs: 64, cpuCores: 4, expertSlots: 2, kvGpuLayers: 3 },
+        { ...base, gpuLayers: Math.floor(L / 2), cpuCores: 6, attnMicroSeqs: 64 },
+        {
+          ...base,
+          weightGranularity: 'layer',
+          weightSlots: 2,
+          expertBatching: 'perMicroBatch',
+          attnMicroSeqs: 60,
+          prefetch: false,
+        },
+        { ...base, weightGranularity: 'layer', weightSlots: 2, expertBatching: 'perMicroBatch', omega: 1 },
+      ];
+      for (const pinned of [true, false]) {
+        const hw: HardwareProfile = { ...real, pinnedHostMemory: pinned };
+        for (const config of configs) {
+          for (const shape of [
+            { phase: 'decode', seqs: 150, newTokens: 1, pastTokens: 250, hostSeqs: 300, reserveTokens: 400 },
+            { phase: 'prefill', seqs: 7, newTokens: 128, pastTokens: 0, hostSeqs: 300, reserveTokens: 400 },
+          ] as const) {
+            const inp = { model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) };
+            const built = buildPassDag(inp);
+            const want = earliestFinishes(built, hw);
+            const finishes = new EarliestFinishes(hw);
+            const streamed = buildPassDag({ ...inp, finishes });
+            expect(streamed.tasks).toHaveLength(0);
+            expect(streamed.finalId).toBe(built.finalId);
+            expect(streamed.layerEnds).toEqual(built.layerEnds);
+            const got = finishes.finish.subarray(0, built.tasks.length);
+            // Every task, the final join included (its unchained tails, listed only when built: none in a full pass).
+            expect(got).toEqual(want);
+            compared++;
+          }
+        }
+      }
+    }
+    expect(compared).toBe(2 * 2 * 6 * 2);
   });
 });
 
