@@ -76,7 +76,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'policies/prefetch',
     mutate: ['policies/prefetch/**/*.ts'],
     tests: [
-      'test/unit/{oracle-prefetch,budget-experts,baselines}.test.ts',
+      'test/unit/{oracle-prefetch,budget-experts,baselines,pre-gated}.test.ts',
       'test/property/{baselines,adapmoe-allocator}.test.ts',
     ],
   },
