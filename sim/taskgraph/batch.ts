@@ -77,12 +77,8 @@ function consecutiveIds(specs: readonly TaskSpec[]): IdRange | undefined {
   return new IdRange(first, specs.length);
 }
 
-/** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
-export function validateBatch(
-  specs: readonly TaskSpec[],
-  view: GraphView,
-  fail: (message: string) => never,
-): NormalizedTask[] {
+/** The batch's ids → positions, each checked (well-formed, new to the graph, not repeated in the batch). */
+function indexBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message: string) => never): BatchIndex {
   const range = consecutiveIds(specs);
   const inBatch: BatchIndex = range ?? new Map<TaskId, number>();
   for (let i = 0; i < specs.length; i++) {
@@ -100,6 +96,16 @@ export function validateBatch(
     if (inBatch.has(s.id)) fail(`task ${showId(s.id)}: id appears twice in the batch`);
     (inBatch as Map<TaskId, number>).set(s.id, i);
   }
+  return inBatch;
+}
+
+/** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
+export function validateBatch(
+  specs: readonly TaskSpec[],
+  view: GraphView,
+  fail: (message: string) => never,
+): NormalizedTask[] {
+  const inBatch = indexBatch(specs, view, fail);
 
   const out: NormalizedTask[] = [];
   for (const s of specs) out.push(normalizeOne(s, view, inBatch, fail));

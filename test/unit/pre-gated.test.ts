@@ -77,7 +77,7 @@ describe('pre-gated: a routed layer', () => {
 
   it('prefetchK overrides the top-k', () => {
     const out = createPreGated('pre-gated', { prefetchK: 3 }, 2).onLayerRouted?.(view([], 0), routing(0));
-    expect(out?.prefetch.map((r) => [r.key, r.priority])).toEqual([
+    expect(out?.prefetch?.map((r) => [r.key, r.priority])).toEqual([
       [E + 5, 1],
       [E + 2, 2],
       [E + 7, 3],
