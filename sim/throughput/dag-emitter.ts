@@ -68,6 +68,17 @@ export class Ring {
     if (waitFor === undefined) throw new RangeError(`ring ${this.prefix}: fill ${fill - this.size} has no releaser`);
     return { fill, key: ringKey(this.prefix, fill), waitFor };
   }
+  /** `next()` without the object and key (the streaming builders): the releaser to wait for; the fill is `lastFill`. */
+  nextWait(): number {
+    const fill = this.fills++;
+    const waitFor = fill >= this.size ? this.releasers[fill - this.size]! : -1;
+    if (waitFor === undefined) throw new RangeError(`ring ${this.prefix}: fill ${fill - this.size} has no releaser`);
+    return waitFor;
+  }
+  /** The fill `next()` or `nextWait()` returned last. */
+  get lastFill(): number {
+    return this.fills - 1;
+  }
   released(fill: number, by: number): void {
     this.releasers[fill] = by;
   }
@@ -107,6 +118,23 @@ export class EarliestFinishes {
       const d = deps[i]!;
       if (d >= 0 && finish[d]! > start) start = finish[d]!;
     }
+    finish[id] = start + durNs;
+  }
+
+  /** `put` with up to four deps as numbers (-1: none): no deps array. */
+  put4(id: number, durNs: number, after: number, a: number, b: number, c: number, d: number): void {
+    if (id >= this.finish.length) {
+      const grown = new Float64Array(this.finish.length * 2);
+      grown.set(this.finish);
+      this.finish = grown;
+    }
+    const finish = this.finish;
+    let start = 0;
+    if (after >= 0 && finish[after]! > start) start = finish[after]!;
+    if (a >= 0 && finish[a]! > start) start = finish[a]!;
+    if (b >= 0 && finish[b]! > start) start = finish[b]!;
+    if (c >= 0 && finish[c]! > start) start = finish[c]!;
+    if (d >= 0 && finish[d]! > start) start = finish[d]!;
     finish[id] = start + durNs;
   }
 
@@ -236,6 +264,38 @@ export class DagEmitter {
     const t = this.base('barrier', category, deps, label);
     if (release.length > 0) t.release = release;
     return this.emit(t);
+  }
+
+  /**
+   * Streaming mode: tasks are priced as they come and not kept. The builders' hot loops then
+   * call the scalar forms below (deps as numbers, -1 none; no deps array, label or extras),
+   * which price a task exactly as the array forms do (`test/unit/throughput-estimator.test.ts`).
+   */
+  get streaming(): boolean {
+    return this.finishes !== undefined;
+  }
+
+  /** Streaming only: `gpu` with deps a … d. */
+  gpuN(durationNs: Ns, a: number, b = -1, c = -1, d = -1): number {
+    this.finishes!.put4(this.nextId, durationNs, this.lastGpu, a, b, c, d);
+    this.lastGpu = this.nextId++;
+    return this.lastGpu;
+  }
+
+  /** Streaming only: a chained `h2d` (`d2h`) with deps a, b. */
+  chainedCopyN(kind: 'h2d' | 'd2h', bytes: number, a: number, b = -1): number {
+    const f = this.finishes!;
+    const id = this.nextId++;
+    f.put4(id, f.copyNs(kind, bytes), kind === 'h2d' ? this.lastH2d : this.lastD2h, a, b, -1, -1);
+    if (kind === 'h2d') this.lastH2d = id;
+    else this.lastD2h = id;
+    return id;
+  }
+
+  /** Streaming only: `barrier` with deps a, b. */
+  barrierN(a: number, b: number): number {
+    this.finishes!.put4(this.nextId, 0, -1, a, b, -1, -1);
+    return this.nextId++;
   }
 
   private emit(t: MutableTask): number {

@@ -62,6 +62,9 @@ export class LayerBuilder {
   private readonly kvInRing: Ring;
   private readonly kvOutRing = new Ring(KV_OUT_BUFFERS, 'ko');
   private readonly countsBuf: Float64Array;
+  /** `attentionNs`'s last size and price. */
+  private attnSeqs = -1;
+  private attnNs = 0 as Ns;
 
   constructor(
     private readonly inp: LayerInputs,
@@ -279,6 +282,7 @@ export class LayerBuilder {
   private gpuAttention(ly: GpuLayer, s: number, m: number): number {
     const { e, nt, past } = this;
     const kvTok = this.inp.mm.kvBytesPerTokenPerLayer;
+    if (e.streaming) return this.gpuAttentionStreamed(ly, s);
     const l = ly.l;
     let kvIn = -1;
     let kvInKey: string | undefined;
@@ -299,16 +303,10 @@ export class LayerBuilder {
       alloc.push({ pool: 'vram', bytes: s * nt * kvTok, category: 'kvCache', hold: out.key });
     }
     const deps = [...ly.inputs, out ? out.waitFor : -1, kvIn];
-    const att = e.gpu(
-      'attention',
-      this.inp.cost.estimate({ kind: 'attention', tokens: s * nt, contextTokens: s * this.ctxPerSeq }).ns,
-      deps,
-      () => `L${l} m${m} attention`,
-      {
-        ...(alloc.length > 0 ? { alloc } : {}),
-        ...(kvInKey ? { release: [kvInKey] } : {}),
-      },
-    );
+    const att = e.gpu('attention', this.attentionNs(s), deps, () => `L${l} m${m} attention`, {
+      ...(alloc.length > 0 ? { alloc } : {}),
+      ...(kvInKey ? { release: [kvInKey] } : {}),
+    });
     if (kvInKey) this.kvInRing.released(kvInFill, att);
     if (out)
       this.kvOutRing.released(
@@ -316,6 +314,38 @@ export class LayerBuilder {
         e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }),
       );
     return att;
+  }
+
+  /** `gpuAttention` in streaming mode: the same tasks and deps, priced with no objects. */
+  private gpuAttentionStreamed(ly: GpuLayer, s: number): number {
+    const { e, nt, past } = this;
+    const kvTok = this.inp.mm.kvBytesPerTokenPerLayer;
+    let kvIn = -1;
+    let kvInFill = -1;
+    if (ly.kvHost && past > 0) {
+      const waitFor = this.kvInRing.nextWait();
+      kvInFill = this.kvInRing.lastFill;
+      kvIn = e.chainedCopyN('h2d', s * past * kvTok, waitFor);
+    }
+    const outWait = ly.kvHost ? this.kvOutRing.nextWait() : -1;
+    const outFill = this.kvOutRing.lastFill;
+    const att = e.gpuN(this.attentionNs(s), ly.inputs[0]!, ly.inputs[1]!, outWait, kvIn);
+    if (kvInFill >= 0) this.kvInRing.released(kvInFill, att);
+    if (ly.kvHost) this.kvOutRing.released(outFill, e.chainedCopyN('d2h', s * nt * kvTok, att));
+    return att;
+  }
+
+  /** The attention kernel of `s` sequences (the last size asked for kept: micro-batches mostly share one). */
+  private attentionNs(s: number): Ns {
+    if (s !== this.attnSeqs) {
+      this.attnSeqs = s;
+      this.attnNs = this.inp.cost.estimate({
+        kind: 'attention',
+        tokens: s * this.nt,
+        contextTokens: s * this.ctxPerSeq,
+      }).ns;
+    }
+    return this.attnNs;
   }
 
   /** CPU attention of `s` sequences: GPU projections → Q D2H → CPU → output H2D. Returns the output copy. */
@@ -360,10 +390,14 @@ export class LayerBuilder {
     tag: string,
   ): void {
     const { c, e } = this;
-    const { mm, cached, cost } = this.inp;
+    const { mm, cached } = this.inp;
     const counts = this.countsBuf;
     counts.fill(0);
     this.inp.counts(mi, tokens, counts);
+    if (e.streaming) {
+      this.expertsStreamed(l, after, weightDep, streamOwn);
+      return;
+    }
     for (let x = 0; x < mm.experts; x++) {
       const cnt = counts[x]!;
       this.routedTokenSlots += cnt;
@@ -385,12 +419,9 @@ export class LayerBuilder {
         // their deps are met when the first may start), so they are one task whose duration is
         // the sum of the chunks' (each chunk priced, and launched, on its own).
         const chunks = Math.ceil(cnt / c.expertChunkTokens);
-        const full = cost.estimate({ kind: 'expert', tokens: c.expertChunkTokens }).ns;
-        const lastTokens = cnt - c.expertChunkTokens * (chunks - 1);
-        const ns = ((chunks - 1) * full + cost.estimate({ kind: 'expert', tokens: lastTokens }).ns) as Ns;
         const id = e.gpu(
           'expert',
-          ns,
+          this.expertNs(cnt),
           [after, weightDep, w],
           () => `L${l}${tag} e${x} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
           key ? { release: [key] } : undefined,
@@ -403,6 +434,46 @@ export class LayerBuilder {
         );
       }
     }
+  }
+
+  /**
+   * `experts` in streaming mode (the counts already in `countsBuf`): the same tallies, tasks
+   * and deps, priced with no objects.
+   */
+  private expertsStreamed(l: number, after: number, weightDep: number, streamOwn: boolean): void {
+    const { c, e } = this;
+    const { mm, cached } = this.inp;
+    const counts = this.countsBuf;
+    const firstStreamed = cached.cachedExperts[l]!;
+    for (let x = 0; x < mm.experts; x++) {
+      const cnt = counts[x]!;
+      this.routedTokenSlots += cnt;
+      this.expertLayerPairs++;
+      if (cnt > 0) this.activatedPairs++;
+      let w = -1;
+      let fill = -1;
+      if (streamOwn && x >= firstStreamed && (cnt > 0 || c.streamAllExperts)) {
+        const waitFor = this.expertRing.nextWait();
+        fill = this.expertRing.lastFill;
+        w = e.chainedCopyN('h2d', mm.expertBytes, waitFor);
+      }
+      if (cnt > 0) {
+        const id = e.gpuN(this.expertNs(cnt), after, weightDep, w);
+        if (fill >= 0) this.expertRing.released(fill, id);
+      } else if (fill >= 0) {
+        this.expertRing.released(fill, e.barrierN(after, w));
+      }
+    }
+  }
+
+  /** One expert's GEMM chunks over `cnt` tokens, back to back (see `experts`). */
+  private expertNs(cnt: number): Ns {
+    const { c } = this;
+    const cost = this.inp.cost;
+    const chunks = Math.ceil(cnt / c.expertChunkTokens);
+    const full = cost.estimate({ kind: 'expert', tokens: c.expertChunkTokens }).ns;
+    const lastTokens = cnt - c.expertChunkTokens * (chunks - 1);
+    return ((chunks - 1) * full + cost.estimate({ kind: 'expert', tokens: lastTokens }).ns) as Ns;
   }
 
   /** A GPU kernel's cost-model duration over `tokens` tokens (attention has its own, with context). */
