@@ -35,7 +35,8 @@ export interface Node extends Ranked {
   readonly lane: Lane;
   /** Set once when the task is added (its deps' nodes, in the order of `t.deps`). */
   deps: readonly Node[];
-  readonly dependents: Node[];
+  /** Made at its final length for the dependents of the node's own batch; later batches push. */
+  dependents: Node[];
   remainingDeps: number;
   state: TaskState;
   readonly addedNs: Ns;

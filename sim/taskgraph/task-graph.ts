@@ -165,7 +165,7 @@ export class TaskGraphExecutor {
         seq: this.bySeq.length,
         lane: this.dispatcher.laneOf(t),
         deps: NO_NODES,
-        dependents: [],
+        dependents: NO_NODES as Node[],
         remainingDeps: 0,
         state: 'pending',
         addedNs: now,
@@ -182,7 +182,25 @@ export class TaskGraphExecutor {
       return node;
     });
     // Indexed loops and arrays of their final length: a pass adds tens of thousands of tasks,
-    // and arrays grown by `push` from empty reserve 17 slots each.
+    // and arrays grown by `push` from empty reserve 17 slots each. A new node's dependents in
+    // this batch are counted first (in `remainingDeps`, reset below), so its list is made at
+    // its final length and filled in the order `push` would have filled it.
+    const firstSeq = created.length > 0 ? created[0]!.seq : 0;
+    for (let i = 0; i < created.length; i++) {
+      const ids = created[i]!.t.deps;
+      for (let j = 0; j < ids.length; j++) {
+        const dep = this.nodes.get(ids[j]!)!;
+        if (dep.seq >= firstSeq) dep.remainingDeps++;
+      }
+    }
+    for (let i = 0; i < created.length; i++) {
+      const node = created[i]!;
+      if (node.remainingDeps > 0) {
+        node.dependents = new Array<Node>(node.remainingDeps);
+        node.remainingDeps = 0;
+      }
+    }
+    const filled = new Int32Array(created.length);
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
       const ids = node.t.deps;
@@ -192,7 +210,9 @@ export class TaskGraphExecutor {
           const dep = this.nodes.get(ids[j]!)!;
           deps[j] = dep;
           if (dep.state !== 'done') {
-            dep.dependents.push(node);
+            if (dep.seq >= firstSeq) dep.dependents[filled[dep.seq - firstSeq]!++] = node;
+            else if (dep.dependents === NO_NODES) dep.dependents = [node];
+            else dep.dependents.push(node);
             node.remainingDeps++;
           }
         }

@@ -53,6 +53,17 @@ function ringKey(prefix: string, fill: number): string {
   return keys[fill]!;
 }
 
+/** `[after, ...deps]` without the ids < 0, in one array of its final length (a pass keeps one per task). */
+function keptDeps(after: number, deps: readonly number[]): number[] {
+  let n = after >= 0 ? 1 : 0;
+  for (let i = 0; i < deps.length; i++) if (deps[i]! >= 0) n++;
+  const out = new Array<number>(n);
+  let k = 0;
+  if (after >= 0) out[k++] = after;
+  for (let i = 0; i < deps.length; i++) if (deps[i]! >= 0) out[k++] = deps[i]!;
+  return out;
+}
+
 /** A ring of n buffers: fill f waits for the release of fill f − n. */
 export class Ring {
   private readonly releasers: number[] = [];
@@ -179,7 +190,7 @@ export class DagEmitter {
       this.lastGpu = this.nextId++;
       return this.lastGpu;
     }
-    const t = this.base('gpu', category, [this.lastGpu, ...deps], label);
+    const t = this.base('gpu', category, this.lastGpu, deps, label);
     t.durationNs = durationNs;
     if (extra) Object.assign(t, extra, { deps: t.deps });
     this.lastGpu = this.emit(t);
@@ -228,7 +239,7 @@ export class DagEmitter {
       this.finishes.put(this.nextId, this.finishes.copyNs(kind, bytes), after ?? -1, deps);
       return this.nextId++;
     }
-    const t = this.base(kind, category, after === undefined ? deps : [after, ...deps], label);
+    const t = this.base(kind, category, after ?? -1, deps, label);
     t.bytes = bytes;
     if (after === undefined) t.priority = URGENT_PRIORITY;
     if (extra) Object.assign(t, extra, { deps: t.deps });
@@ -247,7 +258,7 @@ export class DagEmitter {
       this.lastCpu = this.nextId++;
       return this.lastCpu;
     }
-    const t = this.base('cpu', category, [this.lastCpu, ...deps], label);
+    const t = this.base('cpu', category, this.lastCpu, deps, label);
     t.cores = this.cpuCores;
     t.computeNs = computeNs;
     t.bytes = Math.round(bytes);
@@ -261,7 +272,7 @@ export class DagEmitter {
       this.finishes.put(this.nextId, 0, -1, deps);
       return this.nextId++;
     }
-    const t = this.base('barrier', category, deps, label);
+    const t = this.base('barrier', category, -1, deps, label);
     if (release.length > 0) t.release = release;
     return this.emit(t);
   }
@@ -303,13 +314,15 @@ export class DagEmitter {
     return t.id;
   }
 
+  /** A new task after `after` and `deps` (ids < 0 dropped; `after` first, as `[after, ...deps]`). */
   private base(
     kind: TaskSpec['kind'],
     category: string,
+    after: number,
     deps: number[],
     label: (() => string) | undefined,
   ): MutableTask {
-    const t: MutableTask = { id: this.nextId++, kind, category, deps: deps.filter((d) => d >= 0) };
+    const t: MutableTask = { id: this.nextId++, kind, category, deps: keptDeps(after, deps) };
     if (this.labels && label) t.label = label();
     return t;
   }
