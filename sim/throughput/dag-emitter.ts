@@ -32,6 +32,18 @@ export interface MutableTask {
   bytes?: number;
 }
 
+/** What a task may add besides its deps: buffers it allocates (held or not) and hold keys it releases. */
+export interface TaskExtra {
+  readonly alloc?: MemoryRequest[] | undefined;
+  readonly release?: string[] | undefined;
+}
+
+/** Sets a task's extras (the fields given, in this order; none copied when absent). */
+function applyExtra(t: MutableTask, extra: TaskExtra): void {
+  if (extra.alloc) t.alloc = extra.alloc;
+  if (extra.release) t.release = extra.release;
+}
+
 /** A VRAM allocation held under `key` until a later task releases it. */
 export function hold(bytes: number, category: MemoryCategory, key: string): MemoryRequest[] {
   return [{ pool: 'vram', bytes, category, hold: key }];
@@ -184,7 +196,7 @@ export class DagEmitter {
   ) {}
 
   /** A GPU kernel, after the previous one. */
-  gpu(category: string, durationNs: Ns, deps: number[], label?: () => string, extra?: Partial<MutableTask>): number {
+  gpu(category: string, durationNs: Ns, deps: number[], label?: () => string, extra?: TaskExtra): number {
     if (this.finishes) {
       this.finishes.put(this.nextId, durationNs, this.lastGpu, deps);
       this.lastGpu = this.nextId++;
@@ -192,7 +204,7 @@ export class DagEmitter {
     }
     const t = this.base('gpu', category, this.lastGpu, deps, label);
     t.durationNs = durationNs;
-    if (extra) Object.assign(t, extra, { deps: t.deps });
+    if (extra) applyExtra(t, extra);
     this.lastGpu = this.emit(t);
     return this.lastGpu;
   }
@@ -204,7 +216,7 @@ export class DagEmitter {
     deps: number[],
     chained: boolean,
     label?: () => string,
-    extra?: Partial<MutableTask>,
+    extra?: TaskExtra,
   ): number {
     const id = this.copy('h2d', chained ? this.lastH2d : undefined, category, bytes, deps, label, extra);
     if (chained) this.lastH2d = id;
@@ -218,7 +230,7 @@ export class DagEmitter {
     deps: number[],
     chained: boolean,
     label?: () => string,
-    extra?: Partial<MutableTask>,
+    extra?: TaskExtra,
   ): number {
     const id = this.copy('d2h', chained ? this.lastD2h : undefined, category, bytes, deps, label, extra);
     if (chained) this.lastD2h = id;
@@ -233,7 +245,7 @@ export class DagEmitter {
     bytes: number,
     deps: number[],
     label?: () => string,
-    extra?: Partial<MutableTask>,
+    extra?: TaskExtra,
   ): number {
     if (this.finishes) {
       this.finishes.put(this.nextId, this.finishes.copyNs(kind, bytes), after ?? -1, deps);
@@ -242,7 +254,7 @@ export class DagEmitter {
     const t = this.base(kind, category, after ?? -1, deps, label);
     t.bytes = bytes;
     if (after === undefined) t.priority = URGENT_PRIORITY;
-    if (extra) Object.assign(t, extra, { deps: t.deps });
+    if (extra) applyExtra(t, extra);
     return this.emit(t);
   }
 

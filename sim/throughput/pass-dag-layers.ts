@@ -296,16 +296,12 @@ export class LayerBuilder {
         alloc: hold(bytes, 'kvCache', r.key),
       });
     }
-    let out: ReturnType<Ring['next']> | undefined;
-    const alloc: MemoryRequest[] = [];
-    if (ly.kvHost) {
-      out = this.kvOutRing.next();
-      alloc.push({ pool: 'vram', bytes: s * nt * kvTok, category: 'kvCache', hold: out.key });
-    }
-    const deps = [...ly.inputs, out ? out.waitFor : -1, kvIn];
+    const out = ly.kvHost ? this.kvOutRing.next() : undefined;
+    const alloc: MemoryRequest[] | undefined = out && hold(s * nt * kvTok, 'kvCache', out.key);
+    const deps = [ly.inputs[0]!, ly.inputs[1]!, out ? out.waitFor : -1, kvIn];
     const att = e.gpu('attention', this.attentionNs(s), deps, () => `L${l} m${m} attention`, {
-      ...(alloc.length > 0 ? { alloc } : {}),
-      ...(kvInKey ? { release: [kvInKey] } : {}),
+      alloc,
+      release: kvInKey ? [kvInKey] : undefined,
     });
     if (kvInKey) this.kvInRing.released(kvInFill, att);
     if (out)
