@@ -144,7 +144,8 @@ interface Run {
   readonly done: boolean;
 }
 
-function run(tasks: readonly TaskSpec[], m: Machine): Run {
+/** Runs the graph, added whole or (with `cuts`) in consecutive batches cut before those positions, all at time 0. */
+function run(tasks: readonly TaskSpec[], m: Machine, cuts: readonly number[] = []): Run {
   const sim = new Simulation<ResourceEvent | TaskGraphEvent>();
   const peak: Record<PoolName, number> = { vram: 0, host: 0 };
   let overCapacity = 0;
@@ -177,7 +178,13 @@ function run(tasks: readonly TaskSpec[], m: Machine): Run {
   };
   const graph = new TaskGraphExecutor(r, sim, { maxQueuedTransfers: m.maxQueuedTransfers });
   sim.setHandlers({ ...resourceHandlers(r), ...graph.handlers() });
-  graph.add(tasks);
+  let from = 0;
+  for (const cut of [...new Set(cuts)].sort((x, y) => x - y)) {
+    if (cut <= from || cut >= tasks.length) continue;
+    graph.add(tasks.slice(from, cut));
+    from = cut;
+  }
+  graph.add(tasks.slice(from));
   sim.run({ maxEvents: 1_000_000 });
   return {
     timings: graph.timings(),
@@ -190,8 +197,9 @@ function run(tasks: readonly TaskSpec[], m: Machine): Run {
 
 describe('task graph on random DAGs', () => {
   it('finishes every task, respects deps and capacities, stays within the critical-path and serial bounds, deterministically', () => {
+    let splitRuns = 0;
     fc.assert(
-      fc.property(graphArb, machineArb, (tasks, m) => {
+      fc.property(graphArb, machineArb, fc.array(fc.nat(30), { maxLength: 4 }), (tasks, m, cuts) => {
         const a = run(tasks, m);
         expect(a.done).toBe(true);
         const byId = new Map(a.timings.map((t) => [t.id, t]));
@@ -231,10 +239,15 @@ describe('task graph on random DAGs', () => {
         const makespan = Math.max(...a.timings.map((t) => t.finishNs!));
         expect(makespan).toBeGreaterThanOrEqual(staticCriticalPath(tasks, uncontendedNs).lengthNs);
         expect(makespan).toBeLessThanOrEqual(tasks.reduce((s, t) => s + uncontendedNs(t), 0));
-        // Same graph twice ⇒ identical timings.
+        // Same graph twice ⇒ identical timings; and added in several batches at time 0 (nodes whose
+        // dependents span batches: lists made at their final length, then grown) ⇒ identical too.
         expect(run(tasks, m).timings).toEqual(a.timings);
+        const split = run(tasks, m, cuts);
+        if (cuts.some((c) => c > 0 && c < tasks.length)) splitRuns++;
+        expect(split.timings).toEqual(a.timings);
       }),
       { numRuns: 300 },
     );
+    expect(splitRuns).toBeGreaterThan(100);
   });
 });

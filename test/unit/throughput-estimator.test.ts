@@ -17,7 +17,7 @@ import { ns, type Ns } from '../../sim/kernel/time.ts';
 import { staticCriticalPath, type TaskSpec } from '../../sim/taskgraph/index.ts';
 import { earliestFinishes, estimatePassNs, layerPeriod, uncontendedNs } from '../../sim/throughput/estimator.ts';
 import { EarliestFinishes } from '../../sim/throughput/dag-emitter.ts';
-import { buildPassDag, expectedCounts, type PassDag } from '../../sim/throughput/pass-dag.ts';
+import { buildPassDag, type CountsFn, expectedCounts, type PassDag } from '../../sim/throughput/pass-dag.ts';
 import { simulatePass } from '../../sim/throughput/pass-sim.ts';
 import { refDecodeShape } from '../../sim/throughput/search.ts';
 import { defaultPassConfig, type PassConfig, type PassShape } from '../../sim/throughput/types.ts';
@@ -396,6 +396,8 @@ describe('estimator: extrapolation and routing counts', () => {
 describe('estimator: streamed pricing', () => {
   it('prices every task as earliestFinishes prices the built DAG (streaming mode vs materialised)', () => {
     let compared = 0;
+    // Unused streamed experts (a barrier releasing an expert slot): only skewed routing has them.
+    let unusedExpertBarriers = 0;
     for (const [id, hwId] of [
       ['mixtral-8x7b', 'moe-gen-c2'],
       ['deepseek-v2-lite', 'moe-gen-c1'],
@@ -427,23 +429,37 @@ describe('estimator: streamed pricing', () => {
             { phase: 'decode', seqs: 150, newTokens: 1, pastTokens: 250, hostSeqs: 300, reserveTokens: 400 },
             { phase: 'prefill', seqs: 7, newTokens: 128, pastTokens: 0, hostSeqs: 300, reserveTokens: 400 },
           ] as const) {
-            const inp = { model, hardware: hw, cost, shape, config, counts: expectedCounts(model.topK) };
-            const built = buildPassDag(inp);
-            const want = earliestFinishes(built, hw);
-            const finishes = new EarliestFinishes(hw);
-            const streamed = buildPassDag({ ...inp, finishes });
-            expect(streamed.tasks).toHaveLength(0);
-            expect(streamed.finalId).toBe(built.finalId);
-            expect(streamed.layerEnds).toEqual(built.layerEnds);
-            const got = finishes.finish.subarray(0, built.tasks.length);
-            // Every task, the final join included (its unchained tails, listed only when built: none in a full pass).
-            expect(got).toEqual(want);
-            compared++;
+            // Expected routing, and every token on the first topK experts (the others unused).
+            const skewed: CountsFn = (_mi, tokens, out) => {
+              for (let x = 0; x < out.length; x++) out[x] = x < model.topK ? tokens : 0;
+            };
+            for (const counts of [expectedCounts(model.topK), skewed]) {
+              const inp = { model, hardware: hw, cost, shape, config, counts };
+              const built = buildPassDag(inp);
+              const want = earliestFinishes(built, hw);
+              const finishes = new EarliestFinishes(hw);
+              const streamed = buildPassDag({ ...inp, finishes });
+              expect(streamed.tasks).toHaveLength(0);
+              expect(streamed.finalId).toBe(built.finalId);
+              expect(streamed.layerEnds).toEqual(built.layerEnds);
+              expect([streamed.routedTokenSlots, streamed.expertLayerPairs, streamed.activatedPairs]).toEqual([
+                built.routedTokenSlots,
+                built.expertLayerPairs,
+                built.activatedPairs,
+              ]);
+              const got = finishes.finish.subarray(0, built.tasks.length);
+              // Every task, the final join included (its unchained tails, listed only when built: none in a full pass).
+              expect(got).toEqual(want);
+              for (const t of built.tasks)
+                if (t.kind === 'barrier' && t.release?.[0]?.startsWith('x')) unusedExpertBarriers++;
+              compared++;
+            }
           }
         }
       }
     }
-    expect(compared).toBe(2 * 2 * 6 * 2);
+    expect(compared).toBe(2 * 2 * 6 * 2 * 2);
+    expect(unusedExpertBarriers).toBeGreaterThan(0);
   });
 });
 
