@@ -91,9 +91,13 @@ export function firstVictimBy(
 /**
  * `firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback)` for an executor's eviction
  * query, whose candidates are exactly the buffer's resident, unpinned entries in insertion order
- * (`EvictionQuery`): when `forKey`'s layer is full, its victim is the first minimum of that
- * layer's own evictable entries, which the per-layer index lists in the same order — read there
- * instead of walking every candidate (a buffer of hundreds of experts, on every miss).
+ * (`EvictionQuery`), read from the buffer's per-layer index when it keeps one instead of walking
+ * every candidate (a buffer of hundreds of experts, on every miss): when `forKey`'s layer is
+ * full, its victim is the first minimum of that layer's own evictable entries (the index lists
+ * them in the same order); else the minimum over the evictable entries of the layers over their
+ * cap; only when there is none (and `fallback`) the minimum over every candidate. `cmp` must be a
+ * total order (ties broken by key) once the own layer is passed: the layers over their cap are
+ * visited layer by layer, not in candidate order, with the same minimum.
  */
 export function firstEvictableVictimBy(
   view: ServingView,
@@ -103,17 +107,24 @@ export function firstEvictableVictimBy(
   fallback = true,
 ): ExpertKey | undefined {
   const buffer = view.buffer;
-  if (capOf && buffer.layerEntries && buffer.layerCount) {
-    const l = view.layerOf(q.forKey);
-    if (buffer.layerCount(l) + 1 > capOf(l)) {
-      let own: ExpertKey | undefined;
-      for (const e of buffer.layerEntries(l)) {
-        if (e.state === 'resident' && !e.pinned && (own === undefined || cmp(e.key, own) < 0)) own = e.key;
-      }
-      if (own !== undefined) return own;
+  if (!capOf || !buffer.layerEntries || !buffer.layerCount)
+    return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
+  const l = view.layerOf(q.forKey);
+  if (buffer.layerCount(l) + 1 > capOf(l)) {
+    let own: ExpertKey | undefined;
+    for (const e of buffer.layerEntries(l)) {
+      if (e.state === 'resident' && !e.pinned && (own === undefined || cmp(e.key, own) < 0)) own = e.key;
+    }
+    if (own !== undefined) return own;
+  }
+  let over: ExpertKey | undefined;
+  for (let m = 0; m < view.moeLayers; m++) {
+    if (!(buffer.layerCount(m) > capOf(m))) continue;
+    for (const e of buffer.layerEntries(m)) {
+      if (e.state === 'resident' && !e.pinned && (over === undefined || cmp(e.key, over) < 0)) over = e.key;
     }
   }
-  return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
+  return over !== undefined || !fallback ? over : firstBy(q.candidates, cmp);
 }
 
 /**

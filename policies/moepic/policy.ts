@@ -322,17 +322,20 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
           // The first by LCP's eviction order (`scores.evictFirst`), each priority computed once.
           let pv = 0;
           const last = scores.last;
+          // A top in use is skipped once it would be the victim (the order does not depend on pins).
           for (const k of own) {
-            if (seg.topPinned(k) || view.buffer.entry(k)?.pinned) continue;
             const pk = scores.priority(k);
             if (
-              victim < 0 ||
-              pk - pv < 0 ||
-              (pk === pv && (last[k]! - last[victim]! < 0 || (last[k] === last[victim] && k < victim)))
-            ) {
-              victim = k;
-              pv = pk;
-            }
+              victim >= 0 &&
+              !(
+                pk - pv < 0 ||
+                (pk === pv && (last[k]! - last[victim]! < 0 || (last[k] === last[victim] && k < victim)))
+              )
+            )
+              continue;
+            if (seg.topPinned(k) || view.buffer.entry(k)?.pinned) continue;
+            victim = k;
+            pv = pk;
           }
           if (victim < 0) return false;
         } else {

@@ -464,7 +464,9 @@ describe('lcp', () => {
     expect(p.onLayerRouted!(v, routing(0, [1, 3, 0, 2]))).toEqual({ evict: [2, 0] });
     expect(Array.from(p.scores().clock)).toEqual([4, 0, 0]);
     expect(p.scores().priority(1)).toBe(3);
-    expect(p.chooseVictim!(v, { reason: 'demand', forKey: 9, candidates: [1, 3, 0] })).toBe(0);
+    // The query's candidates are the buffer's resident, unpinned entries (key 2 trimmed above).
+    const trimmed = view([{ key: 0 }, { key: 1 }, { key: 3 }], true, [2, 2]);
+    expect(p.chooseVictim!(trimmed, { reason: 'demand', forKey: 9, candidates: [1, 3, 0] })).toBe(0);
     const g = createLcp('lcp', LcpParams.parse({}));
     g.init!({ moeLayers: L, experts: E, topK: 2, bytesPerExpert: 1000, slots: 8 });
     expect(g.onLayerRouted!(v, routing(0, [1, 3, 0, 2]))).toBeUndefined();
