@@ -1,13 +1,14 @@
 /**
- * The eviction order of MoE-Infinity's cache (`cache-priority.ts`) as a binary heap: victims
- * outside the prefetcher's ranked set first, by lowest priority, then least recently used, then
- * lowest key; ranked ones after them, by highest rank (their priority is −rank), same ties.
+ * The eviction order of MoE-Infinity's cache (`cache-priority.ts`): victims outside the
+ * prefetcher's ranked set first, by lowest priority, then least recently used, then lowest key;
+ * ranked ones after them, by highest rank (their priority is −rank), same ties. Keys are unique,
+ * so the order is total.
  *
- * A heap because one collection of victims answers many queries: an admission round hands out
- * victims one by one, and the executor's prefetches of one decision evict one victim each from
- * the same candidates (a linear scan per query made these rounds quadratic in the buffer). Keys
- * are unique, so the order is total and the heap's minimum is the one a linear scan finds
- * (`firstVictimByScan`, for candidates asked about once).
+ * An executor's eviction query takes the first victim by one linear scan (`firstVictimInBuffer`
+ * over the buffer, `firstVictimByScan` over a list of candidates): its candidates change between
+ * most queries, so an order kept for the next ones rarely pays for itself. An admission round
+ * hands out victims one by one from one collection: a binary heap (`VictimOrder`), whose minimum
+ * is the one the scan finds.
  */
 import type { BufferView } from '../../sim/serving/policy.ts';
 
@@ -19,9 +20,9 @@ export interface ScannedVictim {
 }
 
 /**
- * The first of `cands` in eviction order by one linear scan (arguments as `VictimOrder.addAll`),
- * into `out`; false when `cands` is empty. For candidates asked about once, cheaper than ordering
- * them all: last uses are read only to break ties.
+ * The first of `cands` in eviction order by one linear scan, into `out`; false when `cands` is
+ * empty. Ranked where `rankGen[k] === gen` (ordered by −`rank`), else by `priority` (null: all 0,
+ * LRU); last uses are read from `buffer` only to break ties.
  */
 export function firstVictimByScan(
   buffer: BufferView,
@@ -69,6 +70,48 @@ export function firstVictimByScan(
   return best >= 0;
 }
 
+/**
+ * `firstVictimByScan` over the executor's candidates (`EvictionQuery.candidates`: the resident,
+ * unpinned entries of `buffer`) read from the buffer itself: the executor lists nothing, and a
+ * tie reads the entry's last use in place. The order of eviction is total (keys are unique), so
+ * the walk's order does not change the answer.
+ */
+export function firstVictimInBuffer(
+  buffer: BufferView,
+  rankGen: Uint32Array,
+  gen: number,
+  rank: Float64Array,
+  priority: Float64Array | null,
+  out: ScannedVictim,
+): boolean {
+  let best = -1;
+  let bestProt = true;
+  let bestPrio = Infinity;
+  let bestUsed = Infinity;
+  for (const e of buffer.entries()) {
+    if (e.state !== 'resident' || e.pinned) continue;
+    const k = e.key;
+    const prot = rankGen[k] === gen;
+    const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+    if (best < 0 || (bestProt && !prot)) {
+      // The first candidate, or the first one outside the ranked set.
+    } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
+    else if (prio === bestPrio) {
+      // Tied priority: least recently used, then lowest key.
+      const used = e.lastUsedNs;
+      if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
+    }
+    best = k;
+    bestProt = prot;
+    bestPrio = prio;
+    bestUsed = e.lastUsedNs;
+  }
+  out.key = best;
+  out.ranked = bestProt;
+  out.prio = bestPrio;
+  return best >= 0;
+}
+
 export class VictimOrder {
   private key = new Int32Array(64);
   private prot = new Uint8Array(64);
@@ -95,27 +138,6 @@ export class VictimOrder {
     this.prio[n] = prio;
     this.used[n] = used;
     this.count = n + 1;
-  }
-
-  /**
-   * Adds the first `n` of `keys` (candidates of the executor): ranked where `rankGen[k] === gen`
-   * (ordered by −`rank`), else by `priority` (null: all 0, LRU); last use from `buffer`.
-   */
-  addAll(
-    buffer: BufferView,
-    keys: ArrayLike<number>,
-    n: number,
-    rankGen: Uint32Array,
-    gen: number,
-    rank: Float64Array,
-    priority: Float64Array | null,
-  ): void {
-    for (let i = 0; i < n; i++) {
-      const k = keys[i]!;
-      const prot = rankGen[k] === gen;
-      // Inside the ranked set the least urgent (highest rank) goes first.
-      this.add(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
-    }
   }
 
   /** Orders the victims added since `clear` (O(n)). */
