@@ -360,12 +360,13 @@ export class MoeInfinityPolicy implements ServingPolicy {
   }
 
   afterUse(_view: ServingView, key: ExpertKey): boolean {
+    this.cache.noteUse();
     if (this.params.cachePriorities) this.cache.resetKey(this.requestEams, this.batchIds, key);
     return true;
   }
 
   chooseVictim(view: ServingView, q: EvictionQuery): ExpertKey | undefined {
-    return this.cache.victimInBuffer(view.buffer, q);
+    return this.cache.victimInBuffer(view.buffer, q, view.nowNs);
   }
 
   onRequestFinished(_view: ServingView, request: RequestSpec): void {

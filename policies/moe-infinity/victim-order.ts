@@ -2,13 +2,14 @@
  * The eviction order of MoE-Infinity's cache (`cache-priority.ts`): victims outside the
  * prefetcher's ranked set first, by lowest priority, then least recently used, then lowest key;
  * ranked ones after them, by highest rank (their priority is −rank), same ties. Keys are unique,
- * so the order is total.
+ * so the order is total: a linear scan (`firstVictimByScan` over listed candidates,
+ * `firstVictimInBuffer` over the buffer itself) and the binary heap (`VictimOrder`) find the same
+ * first victim.
  *
- * An executor's eviction query takes the first victim by one linear scan (`firstVictimInBuffer`
- * over the buffer, `firstVictimByScan` over a list of candidates): its candidates change between
- * most queries, so an order kept for the next ones rarely pays for itself. An admission round
- * hands out victims one by one from one collection: a binary heap (`VictimOrder`), whose minimum
- * is the one the scan finds.
+ * A heap because one collection of victims may answer many queries: an admission round hands out
+ * victims one by one, and in a large buffer the executor's prefetches of one decision evict one
+ * victim each from the same candidates (a linear scan per query made these rounds quadratic in
+ * the buffer). In a small buffer the candidates change between most queries: one walk is cheaper.
  */
 import type { BufferView } from '../../sim/serving/policy.ts';
 
@@ -20,9 +21,9 @@ export interface ScannedVictim {
 }
 
 /**
- * The first of `cands` in eviction order by one linear scan, into `out`; false when `cands` is
- * empty. Ranked where `rankGen[k] === gen` (ordered by −`rank`), else by `priority` (null: all 0,
- * LRU); last uses are read from `buffer` only to break ties.
+ * The first of `cands` in eviction order by one linear scan (arguments as `VictimOrder.addAll`),
+ * into `out`; false when `cands` is empty. For candidates asked about once, cheaper than ordering
+ * them all: last uses are read only to break ties.
  */
 export function firstVictimByScan(
   buffer: BufferView,
@@ -138,6 +139,27 @@ export class VictimOrder {
     this.prio[n] = prio;
     this.used[n] = used;
     this.count = n + 1;
+  }
+
+  /**
+   * Adds the first `n` of `keys` (candidates of the executor): ranked where `rankGen[k] === gen`
+   * (ordered by −`rank`), else by `priority` (null: all 0, LRU); last use from `buffer`.
+   */
+  addAll(
+    buffer: BufferView,
+    keys: ArrayLike<number>,
+    n: number,
+    rankGen: Uint32Array,
+    gen: number,
+    rank: Float64Array,
+    priority: Float64Array | null,
+  ): void {
+    for (let i = 0; i < n; i++) {
+      const k = keys[i]!;
+      const prot = rankGen[k] === gen;
+      // Inside the ranked set the least urgent (highest rank) goes first.
+      this.add(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
+    }
   }
 
   /** Orders the victims added since `clear` (O(n)). */

@@ -1,11 +1,13 @@
 /**
- * MoE-Infinity's cache answers the executor's eviction queries by one walk over the buffer
- * (`victimInBuffer`: the candidates are its resident, unpinned entries, never listed) and, given
- * a list of candidates, by one scan of it (`chooseVictim`). This property drives a buffer as the
- * executor does (loads, arrivals, pins and uses it is not told of; decisions whose prefetches
- * each evict one victim at one instant; demand fetches; resets and re-rankings) and checks both
- * answers against the reference linear scan over the listed candidates, with the queries decided
- * by a tie on priority and the declined prefetches counted so those paths are covered.
+ * MoE-Infinity's cache answers the executor's eviction queries (`victimInBuffer`) by one walk
+ * over a small buffer, and in a large one from a kept order (`VictimOrder`) while its candidates
+ * are the last ones less the victims handed out, at the same simulated time, with nothing it
+ * reads changed. This property drives a buffer as the executor does (loads, arrivals, pins and
+ * uses it is not told of, except uses through `noteUse` as the policy's `afterUse` reports them;
+ * decisions whose prefetches each evict one victim at one instant; demand fetches; resets and
+ * re-rankings), with either path, and checks every answer against the reference linear scan
+ * over the candidates, with reused orders and walks decided by a tie counted so both paths are
+ * covered.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -105,20 +107,28 @@ function tiedWith(c: CachePriorities, req: boolean, victim: ExpertKey, cands: re
 }
 
 describe('MoE-Infinity cache victims', () => {
-  it('the walk over the buffer and the scan of the candidates answer every query as the reference does', () => {
+  it('the kept eviction order and the walk over the buffer answer every query as the linear scan does', () => {
     let queries = 0;
-    let ties = 0;
-    let declined = 0;
+    let reused = 0;
+    let walked = 0;
+    let walkTies = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 4 }),
         fc.integer({ min: 2, max: 8 }),
         fc.boolean(),
         fc.integer(),
-        (L, E, req, seed) => {
+        fc.boolean(),
+        (L, E, req, seed, kept) => {
           const rng = new Rng(`victims-${seed}`);
           const cells = L * E;
-          const c = new CachePriorities({ layers: L, experts: E, requestPriorities: req, initialLayerBoost: 0.5 });
+          const c = new CachePriorities({
+            layers: L,
+            experts: E,
+            requestPriorities: req,
+            initialLayerBoost: 0.5,
+            keptOrderMinSlots: kept ? 0 : Infinity,
+          });
           const eams = new RequestEams({ layers: L, experts: E });
           const ids = [1, 2];
           const w = new World(1 + rng.int(cells));
@@ -141,6 +151,7 @@ describe('MoE-Infinity cache victims', () => {
             if (!e) return;
             e.pinned = false;
             e.lastUsedNs = now;
+            c.noteUse();
             if (req) c.resetKey(eams, ids, e.key);
           };
           // An arrival or an unpin, and a pin: the candidates change, their count may not.
@@ -157,12 +168,14 @@ describe('MoE-Infinity cache victims', () => {
           };
           const ask = (q: EvictionQuery): ExpertKey | undefined => {
             const want = refVictim(c, admitted, req, w, q);
-            const got = c.victimInBuffer(w, q);
+            const before = c.victimStats.builds;
+            const got = c.victimInBuffer(w, q, now);
             expect(got).toBe(want);
-            expect(c.chooseVictim(w, q)).toBe(want);
             queries++;
-            if (want === undefined) declined++;
-            else if (tiedWith(c, req, want, q.candidates)) ties++;
+            if (!kept) {
+              walked++;
+              if (want !== undefined && tiedWith(c, req, want, q.candidates)) walkTies++;
+            } else if (c.victimStats.builds === before) reused++;
             return got;
           };
           for (let step = 0; step < 80; step++) {
@@ -247,9 +260,10 @@ describe('MoE-Infinity cache victims', () => {
       ),
       { numRuns: 300 },
     );
-    // Coverage: victims chosen by last use or key among equal priorities, and declined prefetches.
-    expect(queries).toBeGreaterThan(2000);
-    expect(ties).toBeGreaterThan(200);
-    expect(declined).toBeGreaterThan(100);
+    // Coverage: queries answered from a kept order, ones that rebuilt it, walks (some decided by a tie).
+    expect(reused).toBeGreaterThan(100);
+    expect(queries - reused - walked).toBeGreaterThan(100);
+    expect(walked).toBeGreaterThan(1000);
+    expect(walkTies).toBeGreaterThan(100);
   });
 });
