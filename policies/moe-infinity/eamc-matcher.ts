@@ -76,6 +76,8 @@ export class IncrementalMatcher {
   private ordered = true;
   private readonly nzE: Int32Array;
   private readonly nzC: Float64Array;
+  /** The WASM scan's column offsets (0-7) and coefficients (8-15), set per row (`wasmRow`). */
+  private readonly scanArgs = new Float64Array(16);
   /** The current row's Q_n (`qArr` from `qOff`) and 1/sqrt(Q_n) (`rArr`), set by `prepareNorms`. */
   private qArr: Float64Array = new Float64Array(0);
   private qOff = 0;
@@ -306,9 +308,12 @@ export class IncrementalMatcher {
     const left = nnz - done;
     const base = wc.colsOff;
     const cs = wc.cs;
-    const o = (t: number, o0: number): number => (left > t ? base + (cb + nzE[done + t]!) * cs : o0);
-    const c = (t: number): number => (left > t ? nzC[done + t]! : 0);
-    const o0 = o(0, base);
+    // The fused columns' offsets and coefficients (unused ones: the first offset, coefficient 0).
+    const a = this.scanArgs;
+    for (let t = 0; t < 8; t++) {
+      a[t] = left > t ? base + (cb + nzE[done + t]!) * cs : t > 0 ? a[0]! : base;
+      a[8 + t] = left > t ? nzC[done + t]! : 0;
+    }
     let qp: number;
     let rp: number;
     if (prefix) {
@@ -327,8 +332,8 @@ export class IncrementalMatcher {
     // biome-ignore format: the scan's 23 arguments, grouped as the kernel reads them
     const count = wc.k!.scan(
       d, n, M, qp, rp, left,
-      o0, o(1, o0), o(2, o0), o(3, o0), o(4, o0), o(5, o0), o(6, o0), o(7, o0),
-      c(0), c(1), c(2), c(3), c(4), c(5), c(6), c(7),
+      a[0]!, a[1]!, a[2]!, a[3]!, a[4]!, a[5]!, a[6]!, a[7]!,
+      a[8]!, a[9]!, a[10]!, a[11]!, a[12]!, a[13]!, a[14]!, a[15]!,
       seeds,
     );
     const i32 = wc.i32;

@@ -366,7 +366,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
   }
 
   chooseVictim(view: ServingView, q: EvictionQuery): ExpertKey | undefined {
-    return this.cache.chooseVictim(view.buffer, q, view.nowNs);
+    return this.cache.victimInBuffer(view.buffer, q, view.nowNs);
   }
 
   onRequestFinished(_view: ServingView, request: RequestSpec): void {

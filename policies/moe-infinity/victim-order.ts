@@ -1,13 +1,15 @@
 /**
- * The eviction order of MoE-Infinity's cache (`cache-priority.ts`) as a binary heap: victims
- * outside the prefetcher's ranked set first, by lowest priority, then least recently used, then
- * lowest key; ranked ones after them, by highest rank (their priority is −rank), same ties.
+ * The eviction order of MoE-Infinity's cache (`cache-priority.ts`): victims outside the
+ * prefetcher's ranked set first, by lowest priority, then least recently used, then lowest key;
+ * ranked ones after them, by highest rank (their priority is −rank), same ties. Keys are unique,
+ * so the order is total: a linear scan (`firstVictimByScan` over listed candidates,
+ * `firstVictimInBuffer` over the buffer itself) and the binary heap (`VictimOrder`) find the same
+ * first victim.
  *
- * A heap because one collection of victims answers many queries: an admission round hands out
- * victims one by one, and the executor's prefetches of one decision evict one victim each from
- * the same candidates (a linear scan per query made these rounds quadratic in the buffer). Keys
- * are unique, so the order is total and the heap's minimum is the one a linear scan finds
- * (`firstVictimByScan`, for candidates asked about once).
+ * A heap because one collection of victims may answer many queries: an admission round hands out
+ * victims one by one, and in a large buffer the executor's prefetches of one decision evict one
+ * victim each from the same candidates (a linear scan per query made these rounds quadratic in
+ * the buffer). In a small buffer the candidates change between most queries: one walk is cheaper.
  */
 import type { BufferView } from '../../sim/serving/policy.ts';
 
@@ -62,6 +64,48 @@ export function firstVictimByScan(
       bestPrio = prio;
       bestUsed = NaN;
     }
+  }
+  out.key = best;
+  out.ranked = bestProt;
+  out.prio = bestPrio;
+  return best >= 0;
+}
+
+/**
+ * `firstVictimByScan` over the executor's candidates (`EvictionQuery.candidates`: the resident,
+ * unpinned entries of `buffer`) read from the buffer itself: the executor lists nothing, and a
+ * tie reads the entry's last use in place. The order of eviction is total (keys are unique), so
+ * the walk's order does not change the answer.
+ */
+export function firstVictimInBuffer(
+  buffer: BufferView,
+  rankGen: Uint32Array,
+  gen: number,
+  rank: Float64Array,
+  priority: Float64Array | null,
+  out: ScannedVictim,
+): boolean {
+  let best = -1;
+  let bestProt = true;
+  let bestPrio = Infinity;
+  let bestUsed = Infinity;
+  for (const e of buffer.entries()) {
+    if (e.state !== 'resident' || e.pinned) continue;
+    const k = e.key;
+    const prot = rankGen[k] === gen;
+    const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+    if (best < 0 || (bestProt && !prot)) {
+      // The first candidate, or the first one outside the ranked set.
+    } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
+    else if (prio === bestPrio) {
+      // Tied priority: least recently used, then lowest key.
+      const used = e.lastUsedNs;
+      if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
+    }
+    best = k;
+    bestProt = prot;
+    bestPrio = prio;
+    bestUsed = e.lastUsedNs;
   }
   out.key = best;
   out.ranked = bestProt;

@@ -1,11 +1,12 @@
 /**
- * MoE-Infinity's cache answers the executor's eviction queries from a kept order (`VictimOrder`)
- * while its candidates are the last ones less the victims handed out, at the same simulated
- * time, with nothing it reads changed. This property drives a buffer as the executor does
- * (loads, arrivals, pins and uses it is not told of, except uses through `noteUse` as the
- * policy's `afterUse` reports them; decisions whose prefetches each evict one victim at one
- * instant; demand fetches; resets and re-rankings) and checks every answer against the
- * reference linear scan over the candidates, with reused orders counted so the fast path is
+ * MoE-Infinity's cache answers the executor's eviction queries (`victimInBuffer`) by one walk
+ * over a small buffer, and in a large one from a kept order (`VictimOrder`) while its candidates
+ * are the last ones less the victims handed out, at the same simulated time, with nothing it
+ * reads changed. This property drives a buffer as the executor does (loads, arrivals, pins and
+ * uses it is not told of, except uses through `noteUse` as the policy's `afterUse` reports them;
+ * decisions whose prefetches each evict one victim at one instant; demand fetches; resets and
+ * re-rankings), with either path, and checks every answer against the reference linear scan
+ * over the candidates, with reused orders and walks decided by a tie counted so both paths are
  * covered.
  */
 import * as fc from 'fast-check';
@@ -92,20 +93,42 @@ function refVictim(
   return best;
 }
 
+/** Whether another candidate has `victim`'s standing (ranked or not) and priority: a tie the last use or key broke. */
+function tiedWith(c: CachePriorities, req: boolean, victim: ExpertKey, cands: readonly ExpertKey[]): boolean {
+  const standing = (k: ExpertKey): [boolean, number] => {
+    const rank = c.rankOf(k);
+    return rank !== undefined ? [true, -rank] : [false, req ? c.priority[k]! : 0];
+  };
+  const [vp, vx] = standing(victim);
+  return cands.some((k) => {
+    const [p, x] = standing(k);
+    return k !== victim && p === vp && x === vx;
+  });
+}
+
 describe('MoE-Infinity cache victims', () => {
-  it('the kept eviction order answers every query as the linear scan does', () => {
+  it('the kept eviction order and the walk over the buffer answer every query as the linear scan does', () => {
     let queries = 0;
     let reused = 0;
+    let walked = 0;
+    let walkTies = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 4 }),
         fc.integer({ min: 2, max: 8 }),
         fc.boolean(),
         fc.integer(),
-        (L, E, req, seed) => {
+        fc.boolean(),
+        (L, E, req, seed, kept) => {
           const rng = new Rng(`victims-${seed}`);
           const cells = L * E;
-          const c = new CachePriorities({ layers: L, experts: E, requestPriorities: req, initialLayerBoost: 0.5 });
+          const c = new CachePriorities({
+            layers: L,
+            experts: E,
+            requestPriorities: req,
+            initialLayerBoost: 0.5,
+            keptOrderMinSlots: kept ? 0 : Infinity,
+          });
           const eams = new RequestEams({ layers: L, experts: E });
           const ids = [1, 2];
           const w = new World(1 + rng.int(cells));
@@ -146,10 +169,13 @@ describe('MoE-Infinity cache victims', () => {
           const ask = (q: EvictionQuery): ExpertKey | undefined => {
             const want = refVictim(c, admitted, req, w, q);
             const before = c.victimStats.builds;
-            const got = c.chooseVictim(w, q, now);
+            const got = c.victimInBuffer(w, q, now);
             expect(got).toBe(want);
             queries++;
-            if (c.victimStats.builds === before) reused++;
+            if (!kept) {
+              walked++;
+              if (want !== undefined && tiedWith(c, req, want, q.candidates)) walkTies++;
+            } else if (c.victimStats.builds === before) reused++;
             return got;
           };
           for (let step = 0; step < 80; step++) {
@@ -234,8 +260,10 @@ describe('MoE-Infinity cache victims', () => {
       ),
       { numRuns: 300 },
     );
-    // Coverage: queries answered from a kept order, and ones that rebuilt it.
-    expect(reused).toBeGreaterThan(200);
-    expect(queries - reused).toBeGreaterThan(200);
+    // Coverage: queries answered from a kept order, ones that rebuilt it, walks (some decided by a tie).
+    expect(reused).toBeGreaterThan(100);
+    expect(queries - reused - walked).toBeGreaterThan(100);
+    expect(walked).toBeGreaterThan(1000);
+    expect(walkTies).toBeGreaterThan(100);
   });
 });
