@@ -7,7 +7,10 @@
  * The layer costs are stubs with round numbers, so every expected figure is arithmetic on them.
  */
 import { describe, expect, it } from 'vitest';
-import { loadModel } from '../../hardware-profiles/load.ts';
+import { loadHardware, loadModel, loadRuntime } from '../../hardware-profiles/load.ts';
+import { builtinPolicy } from '../../policies/registry.ts';
+import { createCostModel } from '../../sim/cost/cost-model.ts';
+import { Rng } from '../../sim/kernel/rng.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
@@ -18,6 +21,8 @@ import { SerialOffloadPipe } from '../../sim/throughput/pipelines/serial-offload
 import { EventPipe } from '../../sim/throughput/pipelines/vslpipe-events.ts';
 import { sharedStage, VslPipe } from '../../sim/throughput/pipelines/vslpipe.ts';
 import { refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
+import { ThroughputExecutor } from '../../sim/throughput/throughput-executor.ts';
+import type { RequestSpec, Workload } from '../../sim/workload.ts';
 
 /**
  * A one-layer MoE model's layer costs: 100 weight bytes in 10 ns, CPU attention 10 ns per context
@@ -170,5 +175,57 @@ describe('plan shapes', () => {
       reserveTokens: 120,
     });
     expect(worstDecodeShape(w, 8, 3)).toMatchObject({ pastTokens: 119, reserveTokens: 120 });
+  });
+});
+
+describe('throughput executor, an offline batch', () => {
+  it('every request arrives at 0, once, before it is admitted', () => {
+    const model = loadModel('mixtral-8x7b');
+    const hardware = loadHardware('a40-xeon8380-750gb');
+    const cost = createCostModel(model, hardware, { runtime: loadRuntime('moe-lightning') });
+    const requests: RequestSpec[] = Array.from({ length: 6 }, (_, id) => ({
+      id: 10 + id,
+      arrivalNs: 0 as Ns,
+      promptTokens: 8,
+      outputTokens: 2,
+    }));
+    const workload: Workload = {
+      requests,
+      routing: { moeLayers: 0, experts: 0, topK: 0, forRequest: () => ({ route: () => {} }) },
+      describe: 'test',
+    };
+    const def = builtinPolicy('moe-lens')!;
+    const policy = def.createThroughput!(def.params.parse({ kvCapacityGB: 1 }), {
+      rng: new Rng('p'),
+      model,
+      hardware,
+      workload,
+    });
+    const log: [number, string, number][] = [];
+    const config = {
+      phase: 'both' as const,
+      contextBucketTokens: 64,
+      kvLayout: 'paged' as const,
+      kvPageTokens: 16,
+      packetBytes: 64 << 20,
+      memoise: true,
+    };
+    new ThroughputExecutor({
+      model,
+      hardware,
+      cost,
+      workload,
+      policy,
+      fallbackRng: new Rng('f'),
+      config,
+      sink: { onRequest: (id, ph, t) => log.push([id, ph, t]) },
+    }).run();
+    const arrivals = log.filter(([, ph]) => ph === 'arrive');
+    expect(arrivals).toEqual(requests.map((r) => [r.id, 'arrive', 0]));
+    for (const r of requests) {
+      const first = log.findIndex(([id]) => id === r.id);
+      expect(log[first]).toEqual([r.id, 'arrive', 0]);
+      expect(log.some(([id, ph]) => id === r.id && ph === 'admit')).toBe(true);
+    }
   });
 });
