@@ -4,7 +4,7 @@
  * records under key + span. A whole-set mutation sample found the fraction check unguarded.
  */
 import { describe, expect, it } from 'vitest';
-import type { ExpertKey } from '../../sim/serving/expert-buffer.ts';
+import type { ExpertKey } from '../../sim/serving/policy.ts';
 import { TopSegmentCache } from '../../sim/serving/expert-buffer.ts';
 import { MemoryPool } from '../../sim/resources/memory-pool.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
