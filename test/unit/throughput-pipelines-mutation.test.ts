@@ -14,12 +14,14 @@ import { Rng } from '../../sim/kernel/rng.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
+import { defaultPassConfig } from '../../sim/throughput/types.ts';
 import type { Iteration } from '../../sim/throughput/iteration.ts';
 import { CgoPipe } from '../../sim/throughput/pipelines/cgopipe.ts';
 import { type GroupLoad, type LayerCosts, layerCosts } from '../../sim/throughput/pipelines/layer-costs.ts';
 import { SerialOffloadPipe } from '../../sim/throughput/pipelines/serial-offload.ts';
 import { EventPipe } from '../../sim/throughput/pipelines/vslpipe-events.ts';
 import { sharedStage, VslPipe } from '../../sim/throughput/pipelines/vslpipe.ts';
+import { vramNeeded } from '../../sim/throughput/memory-model.ts';
 import { refDecodeShape, worstDecodeShape } from '../../sim/throughput/search.ts';
 import { ThroughputExecutor } from '../../sim/throughput/throughput-executor.ts';
 import type { RequestSpec, Workload } from '../../sim/workload.ts';
@@ -227,5 +229,23 @@ describe('throughput executor, an offline batch', () => {
       expect(log[first]).toEqual([r.id, 'arrive', 0]);
       expect(log.some(([id, ph]) => id === r.id && ph === 'admit')).toBe(true);
     }
+  });
+});
+
+describe('VRAM workspace of an MLA model', () => {
+  it('the attention workspace holds Q + the latent KV + rope key + hidden per token', () => {
+    const m = loadModel('deepseek-v2-lite'); // MLA: 16 heads × 192, kvLoraRank 512, rope 64, hidden 2048
+    const c = { ...defaultPassConfig(m.layers), expertChunkTokens: 1 };
+    const shape = {
+      phase: 'prefill' as const,
+      seqs: 1,
+      newTokens: 100,
+      pastTokens: 0,
+      hostSeqs: 0,
+      reserveTokens: 100,
+    };
+    // (16·192 + 512 + 64 + 2048) = 5 696 elements per token, 2 B each, 100 tokens, 1 micro-batch:
+    // 1 139 200 B, above the LM head's 102 400 · 4 = 409 600 and the one-token FFN workspaces.
+    expect(vramNeeded(m, shape, c).workspaceBytes).toBe(1_139_200);
   });
 });
