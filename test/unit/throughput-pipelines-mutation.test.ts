@@ -110,6 +110,17 @@ describe('CGOPipe prefill, by hand', () => {
   });
 });
 
+describe('CGOPipe decode, by hand', () => {
+  it('μ micro-batches of ⌈n/μ⌉ sequences, each over 1/μ of the context; stage max(link, C + G/μ, G + C/μ)', () => {
+    const pipe = new CgoPipe(stubCosts(), { microBatches: 2, residentDense: false });
+    const it: Iteration = { ...decodeIt([1, 1, 1, 1]), decodeContextTokens: 8 };
+    // A micro-batch: 2 sequences over 4 context tokens: CPU 40, GPU 1000 − 400 = 600; ×2: C 80, G 1200.
+    // Stage max(0.8 ns of activations, 80 + 600, 1200 + 40) = 1240; + transfer_0 10 = 1250.
+    expect(pipe.run(it, 0 as Ns)).toBe(1250);
+    expect(pipe.totals).toMatchObject({ gpuBusyNs: 1200, cpuBusyNs: 80 });
+  });
+});
+
 describe('serial offload, KV swaps by hand', () => {
   it('swap-in bytes go H2D before the step, swap-outs D2H', () => {
     const pipe = new SerialOffloadPipe(stubCosts(), 0.5);
