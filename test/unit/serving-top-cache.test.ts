@@ -1,11 +1,12 @@
 /**
  * MoEpic's top-segment cache (`TopSegmentCache`) by hand: the bytes of a top, the (0, 1] range of
  * a top fraction, duplicate and over-capacity adds, arrivals and releases with their residency
- * records under key + span. A whole-set mutation sample found the fraction check unguarded.
+ * records under key + span. A whole-set mutation sample found the fraction check unguarded, and
+ * `ExpertBuffer.isLoading` (policy-view API no built-in code calls) never run.
  */
 import { describe, expect, it } from 'vitest';
 import type { ExpertKey } from '../../sim/serving/policy.ts';
-import { TopSegmentCache } from '../../sim/serving/expert-buffer.ts';
+import { ExpertBuffer, TopSegmentCache } from '../../sim/serving/expert-buffer.ts';
 import { MemoryPool } from '../../sim/resources/memory-pool.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 
@@ -54,5 +55,19 @@ describe('TopSegmentCache', () => {
       [1002, true, 5],
       [1001, false, 5],
     ]);
+  });
+});
+
+describe('ExpertBuffer state queries', () => {
+  it('isLoading / isResident / has follow an entry from loading to resident to released', () => {
+    const clock = { now: 0 as Ns };
+    const buf = new ExpertBuffer(2, 100, new MemoryPool('vram', 1000, clock), clock);
+    expect([buf.has(k(3)), buf.isLoading(k(3)), buf.isResident(k(3))]).toEqual([false, false, false]);
+    buf.occupy(k(3), 'prefetch');
+    expect([buf.has(k(3)), buf.isLoading(k(3)), buf.isResident(k(3))]).toEqual([true, true, false]);
+    buf.arrived(k(3));
+    expect([buf.has(k(3)), buf.isLoading(k(3)), buf.isResident(k(3))]).toEqual([true, false, true]);
+    buf.release(k(3));
+    expect([buf.has(k(3)), buf.isLoading(k(3)), buf.isResident(k(3))]).toEqual([false, false, false]);
   });
 });
