@@ -49,6 +49,20 @@ describe('budgetExperts → each policy capacity', () => {
     expect(() => slots('adapmoe', { budgetExperts: 96, totalSlots: 96 }, mixtral)).toThrow(/either/);
   });
 
+  it('adapmoe: a total below one slot per layer names the field it came from and its value', () => {
+    const err = (params: Record<string, unknown>): UserError => {
+      try {
+        slots('adapmoe', params);
+      } catch (e) {
+        return e as UserError;
+      }
+      throw new Error('no error');
+    };
+    expect(err({ budgetExperts: 20 })).toMatchObject({ field: 'budgetExperts', value: 20 });
+    expect(err({ totalSlots: 23 })).toMatchObject({ field: 'totalSlots', value: 23 });
+    expect(err({ totalSlots: 23 }).message).toBe('adapmoe needs at least one cache slot per MoE layer (24)');
+  });
+
   it('moe-infinity: V_e + K slots; pre-gated: flat (2K double buffer); moepic: V_e segment cache + 2K', () => {
     expect(slots('moe-infinity', { budgetExperts: 240 })).toBe(244);
     expect(slots('moe-infinity', {})).toBeUndefined();

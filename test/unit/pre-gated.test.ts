@@ -5,9 +5,11 @@
  * first k, priorities 1, 2, …; nothing after the last MoE layer), the stale landing it evicts,
  * the victim it picks (stale first; a demand fetch takes any; a prefetch declines), and its buffer
  * size. Written for the survivors of the mutation run (docs/mutation/policies-prefetch-survivors.txt):
- * the folder's other tests never reached the victim choice.
+ * the folder's other tests never reached the victim choice. Also dependency-prefetch's replaceQueue
+ * cancellations on the same view (no guarding test reached them).
  */
 import { describe, expect, it } from 'vitest';
+import { createDependencyPrefetch, DependencyPrefetchParams } from '../../policies/prefetch/dependency-prefetch.ts';
 import { createPreGated, preGated } from '../../policies/prefetch/pre-gated.ts';
 import type { BufferEntryView, ExpertKey, LayerRouting, ServingView } from '../../sim/serving/policy.ts';
 
@@ -130,5 +132,26 @@ describe('pre-gated: the buffer', () => {
     expect(preGated.bufferSlots?.({ budgetExperts: 100 }, model)).toBe(4);
     expect(preGated.bufferSlots?.({ budgetExperts: 0 }, model)).toBe(4);
     expect(preGated.bufferSlots?.({}, model)).toBeUndefined();
+  });
+});
+
+describe('dependency-prefetch, replaceQueue, on the same view', () => {
+  it('cancels loading unpinned entries of this and earlier layers only, then prefetches the next layer', () => {
+    const p = createDependencyPrefetch('d', DependencyPrefetchParams.parse({ replaceQueue: true, cache: 'lru' }));
+    p.init?.({ moeLayers: L, experts: E } as never);
+    const ents: Ent[] = [
+      { key: 0 * E + 2, state: 'loading' }, // layer 0, loading → cancel
+      { key: 1 * E + 4, state: 'loading' }, // layer 1 (this one), loading → cancel
+      { key: 1 * E + 6, state: 'loading', pinned: true }, // pinned → kept
+      { key: 1 * E + 1 }, // resident → kept (LRU cache)
+      { key: 2 * E + 5, state: 'loading' }, // layer 2: a later prefetch → kept
+    ];
+    const v = view(ents, 1);
+    const has = new Set(ents.map((e) => e.key));
+    (v.buffer as unknown as { has: (k: number) => boolean }).has = (k) => has.has(k);
+    const out = p.onLayerRouted?.(v, routing(1));
+    expect(out?.cancel).toEqual([2, 12]);
+    expect(out?.evict).toEqual([]);
+    expect(out?.prefetch?.map((r) => r.key)).toEqual([16, 17, 18, 19, 20, 22, 23]);
   });
 });

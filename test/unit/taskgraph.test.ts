@@ -792,3 +792,38 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
     expect(() => graph.timing('x')).toThrow(/no task "x"/);
   });
 });
+
+describe('task graph: a CPU task short of memory and of cores', () => {
+  it('parks for memory (not a head-of-line CPU block): a narrower CPU task still starts at once', () => {
+    const { sim, graph } = world({ cores: 8, vramBytes: 64 * MB });
+    graph.add([
+      { id: 'busy', kind: 'cpu', cores: 4, computeNs: ms(10), bytes: 0, category: 'x' },
+      {
+        id: 'fill',
+        kind: 'gpu',
+        durationNs: ms(5),
+        category: 'x',
+        alloc: [{ pool: 'vram', bytes: 60 * MB, category: 'activations' }],
+      },
+      {
+        id: 'wide',
+        kind: 'cpu',
+        cores: 8,
+        computeNs: ms(1),
+        bytes: 0,
+        category: 'x',
+        alloc: [{ pool: 'vram', bytes: 10 * MB, category: 'activations' }],
+      },
+      { id: 'narrow', kind: 'cpu', cores: 2, computeNs: ms(1), bytes: 0, category: 'x' },
+    ]);
+    sim.run();
+    // 'wide' lacks VRAM until 'fill' ends (5 ms) and cores until 'busy' ends (10 ms); 'narrow'
+    // fits in the 4 free cores at 0.
+    expect(spans(graph, ['busy', 'fill', 'wide', 'narrow'])).toEqual({
+      busy: [0, 10],
+      fill: [0, 5],
+      wide: [10, 11],
+      narrow: [0, 1],
+    });
+  });
+});
