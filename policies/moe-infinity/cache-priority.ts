@@ -30,7 +30,7 @@
  */
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
 import type { Phase, RequestEams } from './eam.ts';
-import { firstVictimByScan, firstVictimInBuffer, VictimOrder, type ScannedVictim } from './victim-order.ts';
+import { firstVictimByScan, firstVictimInBuffer, VictimOrder, withoutKey, type ScannedVictim } from './victim-order.ts';
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
@@ -386,12 +386,9 @@ export class CachePriorities {
       ranked = sc.ranked;
       prio = sc.prio;
     }
-    if (q.reason === 'prefetch') {
-      if (ranked) return undefined;
-      if (this.admittedGen[q.forKey] === this.gen && !(prio < this.admitted[q.forKey]!)) return undefined;
-    }
+    if (this.declinesPrefetch(q, ranked, prio)) return undefined;
     if (this.orderBuilt) o.pop();
-    this.dropExpected(best);
+    this.expectedCount = withoutKey(this.expected, this.expectedCount, best);
     return best;
   }
 
@@ -404,11 +401,13 @@ export class CachePriorities {
     if (buffer.slots >= (this.o.keptOrderMinSlots ?? KEPT_ORDER_MIN_SLOTS)) return this.chooseVictim(buffer, q, now);
     const sc = this.scanned;
     if (!firstVictimInBuffer(buffer, this.rankGen, this.gen, this.rank, this.victimPriorities(), sc)) return undefined;
-    if (q.reason === 'prefetch') {
-      if (sc.ranked) return undefined;
-      if (this.admittedGen[q.forKey] === this.gen && !(sc.prio < this.admitted[q.forKey]!)) return undefined;
-    }
-    return sc.key;
+    return this.declinesPrefetch(q, sc.ranked, sc.prio) ? undefined : sc.key;
+  }
+
+  /** A prefetch is declined when only ranked experts are left or the victim's priority is not below its own. */
+  private declinesPrefetch(q: EvictionQuery, ranked: boolean, prio: number): boolean {
+    if (q.reason !== 'prefetch') return false;
+    return ranked || (this.admittedGen[q.forKey] === this.gen && !(prio < this.admitted[q.forKey]!));
   }
 
   // The first victim of new candidates (`firstVictimByScan`).
@@ -450,16 +449,5 @@ export class CachePriorities {
   /** The priorities a victim outside the ranked set is ordered by: the cache priorities, or none (LRU). */
   private victimPriorities(): Float64Array | null {
     return this.o.requestPriorities ? this.priority : null;
-  }
-
-  /** The executor evicts the victim handed out: the next candidates are these without it. */
-  private dropExpected(key: ExpertKey): void {
-    const exp = this.expected;
-    const n = this.expectedCount;
-    let i = 0;
-    while (i < n && exp[i] !== key) i++;
-    if (i === n) return;
-    exp.copyWithin(i, i + 1, n);
-    this.expectedCount = n - 1;
   }
 }

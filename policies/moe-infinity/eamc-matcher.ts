@@ -6,31 +6,26 @@
  *     sim_n = D_n / sqrt(Q_cur · Q_n),   D_n = Σ_{i∈S} cur_i · stored_n,i,
  *                                        Q_cur = Σ_{i∈S} ‖cur_i‖²,  Q_n = Σ_{i∈S} ‖stored_n,i‖²
  *
- * — one cosine over the L×E matrices with the unseen rows removed (not an average of per-row
- * cosines), so every seen row counts by its mass, as in a cosine of whole EAMs. Per matcher
- * it keeps D_n for every entry, and Q_cur. When row l arrives:
- * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a top-k
- *   model: k cells) through the column-major copy: O(N · nnz(cur_l)), never O(N · L · E).
- *   D is i32 in the collection's WASM memory (WASM backend), packed two entries per double
- *   (packed backend) or plain doubles, each while its exactness guard holds (integer counts and
- *   Q_cur · max‖entry‖² within `WASM_LIMIT` / `PACK_LIMIT`); else D moves to plain doubles for
- *   the rest of the match, one column at a time. The counts are integers, so D_n is the same
- *   exact integer however the products are grouped (sums are trees, not chains: independent
- *   additions overlap in the CPU).
- * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and Q_n
- *   is the collection's prefix sum of entry n's row norms up to l — read, not updated; rows in
- *   another order fall back to accumulating Q_n += ‖stored_n,l‖² per entry.
+ * — one cosine over the L×E matrices without the unseen rows (not an average of per-row cosines): each seen row
+ * counts by its mass, as in a cosine of whole EAMs. A matcher keeps D_n per entry, and Q_cur. When row l arrives:
+ * - D_n += cur_l · stored_n,l reads only the non-zero cells of cur_l (a decode token of a top-k model: k cells)
+ *   through the column-major copy: O(N · nnz(cur_l)), never O(N · L · E). D is i32 in the collection's WASM memory
+ *   (WASM backend), packed two entries per double (packed backend) or plain doubles, each while its exactness guard
+ *   holds (integer counts and Q_cur · max‖entry‖² within `WASM_LIMIT` / `PACK_LIMIT`); else D moves to plain doubles
+ *   for the rest of the match, one column at a time. The counts are integers, so D_n is the same exact integer
+ *   however the products are grouped (sums are trees, not chains: independent additions overlap in the CPU).
+ * - Q_n: while rows arrive in layer order 0, 1, … (always, in the executor), S = {0…l} and Q_n is the collection's
+ *   prefix sum of entry n's row norms up to l — read, not updated; rows in another order fall back to accumulating
+ *   Q_n += ‖stored_n,l‖² per entry.
  * - Q_cur += ‖cur_l‖².
- * All sums are of integer products in doubles, so the result equals the brute-force cosine
- * exactly (tested on random matrices and row orders, every backend, bit for bit). The best
- * `topMatches` entries are kept in the same pass over the N entries, in index order, by
- * D_n / sqrt(Q_n) (Q_cur is common to all), rejecting most before any square root by a
- * conservative pre-filter (`eamc-scan.ts`; WASM: `assembly/eamc.ts`, f32(D_n) · r_n against
- * f32(floor · (1 − 1e-6))); an entry is kept or not by its exact score; ties go to the lowest
- * index; entries with similarity 0 never match. The last ≤ 8 columns of a row are added inside
- * the scan (one pass for a decode row). The WASM scan is seeded with the previous row's best M:
- * the lowest of their new scores is a floor M entries reach, so the pre-filter runs from the
- * first block (ties at the floor are kept: the same best M, in the same order).
+ * All sums are of integer products in doubles, so the result equals the brute-force cosine exactly (tested on random
+ * matrices and row orders, every backend, bit for bit). The best `topMatches` entries are kept in the same pass over
+ * the N entries, in index order, by D_n / sqrt(Q_n) (Q_cur is common to all), rejecting most before any square root
+ * by a conservative pre-filter (`eamc-scan.ts`; WASM: `assembly/eamc.ts`, f32(D_n) · r_n against f32(floor · (1 −
+ * 1e-6))); an entry is kept or not by its exact score; ties go to the lowest index; entries with similarity 0 never
+ * match. The last ≤ 8 columns of a row are added inside the scan (one pass for a decode row). The WASM scan is seeded
+ * with the previous row's best M: the lowest of their new scores is a floor M entries reach, so the pre-filter runs
+ * from the first block (ties at the floor are kept: the same best M, in the same order).
  */
 import type { EamShape } from './eam.ts';
 import type { EamCollection } from './eam-collection.ts';

@@ -11,7 +11,7 @@
  * victim each from the same candidates (a linear scan per query made these rounds quadratic in
  * the buffer). In a small buffer the candidates change between most queries: one walk is cheaper.
  */
-import type { BufferView } from '../../sim/serving/policy.ts';
+import type { BufferView, ExpertKey } from '../../sim/serving/policy.ts';
 
 /** The first victim `firstVictimByScan` found: its key, whether it is ranked, its priority (−rank if ranked). */
 export interface ScannedVictim {
@@ -236,4 +236,16 @@ export class VictimOrder {
     this.used = u;
     this.heap = new Int32Array(n);
   }
+}
+
+/**
+ * Removes `key` from the first `n` entries of `keys` (the executor evicts the victim handed out:
+ * the next candidates are these without it), keeping their order; returns the new count.
+ */
+export function withoutKey(keys: Int32Array, n: number, key: ExpertKey): number {
+  let i = 0;
+  while (i < n && keys[i] !== key) i++;
+  if (i === n) return n;
+  keys.copyWithin(i, i + 1, n);
+  return n - 1;
 }

@@ -186,20 +186,7 @@ export class TaskGraphExecutor {
     // this batch are counted first (in `remainingDeps`, reset below), so its list is made at
     // its final length and filled in the order `push` would have filled it.
     const firstSeq = created.length > 0 ? created[0]!.seq : 0;
-    for (let i = 0; i < created.length; i++) {
-      const ids = created[i]!.t.deps;
-      for (let j = 0; j < ids.length; j++) {
-        const dep = this.nodes.get(ids[j]!)!;
-        if (dep.seq >= firstSeq) dep.remainingDeps++;
-      }
-    }
-    for (let i = 0; i < created.length; i++) {
-      const node = created[i]!;
-      if (node.remainingDeps > 0) {
-        node.dependents = new Array<Node>(node.remainingDeps);
-        node.remainingDeps = 0;
-      }
-    }
+    this.sizeDependents(created, firstSeq);
     const filled = new Int32Array(created.length);
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
@@ -231,6 +218,24 @@ export class TaskGraphExecutor {
     for (let i = 0; i < created.length; i++)
       if (created[i]!.remainingDeps === 0) this.dispatcher.makeReady(created[i]!);
     this.dispatcher.requestDispatch();
+  }
+
+  /** Makes each new node's list of dependents within its batch at its final length (counted in `remainingDeps`, then reset). */
+  private sizeDependents(created: readonly Node[], firstSeq: number): void {
+    for (let i = 0; i < created.length; i++) {
+      const ids = created[i]!.t.deps;
+      for (let j = 0; j < ids.length; j++) {
+        const dep = this.nodes.get(ids[j]!)!;
+        if (dep.seq >= firstSeq) dep.remainingDeps++;
+      }
+    }
+    for (let i = 0; i < created.length; i++) {
+      const node = created[i]!;
+      if (node.remainingDeps > 0) {
+        node.dependents = new Array<Node>(node.remainingDeps);
+        node.remainingDeps = 0;
+      }
+    }
   }
 
   /**

@@ -6,12 +6,12 @@
  * orchestration over layers, the LM head and the final join stay in `pass-dag.ts`.
  */
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import { ACTIVATION_BYTES } from '../cost/cost-model.ts';
 import type { CostModel } from '../cost/types.ts';
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { MemoryRequest } from '../taskgraph/types.ts';
 import type { DagEmitter } from './dag-emitter.ts';
 import { hold, Ring } from './dag-emitter.ts';
+import { LayerPrices } from './layer-prices.ts';
 import { type CachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, type ModelModules } from './memory-model.ts';
 import { type CountsFn, mlaUpProjection } from './pass-config.ts';
 import type { PassConfig, PassShape } from './types.ts';
@@ -53,18 +53,13 @@ export class LayerBuilder {
   private readonly T: number;
   private readonly nt: number;
   private readonly past: number;
-  /** Σ over a sequence's new tokens of the context each attends (itself included). */
-  private readonly ctxPerSeq: number;
-  private readonly cpuRate: number;
+  readonly price: LayerPrices; // the durations and sizes of its tasks
   private readonly mlaUp: ReturnType<typeof mlaUpProjection>;
   private readonly expertRing: Ring;
   private readonly weightRing: Ring;
   private readonly kvInRing: Ring;
   private readonly kvOutRing = new Ring(KV_OUT_BUFFERS, 'ko');
   private readonly countsBuf: Float64Array;
-  /** `attentionNs`'s last size and price. */
-  private attnSeqs = -1;
-  private attnNs = 0 as Ns;
 
   constructor(
     private readonly inp: LayerInputs,
@@ -75,19 +70,12 @@ export class LayerBuilder {
     this.T = shape.seqs * shape.newTokens;
     this.nt = shape.newTokens;
     this.past = shape.pastTokens;
-    this.ctxPerSeq = this.nt * this.past + (this.nt * (this.nt + 1)) / 2;
-    const cpu = inp.hardware.cpu;
-    this.cpuRate = c.cpuCores * cpu.vectorFlopsPerSecPerCore * cpu.vectorEfficiency;
+    this.price = new LayerPrices(inp.cost, inp.model, inp.hardware, c, this.nt, this.past);
     this.mlaUp = mlaUpProjection(inp.model);
     this.expertRing = new Ring(c.expertSlots, 'x');
     this.weightRing = new Ring(c.weightSlots, 'w');
     this.kvInRing = new Ring(c.kvBuffers, 'ki');
     this.countsBuf = new Float64Array(inp.mm.experts);
-  }
-
-  /** Bytes of the hidden states of `tokens` tokens. */
-  actBytes(tokens: number): number {
-    return Math.max(1, Math.round(tokens * this.inp.model.hiddenSize * ACTIVATION_BYTES));
   }
 
   /** A CPU layer (llama.cpp): weights read in host DRAM. Returns its last task. */
@@ -96,10 +84,10 @@ export class LayerBuilder {
     const dv = inp.model.derived;
     const input = prevCpuLayer
       ? layerEnd
-      : e.d2h('activations', this.actBytes(T), [layerEnd, e.lastGpu], false, () => `L${l} hidden D2H`);
+      : e.d2h('activations', this.price.actBytes(T), [layerEnd, e.lastGpu], false, () => `L${l} hidden D2H`);
     const proj = e.cpu(
       'cpuAttnProj',
-      this.cpuNs(T * (dv.attentionProjFlopsPerToken + (mi >= 0 ? dv.routerFlopsPerToken : 0))),
+      this.price.cpuNs(T * (dv.attentionProjFlopsPerToken + (mi >= 0 ? dv.routerFlopsPerToken : 0))),
       dv.attentionBytesPerLayer,
       [input],
       () => `L${l} cpu proj`,
@@ -107,7 +95,7 @@ export class LayerBuilder {
     const ca = inp.cost.estimate({
       kind: 'cpuAttention',
       tokens: T,
-      contextTokens: inp.shape.seqs * this.ctxPerSeq,
+      contextTokens: inp.shape.seqs * this.price.ctxPerSeq,
       cores: this.c.cpuCores,
     });
     e.cpu('cpuAttention', ca.computeNs ?? ca.ns, ca.bytes, [proj], () => `L${l} cpu attention`);
@@ -135,14 +123,14 @@ export class LayerBuilder {
       flops = T * dv.denseFfnFlopsPerToken;
       bytes = dv.denseFfnBytesPerLayer;
     }
-    return e.cpu('cpuFfn', this.cpuNs(flops), bytes, [], () => `L${l} cpu ffn`);
+    return e.cpu('cpuFfn', this.price.cpuNs(flops), bytes, [], () => `L${l} cpu ffn`);
   }
 
   /** A GPU layer: input copy (after a CPU layer), weights, attention, the rest. Returns its last kernel. */
   gpuLayer(l: number, mi: number, layerEnd: number, prevCpuLayer: boolean): number {
     const e = this.e;
     const input = prevCpuLayer
-      ? e.h2d('activations', this.actBytes(this.T), [layerEnd], false, () => `L${l} hidden H2D`)
+      ? e.h2d('activations', this.price.actBytes(this.T), [layerEnd], false, () => `L${l} hidden H2D`)
       : -1;
     const layer = this.layerWeights(l, mi, layerEnd, input);
     if (this.c.expertBatching === 'accumulated') this.accumulatedLayer(layer);
@@ -214,7 +202,7 @@ export class LayerBuilder {
     if (mi < 0) {
       after = e.gpu(
         'denseFfn',
-        this.gpuCost('denseFfn', T),
+        this.price.gpuCost('denseFfn', T),
         [...joins, ...inputs],
         () => `L${l} dense FFN`,
         denseRelease,
@@ -223,7 +211,7 @@ export class LayerBuilder {
       const shared = this.inp.model.sharedExperts > 0;
       after = e.gpu(
         'router',
-        this.gpuCost('router', T),
+        this.price.gpuCost('router', T),
         [...joins, ...inputs],
         () => `L${l} router`,
         shared ? undefined : denseRelease,
@@ -231,7 +219,7 @@ export class LayerBuilder {
       if (shared)
         after = e.gpu(
           'sharedExpert',
-          this.gpuCost('sharedExperts', T),
+          this.price.gpuCost('sharedExperts', T),
           [after],
           () => `L${l} shared experts`,
           denseRelease,
@@ -269,12 +257,17 @@ export class LayerBuilder {
     const { l, mi, weightTask } = ly;
     const tok = seqs * this.nt;
     if (mi < 0) {
-      e.gpu('denseFfn', this.gpuCost('denseFfn', tok), [attnJoin, weightTask], () => `L${l} m${m} dense FFN`);
+      e.gpu('denseFfn', this.price.gpuCost('denseFfn', tok), [attnJoin, weightTask], () => `L${l} m${m} dense FFN`);
       return;
     }
-    let after = e.gpu('router', this.gpuCost('router', tok), [attnJoin, weightTask], () => `L${l} m${m} router`);
+    let after = e.gpu('router', this.price.gpuCost('router', tok), [attnJoin, weightTask], () => `L${l} m${m} router`);
     if (this.inp.model.sharedExperts > 0)
-      after = e.gpu('sharedExpert', this.gpuCost('sharedExperts', tok), [after], () => `L${l} m${m} shared experts`);
+      after = e.gpu(
+        'sharedExpert',
+        this.price.gpuCost('sharedExperts', tok),
+        [after],
+        () => `L${l} m${m} shared experts`,
+      );
     this.experts(l, mi, tok, after, weightTask, false, ` m${m}`);
   }
 
@@ -299,7 +292,7 @@ export class LayerBuilder {
     const out = ly.kvHost ? this.kvOutRing.next() : undefined;
     const alloc: MemoryRequest[] | undefined = out && hold(s * nt * kvTok, 'kvCache', out.key);
     const deps = [ly.inputs[0]!, ly.inputs[1]!, out ? out.waitFor : -1, kvIn];
-    const att = e.gpu('attention', this.attentionNs(s), deps, () => `L${l} m${m} attention`, {
+    const att = e.gpu('attention', this.price.attentionNs(s), deps, () => `L${l} m${m} attention`, {
       alloc,
       release: kvInKey ? [kvInKey] : undefined,
     });
@@ -325,23 +318,10 @@ export class LayerBuilder {
     }
     const outWait = ly.kvHost ? this.kvOutRing.nextWait() : -1;
     const outFill = this.kvOutRing.lastFill;
-    const att = e.gpuN(this.attentionNs(s), ly.inputs[0]!, ly.inputs[1]!, outWait, kvIn);
+    const att = e.gpuN(this.price.attentionNs(s), ly.inputs[0]!, ly.inputs[1]!, outWait, kvIn);
     if (kvInFill >= 0) this.kvInRing.released(kvInFill, att);
     if (ly.kvHost) this.kvOutRing.released(outFill, e.chainedCopyN('d2h', s * nt * kvTok, att));
     return att;
-  }
-
-  /** The attention kernel of `s` sequences (the last size asked for kept: micro-batches mostly share one). */
-  private attentionNs(s: number): Ns {
-    if (s !== this.attnSeqs) {
-      this.attnSeqs = s;
-      this.attnNs = this.inp.cost.estimate({
-        kind: 'attention',
-        tokens: s * this.nt,
-        contextTokens: s * this.ctxPerSeq,
-      }).ns;
-    }
-    return this.attnNs;
   }
 
   /** CPU attention of `s` sequences: GPU projections → Q D2H → CPU → output H2D. Returns the output copy. */
@@ -350,15 +330,15 @@ export class LayerBuilder {
     const l = ly.l;
     const proj = e.gpu(
       'attnProj',
-      this.gpuCost('attentionProj', s * nt),
+      this.price.gpuCost('attentionProj', s * nt),
       [...ly.inputs],
       () => `L${l} m${m} proj (CPU part)`,
     );
-    const q = e.d2h('activations', this.actBytes(s * nt), [proj], false, () => `L${l} m${m} Q D2H`);
+    const q = e.d2h('activations', this.price.actBytes(s * nt), [proj], false, () => `L${l} m${m} Q D2H`);
     const ca = this.inp.cost.estimate({
       kind: 'cpuAttention',
       tokens: s * nt,
-      contextTokens: s * this.ctxPerSeq,
+      contextTokens: s * this.price.ctxPerSeq,
       cores: this.c.cpuCores,
     });
     // MLA: the latent up-projection of these tokens (W_UK into the queries, W_UV out of the
@@ -372,7 +352,7 @@ export class LayerBuilder {
         : 0;
     const computeNs = caNs + upNs;
     const ct = e.cpu('cpuAttention', computeNs as Ns, ca.bytes + mlaUp.bytes, [q], () => `L${l} m${m} CPU attention`);
-    return e.h2d('activations', this.actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
+    return e.h2d('activations', this.price.actBytes(s * nt), [ct], false, () => `L${l} m${m} attention out H2D`);
   }
 
   /** Experts of one MoE layer over `tokens` tokens. `weightDep`: the layer transfer (layer granularity) or -1. */
@@ -417,7 +397,7 @@ export class LayerBuilder {
         const chunks = Math.ceil(cnt / c.expertChunkTokens);
         const id = e.gpu(
           'expert',
-          this.expertNs(cnt),
+          this.price.expertNs(cnt),
           [after, weightDep, w],
           () => `L${l}${tag} e${x} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
           key ? { release: [key] } : undefined,
@@ -454,30 +434,11 @@ export class LayerBuilder {
         w = e.chainedCopyN('h2d', mm.expertBytes, waitFor);
       }
       if (cnt > 0) {
-        const id = e.gpuN(this.expertNs(cnt), after, weightDep, w);
+        const id = e.gpuN(this.price.expertNs(cnt), after, weightDep, w);
         if (fill >= 0) this.expertRing.released(fill, id);
       } else if (fill >= 0) {
         this.expertRing.released(fill, e.barrierN(after, w));
       }
     }
-  }
-
-  /** One expert's GEMM chunks over `cnt` tokens, back to back (see `experts`). */
-  private expertNs(cnt: number): Ns {
-    const { c } = this;
-    const cost = this.inp.cost;
-    const chunks = Math.ceil(cnt / c.expertChunkTokens);
-    const full = cost.estimate({ kind: 'expert', tokens: c.expertChunkTokens }).ns;
-    const lastTokens = cnt - c.expertChunkTokens * (chunks - 1);
-    return ((chunks - 1) * full + cost.estimate({ kind: 'expert', tokens: lastTokens }).ns) as Ns;
-  }
-
-  /** A GPU kernel's cost-model duration over `tokens` tokens (attention has its own, with context). */
-  private gpuCost(kind: 'denseFfn' | 'router' | 'sharedExperts' | 'attentionProj', tokens: number): Ns {
-    return this.inp.cost.estimate({ kind, tokens }).ns;
-  }
-
-  private cpuNs(flops: number): Ns {
-    return ceilNs((flops / this.cpuRate) * 1e9);
   }
 }

@@ -128,7 +128,7 @@ export function buildPassDag(inp: DagInput): PassDag {
   const lmInput = prevCpuLayer
     ? e.h2d(
         'activations',
-        layers.actBytes(shape.seqs * shape.newTokens),
+        layers.price.actBytes(shape.seqs * shape.newTokens),
         [layerEnd],
         false,
         () => 'hidden H2D (LM head)',
