@@ -33,7 +33,11 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'sim/resources',
     mutate: ['sim/resources/**/*.ts'],
     // The resources' own unit and model-based tests (the task-graph suites add minutes per mutant).
-    tests: ['test/unit/{resources-*,pcie-link-mutation}.test.ts', 'test/model-based/*.test.ts'],
+    // ssd-tier and host-experts drive the NVMe link, page cache and CPU pool through the executor.
+    tests: [
+      'test/unit/{resources-*,pcie-link-mutation,ssd-tier,host-experts}.test.ts',
+      'test/model-based/*.test.ts',
+    ],
     target: 0.85,
   },
   {
@@ -42,7 +46,9 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     tests: [
       'test/unit/serving-*.test.ts',
       'test/unit/{split-experts,moepic,moe-infinity,baselines,request-table,oracle-prefetch}.test.ts',
-      'test/property/{serving-*,baselines,victims}.test.ts',
+      // The executor's engine mechanisms (host-computed experts, SSD tier, linear attention, every hook).
+      'test/unit/{host-experts,ssd-tier,linear-attention,plugin-every-hook}.test.ts',
+      'test/property/{serving-*,baselines,victims,expert-buffer-index}.test.ts',
       'test/golden/golden.test.ts',
     ],
   },
