@@ -34,10 +34,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     mutate: ['sim/resources/**/*.ts'],
     // The resources' own unit and model-based tests (the task-graph suites add minutes per mutant).
     // ssd-tier and host-experts drive the NVMe link, page cache and CPU pool through the executor.
-    tests: [
-      'test/unit/{resources-*,pcie-link-mutation,ssd-tier,host-experts}.test.ts',
-      'test/model-based/*.test.ts',
-    ],
+    tests: ['test/unit/{resources-*,pcie-link-mutation,ssd-tier,host-experts}.test.ts', 'test/model-based/*.test.ts'],
     target: 0.85,
   },
   {
