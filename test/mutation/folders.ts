@@ -52,7 +52,23 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
   {
     name: 'sim/throughput',
     mutate: ['sim/throughput/**/*.ts'],
-    tests: ['test/unit/{throughput-*,moe-lens-*,cap}.test.ts', 'test/property/{throughput,cap}.test.ts'],
+    tests: [
+      'test/unit/{throughput-*,moe-lens-*,cap}.test.ts',
+      'test/property/{throughput,cap}.test.ts',
+      // Exact goldens: the throughput family's metrics and timelines (every task's label, track and times).
+      'test/golden/{systems,throughput-timelines}.test.ts',
+    ],
+  },
+  {
+    // MoE-Lens's scheduler, analytic model and execution (the throughput family's third executor
+    // before the redesign, in the simulator's folder then): guarded by the same tests.
+    name: 'policies/moe-lens',
+    mutate: ['policies/moe-lens/**/*.ts'],
+    tests: [
+      'test/unit/{throughput-*,moe-lens-*}.test.ts',
+      'test/property/throughput.test.ts',
+      'test/golden/{systems,throughput-timelines}.test.ts',
+    ],
   },
   {
     name: 'sim/taskgraph',
