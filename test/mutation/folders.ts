@@ -46,7 +46,8 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
       // The executor's engine mechanisms (host-computed experts, SSD tier, linear attention, every hook).
       'test/unit/{host-experts,ssd-tier,linear-attention,plugin-every-hook}.test.ts',
       'test/property/{serving-*,baselines,victims,expert-buffer-index}.test.ts',
-      'test/golden/golden.test.ts',
+      // Exact goldens: metrics and timelines of every cache/prefetch policy and engine mechanism.
+      'test/golden/{golden,systems,timelines}.test.ts',
     ],
   },
   {
@@ -56,7 +57,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
       'test/unit/{throughput-*,moe-lens-*,cap}.test.ts',
       'test/property/{throughput,cap}.test.ts',
       // Exact goldens: the throughput family's metrics and timelines (every task's label, track and times).
-      'test/golden/{systems,throughput-timelines}.test.ts',
+      'test/golden/{systems,timelines}.test.ts',
     ],
   },
   {
@@ -67,13 +68,17 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     tests: [
       'test/unit/{throughput-*,moe-lens-*}.test.ts',
       'test/property/throughput.test.ts',
-      'test/golden/{systems,throughput-timelines}.test.ts',
+      'test/golden/{systems,timelines}.test.ts',
     ],
   },
   {
     name: 'sim/taskgraph',
     mutate: ['sim/taskgraph/**/*.ts'],
-    tests: ['test/unit/{taskgraph,throughput-estimator}.test.ts', 'test/property/taskgraph.test.ts'],
+    tests: [
+      'test/unit/{taskgraph,throughput-estimator}.test.ts',
+      'test/property/taskgraph.test.ts',
+      'test/golden/timelines.test.ts',
+    ],
   },
   {
     name: 'sim/metrics',
@@ -81,6 +86,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     tests: [
       'test/unit/{cap,metrics-summary,request-table,serving-executor,thresholds}.test.ts',
       'test/property/{cap,serving-lru-stack}.test.ts',
+      'test/golden/{systems,timelines}.test.ts',
     ],
   },
   {
@@ -89,6 +95,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     tests: [
       'test/unit/{lcp-rank,baselines,moepic,cache-policies-mutation}.test.ts',
       'test/property/{victims,serving-lru-stack,baselines}.test.ts',
+      'test/golden/{systems,timelines}.test.ts',
     ],
   },
   {
@@ -97,6 +104,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     tests: [
       'test/unit/{oracle-prefetch,budget-experts,baselines,pre-gated}.test.ts',
       'test/property/{baselines,adapmoe-allocator}.test.ts',
+      'test/golden/{systems,timelines}.test.ts',
     ],
   },
 ];

@@ -1,16 +1,16 @@
 /**
- * Exact goldens of the throughput family, timelines included: every config in
- * `configs/throughput/` (small: each run takes well under a second) is run through `runOne` with a
+ * Exact goldens with timelines, serving and throughput families: every config in
+ * `configs/timelines/` (small: each run takes well under a second) is run through `runOne` with a
  * timeline, and each run's record (policy, params, seed, every metric, the simulator's counts) plus
  * the SHA-256 and size of its Chrome-trace timeline must be byte-equal to
- * `expected/throughput/<config>.json`.
+ * `expected/timelines/<config>.json`.
  *
  * The metrics pin what a run reports; the timeline pins how it got there — every kernel, copy and
  * CPU slice with its name, track, start and length — so a change to a task's label, a dependency or
  * a stream shows here even when the totals happen not to move. A regression pin produced by running
  * the code, not a comparison with a paper. When a change is intended, regenerate with
  *
- *     UPDATE_GOLDEN=1 npx vitest run test/golden/throughput-timelines.test.ts
+ *     UPDATE_GOLDEN=1 npx vitest run test/golden/timelines.test.ts
  *
  * and say why in the commit (write the timelines out with `experiment --timeline` to see the change).
  */
@@ -23,8 +23,8 @@ import { loadConfigFile } from '../../experiments/config/load.ts';
 import { prepareRuns, runOne } from '../../experiments/runner.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const CONFIGS = path.join(here, 'configs', 'throughput');
-const EXPECTED = path.join(here, 'expected', 'throughput');
+const CONFIGS = path.join(here, 'configs', 'timelines');
+const EXPECTED = path.join(here, 'expected', 'timelines');
 const UPDATE = process.env.UPDATE_GOLDEN === '1';
 
 const configs = readdirSync(CONFIGS)
@@ -47,9 +47,15 @@ async function runsOf(file: string): Promise<string> {
   return `${JSON.stringify({ config: file, runs }, null, 2)}\n`;
 }
 
-describe('exact goldens of the throughput family, with timelines', () => {
+describe('exact goldens with timelines', () => {
   it('finds the configs', () => {
-    expect(configs).toEqual(['lens-family.yaml', 'offload-family.yaml']);
+    expect(configs).toEqual([
+      'serving-cache.yaml',
+      'serving-engines.yaml',
+      'serving-ssd.yaml',
+      'throughput-lens.yaml',
+      'throughput-offload.yaml',
+    ]);
   });
 
   it.each(configs)(
@@ -64,7 +70,7 @@ describe('exact goldens of the throughput family, with timelines', () => {
       }
       if (!existsSync(expectedFile)) {
         throw new Error(
-          `no expected runs for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/throughput-timelines.test.ts`,
+          `no expected runs for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/timelines.test.ts`,
         );
       }
       const expected = readFileSync(expectedFile, 'utf8');
