@@ -16,7 +16,8 @@ import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
 import { defaultPassConfig } from '../../sim/throughput/types.ts';
 import type { Iteration } from '../../sim/throughput/iteration.ts';
-import { CgoPipe } from '../../sim/throughput/pipelines/cgopipe.ts';
+import { CgoPipe, cgoStage } from '../../sim/throughput/pipelines/cgopipe.ts';
+import { passConfigProblem } from '../../sim/throughput/pass-config.ts';
 import { type GroupLoad, type LayerCosts, layerCosts } from '../../sim/throughput/pipelines/layer-costs.ts';
 import { SerialOffloadPipe } from '../../sim/throughput/pipelines/serial-offload.ts';
 import { EventPipe } from '../../sim/throughput/pipelines/vslpipe-events.ts';
@@ -258,5 +259,34 @@ describe('VRAM workspace of an MLA model', () => {
     // (16·192 + 512 + 64 + 2048) = 5 696 elements per token, 2 B each, 100 tokens, 1 micro-batch:
     // 1 139 200 B, above the LM head's 102 400 · 4 = 409 600 and the one-token FFN workspaces.
     expect(vramNeeded(m, shape, c).workspaceBytes).toBe(1_139_200);
+  });
+});
+
+describe('CGOPipe stage with a DRAM capacity, by hand', () => {
+  it('the CPU window slowed by the shared DRAM, then max(C + G/μ, G + C/μ) with the slowed C', () => {
+    // C 100 ns reading 1000 B (10 B/ns) beside a DMA of 500 B in 50 ns (10 B/ns): 20 B/ns against a
+    // capacity of 10, so C takes 100 × 20 / 10 = 200 ns. G 400, μ 2: max(200 + 200, 400 + 100) = 500,
+    // above sharedStage's 200 and the free stage max(50, 100 + 200, 400 + 50) = 450: slowed.
+    expect(sharedStage(100, 1000, 0, 0, 0, 0, 500, 50, 10).stageNs).toBe(200);
+    expect(cgoStage(100, 1000, 400, 2, 500, 50, 10)).toEqual({ stageNs: 500, slowed: true });
+    // Without a capacity: the free stage, not slowed.
+    expect(cgoStage(100, 1000, 400, 2, 500, 50, undefined)).toEqual({ stageNs: 450, slowed: false });
+  });
+});
+
+describe('pass configuration rules', () => {
+  const model = loadModel('mixtral-8x7b');
+  const layerWise = { ...defaultPassConfig(model.layers), weightGranularity: 'layer' as const, weightSlots: 2 };
+  it('per-micro-batch expert batching takes ω 0 or 1 with layer-granular weights, nothing between', () => {
+    expect(passConfigProblem({ ...layerWise, expertBatching: 'perMicroBatch', omega: 0 }, model)).toBeUndefined();
+    expect(passConfigProblem({ ...layerWise, expertBatching: 'perMicroBatch', omega: 1 }, model)).toBeUndefined();
+    expect(passConfigProblem({ ...layerWise, expertBatching: 'perMicroBatch', omega: 0.5 }, model)).toBe(
+      'perMicroBatch batching needs omega 0 or 1 (got 0.5)',
+    );
+    expect(passConfigProblem({ ...layerWise, expertBatching: 'accumulated', omega: 0.5 }, model)).toBeUndefined();
+  });
+  it('ω outside [0, 1] is named with its value', () => {
+    expect(passConfigProblem({ ...layerWise, omega: 1.5 }, model)).toBe('omega must be in [0, 1] (got 1.5)');
+    expect(passConfigProblem({ ...layerWise, omega: -0.5 }, model)).toBe('omega must be in [0, 1] (got -0.5)');
   });
 });
