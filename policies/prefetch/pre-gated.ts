@@ -39,6 +39,14 @@ export const PreGatedParams = z
   .strict();
 export type PreGatedParams = z.infer<typeof PreGatedParams>;
 
+/**
+ * What a pre-gated run's simulation reads of its parameters: `budgetExperts` only through whether
+ * it is given (`bufferSlots` below: 2 × top-k whatever its value; `createPreGated` never reads it).
+ * Runs whose parameters map to the same value simulate the same (`moesim reproduce` shares them).
+ */
+export const preGatedSimulatedParams = (p: PreGatedParams): unknown =>
+  p.budgetExperts === undefined ? p : { ...p, budgetExperts: 'given' };
+
 export function createPreGated(name: string, p: PreGatedParams, topK: number): ServingPolicy {
   const k = p.prefetchK ?? topK;
   return {

@@ -1,7 +1,9 @@
 /**
  * `moesim reproduce`'s run sharing: a run whose simulated inputs equal another experiment's is
  * simulated once and handed back with its own index, label, sweep values and seed; runs that
- * differ in anything simulated, or use a plugin policy, are each simulated.
+ * differ in anything simulated, or use a plugin policy, are each simulated. Pre-gated MoE's runs
+ * at two V_e are one run: the key ignores the value (not the presence) of `budgetExperts`, and
+ * both simulate to the same record.
  */
 import { describe, expect, it } from 'vitest';
 import type { RunSpec } from '../../experiments/config/expand.ts';
@@ -9,6 +11,10 @@ import type { Backend } from '../../experiments/parallel/pool.ts';
 import type { RunOutput } from '../../experiments/runner.ts';
 import { RunSharing, simulatedKey } from '../../experiments/cli/reproduce/shared-runs.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
+import { buildServingWorld } from '../../experiments/world.ts';
+import { ServingExecutorSchema } from '../../experiments/config/schema.ts';
+import { servingMetrics } from '../../sim/metrics/serving-metrics.ts';
+import { WorkloadSchema } from '../../workloads/config.ts';
 
 const lru = builtinPolicy('lru')!;
 
@@ -85,5 +91,46 @@ describe('RunSharing', () => {
     expect(
       simulatedKey(spec(0, 'x', { policy: { label: 'x', definition: plugin, params: {} } }), '/cfg'),
     ).toBeUndefined();
+  });
+});
+
+describe('pre-gated runs at every V_e', () => {
+  const preGated = builtinPolicy('pre-gated')!;
+  const pg = (index: number, params: Record<string, unknown>): RunSpec => ({
+    index,
+    policy: { label: 'Pre-gated', definition: preGated, params: preGated.params.parse(params) },
+    model: 'mixtral-8x7b',
+    hardware: 'a6000-xeon8358p-512gb',
+    seed: 2,
+    workload: WorkloadSchema.parse({
+      requests: 3,
+      arrival: { kind: 'offline' },
+      promptTokens: { kind: 'fixed', tokens: 5 },
+      outputTokens: { kind: 'fixed', tokens: 4 },
+      prediction: { kind: 'profile', accuracy: 0.7 },
+    }),
+    executor: ServingExecutorSchema.parse({ batching: 'static', maxBatchSize: 1 }),
+    params: { 'policy.budgetExperts': params.budgetExperts },
+  });
+
+  it('share one key across V_e, but not with V_e absent or another buffer', () => {
+    const key = (p: Record<string, unknown>) => simulatedKey(pg(0, p), '/cfg');
+    expect(key({ budgetExperts: 64 })).toBe(key({ budgetExperts: 192 }));
+    expect(key({ budgetExperts: 0 })).toBe(key({ budgetExperts: 64 }));
+    expect(key({})).not.toBe(key({ budgetExperts: 64 }));
+    expect(key({ budgetExperts: 64, capacitySlots: 6 })).not.toBe(key({ budgetExperts: 64 }));
+    expect(key({ budgetExperts: 64, prefetchK: 1 })).not.toBe(key({ budgetExperts: 64 }));
+  });
+
+  it('simulate to the same outcome at two V_e (what sharing them assumes)', async () => {
+    const outcomes: string[] = [];
+    for (const budgetExperts of [8, 200]) {
+      const spec = pg(0, { budgetExperts });
+      const outcome = (await buildServingWorld(spec, { baseDir: '.' })).run();
+      expect(outcome.counters.needs).toBeGreaterThan(0);
+      expect(outcome.resources.h2d.bytesMoved).toBeGreaterThan(0);
+      outcomes.push(JSON.stringify([servingMetrics(outcome), outcome.events, outcome.endNs]));
+    }
+    expect(outcomes[1]).toBe(outcomes[0]);
   });
 });

@@ -7,20 +7,30 @@
  * once; each experiment gets the record relabelled with its own index, label, sweep values and
  * seed — the bytes `runOne` would have written — and a timing of zero run seconds for the copy.
  *
+ * A built-in policy may name what its simulation reads of its parameters (`SIMULATED_PARAMS`):
+ * Pre-gated MoE accepts MoEpic's V_e but is flat in it, so its runs at every V_e are one run.
+ *
  * Only built-in policies are shared (a plugin's code may keep state between runs).
  */
 import type { RunSpec } from '../../config/expand.ts';
 import type { Backend } from '../../parallel/pool.ts';
 import type { RunOutput } from '../../runner.ts';
 import { builtinPolicy } from '../../../policies/registry.ts';
+import { type PreGatedParams, preGatedSimulatedParams } from '../../../policies/prefetch/pre-gated.ts';
+
+/** Built-in policies whose simulation reads less than their parameters: what it reads, as a key part. */
+const SIMULATED_PARAMS: Readonly<Record<string, (params: never) => unknown>> = {
+  'pre-gated': (p: PreGatedParams) => preGatedSimulatedParams(p),
+};
 
 /** The simulated inputs of `spec` as one string; undefined when it must not be shared (a plugin policy). */
 export function simulatedKey(spec: RunSpec, baseDir: string): string | undefined {
   const def = spec.policy.definition;
   if (builtinPolicy(def.name) !== def) return undefined;
+  const simulated = SIMULATED_PARAMS[def.name];
   return JSON.stringify([
     def.name,
-    spec.policy.params,
+    simulated ? simulated(spec.policy.params as never) : spec.policy.params,
     spec.model,
     spec.hardware,
     spec.runtime ?? null,
