@@ -71,4 +71,14 @@ describe('moe-lens policy', () => {
     expect(d.feasible).toBe(false);
     expect(d.infeasibleReason).toMatch(/phase both/);
   });
+
+  it('weights + KV capacity must fit host DRAM (805.3 GB here; Mixtral-8x7B is 93.4 GB)', () => {
+    // 93.4 + 700 = 793.4 GB fits; 93.4 + 760 = 853.4 GB does not, and the reason names both.
+    expect(run({ kvCapacityGB: 700 }).feasible).toBe(true);
+    const o = run({ kvCapacityGB: 760 });
+    expect(o.feasible).toBe(false);
+    expect(o.infeasibleReason).toMatch(
+      /^weights 93\.\d{3} GB \+ KV 760\.000 GB .* do not fit host DRAM 805\.\d{3} GB$/,
+    );
+  });
 });

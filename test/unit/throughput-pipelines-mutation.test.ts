@@ -18,6 +18,7 @@ import { defaultPassConfig } from '../../sim/throughput/types.ts';
 import type { Iteration } from '../../sim/throughput/iteration.ts';
 import { CgoPipe, cgoStage } from '../../sim/throughput/pipelines/cgopipe.ts';
 import { passConfigProblem } from '../../sim/throughput/pass-config.ts';
+import { KvPages } from '../../sim/throughput/kv-pages.ts';
 import { type GroupLoad, type LayerCosts, layerCosts } from '../../sim/throughput/pipelines/layer-costs.ts';
 import { SerialOffloadPipe } from '../../sim/throughput/pipelines/serial-offload.ts';
 import { EventPipe } from '../../sim/throughput/pipelines/vslpipe-events.ts';
@@ -288,5 +289,22 @@ describe('pass configuration rules', () => {
   it('ω outside [0, 1] is named with its value', () => {
     expect(passConfigProblem({ ...layerWise, omega: 1.5 }, model)).toBe('omega must be in [0, 1] (got 1.5)');
     expect(passConfigProblem({ ...layerWise, omega: -0.5 }, model)).toBe('omega must be in [0, 1] (got -0.5)');
+  });
+});
+
+describe('input checks', () => {
+  it('KV pages grow only non-negative integer sequence ids', () => {
+    const kv = new KvPages(4, 2, 1);
+    for (const id of [-1, 1.5]) {
+      expect(() => kv.grow(id, 1)).toThrow(`KvPages: sequence id ${id} is not a non-negative integer`);
+    }
+    kv.grow(0, 3);
+    expect(kv.heldBy(0)).toBe(2);
+  });
+  it('the GPU layers of a pass are 0 to the model’s layers', () => {
+    const model = loadModel('mixtral-8x7b');
+    const c = defaultPassConfig(model.layers);
+    expect(passConfigProblem({ ...c, gpuLayers: model.layers }, model)).toBeUndefined();
+    expect(passConfigProblem({ ...c, gpuLayers: model.layers + 1 }, model)).toMatch(/^gpuLayers .*\(got 33\)$/);
   });
 });
