@@ -679,6 +679,21 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
     ],
     ['release of an unheld key', (x) => x.add(g('t', { release: ['k'] })), /releases "k", which no task holds/],
     [
+      'a key released twice by one task',
+      (x) =>
+        x.add([
+          g('h', { alloc: [{ pool: 'vram', bytes: 1, category: 'workspace', hold: 'k' }] }),
+          g('t', { deps: ['h'], release: ['k', 'k'] }),
+        ]),
+      /task "t": releases "k" twice/,
+    ],
+    [
+      // Numeric ids that are not consecutive: 6 is not in the batch (an index by subtraction would find it).
+      'unknown dep between numeric ids',
+      (x) => x.add([{ ...g('a'), id: 5 } as TaskSpec, { ...g('b', { deps: [6] }), id: 7 } as TaskSpec]),
+      /task 7: unknown dep 6/,
+    ],
+    [
       'release by a non-descendant',
       (x) =>
         x.add([
