@@ -179,8 +179,10 @@ export class ThroughputExecutor {
     const make = plan.execution;
     const exec: Execution = make ? this.guard('plan', () => make(ctx)) : hostBatchExecution(ctx, plan, cfg);
     // Offline batch: every request is present at the start.
-    if (sink?.onRequest) for (const r of requestsOf()) sink.onRequest(r.id, 'arrive', 0 as Ns);
-    const run = runIterations(exec, sink, (i) => requestsOf()[i]!.id);
+    // Ids by position (a spec made per call dies young; the array would live through the run).
+    const idOf = (i: number): number => source.spec(i).id;
+    if (sink?.onRequest) for (let i = 0; i < count; i++) sink.onRequest(idOf(i), 'arrive', 0 as Ns);
+    const run = runIterations(exec, sink, idOf);
     const r = exec.report(run);
     const { requests, plan: asRun, checks, ...rest } = r;
     const routing = rest.routing ?? this.routing;
