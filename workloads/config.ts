@@ -154,45 +154,21 @@ export async function buildWorkload(
   let log: RequestLogEntry[] | undefined;
   if (cfg.arrival.kind === 'replay') log = await readRequestLog(resolve(baseDir, cfg.arrival.path));
 
-  // Arrivals.
-  const { timesS, cycles } = arrivalTimesS(cfg.arrival, n, streams.stream('arrivals'), log);
-  if (log && cycles > 1) notes.push(`request log of ${log.length} rows cycled ${cycles}×`);
-
-  // Tasks.
-  const taskRng = streams.stream('tasks');
-  const drawFrom = (mix: Readonly<Record<string, number>>): string => {
-    const names = Object.keys(mix);
-    return names[taskRng.weighted(names.map((t) => mix[t]!))]!;
-  };
-  const taskOf = (i: number): string | undefined => {
-    if (cfg.shift && i >= cfg.shift.atRequest) return drawFrom(cfg.shift.tasks);
-    if (cfg.tasks) return drawFrom(cfg.tasks);
-    if (store) return store.requests[i % store.requests.length]!.task;
-    if (log) return log[i % log.length]!.task;
-    if (profile?.tasks) return drawFrom(profile.tasks);
-    return undefined;
-  };
-
-  // Lengths.
-  const lengthRng = streams.stream('lengths');
+  // Lengths and tasks: where they come from (checked on every build).
   const promptFrom = lengthSource('prompt', cfg.promptTokens, store !== undefined, log, profile);
   const outputFrom = lengthSource('output', cfg.outputTokens, store !== undefined, log, profile);
+
+  // The request table: drawn from the `arrivals`, `tasks` and `lengths` streams (read by
+  // nothing else), so without a trace or a request log it is a pure function of `tableKey`.
+  const key = store || log ? undefined : tableKey(cfg, streams.masterSeed, baseDir, profileFile);
+  let table = key === undefined ? undefined : tableMemo.get(key);
   let unknownPrompts = 0;
-  const table = new RequestTable(n);
-  for (let id = 0; id < n; id++) {
-    const task = taskOf(id);
-    const stored = store?.requests[id % store.requests.length];
-    let promptTokens: number;
-    if (promptFrom.sampler) promptTokens = promptFrom.sampler(lengthRng, task);
-    else if (stored) {
-      promptTokens = stored.promptTokens;
-      if (promptTokens === 0) unknownPrompts++;
-    } else promptTokens = log![id % log!.length]!.promptTokens!;
-    let outputTokens: number;
-    if (outputFrom.sampler) outputTokens = outputFrom.sampler(lengthRng, task);
-    else if (stored) outputTokens = stored.outputTokens;
-    else outputTokens = log![id % log!.length]!.outputTokens!;
-    table.push(secondsToNs(timesS[id]!), Math.max(1, promptTokens), Math.max(1, outputTokens), task);
+  if (!table) {
+    const built = drawTable(cfg, streams, store, log, profile, promptFrom.sampler, outputFrom.sampler);
+    table = built.table;
+    unknownPrompts = built.unknownPrompts;
+    if (built.cycles > 1) notes.push(`request log of ${log!.length} rows cycled ${built.cycles}×`);
+    if (key !== undefined) rememberTable(key, table);
   }
   if (unknownPrompts > 0)
     notes.push(
@@ -289,6 +265,85 @@ export async function buildWorkload(
     ...(predictor ? { predictor } : {}),
     describe: parts.join('; '),
   };
+}
+
+/** Request tables by `tableKey`, oldest first; at most `TABLE_MEMO_REQUESTS` requests kept (18 B each). */
+const tableMemo = new Map<string, RequestTable>();
+let tableMemoRequests = 0;
+/** Bound on the memo (about 36 MB of columns: a sweep's workloads are a few, of up to a million requests). */
+const TABLE_MEMO_REQUESTS = 2_000_000;
+
+/** What a table drawn without a trace or request log depends on (a profile file is read-only while a process runs). */
+function tableKey(cfg: WorkloadConfig, seed: number, baseDir: string, profileFile: string): string {
+  const { requests, arrival, tasks, shift, promptTokens, outputTokens } = cfg;
+  return JSON.stringify([seed, baseDir, profileFile, requests, arrival, tasks, shift, promptTokens, outputTokens]);
+}
+
+/** Forgets every memoised request table (tests: the next build draws anew). */
+export function clearRequestTableMemo(): void {
+  tableMemo.clear();
+  tableMemoRequests = 0;
+}
+
+function rememberTable(key: string, table: RequestTable): void {
+  if (table.count > TABLE_MEMO_REQUESTS) return;
+  while (tableMemoRequests + table.count > TABLE_MEMO_REQUESTS) {
+    const [oldest, t] = tableMemo.entries().next().value!;
+    tableMemo.delete(oldest);
+    tableMemoRequests -= t.count;
+  }
+  tableMemo.set(key, table);
+  tableMemoRequests += table.count;
+}
+
+/** Draws the requests: arrivals, then per request its task and lengths (see the precedence in the header). */
+function drawTable(
+  cfg: WorkloadConfig,
+  streams: RngStreams,
+  store: TraceStore | undefined,
+  log: RequestLogEntry[] | undefined,
+  profile: Profile | undefined,
+  promptSampler: LengthSampler | undefined,
+  outputSampler: LengthSampler | undefined,
+): { table: RequestTable; unknownPrompts: number; cycles: number } {
+  const n = cfg.requests;
+  const { timesS, cycles } = arrivalTimesS(cfg.arrival, n, streams.stream('arrivals'), log);
+
+  // Tasks.
+  const taskRng = streams.stream('tasks');
+  const drawFrom = (mix: Readonly<Record<string, number>>): string => {
+    const names = Object.keys(mix);
+    return names[taskRng.weighted(names.map((t) => mix[t]!))]!;
+  };
+  const taskOf = (i: number): string | undefined => {
+    if (cfg.shift && i >= cfg.shift.atRequest) return drawFrom(cfg.shift.tasks);
+    if (cfg.tasks) return drawFrom(cfg.tasks);
+    if (store) return store.requests[i % store.requests.length]!.task;
+    if (log) return log[i % log.length]!.task;
+    if (profile?.tasks) return drawFrom(profile.tasks);
+    return undefined;
+  };
+
+  // Lengths.
+  const lengthRng = streams.stream('lengths');
+  let unknownPrompts = 0;
+  const table = new RequestTable(n);
+  for (let id = 0; id < n; id++) {
+    const task = taskOf(id);
+    const stored = store?.requests[id % store.requests.length];
+    let promptTokens: number;
+    if (promptSampler) promptTokens = promptSampler(lengthRng, task);
+    else if (stored) {
+      promptTokens = stored.promptTokens;
+      if (promptTokens === 0) unknownPrompts++;
+    } else promptTokens = log![id % log!.length]!.promptTokens!;
+    let outputTokens: number;
+    if (outputSampler) outputTokens = outputSampler(lengthRng, task);
+    else if (stored) outputTokens = stored.outputTokens;
+    else outputTokens = log![id % log!.length]!.outputTokens!;
+    table.push(secondsToNs(timesS[id]!), Math.max(1, promptTokens), Math.max(1, outputTokens), task);
+  }
+  return { table, unknownPrompts, cycles };
 }
 
 function checkProfileShape(p: Profile, file: string, shape: RoutingShape): void {

@@ -26,6 +26,7 @@ import type {
   IterationRun,
   IterationScheduler,
 } from './iteration.ts';
+import { arraySource } from '../workload.ts';
 import { hostKvBytesPerSeq } from './memory-model.ts';
 import { simulatePass, type PassResult } from './pass-sim.ts';
 import {
@@ -79,19 +80,17 @@ export class HostBatchScheduler implements IterationScheduler {
   }
 
   private *passes(): Generator<Iteration, void> {
-    const { requests: reqs, workload: w } = this.x;
+    const { workload: w } = this.x;
+    const src = this.x.source ?? arraySource(this.x.requests);
     const { plan, s: cfg } = this;
     const N = plan.hostBatchSeqs;
     const P = w.promptTokens;
     const reserve = P + w.outputTokens;
-    for (let g = 0; g < reqs.length; g += N) {
+    for (let g = 0; g < src.count; g += N) {
       if (cfg.maxHostBatches !== undefined && this.groups >= cfg.maxHostBatches) return;
       this.groups++;
-      const size = Math.min(N, reqs.length - g);
-      const outs = reqs
-        .slice(g, g + size)
-        .map((r) => r.outputTokens)
-        .sort((a, b) => b - a);
+      const size = Math.min(N, src.count - g);
+      const outs = Array.from({ length: size }, (_, i) => src.outputTokens(g + i)).sort((a, b) => b - a);
       this.sequencesRun += size;
       const ids = Array.from({ length: size }, (_, i) => g + i);
       const its: Iteration[] = [];

@@ -10,7 +10,7 @@ import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import type { CostModel } from '../cost/types.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import type { RequestSpec } from '../workload.ts';
+import type { RequestSource, RequestSpec } from '../workload.ts';
 import type { CountsFn } from './pass-dag.ts';
 import type { PhasePlan, PhaseTotals, PassShape, RunPlan, WorkloadSummary } from './types.ts';
 
@@ -122,6 +122,8 @@ export interface ExecutionContext {
   readonly cost: CostModel;
   readonly workload: WorkloadSummary;
   readonly requests: readonly RequestSpec[];
+  /** The same requests by position, without an object per request (default: over `requests`). */
+  readonly source?: RequestSource;
   /** Per-expert token counts (the workload's aggregate router or the fallback). */
   readonly counts: CountsFn;
   readonly sink?: TraceSink;

@@ -21,12 +21,12 @@ import { PolicyError, SimError } from '../kernel/errors.ts';
 import type { Rng } from '../kernel/rng.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import type { AggregateRouter, Workload } from '../workload.ts';
+import { arraySource, type AggregateRouter, type RequestSpec, type Workload } from '../workload.ts';
 import { hostBatchExecution } from './host-batch.ts';
 import { runIterations, type Execution, type ExecutionContext } from './iteration.ts';
 import { hostNeeded, vramNeeded } from './memory-model.ts';
 import { passConfigProblem, type CountsFn } from './pass-dag.ts';
-import type { ThroughputPolicy } from './policy.ts';
+import type { PlanContext, ThroughputPolicy } from './policy.ts';
 import { UniformMultinomialCounts } from './routing-counts.ts';
 import {
   emptyTotals,
@@ -114,23 +114,30 @@ export class ThroughputExecutor {
 
   run(): ThroughputOutcome {
     const { model, hardware: hw, workload, policy, config: cfg } = this.x;
-    const reqs = workload.requests;
+    // Lengths are read by position; the array of specs is built only if something asks for it (a
+    // host-batch run of MoE-Gen reads one host batch of a 100 000-request workload).
+    const source = workload.source ?? arraySource(workload.requests);
+    let specs: readonly RequestSpec[] | undefined;
+    const requestsOf = (): readonly RequestSpec[] => (specs ??= workload.requests);
+    const count = source.count;
     const phases = { prefill: cfg.phase !== 'decode', decode: cfg.phase !== 'prefill' };
     let maxPrompt = 1;
     let maxOut = 1;
-    for (const r of reqs) {
-      if (r.promptTokens > maxPrompt) maxPrompt = r.promptTokens;
-      if (r.outputTokens > maxOut) maxOut = r.outputTokens;
+    for (let i = 0; i < count; i++) {
+      const p = source.promptTokens(i);
+      const o = source.outputTokens(i);
+      if (p > maxPrompt) maxPrompt = p;
+      if (o > maxOut) maxOut = o;
     }
     const P = cfg.padPromptTo ?? maxPrompt;
     const summary: WorkloadSummary = {
-      sequences: reqs.length,
+      sequences: count,
       promptTokens: P,
       outputTokens: maxOut,
       phases,
       ...(cfg.batchSeqs !== undefined ? { fixedBatchSeqs: cfg.batchSeqs } : {}),
     };
-    const base = { policy: policy.name, requests: reqs.length, promptTokens: P, outputTokensMax: maxOut, hardware: hw };
+    const base = { policy: policy.name, requests: count, promptTokens: P, outputTokensMax: maxOut, hardware: hw };
     const cost = this.x.cost;
     const sink = this.x.sink;
     const ctx: ExecutionContext = {
@@ -138,13 +145,23 @@ export class ThroughputExecutor {
       hardware: hw,
       cost,
       workload: summary,
-      requests: reqs,
+      get requests() {
+        return requestsOf();
+      },
+      source,
       counts: this.counts,
       ...(sink ? { sink } : {}),
     };
-    const result = this.guard('plan', () =>
-      policy.plan({ model, hardware: hw, cost, workload: summary, requests: reqs }),
-    );
+    const planCtx: PlanContext = {
+      model,
+      hardware: hw,
+      cost,
+      workload: summary,
+      get requests() {
+        return requestsOf();
+      },
+    };
+    const result = this.guard('plan', () => policy.plan(planCtx));
     if (!result.feasible) {
       const none = {
         hostBatches: 0,
@@ -162,8 +179,10 @@ export class ThroughputExecutor {
     const make = plan.execution;
     const exec: Execution = make ? this.guard('plan', () => make(ctx)) : hostBatchExecution(ctx, plan, cfg);
     // Offline batch: every request is present at the start.
-    if (sink?.onRequest) for (const r of reqs) sink.onRequest(r.id, 'arrive', 0 as Ns);
-    const run = runIterations(exec, sink, (i) => reqs[i]!.id);
+    // Ids by position (a spec made per call dies young; the array would live through the run).
+    const idOf = (i: number): number => source.spec(i).id;
+    if (sink?.onRequest) for (let i = 0; i < count; i++) sink.onRequest(idOf(i), 'arrive', 0 as Ns);
+    const run = runIterations(exec, sink, idOf);
     const r = exec.report(run);
     const { requests, plan: asRun, checks, ...rest } = r;
     const routing = rest.routing ?? this.routing;
@@ -171,7 +190,7 @@ export class ThroughputExecutor {
     return {
       ...base,
       ...rest,
-      requests: requests ?? reqs.length,
+      requests: requests ?? count,
       feasible: true,
       plan: asPlanned,
       endNs: run.endNs,

@@ -1,6 +1,7 @@
 /**
  * The throughput family's plug point on hand-computed tiny cases: the loop (`runIterations`)
- * adds integer durations and reports milestones; the host-batch scheduler's passes; vLLM's
+ * adds integer durations and reports milestones; the host-batch scheduler's passes (from a spec
+ * array or read by position from a request table); vLLM's
  * scheduler admitting, preempting (recompute) and re-admitting two sequences in a 3-page pool.
  */
 import { describe, expect, it } from 'vitest';
@@ -15,6 +16,7 @@ import {
   type ExecutionContext,
 } from '../../sim/throughput/iteration.ts';
 import { KvPages } from '../../sim/throughput/kv-pages.ts';
+import { RequestTable } from '../../sim/workload.ts';
 import { defaultPassConfig, type RunPlan } from '../../sim/throughput/types.ts';
 
 const seq = (id: number) => ({ id, prompt: 4, kvTokens: 4 });
@@ -94,22 +96,38 @@ describe('HostBatchScheduler', () => {
       requests,
       workload: { sequences: 3, promptTokens: 4, outputTokens: 3, phases: { prefill: true, decode: true } },
     } as unknown as ExecutionContext;
-    const s = new HostBatchScheduler(
-      x,
-      plan,
-      { contextBucketTokens: 1, kvLayout: 'contiguous', kvPageTokens: 16, packetBytes: 1 << 20, memoise: false },
-      () => 0,
-    );
-    const got: string[] = [];
-    const finished: number[][] = [];
-    while (!s.done) {
-      const it = s.next(0 as Ns);
-      got.push(`${it.pass!.shape.phase[0]}${it.pass!.shape.seqs}/${it.pass!.shape.pastTokens}`);
-      if (it.finished.length > 0) finished.push([...it.finished]);
-    }
+    const passes = (ctx: ExecutionContext) => {
+      const s = new HostBatchScheduler(
+        ctx,
+        plan,
+        { contextBucketTokens: 1, kvLayout: 'contiguous', kvPageTokens: 16, packetBytes: 1 << 20, memoise: false },
+        () => 0,
+      );
+      const got: string[] = [];
+      const finished: number[][] = [];
+      while (!s.done) {
+        const it = s.next(0 as Ns);
+        got.push(`${it.pass!.shape.phase[0]}${it.pass!.shape.seqs}/${it.pass!.shape.pastTokens}`);
+        if (it.finished.length > 0) finished.push([...it.finished]);
+      }
+      return { got, finished, groups: s.groups };
+    };
+    const { got, finished, groups } = passes(x);
     expect(got).toEqual(['p2/0', 'd1/4', 'd1/5', 'p1/0', 'd1/4']);
     expect(finished).toEqual([[0, 1], [2]]);
-    expect(s.groups).toBe(2);
+    expect(groups).toBe(2);
+    // Read by position from the workload's table (the executor's path): the same passes, and the
+    // spec array is never asked for.
+    const table = new RequestTable(3);
+    for (const r of requests) table.push(r.arrivalNs, r.promptTokens, r.outputTokens);
+    const bySource = {
+      get requests(): never {
+        throw new Error('the spec array was read');
+      },
+      source: table,
+      workload: x.workload,
+    } as unknown as ExecutionContext;
+    expect(passes(bySource)).toEqual({ got, finished, groups });
   });
 });
 
