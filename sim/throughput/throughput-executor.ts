@@ -21,7 +21,7 @@ import { PolicyError, SimError } from '../kernel/errors.ts';
 import type { Rng } from '../kernel/rng.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
-import { arraySource, type AggregateRouter, type RequestSpec, type Workload } from '../workload.ts';
+import { arraySource, type AggregateRouter, type RequestSource, type RequestSpec, type Workload } from '../workload.ts';
 import { hostBatchExecution } from './host-batch.ts';
 import { runIterations, type Execution, type ExecutionContext } from './iteration.ts';
 import { hostNeeded, vramNeeded } from './memory-model.ts';
@@ -120,23 +120,9 @@ export class ThroughputExecutor {
     let specs: readonly RequestSpec[] | undefined;
     const requestsOf = (): readonly RequestSpec[] => (specs ??= workload.requests);
     const count = source.count;
-    const phases = { prefill: cfg.phase !== 'decode', decode: cfg.phase !== 'prefill' };
-    let maxPrompt = 1;
-    let maxOut = 1;
-    for (let i = 0; i < count; i++) {
-      const p = source.promptTokens(i);
-      const o = source.outputTokens(i);
-      if (p > maxPrompt) maxPrompt = p;
-      if (o > maxOut) maxOut = o;
-    }
-    const P = cfg.padPromptTo ?? maxPrompt;
-    const summary: WorkloadSummary = {
-      sequences: count,
-      promptTokens: P,
-      outputTokens: maxOut,
-      phases,
-      ...(cfg.batchSeqs !== undefined ? { fixedBatchSeqs: cfg.batchSeqs } : {}),
-    };
+    const summary = workloadSummary(source, cfg);
+    const P = summary.promptTokens;
+    const maxOut = summary.outputTokens;
     const base = { policy: policy.name, requests: count, promptTokens: P, outputTokensMax: maxOut, hardware: hw };
     const cost = this.x.cost;
     const sink = this.x.sink;
@@ -244,4 +230,23 @@ export class ThroughputExecutor {
         `host batch of ${N} needs ${(host / 1e9).toFixed(1)} GB of host DRAM, the host has ${(hw.hostDramBytes / 1e9).toFixed(1)} GB`,
       );
   }
+}
+
+/** What the plan sees of the workload: its size, the padded prompt and the longest output, the phases. */
+function workloadSummary(source: RequestSource, cfg: ThroughputConfig): WorkloadSummary {
+  let maxPrompt = 1;
+  let maxOut = 1;
+  for (let i = 0; i < source.count; i++) {
+    const p = source.promptTokens(i);
+    const o = source.outputTokens(i);
+    if (p > maxPrompt) maxPrompt = p;
+    if (o > maxOut) maxOut = o;
+  }
+  return {
+    sequences: source.count,
+    promptTokens: cfg.padPromptTo ?? maxPrompt,
+    outputTokens: maxOut,
+    phases: { prefill: cfg.phase !== 'decode', decode: cfg.phase !== 'prefill' },
+    ...(cfg.batchSeqs !== undefined ? { fixedBatchSeqs: cfg.batchSeqs } : {}),
+  };
 }
