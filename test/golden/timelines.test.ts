@@ -51,6 +51,7 @@ describe('exact goldens with timelines', () => {
   it('finds the configs', () => {
     expect(configs).toEqual([
       'serving-cache.yaml',
+      'serving-encdec.yaml',
       'serving-engines.yaml',
       'serving-ssd.yaml',
       'throughput-lens.yaml',

@@ -11,7 +11,8 @@ import type { ResourceEvent, StorageEvent } from '../../sim/resources/events.ts'
 import { latencyAtDepth, NvmeLink, type NvmeRead } from '../../sim/resources/nvme-link.ts';
 import { PageCache } from '../../sim/resources/page-cache.ts';
 import { PcieLink } from '../../sim/resources/pcie-link.ts';
-import { SsdSource } from '../../sim/serving/parts/ssd-tier.ts';
+import { SsdSource, storagePlanOf } from '../../sim/serving/parts/ssd-tier.ts';
+import { loadHardware, loadModel } from '../../hardware-profiles/load.ts';
 import { RecordingSink } from './resources-helpers.ts';
 
 /** QD1 45 µs, QD32 23 µs (the 990 PRO profile's first two points), 7 GB/s, 4 KiB pages. */
@@ -189,5 +190,16 @@ describe('SsdSource: a miss NVMe → page cache → VRAM', () => {
     expect(h2d.bytesMoved).toBe(0);
     expect(nvme.cancelledReads).toBe(1);
     expect(cache.pool.usedBytes).toBe(0);
+  });
+});
+
+describe('the SSD tier needs a drive', () => {
+  it('a testbed without one is an input error naming it', () => {
+    const model = loadModel('qwen3.5-397b-a17b-mlx4-k4');
+    const hw = loadHardware('rtx4090');
+    expect(() => storagePlanOf({ reservedBytes: 0, parallelReads: 4 }, model, hw)).toThrow(
+      'the SSD tier needs a testbed naming a drive; rtx4090 has none',
+    );
+    expect(storagePlanOf(undefined, model, hw)).toBeUndefined();
   });
 });
