@@ -101,3 +101,21 @@ describe('MoE-Lens analytic model by hand', () => {
     expect(r.nReal).toBe(140);
   });
 });
+
+describe('MoE-Lens analytic model input checks', () => {
+  it('each input out of range is refused on its own, the others valid', () => {
+    const ok = { ...base, tGpuTokPerS: 50 };
+    expect(() => lensAnalytic(ok)).not.toThrow();
+    const bad: Partial<typeof ok>[] = [
+      { promptTokens: -1 },
+      { genTokens: 0 },
+      { pageTokens: 0 },
+      { kvCapacityTokens: 0 },
+      { sequences: 0 },
+      { modelBytes: 0 },
+      { ioBytesPerS: 0 },
+      { tGpuTokPerS: 0 },
+    ];
+    for (const b of bad) expect(() => lensAnalytic({ ...ok, ...b })).toThrow(/^lensAnalytic: invalid input \{/);
+  });
+});
