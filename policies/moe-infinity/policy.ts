@@ -308,7 +308,7 @@ export class MoeInfinityPolicy implements ServingPolicy {
     let m = 0;
     for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
     if (m === 0) return 0;
-    this.cache.beginAdmission(buffer, m);
+    this.cache.beginAdmission(buffer, m, full);
     heap.build(m, scores, keys);
     let n = 0;
     while (heap.size > 0) {

@@ -3,13 +3,8 @@
  * prefetcher's ranked set first, by lowest priority, then least recently used, then lowest key;
  * ranked ones after them, by highest rank (their priority is −rank), same ties. Keys are unique,
  * so the order is total: a linear scan (`firstVictimByScan` over listed candidates,
- * `firstVictimInBuffer` over the buffer itself) and the binary heap (`VictimOrder`) find the same
- * first victim.
- *
- * A heap because one collection of victims may answer many queries: an admission round hands out
- * victims one by one, and in a large buffer the executor's prefetches of one decision evict one
- * victim each from the same candidates (a linear scan per query made these rounds quadratic in
- * the buffer). In a small buffer the candidates change between most queries: one walk is cheaper.
+ * `firstVictimInBuffer` over the buffer itself) and the bounded selection of the first few
+ * (`CheapestVictims`, for a collection of victims that answers several queries) agree.
  */
 import type { BufferView, ExpertKey } from '../../sim/serving/policy.ts';
 
@@ -111,131 +106,6 @@ export function firstVictimInBuffer(
   out.ranked = bestProt;
   out.prio = bestPrio;
   return best >= 0;
-}
-
-export class VictimOrder {
-  private key = new Int32Array(64);
-  private prot = new Uint8Array(64);
-  private prio = new Float64Array(64);
-  private used = new Float64Array(64);
-  /** Heap of positions into the arrays above (the next victim on top). */
-  private heap = new Int32Array(64);
-  /** Items added since `clear`. */
-  private count = 0;
-  /** Items still in the heap. */
-  size = 0;
-
-  clear(): void {
-    this.count = 0;
-    this.size = 0;
-  }
-
-  /** Adds a victim (`prio`: its cache priority, or −rank when `ranked`; `used`: its last use). */
-  add(key: number, ranked: boolean, prio: number, used: number): void {
-    const n = this.count;
-    if (n === this.key.length) this.grow();
-    this.key[n] = key;
-    this.prot[n] = ranked ? 1 : 0;
-    this.prio[n] = prio;
-    this.used[n] = used;
-    this.count = n + 1;
-  }
-
-  /**
-   * Adds the first `n` of `keys` (candidates of the executor): ranked where `rankGen[k] === gen`
-   * (ordered by −`rank`), else by `priority` (null: all 0, LRU); last use from `buffer`.
-   */
-  addAll(
-    buffer: BufferView,
-    keys: ArrayLike<number>,
-    n: number,
-    rankGen: Uint32Array,
-    gen: number,
-    rank: Float64Array,
-    priority: Float64Array | null,
-  ): void {
-    for (let i = 0; i < n; i++) {
-      const k = keys[i]!;
-      const prot = rankGen[k] === gen;
-      // Inside the ranked set the least urgent (highest rank) goes first.
-      this.add(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
-    }
-  }
-
-  /** Orders the victims added since `clear` (O(n)). */
-  build(): void {
-    this.size = this.count;
-    for (let i = 0; i < this.size; i++) this.heap[i] = i;
-    for (let j = (this.size >> 1) - 1; j >= 0; j--) this.siftDown(j, this.heap[j]!);
-  }
-
-  /** Position of the next victim, or −1 when none is left. */
-  peek(): number {
-    return this.size > 0 ? this.heap[0]! : -1;
-  }
-
-  /** Removes the next victim. */
-  pop(): void {
-    const n = --this.size;
-    if (n > 0) this.siftDown(0, this.heap[n]!);
-  }
-
-  keyAt(i: number): number {
-    return this.key[i]!;
-  }
-  rankedAt(i: number): boolean {
-    return this.prot[i] === 1;
-  }
-  prioAt(i: number): number {
-    return this.prio[i]!;
-  }
-
-  /** Whether position `a` goes before position `b` (the comparisons of the linear scan it replaces). */
-  private before(a: number, b: number): boolean {
-    const pa = this.prot[a]!;
-    const pb = this.prot[b]!;
-    if (pa !== pb) return pa < pb;
-    const xa = this.prio[a]!;
-    const xb = this.prio[b]!;
-    if (xa !== xb) return xa < xb;
-    const ua = this.used[a]!;
-    const ub = this.used[b]!;
-    if (ua !== ub) return ua < ub;
-    return this.key[a]! < this.key[b]!;
-  }
-
-  /** Places position `x` in the hole at `j` and moves it down to its place. */
-  private siftDown(j: number, x: number): void {
-    const h = this.heap;
-    const size = this.size;
-    for (;;) {
-      const l = 2 * j + 1;
-      if (l >= size) break;
-      let m = l;
-      if (l + 1 < size && this.before(h[l + 1]!, h[l]!)) m = l + 1;
-      if (!this.before(h[m]!, x)) break;
-      h[j] = h[m]!;
-      j = m;
-    }
-    h[j] = x;
-  }
-
-  private grow(): void {
-    const n = this.key.length * 2;
-    const k = new Int32Array(n);
-    k.set(this.key);
-    const p = new Uint8Array(n);
-    p.set(this.prot);
-    const x = new Float64Array(n);
-    x.set(this.prio);
-    const u = new Float64Array(n);
-    u.set(this.used);
-    this.key = k;
-    this.prot = p;
-    this.prio = x;
-    this.used = u;
-    this.heap = new Int32Array(n);
-  }
 }
 
 /**

@@ -727,6 +727,7 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
   });
 
   it('CachePriorities: same victims, minimum victim priority and admissions', () => {
+    const stats = { walks: 0, rewalks: 0, fromMin: 0 };
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 5 }),
@@ -736,7 +737,15 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
         (L, E, requestPriorities, seed) => {
           const rng = new Rng(`cache-${seed}`);
           const cells = L * E;
-          const fast = new CachePriorities({ layers: L, experts: E, requestPriorities, initialLayerBoost: 1 });
+          // Admission walks keep 1–3 victims or the default: rounds often need more than one walk.
+          const firstVictims = rng.next() < 0.75 ? 1 + rng.int(3) : undefined;
+          const fast = new CachePriorities({
+            layers: L,
+            experts: E,
+            requestPriorities,
+            initialLayerBoost: 1,
+            firstVictims,
+          });
           const ref = new RefCache(fast.priority, requestPriorities);
           for (let step = 0; step < 10; step++) {
             for (let k = 0; k < cells; k++) fast.priority[k] = rng.next() < 0.4 ? 0 : rng.int(5) / 4;
@@ -760,7 +769,8 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
               fast.setRanked(again, u2, again.length);
               ref.setRanked(again, u2, again.length);
             }
-            fast.beginAdmission(buffer, limit);
+            // The round may start from the victims the minimum's walk kept (stale after a re-ranking).
+            fast.beginAdmission(buffer, limit, rng.next() < 0.7);
             const gate = ref.admission(buffer, limit);
             for (const k of absent) {
               const freq = rng.int(6) / 4;
@@ -785,10 +795,15 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
               expect(g1(k, freq)).toBe(g2(k, freq));
             }
           }
+          for (const k of ['walks', 'rewalks', 'fromMin'] as const) stats[k] += fast.admissionStats[k];
         },
       ),
       { numRuns: 300 },
     );
+    // Coverage: rounds started from the minimum's walk, and rounds that needed more victims than one walk kept.
+    expect(stats.fromMin).toBeGreaterThan(800);
+    expect(stats.rewalks).toBeGreaterThan(60);
+    expect(stats.walks).toBeGreaterThan(stats.fromMin);
   });
 
   it('CachePriorities: the same priorities after layer and key resets as per-request lookups', () => {

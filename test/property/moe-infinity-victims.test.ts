@@ -1,6 +1,6 @@
 /**
  * MoE-Infinity's cache answers the executor's eviction queries (`victimInBuffer`) by one walk
- * over a small buffer, and in a large one from a kept order (`VictimOrder`) while its candidates
+ * over a small buffer, and in a large one from a kept order (`CheapestVictims`, the first few victims) while its candidates
  * are the last ones less the victims handed out, at the same simulated time, with nothing it
  * reads changed. This property drives a buffer as the executor does (loads, arrivals, pins and
  * uses it is not told of, except uses through `noteUse` as the policy's `afterUse` reports them;
@@ -112,6 +112,7 @@ describe('MoE-Infinity cache victims', () => {
     let reused = 0;
     let walked = 0;
     let walkTies = 0;
+    let reorders = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 4 }),
@@ -128,6 +129,8 @@ describe('MoE-Infinity cache victims', () => {
             requestPriorities: req,
             initialLayerBoost: 0.5,
             keptOrderMinSlots: kept ? 0 : Infinity,
+            // Kept orders of one victim or the default: queries often need the next ones.
+            firstVictims: seed % 4 === 0 ? undefined : 1,
           });
           const eams = new RequestEams({ layers: L, experts: E });
           const ids = [1, 2];
@@ -256,11 +259,14 @@ describe('MoE-Infinity cache victims', () => {
               w.occupy(k, false);
             }
           }
+          reorders += c.victimStats.reorders;
         },
       ),
       { numRuns: 300 },
     );
-    // Coverage: queries answered from a kept order, ones that rebuilt it, walks (some decided by a tie).
+    // Coverage: queries answered from a kept order, ones that rebuilt it, orders extended for the
+    // next victims, walks (some decided by a tie).
+    expect(reorders).toBeGreaterThan(40);
     expect(reused).toBeGreaterThan(100);
     expect(queries - reused - walked).toBeGreaterThan(100);
     expect(walked).toBeGreaterThan(1000);
