@@ -31,7 +31,7 @@
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
 import type { Phase, RequestEams } from './eam.ts';
 import { CheapestVictims } from './cheapest-victims.ts';
-import { firstVictimByScan, firstVictimInBuffer, withoutKey, type ScannedVictim } from './victim-order.ts';
+import { ExecutorVictims, KEPT_ORDER_MIN_SLOTS, type VictimState } from './executor-victims.ts';
 
 const PHASES: readonly Phase[] = ['prefill', 'decode'];
 
@@ -49,28 +49,20 @@ export interface CachePriorityOptions {
 }
 
 /**
- * Buffer size from which `victimInBuffer` keeps an eviction order across queries rather than
- * walking the buffer per query. From CPU profiles, not tuned to a result (both give the same
- * victims): on the quickstart's 61 slots the victims cost 1.5 s walked against 4.7 s kept (1.4
- * victims per kept order); on Switch-128 BF16's 953 slots 10.7 s walked against 8.0 s kept (40
- * per order); 256 lies between.
- */
-export const KEPT_ORDER_MIN_SLOTS = 256;
-
-/**
  * Victims an admission round's first walk keeps (`CachePriorities.admitNext`). Speed only (any
  * value gives the same victims): at a thousand slots a round hands out 3–4 on average (MoEpic's
  * min-vram, Qwen, V_e 720 and 1200: 174 121 rounds), so 8 serve most rounds with one walk.
  */
 export const FIRST_VICTIMS = 8;
 
-export class CachePriorities {
+export class CachePriorities implements VictimState {
   /** Priority per expert key (request-EAM frequency × boost), set at the last reset. */
   readonly priority: Float64Array;
   private readonly boostFactor: Float64Array;
   /** Rank in the prefetcher's current ranked set, valid where `rankGen[key] === gen`. */
-  private readonly rank: Float64Array;
-  private readonly rankGen: Uint32Array;
+  readonly rank: Float64Array;
+  /** Where `rankGen[key] === generation`, `key` is in the ranked set (at urgency `rank[key]`). */
+  readonly rankGen: Uint32Array;
   private gen = 1;
   /** Expected activation frequency of the prefetches admitted in the current ranking (same generation). */
   private readonly admitted: Float64Array;
@@ -354,140 +346,53 @@ export class CachePriorities {
     return out;
   }
 
-  // The executor's eviction order (`chooseVictim`): its candidates as last given, less the victims
-  // handed out since, and the order built from them; valid while the candidates are exactly
-  // these, nothing the order reads changed (`version`: priorities, the ranked set, uses) and the
-  // simulated time is the same.
-  private readonly order = new CheapestVictims();
-  private expected = new Int32Array(64);
-  private expectedCount = -1;
-  private orderFor: BufferView | null = null;
-  private orderVersion = -1;
-  private orderNow = NaN;
-  /** Whether `order` holds the remembered candidates (built on their second query). */
-  private orderBuilt = false;
   /** Bumped whenever something the eviction order reads changes (see `noteUse`). */
   private version = 0;
-  /** Counters for tests: `chooseVictim` queries, and the ones on new candidates (a scan, not a kept order). */
-  readonly victimStats = { queries: 0, builds: 0, orders: 0, reorders: 0 };
-
   /** An expert was used (its last use changed): the eviction order must be rebuilt. */
   noteUse(): void {
     this.version++;
   }
 
-  /**
-   * The victim for `q`: the lowest-priority candidate outside the ranked set, else (on-demand
-   * only) the least urgent one inside it (highest rank). `undefined` declines a prefetch: when
-   * only ranked experts are left, or when the victim's priority is not below the admitted
-   * prefetch's expected activation frequency. `now` (the simulated time) lets successive
-   * queries at one instant share one order: the prefetches of one decision each evict one
-   * victim of the same candidates (the caller reports every use through `noteUse`).
-   */
-  chooseVictim(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
-    const cands = q.candidates;
-    this.victimStats.queries++;
-    let best: ExpertKey;
-    let ranked: boolean;
-    let prio: number;
-    const o = this.order;
-    if (this.orderValid(buffer, cands, now)) {
-      // The same candidates again (less the victims handed out): their order, built once.
-      if (!this.orderBuilt) this.buildOrder(buffer, this.o.firstVictims ?? FIRST_VICTIMS);
-      let v = o.peek();
-      if (v < 0 && o.mayHoldMore()) {
-        // Every victim kept was handed out: the next ones (`expected` no longer lists those).
-        this.buildOrder(buffer, 2 * o.limit);
-        this.victimStats.reorders++;
-        v = o.peek();
-      }
-      if (v < 0) return undefined;
-      best = o.keyAt(v);
-      ranked = o.rankedAt(v);
-      prio = o.prioAt(v);
-    } else {
-      // New candidates: one scan (most are not asked again), remembered in case they are.
-      this.remember(buffer, cands, now);
-      const sc = this.scanned;
-      if (!firstVictimByScan(buffer, cands, this.rankGen, this.gen, this.rank, this.victimPriorities(), sc))
-        return undefined;
-      best = sc.key;
-      ranked = sc.ranked;
-      prio = sc.prio;
-    }
-    if (this.declinesPrefetch(q, ranked, prio)) return undefined;
-    if (this.orderBuilt) o.pop();
-    this.expectedCount = withoutKey(this.expected, this.expectedCount, best);
-    return best;
+  /** Whether something the eviction order reads changed since `version` was read (priorities, the ranked set, uses). */
+  get orderVersion(): number {
+    return this.version;
+  }
+  /** The current ranked set's generation (`rankGen[key] === generation`: ranked). */
+  get generation(): number {
+    return this.gen;
+  }
+  get firstVictims(): number {
+    return this.o.firstVictims ?? FIRST_VICTIMS;
+  }
+  get keptOrderMinSlots(): number {
+    return this.o.keptOrderMinSlots ?? KEPT_ORDER_MIN_SLOTS;
   }
 
-  /**
-   * `chooseVictim` for the executor's query, whose candidates are the resident, unpinned entries
-   * of `buffer`: in a buffer under `keptOrderMinSlots` slots found by one walk over it (the
-   * executor lists no candidates), else from the kept order.
-   */
+  // The executor's eviction queries (`executor-victims.ts`).
+  private readonly victims: ExecutorVictims = new ExecutorVictims(this);
+  /** Counters for tests: queries, walks or scans on new candidates, orders kept, orders extended for the next victims. */
+  get victimStats(): ExecutorVictims['stats'] {
+    return this.victims.stats;
+  }
+
+  /** See `ExecutorVictims.chooseVictim`. */
+  chooseVictim(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
+    return this.victims.chooseVictim(buffer, q, now);
+  }
+
+  /** See `ExecutorVictims.victimInBuffer`. */
   victimInBuffer(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
-    if (buffer.slots >= (this.o.keptOrderMinSlots ?? KEPT_ORDER_MIN_SLOTS)) return this.chooseVictim(buffer, q, now);
-    const sc = this.scanned;
-    if (!firstVictimInBuffer(buffer, this.rankGen, this.gen, this.rank, this.victimPriorities(), sc)) return undefined;
-    return this.declinesPrefetch(q, sc.ranked, sc.prio) ? undefined : sc.key;
+    return this.victims.victimInBuffer(buffer, q, now);
   }
 
   /** A prefetch is declined when only ranked experts are left or the victim's priority is not below its own. */
-  private declinesPrefetch(q: EvictionQuery, ranked: boolean, prio: number): boolean {
+  declinesPrefetch(q: EvictionQuery, ranked: boolean, prio: number): boolean {
     if (q.reason !== 'prefetch') return false;
     return ranked || (this.admittedGen[q.forKey] === this.gen && !(prio < this.admitted[q.forKey]!));
   }
 
-  // The first victim of new candidates (`firstVictimByScan`).
-  private readonly scanned: ScannedVictim = { key: -1, ranked: false, prio: 0 };
-
-  /** Whether the candidates remembered last still stand for `cands` (same order of eviction). */
-  private orderValid(buffer: BufferView, cands: readonly ExpertKey[], now: number): boolean {
-    if (this.orderVersion !== this.version || this.orderFor !== buffer || this.orderNow !== now) return false;
-    const n = this.expectedCount;
-    if (cands.length !== n) return false;
-    const exp = this.expected;
-    for (let i = 0; i < n; i++) if (cands[i] !== exp[i]) return false;
-    return true;
-  }
-
-  /** Remembers candidates `cands` (their order is built if they are asked again). */
-  private remember(buffer: BufferView, cands: readonly ExpertKey[], now: number): void {
-    const n = cands.length;
-    if (this.expected.length < n) this.expected = new Int32Array(n * 2);
-    const exp = this.expected;
-    for (let i = 0; i < n; i++) exp[i] = cands[i]!;
-    this.expectedCount = n;
-    this.orderBuilt = false;
-    this.orderFor = buffer;
-    this.orderVersion = this.version;
-    this.orderNow = now;
-    this.victimStats.builds++;
-  }
-
-  /** Keeps the first `limit` of the remembered candidates (`expected`) in eviction order. */
-  private buildOrder(buffer: BufferView, limit: number): void {
-    const o = this.order;
-    const keys = this.expected;
-    const rank = this.rank;
-    const rankGen = this.rankGen;
-    const gen = this.gen;
-    const priority = this.victimPriorities();
-    o.clear(limit);
-    for (let i = 0; i < this.expectedCount; i++) {
-      const k = keys[i]!;
-      const prot = rankGen[k] === gen;
-      // Inside the ranked set the least urgent (highest rank) goes first.
-      o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, buffer.entry(k)?.lastUsedNs ?? -1);
-    }
-    o.finish();
-    this.orderBuilt = true;
-    this.victimStats.orders++;
-  }
-
   /** The priorities a victim outside the ranked set is ordered by: the cache priorities, or none (LRU). */
-  private victimPriorities(): Float64Array | null {
+  victimPriorities(): Float64Array | null {
     return this.o.requestPriorities ? this.priority : null;
   }
 }

@@ -16,7 +16,8 @@ import type { BufferEntryView, BufferView, EntryOrigin, ExpertKey, SegmentCacheV
 export interface BufferEntry extends BufferEntryView {
   state: 'loading' | 'resident';
   origin: EntryOrigin;
-  pinned: boolean;
+  /** Read-only outside the buffer: pins go through `ExpertBuffer.pin` (it counts `evictableVersion`). */
+  readonly pinned: boolean;
   residentSinceNs: number;
   lastUsedNs: number;
   uses: number;
@@ -60,6 +61,12 @@ export class ExpertBuffer implements BufferView {
   private byLayer: BufferEntry[][] | null = null;
   /** The loading entries in insertion order: built on the first `loadingEntries` call, then kept up to date. */
   private loadingList: BufferEntry[] | null = null;
+  /**
+   * Entries that joined or left the evictable set (resident and unpinned) so far, one per
+   * change: an occupancy as resident, an unpinned arrival, a pin or unpin of a resident entry, a
+   * release of an evictable one (`BufferView.evictableVersion`).
+   */
+  private evictableChanges = 0;
 
   constructor(
     readonly slots: number,
@@ -100,6 +107,16 @@ export class ExpertBuffer implements BufferView {
 
   get occupied(): number {
     return this.size;
+  }
+  get evictableVersion(): number {
+    return this.evictableChanges;
+  }
+
+  /** Pins `e` (being computed or awaited: not evictable) or unpins it. */
+  pin(e: BufferEntry, pinned: boolean): void {
+    if (e.pinned === pinned) return;
+    (e as { pinned: boolean }).pinned = pinned;
+    if (e.state === 'resident') this.evictableChanges++;
   }
   get free(): number {
     return this.slots - this.size;
@@ -183,7 +200,10 @@ export class ExpertBuffer implements BufferView {
     this.list.push(e);
     if (this.byLayer) this.layerSet(key).push(e);
     if (this.loadingList && !resident) this.loadingList.push(e);
-    if (resident) this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
+    if (resident) {
+      this.evictableChanges++;
+      this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
+    }
     return e;
   }
 
@@ -213,6 +233,7 @@ export class ExpertBuffer implements BufferView {
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
     e.transfer = null;
+    if (!e.pinned) this.evictableChanges++;
     if (this.loadingList) removeInOrder(this.loadingList, e);
     this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
@@ -229,7 +250,10 @@ export class ExpertBuffer implements BufferView {
     if (this.byLayer) removeInOrder(this.layerSet(key), e);
     if (this.loadingList && e.state === 'loading') removeInOrder(this.loadingList, e);
     this.vram.free(e.allocation);
-    if (e.state === 'resident') this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
+    if (e.state === 'resident') {
+      this.evictableChanges++;
+      this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
+    }
     return e;
   }
 

@@ -67,6 +67,13 @@ export interface BufferView {
   layerCount?(layer: number): number;
   /** The loading entries, in insertion order; optional (the executor's buffer has it). */
   loadingEntries?(): Iterable<BufferEntryView>;
+  /**
+   * Changes so far to the evictable set (resident, unpinned entries: an eviction query's
+   * candidates), one per entry that joined or left it; optional (the executor's buffer has it).
+   * A policy that remembers the candidates can tell from it that they are the same, less its
+   * victims the executor released, without listing them again.
+   */
+  readonly evictableVersion?: number;
 }
 
 /**

@@ -59,6 +59,7 @@ describe('ExpertBuffer indexes', () => {
   it('entries, evictable and hasEvictable equal a plain insertion-ordered list', () => {
     let manyRemovals = 0;
     let evictables = 0;
+    let evictableChanges = 0;
     fc.assert(
       fc.property(
         fc.array(fc.tuple(fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 47 }), fc.boolean()), {
@@ -74,13 +75,16 @@ describe('ExpertBuffer indexes', () => {
           const ref: ExpertKey[] = [];
           // Releases not at the list's end since the last entries() read (coverage of removals in the middle).
           let holes = 0;
+          // The evictable set before each step: evictableVersion counts each key that joins or leaves it.
+          let before = new Set<ExpertKey>();
           ops.forEach(([op, key, flag], i) => {
+            const version = buf.evictableVersion;
             const e = buf.entry(key);
             if (op <= 1 && !e && buf.free > 0) {
               buf.occupy(key, flag ? 'cache' : 'prefetch', flag);
               ref.push(key);
             } else if (op === 2 && e?.state === 'loading') buf.arrived(key);
-            else if (op === 3 && e) e.pinned = flag;
+            else if (op === 3 && e) buf.pin(e, flag);
             else if (op >= 4 && e && !e.pinned) {
               buf.release(key);
               if (ref.indexOf(key) !== ref.length - 1) holes++;
@@ -89,6 +93,11 @@ describe('ExpertBuffer indexes', () => {
             }
             // entries() read now and then, evictable() and hasEvictable() after every step.
             const want = ref.filter((k) => buf.entry(k)!.state === 'resident' && !buf.entry(k)!.pinned);
+            const now = new Set(want);
+            const flips = [...now].filter((k) => !before.has(k)).length + [...before].filter((k) => !now.has(k)).length;
+            expect(buf.evictableVersion - version).toBe(flips);
+            if (flips > 0) evictableChanges++;
+            before = now;
             expect(buf.evictable()).toEqual(want);
             expect(buf.hasEvictable()).toBe(want.length > 0);
             if (want.length > 0) evictables++;
@@ -105,5 +114,6 @@ describe('ExpertBuffer indexes', () => {
     );
     expect(manyRemovals).toBeGreaterThan(30);
     expect(evictables).toBeGreaterThan(5000);
+    expect(evictableChanges).toBeGreaterThan(2000);
   });
 });

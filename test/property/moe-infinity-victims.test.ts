@@ -25,7 +25,34 @@ interface Entry extends BufferEntryView {
 /** A buffer in insertion order (a Map's), mutated as the executor mutates `ExpertBuffer`. */
 class World implements BufferView {
   readonly map = new Map<number, Entry>();
-  constructor(readonly slots: number) {}
+  /** Entries that joined or left the evictable set (as `ExpertBuffer` counts them). */
+  private flips = 0;
+  /** `counted`: the world has `evictableVersion` (as the executor's buffer), else not (the listed-candidates path). */
+  constructor(
+    readonly slots: number,
+    private readonly counted: boolean,
+  ) {}
+  get evictableVersion(): number | undefined {
+    return this.counted ? this.flips : undefined;
+  }
+  private static evictable(e: Entry): boolean {
+    return e.state === 'resident' && !e.pinned;
+  }
+  pin(e: Entry, pinned: boolean): void {
+    const was = World.evictable(e);
+    e.pinned = pinned;
+    if (World.evictable(e) !== was) this.flips++;
+  }
+  arrive(e: Entry): void {
+    const was = World.evictable(e);
+    e.state = 'resident';
+    if (World.evictable(e) !== was) this.flips++;
+  }
+  remove(k: ExpertKey): void {
+    const e = this.map.get(k);
+    if (e && World.evictable(e)) this.flips++;
+    this.map.delete(k);
+  }
   get occupied(): number {
     return this.map.size;
   }
@@ -47,6 +74,7 @@ class World implements BufferView {
   occupy(key: ExpertKey, resident: boolean): void {
     const state = resident ? 'resident' : 'loading';
     this.map.set(key, { key, state, origin: 'prefetch', pinned: false, residentSinceNs: 0, lastUsedNs: -1, uses: 0 });
+    if (resident) this.flips++;
   }
   /** The executor's candidates: resident, unpinned, in insertion order. */
   candidates(): ExpertKey[] {
@@ -113,6 +141,7 @@ describe('MoE-Infinity cache victims', () => {
     let walked = 0;
     let walkTies = 0;
     let reorders = 0;
+    let reusedWalked = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 4 }),
@@ -120,7 +149,8 @@ describe('MoE-Infinity cache victims', () => {
         fc.boolean(),
         fc.integer(),
         fc.boolean(),
-        (L, E, req, seed, kept) => {
+        fc.boolean(),
+        (L, E, req, seed, kept, counted) => {
           const rng = new Rng(`victims-${seed}`);
           const cells = L * E;
           const c = new CachePriorities({
@@ -134,7 +164,7 @@ describe('MoE-Infinity cache victims', () => {
           });
           const eams = new RequestEams({ layers: L, experts: E });
           const ids = [1, 2];
-          const w = new World(1 + rng.int(cells));
+          const w = new World(1 + rng.int(cells), counted);
           for (let k = 0; k < cells && w.occupied < w.slots; k++) if (rng.next() < 0.7) w.occupy(k, rng.next() < 0.8);
           const admitted = new Map<number, number>();
           let now = 0;
@@ -152,7 +182,7 @@ describe('MoE-Infinity cache victims', () => {
             let e = es[rng.int(es.length + 1)];
             if (rng.next() < 0.5) for (const x of es) if (!x.pinned && (!e || x.lastUsedNs < e.lastUsedNs)) e = x;
             if (!e) return;
-            e.pinned = false;
+            w.pin(e, false);
             e.lastUsedNs = now;
             c.noteUse();
             if (req) c.resetKey(eams, ids, e.key);
@@ -165,9 +195,9 @@ describe('MoE-Infinity cache victims', () => {
             const j = joins[rng.int(joins.length + 1)];
             const l = leaves[rng.int(leaves.length + 1)];
             if (!j || !l) return;
-            j.state = 'resident';
-            j.pinned = false;
-            l.pinned = true;
+            w.arrive(j);
+            w.pin(j, false);
+            w.pin(l, true);
           };
           const ask = (q: EvictionQuery): ExpertKey | undefined => {
             const want = refVictim(c, admitted, req, w, q);
@@ -178,7 +208,10 @@ describe('MoE-Infinity cache victims', () => {
             if (!kept) {
               walked++;
               if (want !== undefined && tiedWith(c, req, want, q.candidates)) walkTies++;
-            } else if (c.victimStats.builds === before) reused++;
+            } else if (c.victimStats.builds === before) {
+              reused++;
+              if (counted) reusedWalked++;
+            }
             return got;
           };
           for (let step = 0; step < 80; step++) {
@@ -211,9 +244,9 @@ describe('MoE-Infinity cache victims', () => {
                 const e = es[rng.int(es.length + 1)];
                 if (!e) continue;
                 const r = rng.int(3);
-                if (r === 0 && e.state === 'loading') e.state = 'resident';
-                else if (r === 1) e.pinned = !e.pinned;
-                else if (e.state === 'loading' && !e.pinned) w.map.delete(e.key);
+                if (r === 0 && e.state === 'loading') w.arrive(e);
+                else if (r === 1) w.pin(e, !e.pinned);
+                else if (e.state === 'loading' && !e.pinned) w.remove(e.key);
               }
             } else if (op <= 4) {
               use();
@@ -240,7 +273,14 @@ describe('MoE-Infinity cache victims', () => {
                 if (candidates.length === 0) break;
                 const v = ask({ reason: 'prefetch', forKey: k, candidates });
                 if (v === undefined) continue;
-                w.map.delete(v);
+                if (rng.next() < 0.05) {
+                  // The victim stays (the executor changed its mind), and another candidate is
+                  // pinned: the evictable set changed once, but not by the victim's release.
+                  const other = w.candidates().find((x) => x !== v);
+                  if (other !== undefined) w.pin(w.entry(other)!, true);
+                  continue;
+                }
+                w.remove(v);
                 w.occupy(k, rng.next() < 0.2);
               }
             } else {
@@ -255,7 +295,7 @@ describe('MoE-Infinity cache victims', () => {
               if (candidates.length === 0) continue;
               const v = ask({ reason: 'demand', forKey: k, candidates });
               expect(v).toBeDefined();
-              w.map.delete(v!);
+              w.remove(v!);
               w.occupy(k, false);
             }
           }
@@ -267,6 +307,8 @@ describe('MoE-Infinity cache victims', () => {
     // Coverage: queries answered from a kept order, ones that rebuilt it, orders extended for the
     // next victims, walks (some decided by a tie).
     expect(reorders).toBeGreaterThan(40);
+    expect(reusedWalked).toBeGreaterThan(100);
+    expect(reused - reusedWalked).toBeGreaterThan(100);
     expect(reused).toBeGreaterThan(100);
     expect(queries - reused - walked).toBeGreaterThan(100);
     expect(walked).toBeGreaterThan(1000);

@@ -123,7 +123,7 @@ export class HostResidency extends SlotResidency {
       c.cacheHits++;
       if (it.decodeOnly) c.decodeCacheHits++;
     }
-    entry.pinned = true;
+    this.buffer.pin(entry, true);
     this.placement[key] = ON_GPU;
     this.ready.markReady(key);
   }

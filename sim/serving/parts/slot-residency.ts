@@ -89,13 +89,13 @@ export class SlotResidency implements Residency {
         c.cacheHits++;
         if (it.decodeOnly) c.decodeCacheHits++;
       }
-      e.pinned = true;
+      this.buffer.pin(e, true);
       this.ready.markReady(key);
       return;
     }
     if (e) {
       // Loading (a prefetch): it jumps the queue, unless the policy opts out (`queueJump: false`).
-      e.pinned = true;
+      this.buffer.pin(e, true);
       if (e.prefetchUnused) this.markPrefetchUsed(e);
       if (e.transfer && this.ctx.driver.policy.queueJump !== false) {
         this.source.reprioritize(e.transfer, DEMAND_PRIORITY);
@@ -123,7 +123,7 @@ export class SlotResidency implements Residency {
     pinned: boolean,
     label: string,
   ): void {
-    e.pinned = pinned;
+    this.buffer.pin(e, pinned);
     if (origin === 'demand') this.ctx.counters.demandFetches++;
     else this.ctx.counters.prefetchesIssued++;
     const category = origin === 'demand' ? 'expert-demand' : 'expert-prefetch';
@@ -157,7 +157,7 @@ export class SlotResidency implements Residency {
 
   /** Marks a slot entry used now. */
   protected used(e: BufferEntry): void {
-    e.pinned = false;
+    this.buffer.pin(e, false);
     e.uses++;
     e.lastUsedNs = this.ctx.sim.now;
     e.origin = 'cache';

@@ -100,7 +100,7 @@ export class SplitResidency extends SlotResidency {
     if (!t || t.fraction < 1) {
       pieces++;
       if (e) {
-        e.pinned = true;
+        this.buffer.pin(e, true);
         if (e.prefetchUnused) {
           fromPrefetch = e.state === 'resident';
           this.markPrefetchUsed(e);
