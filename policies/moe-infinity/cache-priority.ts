@@ -226,6 +226,8 @@ export class CachePriorities implements VictimState {
   private admFree = 0;
   private admVi = 0;
   private admLimit = 0;
+  /** The simulated time of the round (NaN: not given); its walks start the executor's kept victims. */
+  private admNow = NaN;
   /** Counters for tests: victim walks of admission rounds, walks again for more, rounds started from `minVictimPriority`'s walk. */
   readonly admissionStats = { walks: 0, rewalks: 0, fromMin: 0 };
 
@@ -245,6 +247,7 @@ export class CachePriorities implements VictimState {
     }
     adm.finish();
     this.admissionStats.walks++;
+    this.victims.seed(buffer, this.admNow, adm);
     this.vFor = buffer;
     this.vGen = gen;
     this.vVersion = this.version;
@@ -255,9 +258,11 @@ export class CachePriorities implements VictimState {
    * decisions; call after `setRanked`, then `admitNext` in queue order, with the buffer
    * unchanged in between). `afterMinVictim`: `minVictimPriority(buffer)` was the last call
    * before this one, with the buffer unchanged since: the round starts from the victims its
-   * walk kept.
+   * walk kept. `now`, the simulated time (NaN: not given): the round's walks also start the
+   * executor's kept victims (`ExecutorVictims.seed`), which its prefetches evict at this time.
    */
-  beginAdmission(buffer: BufferView, maxAdmissions = Infinity, afterMinVictim = false): void {
+  beginAdmission(buffer: BufferView, maxAdmissions = Infinity, afterMinVictim = false, now = NaN): void {
+    this.admNow = now;
     this.admFree = buffer.slots - buffer.occupied;
     this.admVi = 0;
     this.admLimit = maxAdmissions;
@@ -325,7 +330,9 @@ export class CachePriorities implements VictimState {
    * outside the ranked set), or Infinity when there is none — a prefetch into a full buffer
    * needs a higher expected activation frequency than this.
    */
-  minVictimPriority(buffer: BufferView): number {
+  minVictimPriority(buffer: BufferView, now = NaN): number {
+    // `now`: as `beginAdmission`'s.
+    this.admNow = now;
     // The walk keeps the first victims too: most rounds that follow need a few (`beginAdmission`).
     this.scanVictims(buffer, this.o.firstVictims ?? FIRST_VICTIMS);
     const v = this.adm.peek();
@@ -334,6 +341,7 @@ export class CachePriorities implements VictimState {
 
   /** The `limit` cheapest resident, unpinned experts outside the ranked set, in eviction order (priority, last use, key). */
   private cheapestVictims(buffer: BufferView, limit: number): ExpertKey[] {
+    this.admNow = NaN;
     this.scanVictims(buffer, limit);
     this.vFor = null;
     const out: ExpertKey[] = [];

@@ -18,6 +18,8 @@ export class CheapestVictims {
   private n = 0;
   /** The most victims this selection keeps (`clear`). */
   limit = 0;
+  /** Whether the walk offered only some kinds of victims (`copyFrom`): more may exist however many it kept. */
+  private partial = false;
   /** Position of the next victim after `finish`. */
   private next = 0;
 
@@ -26,6 +28,24 @@ export class CheapestVictims {
     this.n = 0;
     this.next = 0;
     this.limit = limit;
+    this.partial = false;
+  }
+
+  /**
+   * Holds `other`'s victims, from its first (handed out or not), as the first victims of a
+   * walk that may have left others out (`other`'s walk offered no ranked ones).
+   */
+  copyFrom(other: CheapestVictims): void {
+    const n = other.n;
+    while (this.key.length < n) this.grow();
+    this.key.set(other.key.subarray(0, n));
+    this.ranked.set(other.ranked.subarray(0, n));
+    this.prio.set(other.prio.subarray(0, n));
+    this.used.set(other.used.subarray(0, n));
+    this.n = n;
+    this.next = 0;
+    this.limit = other.limit;
+    this.partial = true;
   }
 
   /**
@@ -72,7 +92,7 @@ export class CheapestVictims {
 
   /** Whether the walk may have left victims out: it kept as many as its limit. */
   mayHoldMore(): boolean {
-    return this.n >= this.limit;
+    return this.partial || this.n >= this.limit;
   }
 
   /** Position of the next victim (after `finish`), or −1 when none is left. */

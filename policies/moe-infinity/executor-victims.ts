@@ -44,8 +44,11 @@ export interface VictimState {
 }
 
 export class ExecutorVictims {
-  /** Counters for tests: queries, walks or scans of new candidates, orders kept from listed candidates, orders extended for the next victims. */
-  readonly stats = { queries: 0, builds: 0, orders: 0, reorders: 0 };
+  /**
+   * Counters for tests: queries, walks or scans of new candidates, orders kept from listed
+   * candidates, orders extended for the next victims, orders started from an admission walk.
+   */
+  readonly stats = { queries: 0, builds: 0, orders: 0, reorders: 0, seeds: 0 };
 
   constructor(private readonly c: VictimState) {}
 
@@ -170,6 +173,22 @@ export class ExecutorVictims {
     }
     this.handed[this.handedCount++] = key;
     return key;
+  }
+
+  /**
+   * Starts the kept victims from an admission round's walk (`unranked`: the first victims outside
+   * the ranked set, as `walkBuffer` would keep them first) over `buffer` at `now`: the round's
+   * prefetches then evict them without a walk of their own.
+   */
+  seed(buffer: BufferView, now: number, unranked: CheapestVictims): void {
+    if (buffer.evictableVersion === undefined || now !== now) return;
+    this.walked.copyFrom(unranked);
+    this.walkedFor = buffer;
+    this.walkedVersion = this.c.orderVersion;
+    this.walkedNow = now;
+    this.walkedEvictable = buffer.evictableVersion;
+    this.handedCount = 0;
+    this.stats.seeds++;
   }
 
   /** Whether the victims kept by the last walk still stand (see `victimWalked`). */

@@ -302,13 +302,13 @@ export class MoeInfinityPolicy implements ServingPolicy {
     const scores = sel.scores;
     // With no free slot, only scores above the cheapest victim's priority can get in.
     const full = buffer.slots - buffer.occupied <= 0;
-    const minScore = full ? this.cache.minVictimPriority(buffer) / perToken : -Infinity;
+    const minScore = full ? this.cache.minVictimPriority(buffer, view.nowNs) / perToken : -Infinity;
     const heap = this.admitHeap;
     const cand = heap.ensure(sel.count);
     let m = 0;
     for (let j = 0; j < sel.count; j++) if (scores[j]! > minScore && !buffer.has(keys[j]!)) cand[m++] = j;
     if (m === 0) return 0;
-    this.cache.beginAdmission(buffer, m, full);
+    this.cache.beginAdmission(buffer, m, full, view.nowNs);
     heap.build(m, scores, keys);
     let n = 0;
     while (heap.size > 0) {

@@ -142,6 +142,7 @@ describe('MoE-Infinity cache victims', () => {
     let walkTies = 0;
     let reorders = 0;
     let reusedWalked = 0;
+    let seeds = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 4 }),
@@ -237,6 +238,20 @@ describe('MoE-Infinity cache victims', () => {
                 ranked.length,
               );
               admitted.clear();
+              // Its prefetches' admission round (as the policy's): its walks start the kept
+              // victims the decision's prefetches then evict at this instant.
+              if (rng.next() < 0.6) {
+                let free = w.slots - w.occupied;
+                const full = free <= 0;
+                if (full) c.minVictimPriority(w, now);
+                const absent = ranked.filter((k) => !w.has(k));
+                c.beginAdmission(w, absent.length, full, now);
+                for (const k of absent) {
+                  const freq = rng.int(6) / 4;
+                  if (!c.admitNext(w, k, freq)) break;
+                  admitted.set(k, free-- > 0 ? Infinity : freq);
+                }
+              }
             } else if (op === 2) {
               // Unseen by the policy: arrivals, pins and unpins, cancelled loads.
               for (let n = 1 + rng.int(3); n > 0; n--) {
@@ -300,6 +315,7 @@ describe('MoE-Infinity cache victims', () => {
             }
           }
           reorders += c.victimStats.reorders;
+          seeds += c.victimStats.seeds;
         },
       ),
       { numRuns: 300 },
@@ -308,6 +324,7 @@ describe('MoE-Infinity cache victims', () => {
     // next victims, walks (some decided by a tie).
     expect(reorders).toBeGreaterThan(40);
     expect(reusedWalked).toBeGreaterThan(100);
+    expect(seeds).toBeGreaterThan(100);
     expect(reused - reusedWalked).toBeGreaterThan(100);
     expect(reused).toBeGreaterThan(100);
     expect(queries - reused - walked).toBeGreaterThan(100);
