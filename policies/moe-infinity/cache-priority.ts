@@ -239,11 +239,22 @@ export class CachePriorities implements VictimState {
     const gen = this.gen;
     const adm = this.adm;
     adm.clear(limit);
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned) continue;
-      const k = e.key;
-      if (rankGen[k] === gen) continue;
-      adm.offer(k, false, req ? prio[k]! : 0, e.lastUsedNs);
+    if (buffer.evictableKeys && buffer.lastUsedByKey) {
+      // The evictable keys, dense (the order is total: any walk order gives the same victims).
+      const keys = buffer.evictableKeys();
+      const used = buffer.lastUsedByKey();
+      const n = buffer.evictableCount!;
+      for (let i = 0; i < n; i++) {
+        const k = keys[i]!;
+        if (rankGen[k] !== gen) adm.offer(k, false, req ? prio[k]! : 0, used[k]!);
+      }
+    } else {
+      for (const e of buffer.entries()) {
+        if (e.state !== 'resident' || e.pinned) continue;
+        const k = e.key;
+        if (rankGen[k] === gen) continue;
+        adm.offer(k, false, req ? prio[k]! : 0, e.lastUsedNs);
+      }
     }
     adm.finish();
     this.admissionStats.walks++;

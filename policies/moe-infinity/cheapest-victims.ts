@@ -38,10 +38,13 @@ export class CheapestVictims {
   copyFrom(other: CheapestVictims): void {
     const n = other.n;
     while (this.key.length < n) this.grow();
-    this.key.set(other.key.subarray(0, n));
-    this.ranked.set(other.ranked.subarray(0, n));
-    this.prio.set(other.prio.subarray(0, n));
-    this.used.set(other.used.subarray(0, n));
+    // By index: `set(subarray(…))` allocated four views per call, on every admission walk.
+    for (let i = 0; i < n; i++) {
+      this.key[i] = other.key[i]!;
+      this.ranked[i] = other.ranked[i]!;
+      this.prio[i] = other.prio[i]!;
+      this.used[i] = other.used[i]!;
+    }
     this.n = n;
     this.next = 0;
     this.limit = other.limit;

@@ -208,11 +208,23 @@ export class ExecutorVictims {
     const gen = this.c.generation;
     const priority = this.c.victimPriorities();
     o.clear(limit);
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned) continue;
-      const k = e.key;
-      const prot = rankGen[k] === gen;
-      o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, e.lastUsedNs);
+    if (buffer.evictableKeys && buffer.lastUsedByKey) {
+      // The evictable keys, dense (the order is total: any walk order gives the same victims).
+      const keys = buffer.evictableKeys();
+      const used = buffer.lastUsedByKey();
+      const n = buffer.evictableCount!;
+      for (let i = 0; i < n; i++) {
+        const k = keys[i]!;
+        const prot = rankGen[k] === gen;
+        o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, used[k]!);
+      }
+    } else {
+      for (const e of buffer.entries()) {
+        if (e.state !== 'resident' || e.pinned) continue;
+        const k = e.key;
+        const prot = rankGen[k] === gen;
+        o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, e.lastUsedNs);
+      }
     }
     o.finish();
     this.walkedFor = buffer;

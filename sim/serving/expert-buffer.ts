@@ -19,7 +19,8 @@ export interface BufferEntry extends BufferEntryView {
   /** Read-only outside the buffer: pins go through `ExpertBuffer.pin` (it counts `evictableVersion`). */
   readonly pinned: boolean;
   residentSinceNs: number;
-  lastUsedNs: number;
+  /** Read-only outside the buffer: uses go through `ExpertBuffer.markUsed` (it keeps `lastUsedByKey`). */
+  readonly lastUsedNs: number;
   uses: number;
   allocation: Allocation;
   transfer: Transfer | null;
@@ -67,6 +68,17 @@ export class ExpertBuffer implements BufferView {
    * release of an evictable one (`BufferView.evictableVersion`).
    */
   private evictableChanges = 0;
+  /**
+   * The evictable entries' keys, the first `evictableCount`, in no particular order (a release
+   * moves the last one into its place; `evictablePos` finds it): a policy whose order is total
+   * walks these instead of every entry object.
+   */
+  private readonly evictableSet: Int32Array;
+  private evictableN = 0;
+  /** Position in `evictableSet` by key (−1: not evictable). */
+  private evictablePos = new Int32Array(0);
+  /** Last use by key (−1: never used or not in the buffer), as the entries' `lastUsedNs`. */
+  private lastUsed = new Float64Array(0);
 
   constructor(
     readonly slots: number,
@@ -76,7 +88,56 @@ export class ExpertBuffer implements BufferView {
     private readonly sink?: TraceSink,
     /** Experts per MoE layer and MoE layers: `layerEntries` / `layerCount` from an index kept up to date. */
     private readonly shape?: { readonly experts: number; readonly moeLayers: number },
-  ) {}
+  ) {
+    this.evictableSet = new Int32Array(Math.max(0, slots));
+    if (shape) this.growKeys(shape.experts * shape.moeLayers);
+  }
+
+  /** Room for keys below `n` in the by-key arrays (doubling). */
+  private growKeys(n: number): void {
+    let size = Math.max(16, this.evictablePos.length);
+    while (size < n) size *= 2;
+    if (size === this.evictablePos.length) return;
+    const pos = new Int32Array(size).fill(-1);
+    pos.set(this.evictablePos);
+    this.evictablePos = pos;
+    const used = new Float64Array(size).fill(-1);
+    used.set(this.lastUsed);
+    this.lastUsed = used;
+  }
+
+  /** The evictable keys (the first `evictableCount`; see `BufferView.evictableKeys`). */
+  evictableKeys(): Int32Array {
+    return this.evictableSet;
+  }
+  get evictableCount(): number {
+    return this.evictableN;
+  }
+  /** Last use by key (see `BufferView.lastUsedByKey`). */
+  lastUsedByKey(): Float64Array {
+    return this.lastUsed;
+  }
+
+  /** Records that `e` was used now. */
+  markUsed(e: BufferEntry): void {
+    (e as { lastUsedNs: number }).lastUsedNs = this.clock.now;
+    this.lastUsed[e.key] = this.clock.now;
+  }
+
+  /** `e` (resident, unpinned) joins the evictable set, or leaves it. */
+  private evictableJoin(key: ExpertKey): void {
+    this.evictableChanges++;
+    this.evictablePos[key] = this.evictableN;
+    this.evictableSet[this.evictableN++] = key;
+  }
+  private evictableLeave(key: ExpertKey): void {
+    this.evictableChanges++;
+    const p = this.evictablePos[key]!;
+    const last = this.evictableSet[--this.evictableN]!;
+    this.evictableSet[p] = last;
+    this.evictablePos[last] = p;
+    this.evictablePos[key] = -1;
+  }
 
   private layerIndex(): BufferEntry[][] {
     if (this.byLayer === null) {
@@ -116,7 +177,9 @@ export class ExpertBuffer implements BufferView {
   pin(e: BufferEntry, pinned: boolean): void {
     if (e.pinned === pinned) return;
     (e as { pinned: boolean }).pinned = pinned;
-    if (e.state === 'resident') this.evictableChanges++;
+    if (e.state !== 'resident') return;
+    if (pinned) this.evictableLeave(e.key);
+    else this.evictableJoin(e.key);
   }
   get free(): number {
     return this.slots - this.size;
@@ -200,8 +263,10 @@ export class ExpertBuffer implements BufferView {
     this.list.push(e);
     if (this.byLayer) this.layerSet(key).push(e);
     if (this.loadingList && !resident) this.loadingList.push(e);
+    if (key >= this.evictablePos.length) this.growKeys(key + 1);
+    this.lastUsed[key] = -1;
     if (resident) {
-      this.evictableChanges++;
+      this.evictableJoin(key);
       this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     }
     return e;
@@ -233,7 +298,7 @@ export class ExpertBuffer implements BufferView {
     e.state = 'resident';
     e.residentSinceNs = this.clock.now;
     e.transfer = null;
-    if (!e.pinned) this.evictableChanges++;
+    if (!e.pinned) this.evictableJoin(key);
     if (this.loadingList) removeInOrder(this.loadingList, e);
     this.sink?.onExpertResidency?.(this.reportKey(e), true, this.clock.now);
     return e;
@@ -250,8 +315,10 @@ export class ExpertBuffer implements BufferView {
     if (this.byLayer) removeInOrder(this.layerSet(key), e);
     if (this.loadingList && e.state === 'loading') removeInOrder(this.loadingList, e);
     this.vram.free(e.allocation);
+    this.lastUsed[key] = -1;
     if (e.state === 'resident') {
-      this.evictableChanges++;
+      // Not pinned (checked above): it was evictable.
+      this.evictableLeave(key);
       this.sink?.onExpertResidency?.(this.reportKey(e), false, this.clock.now);
     }
     return e;

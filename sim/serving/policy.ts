@@ -74,6 +74,15 @@ export interface BufferView {
    * victims the executor released, without listing them again.
    */
   readonly evictableVersion?: number;
+  /**
+   * The evictable entries' keys: the first `evictableCount` of the array, in no particular order
+   * (for a policy whose eviction order is total, a walk over these instead of `entries()`);
+   * optional, with `evictableCount` and `lastUsedByKey` (the executor's buffer has them).
+   */
+  evictableKeys?(): Int32Array;
+  readonly evictableCount?: number;
+  /** Last use by expert key (−1: never used since it entered the buffer, or absent): the entries' `lastUsedNs`. */
+  lastUsedByKey?(): Float64Array;
 }
 
 /**

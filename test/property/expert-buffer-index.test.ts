@@ -10,7 +10,7 @@ import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ExpertBuffer } from '../../sim/serving/expert-buffer.ts';
 import { MemoryPool } from '../../sim/resources/memory-pool.ts';
-import { ZERO_NS } from '../../sim/kernel/time.ts';
+import { type Ns, ZERO_NS } from '../../sim/kernel/time.ts';
 import type { ExpertKey } from '../../sim/serving/policy.ts';
 
 const E = 4;
@@ -27,7 +27,7 @@ describe('ExpertBuffer indexes', () => {
         }),
         fc.integer({ min: 0, max: 10 }),
         (ops, askAt) => {
-          const clock = { now: ZERO_NS };
+          const clock: { now: Ns } = { now: ZERO_NS };
           const vram = new MemoryPool('vram', 1 << 30, clock);
           const buf = new ExpertBuffer(6, 100, vram, clock, undefined, { experts: E, moeLayers: LAYERS });
           const check = () => {
@@ -69,7 +69,7 @@ describe('ExpertBuffer indexes', () => {
         }),
         fc.integer({ min: 1, max: 300 }),
         (ops, readEvery) => {
-          const clock = { now: ZERO_NS };
+          const clock: { now: Ns } = { now: ZERO_NS };
           const vram = new MemoryPool('vram', 1 << 30, clock);
           const buf = new ExpertBuffer(40, 100, vram, clock, undefined, { experts: 16, moeLayers: 3 });
           const ref: ExpertKey[] = [];
@@ -84,8 +84,14 @@ describe('ExpertBuffer indexes', () => {
               buf.occupy(key, flag ? 'cache' : 'prefetch', flag);
               ref.push(key);
             } else if (op === 2 && e?.state === 'loading') buf.arrived(key);
-            else if (op === 3 && e) buf.pin(e, flag);
-            else if (op >= 4 && e && !e.pinned) {
+            else if (op === 3 && e) {
+              buf.pin(e, flag);
+              // A use as the executor's: at a later time, unpinned.
+              if (!flag && i % 2 === 0) {
+                clock.now = (i + 1) as Ns;
+                buf.markUsed(e);
+              }
+            } else if (op >= 4 && e && !e.pinned) {
               buf.release(key);
               if (ref.indexOf(key) !== ref.length - 1) holes++;
               if (holes === 17) manyRemovals++;
@@ -96,6 +102,11 @@ describe('ExpertBuffer indexes', () => {
             const now = new Set(want);
             const flips = [...now].filter((k) => !before.has(k)).length + [...before].filter((k) => !now.has(k)).length;
             expect(buf.evictableVersion - version).toBe(flips);
+            // The dense evictable keys hold the same set, and last uses by key match the entries.
+            expect([...buf.evictableKeys().subarray(0, buf.evictableCount)].sort((a, b) => a - b)).toEqual(
+              [...want].sort((a, b) => a - b),
+            );
+            for (const k of ref) expect(buf.lastUsedByKey()[k]).toBe(buf.entry(k)!.lastUsedNs);
             if (flips > 0) evictableChanges++;
             before = now;
             expect(buf.evictable()).toEqual(want);

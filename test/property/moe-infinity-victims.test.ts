@@ -31,9 +31,25 @@ class World implements BufferView {
   constructor(
     readonly slots: number,
     private readonly counted: boolean,
-  ) {}
+  ) {
+    if (counted) this.initDense();
+  }
   get evictableVersion(): number | undefined {
     return this.counted ? this.flips : undefined;
+  }
+  /** With `counted`, also the dense evictable keys (in reverse insertion order: any order must do) and last uses by key. */
+  readonly evictableKeys?: () => Int32Array;
+  readonly lastUsedByKey?: () => Float64Array;
+  get evictableCount(): number {
+    return this.candidates().length;
+  }
+  private initDense(): void {
+    (this as { evictableKeys?: () => Int32Array }).evictableKeys = () => Int32Array.from(this.candidates().reverse());
+    (this as { lastUsedByKey?: () => Float64Array }).lastUsedByKey = () => {
+      const used = new Float64Array(4096).fill(-1);
+      for (const e of this.map.values()) used[e.key] = e.lastUsedNs;
+      return used;
+    };
   }
   private static evictable(e: Entry): boolean {
     return e.state === 'resident' && !e.pinned;

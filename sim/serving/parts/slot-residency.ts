@@ -159,7 +159,7 @@ export class SlotResidency implements Residency {
   protected used(e: BufferEntry): void {
     this.buffer.pin(e, false);
     e.uses++;
-    e.lastUsedNs = this.ctx.sim.now;
+    this.buffer.markUsed(e);
     e.origin = 'cache';
   }
 
