@@ -244,9 +244,14 @@ export class CachePriorities implements VictimState {
       const keys = buffer.evictableKeys();
       const used = buffer.lastUsedByKey();
       const n = buffer.evictableCount!;
+      let bound = adm.unrankedBound();
       for (let i = 0; i < n; i++) {
         const k = keys[i]!;
-        if (rankGen[k] !== gen) adm.offer(k, false, req ? prio[k]! : 0, used[k]!);
+        if (rankGen[k] === gen) continue;
+        const p = req ? prio[k]! : 0;
+        if (p > bound) continue;
+        adm.offer(k, false, p, used[k]!);
+        bound = adm.unrankedBound();
       }
     } else {
       for (const e of buffer.entries()) {

@@ -80,6 +80,14 @@ export class CheapestVictims {
     this.siftDown(0, n, key, r, prio, used);
   }
 
+  /**
+   * A priority above which an unranked victim offered now cannot be kept (Infinity until full;
+   * a walk skips the call to `offer` for those): the worst held's, when it is unranked.
+   */
+  unrankedBound(): number {
+    return this.n >= this.limit && this.n > 0 && this.ranked[0] === 0 ? this.prio[0]! : Infinity;
+  }
+
   /** Sorts the victims held into eviction order (heap sort in place: the worst goes last). */
   finish(): void {
     for (let end = this.n - 1; end > 0; end--) {

@@ -11,17 +11,17 @@
  *
  * and review the diff of `expected/` before committing it.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { matchGolden } from '../helpers/golden-file.ts';
 import { loadConfigFile } from '../../experiments/config/load.ts';
 import { runExperiment, type RunRecord } from '../../experiments/runner.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CONFIGS = path.join(here, 'configs');
 const EXPECTED = path.join(here, 'expected');
-const UPDATE = process.env.UPDATE_GOLDEN === '1';
 
 /** 4 significant digits: enough to catch a behaviour change, not float noise. */
 export const sig4 = (x: number): number => (Number.isFinite(x) && x !== 0 ? Number(x.toPrecision(4)) : x);
@@ -66,17 +66,6 @@ describe('golden experiment summaries', () => {
     const result = await runExperiment(loaded, { progress: false });
     const summary = { config: file, runs: summarise(result.runs) };
     const expectedFile = path.join(EXPECTED, `${file.replace(/\.(ya?ml|json)$/, '')}.json`);
-    if (UPDATE) {
-      mkdirSync(EXPECTED, { recursive: true });
-      writeFileSync(expectedFile, `${JSON.stringify(summary, null, 2)}\n`);
-      return;
-    }
-    if (!existsSync(expectedFile)) {
-      throw new Error(
-        `no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden, check the output, and commit ${path.relative(process.cwd(), expectedFile)}`,
-      );
-    }
-    const expected: unknown = JSON.parse(readFileSync(expectedFile, 'utf8'));
-    expect(summary).toEqual(expected);
+    matchGolden(`${JSON.stringify(summary, null, 2)}\n`, expectedFile, 'UPDATE_GOLDEN=1 npx vitest run test/golden');
   });
 });

@@ -13,17 +13,17 @@
  *
  * and review the diff of `expected/systems/` before committing it (say why in the commit).
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { matchGolden } from '../helpers/golden-file.ts';
 import { loadConfigFile } from '../../experiments/config/load.ts';
 import { runExperiment, type RunRecord } from '../../experiments/runner.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CONFIGS = path.join(here, 'configs', 'systems');
 const EXPECTED = path.join(here, 'expected', 'systems');
-const UPDATE = process.env.UPDATE_GOLDEN === '1';
 
 /** The serialized summary: everything a run reports except wall-clock timing (not part of a RunRecord). */
 export function serialiseRuns(config: string, runs: readonly RunRecord[]): string {
@@ -56,20 +56,7 @@ describe('exact goldens of the reproduced systems', () => {
       const result = await runExperiment(loadConfigFile(path.join(CONFIGS, file)), { progress: false });
       const actual = serialiseRuns(file, result.runs);
       const expectedFile = path.join(EXPECTED, `${file.replace(/\.(ya?ml|json)$/, '')}.json`);
-      if (UPDATE) {
-        mkdirSync(EXPECTED, { recursive: true });
-        writeFileSync(expectedFile, actual);
-        return;
-      }
-      if (!existsSync(expectedFile)) {
-        throw new Error(
-          `no expected summary for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/systems.test.ts and commit ${path.relative(process.cwd(), expectedFile)}`,
-        );
-      }
-      const expected = readFileSync(expectedFile, 'utf8');
-      // Byte-equal; on a mismatch, the parsed comparison shows where.
-      if (actual !== expected) expect(JSON.parse(actual)).toEqual(JSON.parse(expected));
-      expect(actual).toBe(expected);
+      matchGolden(actual, expectedFile, 'UPDATE_GOLDEN=1 npx vitest run test/golden/systems.test.ts');
     },
     120_000,
   );

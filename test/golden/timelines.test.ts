@@ -15,17 +15,17 @@
  * and say why in the commit (write the timelines out with `experiment --timeline` to see the change).
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { matchGolden } from '../helpers/golden-file.ts';
 import { loadConfigFile } from '../../experiments/config/load.ts';
 import { prepareRuns, runOne } from '../../experiments/runner.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CONFIGS = path.join(here, 'configs', 'timelines');
 const EXPECTED = path.join(here, 'expected', 'timelines');
-const UPDATE = process.env.UPDATE_GOLDEN === '1';
 
 const configs = readdirSync(CONFIGS)
   .filter((f) => /\.(ya?ml|json)$/.test(f))
@@ -64,20 +64,7 @@ describe('exact goldens with timelines', () => {
     async (file) => {
       const actual = await runsOf(file);
       const expectedFile = path.join(EXPECTED, `${file.replace(/\.(ya?ml|json)$/, '')}.json`);
-      if (UPDATE) {
-        mkdirSync(EXPECTED, { recursive: true });
-        writeFileSync(expectedFile, actual);
-        return;
-      }
-      if (!existsSync(expectedFile)) {
-        throw new Error(
-          `no expected runs for ${file}: run UPDATE_GOLDEN=1 npx vitest run test/golden/timelines.test.ts`,
-        );
-      }
-      const expected = readFileSync(expectedFile, 'utf8');
-      // Byte-equal; on a mismatch, the parsed comparison shows which run and field moved.
-      if (actual !== expected) expect(JSON.parse(actual)).toEqual(JSON.parse(expected));
-      expect(actual).toBe(expected);
+      matchGolden(actual, expectedFile, 'UPDATE_GOLDEN=1 npx vitest run test/golden/timelines.test.ts');
     },
     120_000,
   );
