@@ -44,9 +44,38 @@ function applyExtra(t: MutableTask, extra: TaskExtra): void {
   if (extra.release) t.release = extra.release;
 }
 
-/** A VRAM allocation held under `key` until a later task releases it. */
+/**
+ * Per hold key, made once per process and shared by every task that names the key: its
+ * one-element release list and its last hold request. Every pass of a run (and of the runs in
+ * a process) uses the same ring keys, mostly with the same sizes, and the executor keeps a
+ * pass's lists until the pass ends; neither it nor the builders write them.
+ */
+interface KeyLists {
+  readonly release: string[];
+  hold: MemoryRequest[] | undefined;
+}
+const KEY_LISTS = new Map<string, KeyLists>();
+function keyLists(key: string): KeyLists {
+  let k = KEY_LISTS.get(key);
+  if (!k) {
+    k = { release: [key], hold: undefined };
+    KEY_LISTS.set(key, k);
+  }
+  return k;
+}
+
+/** A VRAM allocation held under `key` until a later task releases it (a shared list: never written). */
 export function hold(bytes: number, category: MemoryCategory, key: string): MemoryRequest[] {
-  return [{ pool: 'vram', bytes, category, hold: key }];
+  const k = keyLists(key);
+  const h = k.hold?.[0];
+  if (h && h.bytes === bytes && h.category === category) return k.hold!;
+  k.hold = [{ pool: 'vram', bytes, category, hold: key }];
+  return k.hold;
+}
+
+/** `[key]`, the release list of one hold key (a shared list: never written). */
+export function releasing(key: string): string[] {
+  return keyLists(key).release;
 }
 
 /**

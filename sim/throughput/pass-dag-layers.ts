@@ -10,7 +10,7 @@ import type { CostModel } from '../cost/types.ts';
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { MemoryRequest } from '../taskgraph/types.ts';
 import type { DagEmitter } from './dag-emitter.ts';
-import { hold, Ring } from './dag-emitter.ts';
+import { hold, releasing, Ring } from './dag-emitter.ts';
 import { LayerPrices } from './layer-prices.ts';
 import { type CachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, type ModelModules } from './memory-model.ts';
 import { type CountsFn, mlaUpProjection } from './pass-config.ts';
@@ -138,7 +138,12 @@ export class LayerBuilder {
     if (this.c.weightGranularity === 'layer' && layer.weightKey) {
       this.weightRing.released(
         layer.weightFill,
-        e.barrier('sync', [e.lastGpu, layer.weightTask], [layer.weightKey], () => `L${l} release layer weights`),
+        e.barrier(
+          'sync',
+          [e.lastGpu, layer.weightTask],
+          releasing(layer.weightKey),
+          () => `L${l} release layer weights`,
+        ),
       );
     }
     return e.lastGpu;
@@ -197,7 +202,7 @@ export class LayerBuilder {
       done += s;
     }
     // The dense buffer is released by the last module that reads it.
-    const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: [weightKey] } : undefined;
+    const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: releasing(weightKey) } : undefined;
     let after: number;
     if (mi < 0) {
       after = e.gpu(
@@ -294,13 +299,13 @@ export class LayerBuilder {
     const deps = [ly.inputs[0]!, ly.inputs[1]!, out ? out.waitFor : -1, kvIn];
     const att = e.gpu('attention', this.price.attentionNs(s), deps, () => `L${l} m${m} attention`, {
       alloc,
-      release: kvInKey ? [kvInKey] : undefined,
+      release: kvInKey ? releasing(kvInKey) : undefined,
     });
     if (kvInKey) this.kvInRing.released(kvInFill, att);
     if (out)
       this.kvOutRing.released(
         out.fill,
-        e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }),
+        e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: releasing(out.key) }),
       );
     return att;
   }
@@ -400,13 +405,13 @@ export class LayerBuilder {
           this.price.expertNs(cnt),
           [after, weightDep, w],
           () => `L${l}${tag} e${x} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
-          key ? { release: [key] } : undefined,
+          key ? { release: releasing(key) } : undefined,
         );
         if (key) this.expertRing.released(fill, id);
       } else if (key) {
         this.expertRing.released(
           fill,
-          e.barrier('sync', [after, w], [key], () => `L${l}${tag} e${x} unused`),
+          e.barrier('sync', [after, w], releasing(key), () => `L${l}${tag} e${x} unused`),
         );
       }
     }
