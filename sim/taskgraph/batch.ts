@@ -12,8 +12,10 @@ export interface GraphView {
   isDone(id: TaskId): boolean;
   /** Deps of an already added task. */
   depsOf(id: TaskId): readonly TaskId[];
-  /** The hold registered under `key` (holder added, releaser not finished), if any. */
-  hold(key: string): { readonly holder: TaskId; readonly releaser: TaskId | undefined } | undefined;
+  /** The holder of the hold registered under `key` (holder added, releaser not finished), if any. */
+  holderOf(key: string): TaskId | undefined;
+  /** The releaser of that hold, if one has been added. */
+  releaserOf(key: string): TaskId | undefined;
   readonly gpuStreams: readonly string[];
   readonly cpuCores: number;
   readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
@@ -128,11 +130,9 @@ export function validateBatch(
   const batchHolder = new Map<string, TaskId>();
   for (const t of out) {
     for (const key of t.holds) {
-      const existing = view.hold(key);
-      if (existing)
-        fail(
-          `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing.holder)})`,
-        );
+      const existing = view.holderOf(key);
+      if (existing !== undefined)
+        fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing)})`);
       const other = batchHolder.get(key);
       if (other !== undefined)
         fail(
@@ -149,10 +149,10 @@ export function validateBatch(
   const isDone = (id: TaskId): boolean => !inBatch.has(id) && view.isDone(id);
   for (const t of out) {
     for (const key of t.releases) {
-      const existing = view.hold(key);
-      const holder = existing?.holder ?? batchHolder.get(key);
+      const existing = view.holderOf(key);
+      const holder = existing ?? batchHolder.get(key);
       if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
-      const prior = existing?.releaser ?? releaserOf.get(key);
+      const prior = (existing !== undefined ? view.releaserOf(key) : undefined) ?? releaserOf.get(key);
       if (prior !== undefined)
         fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
       if (!isDone(holder) && !isAncestor(holder, t.spec.id, depsOf, isDone)) {
@@ -270,7 +270,7 @@ function hasRepeat(ids: readonly TaskId[]): boolean {
 /** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */
 function checkDep(s: TaskSpec, d: TaskId, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): void {
   if (d === s.id) fail(`${where(s)}: depends on itself`);
-  if (!view.has(d) && !inBatch.has(d))
+  if (!inBatch.has(d) && !view.has(d))
     fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
 }
 

@@ -120,10 +120,8 @@ export class TaskGraphExecutor {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
       depsOf: (id) => this.nodes.get(id)?.t.deps ?? [],
-      hold: (key) => {
-        const h = this.holds.get(key);
-        return h && { holder: h.holder.t.spec.id, releaser: h.releaser?.t.spec.id };
-      },
+      holderOf: (key) => this.holds.get(key)?.holder.t.spec.id,
+      releaserOf: (key) => this.holds.get(key)?.releaser?.t.spec.id,
       gpuStreams: Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s)),
       cpuCores: resources.cpu.cores,
       poolCapacityBytes: { vram: resources.vram.capacityBytes, host: resources.host.capacityBytes },
