@@ -176,9 +176,8 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   const given = s.deps ?? NONE;
   let deps: TaskId[];
   if (given.length <= 16 && !hasRepeat(given)) {
-    // The usual case: checked in order, then copied at its final length (no array grown by push).
-    // The spec's own list is kept, not copied: the executor keeps the spec too and reads it
-    // until the task has run (a task must not be changed once added).
+    // The usual case: checked in order, and the spec's own list kept, not copied (the executor
+    // keeps the spec too and reads it until the task has run: a task must not change once added).
     for (let i = 0; i < given.length; i++) checkDep(s, given[i]!, view, inBatch, fail);
     deps = given as TaskId[];
   } else {
