@@ -4,7 +4,7 @@
  * normalised tasks or throws through `fail` (the executor turns that into a `SimError`).
  */
 import { MEMORY_CATEGORIES } from '../resources/memory-pool.ts';
-import { POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
+import { type MemoryRequest, POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
 
 /** What validation needs to know about the graph and the machine. */
 export interface GraphView {
@@ -12,8 +12,10 @@ export interface GraphView {
   isDone(id: TaskId): boolean;
   /** Deps of an already added task. */
   depsOf(id: TaskId): readonly TaskId[];
-  /** The hold registered under `key` (holder added, releaser not finished), if any. */
-  hold(key: string): { readonly holder: TaskId; readonly releaser: TaskId | undefined } | undefined;
+  /** The holder of the hold registered under `key` (holder added, releaser not finished), if any. */
+  holderOf(key: string): TaskId | undefined;
+  /** The releaser of that hold, if one has been added. */
+  releaserOf(key: string): TaskId | undefined;
   readonly gpuStreams: readonly string[];
   readonly cpuCores: number;
   readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
@@ -128,11 +130,9 @@ export function validateBatch(
   const batchHolder = new Map<string, TaskId>();
   for (const t of out) {
     for (const key of t.holds) {
-      const existing = view.hold(key);
-      if (existing)
-        fail(
-          `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing.holder)})`,
-        );
+      const existing = view.holderOf(key);
+      if (existing !== undefined)
+        fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing)})`);
       const other = batchHolder.get(key);
       if (other !== undefined)
         fail(
@@ -149,10 +149,10 @@ export function validateBatch(
   const isDone = (id: TaskId): boolean => !inBatch.has(id) && view.isDone(id);
   for (const t of out) {
     for (const key of t.releases) {
-      const existing = view.hold(key);
-      const holder = existing?.holder ?? batchHolder.get(key);
+      const existing = view.holderOf(key);
+      const holder = existing ?? batchHolder.get(key);
       if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
-      const prior = existing?.releaser ?? releaserOf.get(key);
+      const prior = (existing !== undefined ? view.releaserOf(key) : undefined) ?? releaserOf.get(key);
       if (prior !== undefined)
         fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
       if (!isDone(holder) && !isAncestor(holder, t.spec.id, depsOf, isDone)) {
@@ -176,9 +176,10 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   const given = s.deps ?? NONE;
   let deps: TaskId[];
   if (given.length <= 16 && !hasRepeat(given)) {
-    // The usual case: checked in order, then copied at its final length (no array grown by push).
+    // The usual case: checked in order, and the spec's own list kept, not copied (the executor
+    // keeps the spec too and reads it until the task has run: a task must not change once added).
     for (let i = 0; i < given.length; i++) checkDep(s, given[i]!, view, inBatch, fail);
-    deps = given.slice();
+    deps = given as TaskId[];
   } else {
     // Repeated deps are dropped: a scan of the few kept so far, or a set for long lists.
     deps = [];
@@ -196,7 +197,7 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   const allocs = s.alloc ?? NONE;
   const needBytes: Record<PoolName, number> =
     allocs.length > 0 ? { vram: 0, host: 0 } : (NO_BYTES as Record<PoolName, number>);
-  const holds: string[] = allocs.length > 0 ? [] : NO_KEYS;
+  const holds: string[] = allocs.length > 0 ? holdKeys(allocs) : NO_KEYS;
   for (const a of allocs) {
     if (!(POOL_NAMES as readonly string[]).includes(a.pool))
       fail(`${where(s)}: unknown pool ${JSON.stringify(a.pool)}`);
@@ -204,10 +205,8 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
       fail(`${where(s)}: allocation bytes must be a non-negative integer (got ${String(a.bytes)})`);
     if (!(MEMORY_CATEGORIES as readonly string[]).includes(a.category))
       fail(`${where(s)}: unknown memory category ${JSON.stringify(a.category)}`);
-    if (a.hold !== undefined) {
-      if (typeof a.hold !== 'string' || a.hold === '') fail(`${where(s)}: hold key must be a non-empty string`);
-      if (!holds.includes(a.hold)) holds.push(a.hold);
-    }
+    if (a.hold !== undefined && (typeof a.hold !== 'string' || a.hold === ''))
+      fail(`${where(s)}: hold key must be a non-empty string`);
     needBytes[a.pool] += a.bytes;
   }
   for (const p of POOL_NAMES) {
@@ -216,13 +215,49 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
     }
   }
   const released = s.release ?? NONE;
-  const releases: string[] = released.length > 0 ? [] : NO_KEYS;
-  for (const key of released) {
+  for (let i = 0; i < released.length; i++) {
+    const key = released[i];
     if (typeof key !== 'string' || key === '') fail(`${where(s)}: release keys must be non-empty strings`);
-    if (releases.includes(key)) fail(`${where(s)}: releases ${JSON.stringify(key)} twice`);
-    releases.push(key);
+    for (let j = 0; j < i; j++) if (released[j] === key) fail(`${where(s)}: releases ${JSON.stringify(key)} twice`);
   }
-  return { spec: s, deps, priority, label: s.label ?? String(s.id), needBytes, holds, releases, stream };
+  // Checked distinct: the spec's own list (as for deps).
+  const releases = released.length > 0 ? (released as string[]) : NO_KEYS;
+  return { spec: s, deps, priority, label: s.label ?? idLabel(s.id), needBytes, holds, releases, stream };
+}
+
+/**
+ * The distinct hold keys of a task's allocations, in order of first appearance, in an array of
+ * its final length (one grown by `push` from empty reserves 17 slots, and a pass keeps one per
+ * holder). Keys are checked by the caller.
+ */
+function holdKeys(allocs: readonly MemoryRequest[]): string[] {
+  let n = 0;
+  for (let i = 0; i < allocs.length; i++) if (isNewHold(allocs, i)) n++;
+  if (n === 0) return NO_KEYS;
+  const out = new Array<string>(n);
+  let k = 0;
+  for (let i = 0; i < allocs.length; i++) if (isNewHold(allocs, i)) out[k++] = allocs[i]!.hold!;
+  return out;
+}
+
+/** Whether allocation i has a hold key not seen in allocations 0 … i − 1. */
+function isNewHold(allocs: readonly MemoryRequest[], i: number): boolean {
+  const key = allocs[i]!.hold;
+  if (key === undefined) return false;
+  for (let j = 0; j < i; j++) if (allocs[j]!.hold === key) return false;
+  return true;
+}
+
+/**
+ * Default labels of integer ids, made once per process: builders number every pass's tasks
+ * 0, 1, 2 ..., and the executor keeps each task's label for its whole life.
+ */
+const ID_LABELS: string[] = [];
+const MAX_CACHED_LABEL = 1 << 18;
+function idLabel(id: TaskId): string {
+  if (typeof id !== 'number' || !(Number.isInteger(id) && id >= 0 && id < MAX_CACHED_LABEL)) return String(id);
+  while (ID_LABELS.length <= id) ID_LABELS.push(String(ID_LABELS.length));
+  return ID_LABELS[id]!;
 }
 
 /** True if some id appears twice in a short list. */
@@ -234,7 +269,7 @@ function hasRepeat(ids: readonly TaskId[]): boolean {
 /** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */
 function checkDep(s: TaskSpec, d: TaskId, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): void {
   if (d === s.id) fail(`${where(s)}: depends on itself`);
-  if (!view.has(d) && !inBatch.has(d))
+  if (!inBatch.has(d) && !view.has(d))
     fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
 }
 

@@ -35,6 +35,8 @@ export class TaskGraphDeadlockError extends SimError {
 
 /** The executor's records the diagnostics read. */
 export interface GraphRecords {
+  /** The node of an added task's id. */
+  readonly nodeOf: (id: TaskId) => Node;
   readonly bySeq: readonly Node[];
   readonly holds: ReadonlyMap<string, HoldEntry>;
   readonly pools: Readonly<Record<PoolName, MemoryPool>>;
@@ -62,13 +64,16 @@ export function graphStats(g: GraphRecords): TaskGraphStats {
 }
 
 /** The dependency chain that ends at `last`, back through the dep that finished last each time (see `TaskGraphExecutor.criticalPath`). */
-export function criticalPathFrom(last: Node | undefined): TaskId[] {
+export function criticalPathFrom(last: Node | undefined, nodeOf: (id: TaskId) => Node): TaskId[] {
   const path: TaskId[] = [];
   let n = last;
   while (n) {
     path.push(n.t.spec.id);
     let next: Node | undefined;
-    for (const d of n.deps) if (!next || d.finishNs! > next.finishNs!) next = d;
+    for (const id of n.t.deps) {
+      const d = nodeOf(id);
+      if (!next || d.finishNs! > next.finishNs!) next = d;
+    }
     n = next;
   }
   return path.reverse();
@@ -95,7 +100,7 @@ export function stuckTasks(g: GraphRecords): StuckTask[] {
   const out: StuckTask[] = [];
   for (const n of g.bySeq) {
     if (n.state === 'pending') {
-      const waitsFor = n.deps.filter((d) => d.state !== 'done');
+      const waitsFor = n.t.deps.map(g.nodeOf).filter((d) => d.state !== 'done');
       out.push({
         id: n.t.spec.id,
         label: n.t.label,

@@ -227,6 +227,7 @@ export class Dispatcher {
         if (start < 0)
           throw new InvariantError(`transfer of task ${showId(s.id)} done without a start`, now, this.name);
         node.startNs = start as Ns;
+        node.transfer = undefined; // read once: a finished pass's transfers are garbage, not kept by its nodes
         break;
       }
       case 'cpu':

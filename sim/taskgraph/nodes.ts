@@ -33,8 +33,6 @@ export interface HeldAllocation {
 export interface Node extends Ranked {
   readonly t: NormalizedTask;
   readonly lane: Lane;
-  /** Set once when the task is added (its deps' nodes, in the order of `t.deps`). */
-  deps: readonly Node[];
   /** Made at its final length for the dependents of the node's own batch; later batches push. */
   dependents: Node[];
   remainingDeps: number;
@@ -54,8 +52,8 @@ export interface HoldEntry {
   readonly key: string;
   readonly holder: Node;
   releaser: Node | undefined;
-  /** Filled when the holder finishes. */
-  readonly allocations: HeldAllocation[];
+  /** Set when the holder finishes (`NO_ALLOCATIONS` until then: no array per announced hold). */
+  allocations: HeldAllocation[];
   live: boolean;
 }
 

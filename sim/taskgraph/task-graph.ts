@@ -87,6 +87,8 @@ export class TaskGraphExecutor {
   private readonly onStall: 'throw' | 'wait';
   private readonly pools: Readonly<Record<PoolName, MemoryPool>>;
   private readonly nodes = new NodeIndex();
+  /** The node of an added task's id (diagnostics resolve deps through it). */
+  private readonly nodeOf = (id: TaskId): Node => this.nodes.get(id)!;
   private readonly bySeq: Node[] = [];
   private readonly holds = new Map<string, HoldEntry>();
   /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
@@ -118,10 +120,8 @@ export class TaskGraphExecutor {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
       depsOf: (id) => this.nodes.get(id)?.t.deps ?? [],
-      hold: (key) => {
-        const h = this.holds.get(key);
-        return h && { holder: h.holder.t.spec.id, releaser: h.releaser?.t.spec.id };
-      },
+      holderOf: (key) => this.holds.get(key)?.holder.t.spec.id,
+      releaserOf: (key) => this.holds.get(key)?.releaser?.t.spec.id,
       gpuStreams: Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s)),
       cpuCores: resources.cpu.cores,
       poolCapacityBytes: { vram: resources.vram.capacityBytes, host: resources.host.capacityBytes },
@@ -164,7 +164,6 @@ export class TaskGraphExecutor {
         priority: t.priority,
         seq: this.bySeq.length,
         lane: this.dispatcher.laneOf(t),
-        deps: NO_NODES,
         dependents: NO_NODES as Node[],
         remainingDeps: 0,
         state: 'pending',
@@ -191,23 +190,20 @@ export class TaskGraphExecutor {
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
       const ids = node.t.deps;
-      if (ids.length > 0) {
-        const deps = new Array<Node>(ids.length);
-        for (let j = 0; j < ids.length; j++) {
-          const dep = this.nodes.get(ids[j]!)!;
-          deps[j] = dep;
-          if (dep.state !== 'done') {
-            if (dep.seq >= firstSeq) dep.dependents[filled[dep.seq - firstSeq]!++] = node;
-            else if (dep.dependents === NO_NODES) dep.dependents = [node];
-            else dep.dependents.push(node);
-            node.remainingDeps++;
-          }
+      for (let j = 0; j < ids.length; j++) {
+        const dep = this.nodes.get(ids[j]!)!;
+        if (dep.state !== 'done') {
+          if (dep.seq >= firstSeq) dep.dependents[filled[dep.seq - firstSeq]!++] = node;
+          else if (dep.dependents === NO_NODES) dep.dependents = [node];
+          else dep.dependents.push(node);
+          node.remainingDeps++;
         }
-        node.deps = deps;
       }
       const holds = node.t.holds;
-      for (let j = 0; j < holds.length; j++)
-        this.holds.set(holds[j]!, { key: holds[j]!, holder: node, releaser: undefined, allocations: [], live: false });
+      for (let j = 0; j < holds.length; j++) {
+        const key = holds[j]!;
+        this.holds.set(key, { key, holder: node, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
+      }
     }
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
@@ -296,7 +292,7 @@ export class TaskGraphExecutor {
    * any task has finished.
    */
   criticalPath(): TaskId[] {
-    return criticalPathFrom(this.acct.lastFinished);
+    return criticalPathFrom(this.acct.lastFinished, this.nodeOf);
   }
 
   /** Holds registered (announced by an unfinished holder, or live), in registration order. */
@@ -382,7 +378,11 @@ export class TaskGraphExecutor {
     for (let i = 0; i < allocations.length; i++) {
       const a = allocations[i]!;
       if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
-      else this.holds.get(a.hold)!.allocations.push(a);
+      else {
+        const h = this.holds.get(a.hold)!;
+        if (h.allocations === NO_ALLOCATIONS) h.allocations = [a];
+        else h.allocations.push(a);
+      }
     }
     node.allocations = NO_ALLOCATIONS;
     const holds = node.t.holds;
@@ -406,6 +406,7 @@ export class TaskGraphExecutor {
   private records(): GraphRecords {
     const a = this.acct;
     return {
+      nodeOf: this.nodeOf,
       bySeq: this.bySeq,
       holds: this.holds,
       pools: this.pools,

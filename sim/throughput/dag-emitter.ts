@@ -44,25 +44,39 @@ function applyExtra(t: MutableTask, extra: TaskExtra): void {
   if (extra.release) t.release = extra.release;
 }
 
-/** A VRAM allocation held under `key` until a later task releases it. */
-export function hold(bytes: number, category: MemoryCategory, key: string): MemoryRequest[] {
-  return [{ pool: 'vram', bytes, category, hold: key }];
+/**
+ * One buffer of a ring (a prefix and a fill): its hold key (`x0`, `x1` ...), the key's
+ * one-element release list and its last hold request. Made once per process and shared by
+ * every pass (every pass uses the same keys, mostly with the same sizes; a pass's executor
+ * keeps its lists until the pass ends): strings, lists and requests made anew per fill were a
+ * large part of a simulated pass's live objects. Neither the executor nor the builders write them.
+ */
+export interface RingSlot {
+  readonly key: string;
+  readonly release: string[];
+  hold: MemoryRequest[] | undefined;
+}
+const RING_SLOTS = new Map<string, RingSlot[]>();
+function ringSlots(prefix: string): RingSlot[] {
+  let slots = RING_SLOTS.get(prefix);
+  if (!slots) {
+    slots = [];
+    RING_SLOTS.set(prefix, slots);
+  }
+  return slots;
 }
 
-/**
- * Hold keys by ring prefix and fill (`x0`, `x1` ...), made once per process: every pass uses
- * the same ones, and a string made anew per fill (then hashed by the executor's maps) was a
- * large part of a built pass's garbage.
- */
-const RING_KEYS = new Map<string, string[]>();
-function ringKey(prefix: string, fill: number): string {
-  let keys = RING_KEYS.get(prefix);
-  if (!keys) {
-    keys = [];
-    RING_KEYS.set(prefix, keys);
-  }
-  while (keys.length <= fill) keys.push(`${prefix}${keys.length}`);
-  return keys[fill]!;
+/** A VRAM allocation held under `slot`'s key until a later task releases it (a shared list: never written). */
+export function hold(bytes: number, category: MemoryCategory, slot: RingSlot): MemoryRequest[] {
+  const h = slot.hold?.[0];
+  if (h && h.bytes === bytes && h.category === category) return slot.hold!;
+  slot.hold = [{ pool: 'vram', bytes, category, hold: slot.key }];
+  return slot.hold;
+}
+
+/** `[key]`, the release list of `slot`'s hold key (a shared list: never written). */
+export function releasing(slot: RingSlot): string[] {
+  return slot.release;
 }
 
 /** `[after, ...deps]` without the ids < 0, in one array of its final length (a pass keeps one per task). */
@@ -80,16 +94,24 @@ function keptDeps(after: number, deps: readonly number[]): number[] {
 export class Ring {
   private readonly releasers: number[] = [];
   private fills = 0;
+  private readonly slots: RingSlot[];
   constructor(
     private readonly size: number,
     private readonly prefix: string,
-  ) {}
-  /** The next fill: its index, hold key, and the releaser of the fill it reuses (-1: none). */
-  next(): { readonly fill: number; readonly key: string; readonly waitFor: number } {
+  ) {
+    this.slots = ringSlots(prefix);
+  }
+  /** The next fill: its index, buffer (hold key), and the releaser of the fill it reuses (-1: none). */
+  next(): { readonly fill: number; readonly slot: RingSlot; readonly waitFor: number } {
     const fill = this.fills++;
     const waitFor = fill >= this.size ? this.releasers[fill - this.size]! : -1;
     if (waitFor === undefined) throw new RangeError(`ring ${this.prefix}: fill ${fill - this.size} has no releaser`);
-    return { fill, key: ringKey(this.prefix, fill), waitFor };
+    const slots = this.slots;
+    while (slots.length <= fill) {
+      const key = `${this.prefix}${slots.length}`;
+      slots.push({ key, release: [key], hold: undefined });
+    }
+    return { fill, slot: slots[fill]!, waitFor };
   }
   /** `next()` without the object and key (the streaming builders): the releaser to wait for; the fill is `lastFill`. */
   nextWait(): number {

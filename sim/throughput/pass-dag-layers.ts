@@ -10,7 +10,7 @@ import type { CostModel } from '../cost/types.ts';
 import { ceilNs, type Ns } from '../kernel/time.ts';
 import type { MemoryRequest } from '../taskgraph/types.ts';
 import type { DagEmitter } from './dag-emitter.ts';
-import { hold, Ring } from './dag-emitter.ts';
+import { hold, releasing, Ring, type RingSlot } from './dag-emitter.ts';
 import { LayerPrices } from './layer-prices.ts';
 import { type CachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, type ModelModules } from './memory-model.ts';
 import { type CountsFn, mlaUpProjection } from './pass-config.ts';
@@ -38,7 +38,7 @@ interface GpuLayer {
   readonly inputs: number[];
   /** The layer's (layer granularity) or dense module's (expert granularity) transfer, or -1. */
   readonly weightTask: number;
-  readonly weightKey: string | undefined;
+  readonly weightKey: RingSlot | undefined;
   readonly weightFill: number;
 }
 
@@ -138,7 +138,12 @@ export class LayerBuilder {
     if (this.c.weightGranularity === 'layer' && layer.weightKey) {
       this.weightRing.released(
         layer.weightFill,
-        e.barrier('sync', [e.lastGpu, layer.weightTask], [layer.weightKey], () => `L${l} release layer weights`),
+        e.barrier(
+          'sync',
+          [e.lastGpu, layer.weightTask],
+          releasing(layer.weightKey),
+          () => `L${l} release layer weights`,
+        ),
       );
     }
     return e.lastGpu;
@@ -150,14 +155,14 @@ export class LayerBuilder {
     const { mm, cached } = this.inp;
     const denseStreamed = !cached.denseCached[l];
     let weightTask = -1;
-    let weightKey: string | undefined;
+    let weightKey: RingSlot | undefined;
     let weightFill = -1;
     if (c.weightGranularity === 'layer') {
       const expertsStreamed = mi >= 0 ? mm.experts - cached.cachedExperts[l]! : 0;
       const bytes = (denseStreamed ? mm.denseBytes[l]! : 0) + expertsStreamed * mm.expertBytes;
       if (bytes > 0) {
         const r = this.weightRing.next();
-        weightKey = r.key;
+        weightKey = r.slot;
         weightFill = r.fill;
         weightTask = e.h2d(
           'weights',
@@ -166,17 +171,17 @@ export class LayerBuilder {
           true,
           () => `L${l} layer weights`,
           {
-            alloc: hold(bytes, 'prefetchBuffer', r.key),
+            alloc: hold(bytes, 'prefetchBuffer', r.slot),
           },
         );
       }
     } else if (denseStreamed) {
       const r = this.weightRing.next();
-      weightKey = r.key;
+      weightKey = r.slot;
       weightFill = r.fill;
       const bytes = mm.denseBytes[l]!;
       weightTask = e.h2d('weights', bytes, [r.waitFor, c.prefetch ? -1 : layerEnd], true, () => `L${l} dense weights`, {
-        alloc: hold(bytes, 'prefetchBuffer', r.key),
+        alloc: hold(bytes, 'prefetchBuffer', r.slot),
       });
     }
     const kvHost = l >= c.kvGpuLayers;
@@ -197,7 +202,7 @@ export class LayerBuilder {
       done += s;
     }
     // The dense buffer is released by the last module that reads it.
-    const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: [weightKey] } : undefined;
+    const denseRelease = c.weightGranularity === 'expert' && weightKey ? { release: releasing(weightKey) } : undefined;
     let after: number;
     if (mi < 0) {
       after = e.gpu(
@@ -278,29 +283,29 @@ export class LayerBuilder {
     if (e.streaming) return this.gpuAttentionStreamed(ly, s);
     const l = ly.l;
     let kvIn = -1;
-    let kvInKey: string | undefined;
+    let kvInKey: RingSlot | undefined;
     let kvInFill = -1;
     if (ly.kvHost && past > 0) {
       const r = this.kvInRing.next();
-      kvInKey = r.key;
+      kvInKey = r.slot;
       kvInFill = r.fill;
       const bytes = s * past * kvTok;
       kvIn = e.h2d('kv', bytes, [r.waitFor], true, () => `L${l} m${m} KV H2D`, {
-        alloc: hold(bytes, 'kvCache', r.key),
+        alloc: hold(bytes, 'kvCache', r.slot),
       });
     }
     const out = ly.kvHost ? this.kvOutRing.next() : undefined;
-    const alloc: MemoryRequest[] | undefined = out && hold(s * nt * kvTok, 'kvCache', out.key);
+    const alloc: MemoryRequest[] | undefined = out && hold(s * nt * kvTok, 'kvCache', out.slot);
     const deps = [ly.inputs[0]!, ly.inputs[1]!, out ? out.waitFor : -1, kvIn];
     const att = e.gpu('attention', this.price.attentionNs(s), deps, () => `L${l} m${m} attention`, {
       alloc,
-      release: kvInKey ? [kvInKey] : undefined,
+      release: kvInKey ? releasing(kvInKey) : undefined,
     });
     if (kvInKey) this.kvInRing.released(kvInFill, att);
     if (out)
       this.kvOutRing.released(
         out.fill,
-        e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: [out.key] }),
+        e.d2h('kv', s * nt * kvTok, [att], true, () => `L${l} m${m} KV D2H`, { release: releasing(out.slot) }),
       );
     return att;
   }
@@ -380,14 +385,14 @@ export class LayerBuilder {
       this.expertLayerPairs++;
       if (cnt > 0) this.activatedPairs++;
       let w = -1;
-      let key: string | undefined;
+      let key: RingSlot | undefined;
       let fill = -1;
       if (streamOwn && x >= cached.cachedExperts[l]! && (cnt > 0 || c.streamAllExperts)) {
         const r = this.expertRing.next();
-        key = r.key;
+        key = r.slot;
         fill = r.fill;
         w = e.h2d('weights', mm.expertBytes, [r.waitFor], true, () => `L${l} e${x} weights`, {
-          alloc: hold(mm.expertBytes, 'expertWeights', r.key),
+          alloc: hold(mm.expertBytes, 'expertWeights', r.slot),
         });
       }
       if (cnt > 0) {
@@ -400,13 +405,13 @@ export class LayerBuilder {
           this.price.expertNs(cnt),
           [after, weightDep, w],
           () => `L${l}${tag} e${x} (${chunks} chunk${chunks > 1 ? 's' : ''})`,
-          key ? { release: [key] } : undefined,
+          key ? { release: releasing(key) } : undefined,
         );
         if (key) this.expertRing.released(fill, id);
       } else if (key) {
         this.expertRing.released(
           fill,
-          e.barrier('sync', [after, w], [key], () => `L${l}${tag} e${x} unused`),
+          e.barrier('sync', [after, w], releasing(key), () => `L${l}${tag} e${x} unused`),
         );
       }
     }

@@ -54,7 +54,7 @@ export interface PassResult {
 export function simulatePass(inp: PassSimInput): PassResult {
   const model: ModelProfile = inp.model;
   const hw: HardwareProfile = inp.hardware;
-  const dag = buildPassDag({ ...inp, labels: inp.labels ?? inp.sink !== undefined });
+  const dag = buildPassDag({ ...inp, labels: inp.labels ?? readsLabels(inp.sink) });
   const sim = new Simulation<ResourceEvent | TaskGraphEvent>();
   const r = createResources(hw, sim, inp.sink, { streamNames: ['compute'], packetBytes: inp.packetBytes });
   const graph = new TaskGraphExecutor(r, sim, { name: 'throughput pass' });
@@ -107,4 +107,15 @@ export function simulatePass(inp: PassSimInput): PassResult {
     expertLayerPairs: dag.expertLayerPairs,
     activatedPairs: dag.activatedPairs,
   };
+}
+
+/**
+ * Whether a sink records task labels (a timeline, a trace): one of the resources' record hooks.
+ * A run's sink always exists (the runner's fanout, often of nothing but request milestones);
+ * without such a hook the tasks are named by id (errors too), and a pass builds no label.
+ */
+function readsLabels(sink: TraceSink | undefined): boolean {
+  if (!sink) return false;
+  const s = sink;
+  return !!(s.onKernel || s.onTransfer || s.onPacket || s.onCpuTask || s.onMemory || s.onBlocked);
 }
