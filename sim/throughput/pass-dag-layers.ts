@@ -135,15 +135,12 @@ export class LayerBuilder {
     const layer = this.layerWeights(l, mi, layerEnd, input);
     if (this.c.expertBatching === 'accumulated') this.accumulatedLayer(layer);
     else this.perMicroBatchLayer(layer);
-    if (this.c.weightGranularity === 'layer' && layer.weightKey) {
+    const wk = layer.weightKey;
+    if (this.c.weightGranularity === 'layer' && wk) {
+      const deps = [e.lastGpu, layer.weightTask];
       this.weightRing.released(
         layer.weightFill,
-        e.barrier(
-          'sync',
-          [e.lastGpu, layer.weightTask],
-          releasing(layer.weightKey),
-          () => `L${l} release layer weights`,
-        ),
+        e.barrier('sync', deps, releasing(wk), () => `L${l} release layer weights`),
       );
     }
     return e.lastGpu;
