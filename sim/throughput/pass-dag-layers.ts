@@ -137,11 +137,8 @@ export class LayerBuilder {
     else this.perMicroBatchLayer(layer);
     const wk = layer.weightKey;
     if (this.c.weightGranularity === 'layer' && wk) {
-      const deps = [e.lastGpu, layer.weightTask];
-      this.weightRing.released(
-        layer.weightFill,
-        e.barrier('sync', deps, releasing(wk), () => `L${l} release layer weights`),
-      );
+      const sync = e.barrier('sync', [e.lastGpu, layer.weightTask], releasing(wk), () => `L${l} release layer weights`);
+      this.weightRing.released(layer.weightFill, sync);
     }
     return e.lastGpu;
   }
