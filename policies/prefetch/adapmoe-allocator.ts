@@ -186,7 +186,7 @@ export function allocateSlots(
       const sHi = Math.min(maxSlots, t, t - l * minSlots);
       if (sLo > sHi) continue;
       const bestS = bounded
-        ? boundedArgmin(prev, f, t, sLo, sHi, guess < sLo ? sLo : guess > sHi ? sHi : guess)
+        ? boundedArgmin(prev, f, t, sLo, sHi, Math.min(Math.max(guess, sLo), sHi))
         : firstArgmin(prev, f, t, sLo, sHi);
       if (bestS >= 0) {
         cur[t] = prev[t - bestS]! + f[bestS]!;
@@ -225,7 +225,14 @@ function firstArgmin(prev: Float64Array, f: Float64Array, t: number, sLo: number
  * prev[t − s'] ≥ prev[t − sLo] and f[s'] ≥ f[s]; rounded addition is monotone, so the sum of the
  * bounds bounds every later sum as computed. Ties go to the smaller s, as in `firstArgmin`.
  */
-function boundedArgmin(prev: Float64Array, f: Float64Array, t: number, sLo: number, sHi: number, guess: number): number {
+function boundedArgmin(
+  prev: Float64Array,
+  f: Float64Array,
+  t: number,
+  sLo: number,
+  sHi: number,
+  guess: number,
+): number {
   let best = prev[t - guess]! + f[guess]!;
   let bestS = guess;
   const fMin = f[sHi]!;

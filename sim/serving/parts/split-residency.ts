@@ -278,7 +278,7 @@ export class SplitResidency extends SlotResidency {
  * needed expert and every prefetch candidate. The Map stays the record (insertion order for
  * `keys` / `entries`, the checks of `add` / `arrived` / `release`); the array follows it.
  */
-class IndexedTopSegmentCache extends TopSegmentCache {
+export class IndexedTopSegmentCache extends TopSegmentCache {
   private readonly byKey: (TopEntry | undefined)[];
 
   constructor(...args: ConstructorParameters<typeof TopSegmentCache>) {
