@@ -128,7 +128,14 @@ export class LcpScores {
     }
     if (this.scratch.length !== E) this.scratch = new Float64Array(E);
     const p = this.scratch;
-    for (let e = 0; e < E; e++) p[e] = this.priority(base + e);
+    // `priority(base + e)`, with the layer's clock read once.
+    const mu = this.mu;
+    const clock = this.clock[layer]!;
+    for (let e = 0; e < E; e++) {
+      const m = mu[base + e]!;
+      const l = this.last[base + e]!;
+      p[e] = m === 0 ? 0 : m * this.decayOf(l < 0 ? clock : clock - l);
+    }
     const last = this.last;
     for (let i = 1; i < E; i++) {
       const x = order[i]!;

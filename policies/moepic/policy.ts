@@ -55,6 +55,7 @@ import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import { definePolicy } from '../types.ts';
 import { iterationTokens, LCP_OMEGA, LCP_RHO, LcpScores } from '../cache/lcp.ts';
 import { layerModels, SplitStats, vramAllocation, type ModuleTimes } from './configurator.ts';
+import { OrderedKeys } from './ordered-keys.ts';
 
 /** An empty key list for decisions (never mutated). */
 const NO_KEYS: ExpertKey[] = [];
@@ -133,8 +134,18 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
   setUniform(p.theta);
   const scores = new LcpScores(L, E, p.omega, p.rho);
   const stats = new SplitStats(L, E);
-  /** Keys with a top, per layer (kept in step with the executor's segment cache). */
-  const tops: Set<ExpertKey>[] = Array.from({ length: L }, () => new Set());
+  /** Keys with a top, per layer, in the segment cache's order (kept in step with the executor's segment cache). */
+  const tops: OrderedKeys[] = Array.from({ length: L }, () => new OrderedKeys(L * E));
+  /**
+   * Per layer: 1 once the policy has asked for a top of fraction ≥ 1 there (sticky). Tops are
+   * created only with the fractions the policy gives (initial tops, `keepTop`, `loadTops`), so
+   * without the mark no top of the layer holds a whole expert and the prefetch walks skip the
+   * segment cache's lookup.
+   */
+  const wholeTops = new Uint8Array(L);
+  const noteFraction = (l: number, f: number): void => {
+    if (f >= 1) wholeTops[l] = 1;
+  };
   let topsDirty = false;
   const predictedFor: (readonly number[])[] = Array.from({ length: L }, () => []);
   let tokensSeen = 0;
@@ -191,7 +202,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
     for (const e of ranked) {
       if (out.length >= slots) break;
       const key = view.keyOf(l, e);
-      if (view.segments!.topFraction(key) >= 1 || view.buffer.has(key)) continue;
+      if ((wholeTops[l] === 1 && view.segments!.topFraction(key) >= 1) || view.buffer.has(key)) continue;
       out.push({ key, priority: 1 + out.length });
     }
     return out;
@@ -237,6 +248,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
         if (!tops[l]!.has(k) || view.segments!.topFraction(k) !== theta[l]) load.push({ key: k, fraction: theta[l]! });
     }
     for (const r of load) reshapeBytes += view.segments!.topBytes(r.fraction);
+    for (let l = 0; l < L; l++) if (cacheSize[l]! > 0) noteFraction(l, theta[l]!);
     topsDirty = true;
     return { dropTops: drop, loadTops: load };
   };
@@ -257,6 +269,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
           [ids[i], ids[j]] = [ids[j]!, ids[i]!];
           const key = l * E + ids[i]!;
           out.push({ key, fraction: theta[l]! });
+          noteFraction(l, theta[l]!);
           tops[l]!.add(key);
         }
       }
@@ -268,8 +281,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
     },
     onLayerRouted(view, routing) {
       const l = routing.layer;
-      const decodeOnly = view.batch.every((r) => r.phase === 'decode');
-      if (p.configurator && decodeOnly) {
+      if (p.configurator && allDecode(view)) {
         // Ranks by priority before this token (the cache the configurator would have built).
         scores.rankInto(l, rankOf);
         stats.observe(l, rankOf, routing.activated, predictedFor[l]!);
@@ -295,7 +307,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
       for (const e of ranked) {
         if (rank >= slots) break;
         const key = view.keyOf(layer + 1, e);
-        if (view.segments!.topFraction(key) >= 1) continue;
+        if (wholeTops[layer + 1] === 1 && view.segments!.topFraction(key) >= 1) continue;
         rank++;
         if (!view.buffer.has(key)) out.push({ key, priority: rank });
       }
@@ -323,7 +335,9 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
           let pv = 0;
           const last = scores.last;
           // A top in use is skipped once it would be the victim (the order does not depend on pins).
-          for (const k of own) {
+          const keys = own.keys;
+          for (let i = 0; i < keys.length; i++) {
+            const k = keys[i]!;
             const pk = scores.priority(k);
             if (
               victim >= 0 &&
@@ -350,6 +364,7 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
         own.delete(victim);
       }
       own.add(key);
+      noteFraction(l, th);
       return { keepTop: th, dropTops };
     },
     onRequestFinished() {
@@ -376,6 +391,13 @@ export function createMoepic(name: string, p: MoepicParams, model: ModelProfile,
       };
     },
   };
+}
+
+/** Whether every request of the batch is decoding (no prefill in the iteration). */
+function allDecode(view: ServingView): boolean {
+  const batch = view.batch;
+  for (let i = 0; i < batch.length; i++) if (batch[i]!.phase !== 'decode') return false;
+  return true;
 }
 
 export const moepic = definePolicy({

@@ -149,6 +149,9 @@ export class LayerStats {
  * same; the work drops from layers · total · maxSlots to about half of it in the middle of the
  * range and to almost nothing near layers · minSlots or layers · maxSlots (AdapMoE reallocates
  * every few iterations, and for 24 layers × 60 experts the full table cost ~10 ms a call).
+ * Each cell's minimum over s is searched from the previous cell's choice outwards with bounds
+ * (`boundedArgmin`) when the layer's cost and the row it reads are non-increasing — as miss
+ * curves are; checked on the values, else every s is read — with the same value and tie-break.
  */
 export function allocateSlots(
   cost: readonly Float64Array[],
@@ -159,36 +162,106 @@ export function allocateSlots(
   const L = cost.length;
   if (total < L * minSlots) throw new RangeError(`a budget of ${total} slots cannot give ${L} layers ${minSlots} each`);
   const T = Math.min(total, L * maxSlots);
-  let prev = new Float64Array(T + 1).fill(Infinity);
+  // Two rows, swapped per layer: a layer reads only the cells [pLo, pHi] the layer before filled
+  // (every unreachable one left at Infinity), so each row is reset over its own range only.
+  let prev = new Float64Array(T + 1);
+  let cur = new Float64Array(T + 1);
   prev[0] = 0;
+  let pLo = 0;
+  let pHi = 0;
   const choice = new Int32Array(L * (T + 1));
   for (let l = 0; l < L; l++) {
-    const cur = new Float64Array(T + 1).fill(Infinity);
     const f = cost[l]!;
     const row = l * (T + 1);
     const left = L - 1 - l;
     const tLo = Math.max((l + 1) * minSlots, T - left * maxSlots);
     const tHi = Math.min((l + 1) * maxSlots, T - left * minSlots);
+    if (tLo <= tHi) cur.fill(Infinity, tLo, tHi + 1);
+    // Bounded search when both sides are monotone (checked on the values themselves), else every s.
+    const bounded = nonIncreasing(f, minSlots, maxSlots) && nonIncreasing(prev, pLo, pHi);
+    let guess = -1;
     for (let t = tLo; t <= tHi; t++) {
       // prev[t − s] is reachable iff l·minSlots ≤ t − s ≤ l·maxSlots.
+      const sLo = Math.max(minSlots, t - l * maxSlots);
       const sHi = Math.min(maxSlots, t, t - l * minSlots);
-      let best = Infinity;
-      let bestS = -1;
-      for (let s = Math.max(minSlots, t - l * maxSlots); s <= sHi; s++) {
-        const v = prev[t - s]! + f[s]!;
-        if (v < best) {
-          best = v;
-          bestS = s;
-        }
-      }
+      if (sLo > sHi) continue;
+      const bestS = bounded
+        ? boundedArgmin(prev, f, t, sLo, sHi, Math.min(Math.max(guess, sLo), sHi))
+        : firstArgmin(prev, f, t, sLo, sHi);
       if (bestS >= 0) {
-        cur[t] = best;
+        cur[t] = prev[t - bestS]! + f[bestS]!;
         choice[row + t] = bestS;
+        guess = bestS;
       }
     }
-    prev = cur;
+    const done = cur;
+    cur = prev;
+    prev = done;
+    pLo = tLo;
+    pHi = tHi;
   }
   return backtrack(choice, L, T);
+}
+
+/** The first s in [sLo, sHi] with the least finite prev[t − s] + f[s] (−1 when none is finite). */
+function firstArgmin(prev: Float64Array, f: Float64Array, t: number, sLo: number, sHi: number): number {
+  let best = Infinity;
+  let bestS = -1;
+  for (let s = sLo; s <= sHi; s++) {
+    const v = prev[t - s]! + f[s]!;
+    if (v < best) {
+      best = v;
+      bestS = s;
+    }
+  }
+  return bestS;
+}
+
+/**
+ * `firstArgmin` when f is non-increasing on [sLo, sHi] and prev non-increasing over the cells
+ * read: from `guess` (the previous total's choice: the choice moves little from one total to the
+ * next) up, then down, each walk stopped once a bound shows that no further s can win. Upward,
+ * every s' ≥ s has prev[t − s'] ≥ prev[t − s] and f[s'] ≥ f[sHi]; downward, every s' ≤ s has
+ * prev[t − s'] ≥ prev[t − sLo] and f[s'] ≥ f[s]; rounded addition is monotone, so the sum of the
+ * bounds bounds every later sum as computed. Ties go to the smaller s, as in `firstArgmin`.
+ */
+function boundedArgmin(
+  prev: Float64Array,
+  f: Float64Array,
+  t: number,
+  sLo: number,
+  sHi: number,
+  guess: number,
+): number {
+  let best = prev[t - guess]! + f[guess]!;
+  let bestS = guess;
+  const fMin = f[sHi]!;
+  for (let s = guess + 1; s <= sHi; s++) {
+    const p = prev[t - s]!;
+    if (p + fMin >= best) break;
+    const v = p + f[s]!;
+    if (v < best) {
+      best = v;
+      bestS = s;
+    }
+  }
+  const pMin = prev[t - sLo]!;
+  for (let s = guess - 1; s >= sLo; s--) {
+    const fs = f[s]!;
+    if (pMin + fs > best) break;
+    const v = prev[t - s]! + fs;
+    if (v <= best) {
+      best = v;
+      bestS = s;
+    }
+  }
+  return best < Infinity ? bestS : -1;
+}
+
+/** Whether a[i + 1] ≤ a[i] for every i in [from, to) (false on NaN). */
+function nonIncreasing(a: Float64Array, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (!(a[i + 1]! <= a[i]!)) return false;
+  return true;
 }
 
 /** The sizes along the choices from the total back to layer 0. */

@@ -1,9 +1,10 @@
 /**
  * AdapMoE's size allocator: `allocateSlots` (fills only the cells on some path to the total)
  * returns exactly the sizes of the full-table reference `allocateSlotsFull`, on random costs —
- * integer costs with many ties (where the tie-break decides), fractional costs, monotone and
- * not — over layer counts, size bounds and totals from the smallest feasible to beyond
- * layers · maxSlots.
+ * integer costs with many ties (where the tie-break decides), fractional costs, and
+ * non-increasing costs (as AdapMoE's miss curves are: the bounded search runs on them), integer
+ * with ties or fractional — over layer counts, size bounds and totals from the smallest feasible
+ * to beyond layers · maxSlots.
  */
 import * as fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -13,6 +14,7 @@ describe('allocateSlots', () => {
   it('equals the full-table DP (allocateSlotsFull) size for size', () => {
     let interior = 0;
     let tied = 0;
+    let monotone = 0;
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 7 }),
@@ -20,8 +22,9 @@ describe('allocateSlots', () => {
         fc.integer({ min: 1, max: 9 }),
         fc.integer({ min: 0, max: 80 }),
         fc.boolean(),
+        fc.boolean(),
         fc.array(fc.integer({ min: 0, max: 1000 }), { minLength: 7 * 10, maxLength: 7 * 10 }),
-        (L, minSlots, span, extra, ties, raw) => {
+        (L, minSlots, span, extra, ties, decreasing, raw) => {
           const maxSlots = minSlots + span;
           const total = L * minSlots + extra;
           const cost = Array.from({ length: L }, (_, l) =>
@@ -30,11 +33,18 @@ describe('allocateSlots', () => {
               return ties ? r % 4 : r / 7 - s;
             }),
           );
+          if (decreasing) {
+            // Non-increasing: a running sum of the steps downwards (integer steps of 0–3 with ties).
+            for (const f of cost) {
+              for (let s = 1; s < f.length; s++) f[s] = f[s - 1]! - Math.abs(f[s]!) / (ties ? 1 : 3);
+            }
+          }
           const want = allocateSlotsFull(cost, total, minSlots, maxSlots);
           expect(Array.from(allocateSlots(cost, total, minSlots, maxSlots))).toEqual(Array.from(want));
           if (total > L * minSlots && total < L * maxSlots && L > 1) {
             interior++;
             if (ties) tied++;
+            if (decreasing) monotone++;
           }
         },
       ),
@@ -42,6 +52,7 @@ describe('allocateSlots', () => {
     );
     expect(interior).toBeGreaterThan(200);
     expect(tied).toBeGreaterThan(80);
+    expect(monotone).toBeGreaterThan(100);
   });
 });
 

@@ -7,7 +7,7 @@
  * keep a top of a whole expert just computed (no bytes move), and decisions may load (reshape)
  * or drop tops.
  */
-import { TopSegmentCache, type BufferEntry } from '../expert-buffer.ts';
+import { TopSegmentCache, type BufferEntry, type TopEntry } from '../expert-buffer.ts';
 import type { ExpertKey, KeepTop, ModelShapeView, PolicyDecision, SegmentCacheView, ServingHook } from '../policy.ts';
 import type { Kernels } from './kernels.ts';
 import type { PieceWork, ReadyListener } from './residency.ts';
@@ -15,7 +15,7 @@ import { DEMAND_PRIORITY, SlotResidency } from './slot-residency.ts';
 import type { IterationState, ServingContext } from './state.ts';
 
 export class SplitResidency extends SlotResidency {
-  private readonly tops: TopSegmentCache;
+  private readonly tops: IndexedTopSegmentCache;
   /** moeLayers × experts: a piece id ≥ span is the top segment of expert (id − span). */
   private readonly span: number;
   /** Pieces (top, whole/bottom) of each expert of the current layer still to compute. */
@@ -31,7 +31,7 @@ export class SplitResidency extends SlotResidency {
   ) {
     super(ctx, kernels, ready, slots);
     this.span = ctx.model.moeLayers * ctx.E;
-    this.tops = new TopSegmentCache(capBytes, this.bytesPerExpert, this.span, ctx.res.vram, ctx.sim, ctx.sink);
+    this.tops = new IndexedTopSegmentCache(capBytes, this.bytesPerExpert, this.span, ctx.res.vram, ctx.sim, ctx.sink);
     this.buffer.segmentKeySpan = this.span;
     this.piecesLeft = new Int8Array(ctx.E);
   }
@@ -269,5 +269,44 @@ export class SplitResidency extends SlotResidency {
   /** An expert whose top is all of it needs nothing more. */
   protected override complete(key: ExpertKey): boolean {
     return this.tops.topFraction(key) === 1;
+  }
+}
+
+/**
+ * The segment cache with its lookups by key read from a dense array (keys are 0 … span − 1)
+ * instead of the cache's Map: the executor and MoEpic ask `entry` / `topFraction` for every
+ * needed expert and every prefetch candidate. The Map stays the record (insertion order for
+ * `keys` / `entries`, the checks of `add` / `arrived` / `release`); the array follows it.
+ */
+export class IndexedTopSegmentCache extends TopSegmentCache {
+  private readonly byKey: (TopEntry | undefined)[];
+
+  constructor(...args: ConstructorParameters<typeof TopSegmentCache>) {
+    super(...args);
+    // Filled with `undefined` up to the key span (a packed array, not a sparse one).
+    this.byKey = Array.from({ length: args[2] }, () => undefined);
+  }
+
+  override entry(key: ExpertKey): TopEntry | undefined {
+    return this.byKey[key];
+  }
+  override topFraction(key: ExpertKey): number {
+    return this.byKey[key]?.fraction ?? 0;
+  }
+  override topState(key: ExpertKey): 'loading' | 'resident' | undefined {
+    return this.byKey[key]?.state;
+  }
+  override topPinned(key: ExpertKey): boolean {
+    return this.byKey[key]?.pinned ?? false;
+  }
+  override add(key: ExpertKey, fraction: number, resident: boolean): TopEntry {
+    const t = super.add(key, fraction, resident);
+    this.byKey[key] = t;
+    return t;
+  }
+  override release(key: ExpertKey): TopEntry {
+    const t = super.release(key);
+    this.byKey[key] = undefined;
+    return t;
   }
 }
