@@ -231,6 +231,15 @@ export class CachePriorities implements VictimState {
   /** Counters for tests: victim walks of admission rounds, walks again for more, rounds started from `minVictimPriority`'s walk. */
   readonly admissionStats = { walks: 0, rewalks: 0, fromMin: 0 };
 
+  /**
+   * Victims an admission round's first walk keeps: `firstVictims`, or all of them in a buffer
+   * under `keptOrderMinSlots` slots (a few dozen victims: walking again for more cost more than
+   * ordering them all, serving bench).
+   */
+  private firstWalkLimit(buffer: BufferView): number {
+    return buffer.slots < this.keptOrderMinSlots ? Infinity : this.firstVictims;
+  }
+
   /** Collects the `limit` cheapest victims a prefetch could evict now (resident, unpinned, outside the ranked set). */
   private scanVictims(buffer: BufferView, limit: number): void {
     const req = this.o.requestPriorities;
@@ -296,7 +305,7 @@ export class CachePriorities implements VictimState {
     }
     if (this.admVi >= this.admLimit) return false;
     const adm = this.adm;
-    if (this.vFor !== buffer) this.scanVictims(buffer, Math.min(this.o.firstVictims ?? FIRST_VICTIMS, this.admLimit));
+    if (this.vFor !== buffer) this.scanVictims(buffer, Math.min(this.firstWalkLimit(buffer), this.admLimit));
     let v = adm.peek();
     if (v < 0 && adm.mayHoldMore()) {
       // Every victim kept was handed out and more may exist: walk again for twice as many, and
@@ -350,7 +359,7 @@ export class CachePriorities implements VictimState {
     // `now`: as `beginAdmission`'s.
     this.admNow = now;
     // The walk keeps the first victims too: most rounds that follow need a few (`beginAdmission`).
-    this.scanVictims(buffer, this.o.firstVictims ?? FIRST_VICTIMS);
+    this.scanVictims(buffer, this.firstWalkLimit(buffer));
     const v = this.adm.peek();
     return v < 0 ? Infinity : this.adm.prioAt(v);
   }

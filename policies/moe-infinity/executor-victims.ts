@@ -2,11 +2,11 @@
  * The executor's eviction queries to MoE-Infinity's cache (`cache-priority.ts` keeps the
  * priorities and the ranked set; the order is `victim-order.ts`'s). Three ways to the same
  * victim:
- * - a buffer that counts its evictable changes (`BufferView.evictableVersion`, the executor's):
- *   the first victims kept from one walk (`CheapestVictims`), while the buffer's only evictable
- *   changes are the releases of the victims handed out since, with nothing else the order reads
- *   changed and at the same simulated time. Its candidates are never listed;
- * - otherwise, a buffer under `keptOrderMinSlots` slots: one walk over it per query;
+ * - a buffer under `keptOrderMinSlots` slots: one walk over it per query;
+ * - a larger buffer that counts its evictable changes (`BufferView.evictableVersion`, the
+ *   executor's): the first victims kept from one walk (`CheapestVictims`), while the buffer's
+ *   only evictable changes are the releases of the victims handed out since, with nothing else
+ *   the order reads changed and at the same simulated time. Its candidates are never listed;
  * - otherwise, the listed candidates: one scan, and from their second query on the first
  *   victims kept from them, while the candidates are the same less the victims handed out.
  * The executor's prefetches of one decision each evict one victim of the same candidates: a
@@ -17,11 +17,12 @@ import { CheapestVictims } from './cheapest-victims.ts';
 import { firstVictimByScan, firstVictimInBuffer, withoutKey, type ScannedVictim } from './victim-order.ts';
 
 /**
- * Buffer size from which `victimInBuffer`, on a buffer without `evictableVersion`, keeps victims
- * across the listed candidates' queries rather than walking the buffer per query. From CPU
- * profiles, not tuned to a result (both give the same victims): on the quickstart's 61 slots
- * the victims cost 1.5 s walked against 4.7 s kept (1.4 victims per kept order); on Switch-128
- * BF16's 953 slots 10.7 s walked against 8.0 s kept (40 per order); 256 lies between.
+ * Buffer size from which `victimInBuffer` keeps victims across queries rather than walking the
+ * buffer per query. From CPU profiles, not tuned to a result (all give the same victims): on the
+ * quickstart's 61 slots the victims cost 1.5 s walked against 4.7 s kept from listed candidates
+ * (1.4 victims per kept order), and kept from walks the serving bench's MoE-Infinity step cost
+ * 1.13–1.21× the walk's; on Switch-128 BF16's 953 slots 10.7 s walked against 8.0 s kept (40 per
+ * order); 256 lies between.
  */
 export const KEPT_ORDER_MIN_SLOTS = 256;
 
@@ -35,7 +36,7 @@ export interface VictimState {
   readonly orderVersion: number;
   /** Victims a kept order holds at first (speed only). */
   readonly firstVictims: number;
-  /** Buffer size from which victims are kept across listed candidates' queries (speed only). */
+  /** Buffer size from which victims are kept across queries (speed only). */
   readonly keptOrderMinSlots: number;
   /** The priorities of victims outside the ranked set, or null (LRU: all 0). */
   victimPriorities(): Float64Array | null;
@@ -114,13 +115,15 @@ export class ExecutorVictims {
 
   /**
    * `chooseVictim` for the executor's query, whose candidates are the resident, unpinned entries
-   * of `buffer`: on a buffer that counts its evictable changes, from the victims kept from one
-   * walk; otherwise, in a buffer under `keptOrderMinSlots` slots, found by one walk over it (the
-   * executor lists no candidates), else from the order kept from the listed candidates.
+   * of `buffer`: in a buffer under `keptOrderMinSlots` slots, found by one walk over it (the
+   * executor lists no candidates); in a larger one, from the victims kept from one walk when it
+   * counts its evictable changes, else from the order kept from the listed candidates.
    */
   victimInBuffer(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
-    if (buffer.evictableVersion !== undefined) return this.victimWalked(buffer, q, now);
-    if (buffer.slots >= this.c.keptOrderMinSlots) return this.chooseVictim(buffer, q, now);
+    if (buffer.slots >= this.c.keptOrderMinSlots) {
+      if (buffer.evictableVersion !== undefined) return this.victimWalked(buffer, q, now);
+      return this.chooseVictim(buffer, q, now);
+    }
     const sc = this.scanned;
     if (!firstVictimInBuffer(buffer, this.c.rankGen, this.c.generation, this.c.rank, this.c.victimPriorities(), sc))
       return undefined;
@@ -179,7 +182,7 @@ export class ExecutorVictims {
    * prefetches then evict them without a walk of their own.
    */
   seed(buffer: BufferView, now: number, unranked: CheapestVictims): void {
-    if (buffer.evictableVersion === undefined || now !== now) return;
+    if (buffer.evictableVersion === undefined || now !== now || buffer.slots < this.c.keptOrderMinSlots) return;
     this.walked.copyFrom(unranked);
     this.walkedFor = buffer;
     this.walkedVersion = this.c.orderVersion;

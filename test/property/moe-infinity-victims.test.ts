@@ -1,9 +1,9 @@
 /**
- * MoE-Infinity's cache answers the executor's eviction queries (`victimInBuffer`) three ways: on
- * a buffer that counts its evictable changes, from the first victims kept from one walk, while
- * the only changes are the releases of the victims handed out (admission rounds start them too);
- * otherwise by one walk over a small buffer, or in a large one from an order kept from the listed
- * candidates while they are the last ones less the victims handed out. Kept answers also need
+ * MoE-Infinity's cache answers the executor's eviction queries (`victimInBuffer`) three ways: by
+ * one walk over a small buffer; in a large one that counts its evictable changes, from the first
+ * victims kept from one walk, while the only changes are the releases of the victims handed out
+ * (admission rounds start them too); otherwise from an order kept from the listed candidates
+ * while they are the last ones less the victims handed out. Kept answers also need
  * the same simulated time and nothing they read changed. This property drives a buffer as the
  * executor does (loads, arrivals, pins and uses it is not told of, except uses through `noteUse`
  * as the policy's `afterUse` reports them; decisions whose prefetches each evict one victim at
@@ -224,7 +224,7 @@ describe('MoE-Infinity cache victims', () => {
             const got = c.victimInBuffer(w, q, now);
             expect(got).toBe(want);
             queries++;
-            if (!kept && !counted) {
+            if (!kept) {
               walked++;
               if (want !== undefined && tiedWith(c, req, want, q.candidates)) walkTies++;
             } else if (c.victimStats.builds === before) {
