@@ -46,6 +46,8 @@ export interface CachePriorityOptions {
   readonly keptOrderMinSlots?: number;
   /** Victims an admission round's first walk keeps (speed only); default `FIRST_VICTIMS`. */
   readonly firstVictims?: number;
+  /** Buffers under this many slots keep every victim in an admission walk (speed only); default `ALL_VICTIMS_MAX_SLOTS`. */
+  readonly allVictimsMaxSlots?: number;
 }
 
 /**
@@ -54,6 +56,15 @@ export interface CachePriorityOptions {
  * min-vram, Qwen, V_e 720 and 1200: 174 121 rounds), so 8 serve most rounds with one walk.
  */
 export const FIRST_VICTIMS = 8;
+
+/**
+ * Buffers under this many slots keep every victim in an admission round's first walk (a few
+ * dozen: walking again for more cost more than ordering them all on the serving bench's 61
+ * slots); larger ones keep `FIRST_VICTIMS`. Speed only (any value gives the same victims): at
+ * MoEpic's min-vram, Qwen, V_e 240 (244 slots) ordering all of them took ~40 % of the run's
+ * CPU profile (heap sifts).
+ */
+export const ALL_VICTIMS_MAX_SLOTS = 128;
 
 export class CachePriorities implements VictimState {
   /** Priority per expert key (request-EAM frequency × boost), set at the last reset. */
@@ -233,11 +244,10 @@ export class CachePriorities implements VictimState {
 
   /**
    * Victims an admission round's first walk keeps: `firstVictims`, or all of them in a buffer
-   * under `keptOrderMinSlots` slots (a few dozen victims: walking again for more cost more than
-   * ordering them all, serving bench).
+   * under `ALL_VICTIMS_MAX_SLOTS` slots.
    */
   private firstWalkLimit(buffer: BufferView): number {
-    return buffer.slots < this.keptOrderMinSlots ? Infinity : this.firstVictims;
+    return buffer.slots < (this.o.allVictimsMaxSlots ?? ALL_VICTIMS_MAX_SLOTS) ? Infinity : this.firstVictims;
   }
 
   /** Collects the `limit` cheapest victims a prefetch could evict now (resident, unpinned, outside the ranked set). */

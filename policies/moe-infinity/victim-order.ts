@@ -84,23 +84,46 @@ export function firstVictimInBuffer(
   let bestProt = true;
   let bestPrio = Infinity;
   let bestUsed = Infinity;
-  for (const e of buffer.entries()) {
-    if (e.state !== 'resident' || e.pinned) continue;
-    const k = e.key;
-    const prot = rankGen[k] === gen;
-    const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
-    if (best < 0 || (bestProt && !prot)) {
-      // The first candidate, or the first one outside the ranked set.
-    } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
-    else if (prio === bestPrio) {
-      // Tied priority: least recently used, then lowest key.
-      const used = e.lastUsedNs;
-      if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
+  if (buffer.evictableKeys && buffer.lastUsedByKey) {
+    // The evictable keys, dense (the order is total: the walk's order does not change the answer).
+    const keys = buffer.evictableKeys();
+    const usedBy = buffer.lastUsedByKey();
+    const n = buffer.evictableCount!;
+    for (let i = 0; i < n; i++) {
+      const k = keys[i]!;
+      const prot = rankGen[k] === gen;
+      const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+      if (best < 0 || (bestProt && !prot)) {
+        // The first candidate, or the first one outside the ranked set.
+      } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
+      else if (prio === bestPrio) {
+        const used = usedBy[k]!;
+        if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
+      }
+      best = k;
+      bestProt = prot;
+      bestPrio = prio;
+      bestUsed = usedBy[k]!;
     }
-    best = k;
-    bestProt = prot;
-    bestPrio = prio;
-    bestUsed = e.lastUsedNs;
+  } else {
+    for (const e of buffer.entries()) {
+      if (e.state !== 'resident' || e.pinned) continue;
+      const k = e.key;
+      const prot = rankGen[k] === gen;
+      const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+      if (best < 0 || (bestProt && !prot)) {
+        // The first candidate, or the first one outside the ranked set.
+      } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
+      else if (prio === bestPrio) {
+        // Tied priority: least recently used, then lowest key.
+        const used = e.lastUsedNs;
+        if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
+      }
+      best = k;
+      bestProt = prot;
+      bestPrio = prio;
+      bestUsed = e.lastUsedNs;
+    }
   }
   out.key = best;
   out.ranked = bestProt;

@@ -747,6 +747,7 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
             firstVictims,
             // Small worlds: kept victims and the first walk's limit apply from 0 slots when a limit is drawn.
             keptOrderMinSlots: firstVictims === undefined ? undefined : 0,
+            allVictimsMaxSlots: firstVictims === undefined ? undefined : 0,
           });
           const ref = new RefCache(fast.priority, requestPriorities);
           for (let step = 0; step < 10; step++) {

@@ -178,6 +178,7 @@ describe('MoE-Infinity cache victims', () => {
             requestPriorities: req,
             initialLayerBoost: 0.5,
             keptOrderMinSlots: kept ? 0 : Infinity,
+            allVictimsMaxSlots: kept ? 0 : Infinity,
             // Kept orders of one victim or the default: queries often need the next ones.
             firstVictims: seed % 4 === 0 ? undefined : 1,
           });
