@@ -242,7 +242,7 @@ async function checkWorlds(
     await new Promise<void>((resolve) => setImmediate(resolve));
     try {
       if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning, checkedParts });
-      else await buildServingWorld(spec, { baseDir, onWarning });
+      else await buildServingWorld(spec, { baseDir, onWarning, check: true });
     } catch (err) {
       throw asReported(err, spec, file);
     }

@@ -5,8 +5,9 @@
  * Oracle policies (`definition.oracle === 'needs'`, e.g. belady) first get a recording pass:
  * the same run spec (workload, seed, executor, buffer size) with the `on-demand` policy,
  * wrapped to record every (iteration, MoE layer, activated experts); the recorded sequence is
- * passed read-only as `ctx.oracle`. It is cached per run spec, so the runner's preflight and
- * run share one recording pass.
+ * passed read-only as `ctx.oracle`. It is cached per run spec. A world built only to be checked
+ * (`WorldOptions.check`, the runner's preflight) skips it: its policy gets an empty sequence (the
+ * recording pass builds the same spec with `on-demand`, which the checked world's parts cover).
  */
 import { loadHardware, loadModel, loadRuntime } from '../hardware-profiles/load.ts';
 import { createCostModel } from '../sim/cost/cost-model.ts';
@@ -35,7 +36,12 @@ export interface WorldOptions {
    * same inputs can only repeat the first one's outcome.
    */
   readonly checkedParts?: Map<string, Promise<CommonParts>>;
+  /** The world is built to be checked, never run (preflight): an oracle policy gets no recording pass. */
+  readonly check?: boolean;
 }
+
+/** What a checked oracle world's policy gets (`WorldOptions.check`): no steps. */
+const UNRECORDED: NeedTrace = { steps: [] };
 
 type CommonParts = Awaited<ReturnType<typeof buildCommonParts>>;
 
@@ -45,7 +51,8 @@ const recordedNeeds = new WeakMap<RunSpec, NeedTrace>();
 export async function buildServingWorld(spec: RunSpec, o: WorldOptions): Promise<ServingExecutor> {
   const def = spec.policy.definition;
   let oracle: NeedTrace | undefined;
-  if (def.oracle === 'needs') {
+  if (def.oracle === 'needs' && o.check) oracle = UNRECORDED;
+  else if (def.oracle === 'needs') {
     oracle = recordedNeeds.get(spec);
     if (!oracle) {
       oracle = await recordNeedsOf(spec, o);

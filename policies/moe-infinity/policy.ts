@@ -198,6 +198,18 @@ export class MoeInfinityPolicy implements ServingPolicy {
     this.useHints = params.eamcReplacement === 'most-similar';
   }
 
+  /**
+   * Work to do before the run (`init`), e.g. the EAMC warm-up: a world built only to be checked
+   * (the runner's preflight) never runs, so it never pays for it.
+   */
+  beforeRun: (() => void) | null = null;
+
+  init(): void {
+    const f = this.beforeRun;
+    this.beforeRun = null;
+    f?.();
+  }
+
   /** Stores past request EAMs (L×E counts each) in a phase's collection, e.g. from an offline trace. */
   preload(phase: Phase, eams: Iterable<ArrayLike<number>>): void {
     for (const m of eams) this.collections[phase].insert(m);
@@ -427,7 +439,8 @@ export const moeInfinity = definePolicy({
   bufferSlots: (p, model) => (p.budgetExperts === undefined ? undefined : p.budgetExperts + model.topK),
   create: (p, ctx) => {
     const policy = new MoeInfinityPolicy('moe-infinity', p, ctx.model);
-    if (p.eamcWarmup > 0) warmEamc(policy, p.eamcWarmup, ctx.model, ctx.workload);
+    // At the run's start (`init`): the warm-up reads only the model and the workload, both fixed here.
+    if (p.eamcWarmup > 0) policy.beforeRun = () => warmEamc(policy, p.eamcWarmup, ctx.model, ctx.workload);
     return policy;
   },
 });

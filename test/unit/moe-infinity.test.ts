@@ -629,6 +629,20 @@ describe('moe-infinity in the serving executor', () => {
     ).toBe(false);
   });
 
+  it('the EAMC warm-up waits for the run (init): a world only checked never pays for it', () => {
+    const policy = moeInfinity.create(MoeInfinityParams.parse({ eamcWarmup: 3 }), {
+      model: tinyModel(2, 2, 1),
+      workload: { requests: [] },
+    } as never) as MoeInfinityPolicy;
+    expect(typeof policy.beforeRun).toBe('function');
+    policy.init();
+    expect(policy.beforeRun).toBeNull();
+    const cold = moeInfinity.create(MoeInfinityParams.parse({ eamcWarmup: 0 }), {
+      model: tinyModel(2, 2, 1),
+    } as never) as MoeInfinityPolicy;
+    expect(cold.beforeRun).toBeNull();
+  });
+
   it('requestTracing off: a fixed-size dependency prefetch of the next layer only', () => {
     const L = 4;
     const E = 4;
