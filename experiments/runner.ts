@@ -233,8 +233,8 @@ async function checkWorlds(
   onWarning: (m: string) => void,
 ): Promise<void> {
   const { baseDir, file } = loaded;
-  // Throughput runs that differ only in their policy share the check of their profiles and
-  // workload (serving worlds may run a recording pass on theirs: each builds its own).
+  // Runs that differ only in their policy share the check of their profiles and workload (a
+  // checked world never runs: no recording pass or warm-up uses them).
   const checkedParts = new Map();
   for (const spec of specs) {
     // Lets the event loop run between worlds: a pool's workers (their results, their next runs)
@@ -242,7 +242,7 @@ async function checkWorlds(
     await new Promise<void>((resolve) => setImmediate(resolve));
     try {
       if (spec.throughput) await buildThroughputWorld(spec, { baseDir, onWarning, checkedParts });
-      else await buildServingWorld(spec, { baseDir, onWarning, check: true });
+      else await buildServingWorld(spec, { baseDir, onWarning, checkedParts, check: true });
     } catch (err) {
       throw asReported(err, spec, file);
     }

@@ -30,10 +30,10 @@ export interface WorldOptions {
   /** Receives cost-model warnings (e.g. measured-table extrapolation). */
   readonly onWarning?: (message: string) => void;
   /**
-   * Preflight of throughput worlds only (built to be checked, never run; a serving world may run
-   * a recording pass on its parts): runs with the same profiles, seed, workload and executor
-   * limits share one build of those parts, which is deterministic, so a check repeated on the
-   * same inputs can only repeat the first one's outcome.
+   * Preflight only (worlds built to be checked, never run: serving ones with `check`): runs with
+   * the same profiles, seed, workload and executor limits share one build of those parts, which
+   * is deterministic, so a check repeated on the same inputs can only repeat the first one's
+   * outcome.
    */
   readonly checkedParts?: Map<string, Promise<CommonParts>>;
   /** The world is built to be checked, never run (preflight): an oracle policy gets no recording pass. */
