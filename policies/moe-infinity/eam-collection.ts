@@ -140,6 +140,39 @@ export class EamCollection {
     this.backend = JsColumns.fromRows(this.rows, this.cells, this.layers, this.alloc, this.size, lanes, b);
   }
 
+  /**
+   * Makes this collection a copy of `src` (same shape, capacity and replacement): its entries,
+   * norms, access counts, versions and backend state, so that every later decision is the same
+   * as `src`'s would be. A warm-up shared by several runs is done once and copied.
+   */
+  copyFrom(src: EamCollection): void {
+    if (src.cells !== this.cells || src.capacity !== this.capacity || src.replacement !== this.replacement)
+      throw new RangeError('EamCollection.copyFrom: a collection of another shape, capacity or replacement');
+    this.size = src.size;
+    this.alloc = src.alloc;
+    this.backend = src.backend.clone();
+    this.maxNorm2 = src.maxNorm2;
+    this.rows = src.rows.slice();
+    this.rowNorm2 = src.rowNorm2.slice();
+    this.rowTotal = src.rowTotal.slice();
+    this.rowMax = src.rowMax.slice();
+    this.fullNorm2 = src.fullNorm2.slice();
+    this.access = src.access.slice();
+    this.writtenAt = src.writtenAt.slice();
+    this.scratch = new Float64Array(src.scratch.length);
+    this.scratch2 = new Float64Array(src.scratch2.length);
+    this.version = src.version;
+  }
+
+  /** Bytes this collection's storage holds (rows, per-row arrays, column copy): a memo's budget. */
+  get storageBytes(): number {
+    return (
+      this.rows.byteLength +
+      8 * (this.rowNorm2.length + this.rowTotal.length + this.rowMax.length) +
+      this.cells * this.alloc
+    );
+  }
+
   private grow(need: number): void {
     if (need <= this.alloc) return;
     const alloc = Math.min(this.capacity, Math.max(need, MIN_ALLOC, this.alloc * 2));

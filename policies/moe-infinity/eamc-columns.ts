@@ -34,6 +34,8 @@ export interface EamcColumns {
   readonly columnStride: number;
   /** Room for `alloc` entries, keeping the first `size` (columns and prefix norms). */
   resize(alloc: number, size: number): void;
+  /** A copy of the backend's whole state (storage, layout, prefix norms). */
+  clone(): EamcColumns;
   /** Sets entry `n`'s count in column `j` (`old`: its previous, Float32-rounded, value). */
   set(j: number, n: number, old: number, v: number): void;
   /**
@@ -108,6 +110,18 @@ export class JsColumns implements EamcColumns {
     c.prefixNorm2 = prefix.prefixNorm2.slice();
     c.prefixInvSqrt = prefix.prefixInvSqrt.slice();
     c.packedScratch = new Float64Array(Math.ceil(alloc / 2));
+    return c;
+  }
+
+  /** A copy of this backend's whole state (`EamCollection.copyFrom`). */
+  clone(): JsColumns {
+    const c = new JsColumns(this.cells, this.layers, this.kind === 'packed' ? 2 : 1);
+    c.cols = this.cols.slice();
+    c.slots = this.slots;
+    c.alloc = this.alloc;
+    c.packedScratch = new Float64Array(this.packedScratch.length);
+    c.prefixNorm2 = this.prefixNorm2.slice();
+    c.prefixInvSqrt = this.prefixInvSqrt.slice();
     return c;
   }
 

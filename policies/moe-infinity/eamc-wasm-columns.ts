@@ -62,6 +62,34 @@ export class WasmColumns implements EamcColumns {
     private readonly layers: number,
   ) {}
 
+  /**
+   * A copy of this backend's whole state in a memory of its own (same size and layout, same
+   * bytes; the overflow maps copied): a collection's warm-up shared by several runs.
+   */
+  clone(): WasmColumns {
+    const c = new WasmColumns(this.module, this.cells, this.layers);
+    if (this.memory) {
+      const bytes = this.memory.buffer.byteLength;
+      c.memory = newWasmMemory(bytes / 65536);
+      new Uint8Array(c.memory.buffer).set(new Uint8Array(this.memory.buffer));
+      c.k = instantiateEamcKernels(this.module, c.memory);
+    }
+    c.over = this.over.map((m) => (m ? new Map(m) : undefined));
+    c.cs = this.cs;
+    c.colsOff = this.colsOff;
+    c.qOff = this.qOff;
+    c.rOff = this.rOff;
+    c.sOff = this.sOff;
+    c.blocksOff = this.blocksOff;
+    c.blockBytes = this.blockBytes;
+    c.alloc = this.alloc;
+    c.gen = this.gen;
+    c.blockCount = this.blockCount;
+    c.freeBlocks = this.freeBlocks.slice();
+    if (c.memory) c.refreshViews();
+    return c;
+  }
+
   /** The memory is laid out (a matcher can use the kernels). */
   get ready(): boolean {
     return this.memory !== null;

@@ -7,10 +7,15 @@
  * sweep (and a run's preflight) mostly share them: with synthetic routing they are memoised per
  * process, keyed on everything the routers read (routing shape and knobs, the routing seed, the
  * specs cycled, the model's layer split). Other routing sources are routed anew each time.
+ * Loading them into the collections (insertions, storage growth, and replacements when the
+ * warm-up exceeds the capacity) is memoised too, by the same key and the collections' capacity,
+ * replacement rule and kernel: a run whose collections are still empty copies the warmed ones
+ * (`EamCollection.copyFrom`: the same state, so the same decisions).
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
 import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
+import { EamCollection } from './eam-collection.ts';
 import type { MoeInfinityPolicy } from './policy.ts';
 
 /** One held-out request's EAMs (decode: null when it emits one token only). Never mutated. */
@@ -25,6 +30,15 @@ let memoBytes = 0;
 /** Bound on the memo's EAM bytes per process (a few warm-ups of the largest models: Arctic 200 × 2 × 36 KB). */
 const MEMO_BYTES = 64 * 1024 * 1024;
 
+/** Warmed collections by key (`memoKey` and the collections' settings), oldest first; at most `WARMED_BYTES` kept. */
+const warmed = new Map<
+  string,
+  { readonly prefill: EamCollection; readonly decode: EamCollection; readonly bytes: number }
+>();
+let warmedBytes = 0;
+/** Bound on the warmed collections' storage per process (a few dozen Switch-128 warm-ups of 200 requests, ~3 MB each). */
+const WARMED_BYTES = 128 * 1024 * 1024;
+
 /**
  * Loads the prefill and decode EAMs of `n` held-out requests into the policy's EAMC: the run's
  * request specs cycled under ids past the run's, routed as the serving executor routes them
@@ -35,6 +49,19 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
   if (workload.requests.length === 0) return;
   const split = layerSplit(model);
   const key = memoKey(policy, n, model, workload, split);
+  const { prefill, decode } = policy.collections;
+  // Copied only into collections nothing was stored in yet (then the copy is the whole state).
+  const fresh = prefill.version === 0 && decode.version === 0;
+  const cKey =
+    key === undefined || !fresh
+      ? undefined
+      : JSON.stringify([key, prefill.capacity, prefill.replacement, prefill.kernel, decode.kernel]);
+  const done = cKey === undefined ? undefined : warmed.get(cKey);
+  if (done) {
+    prefill.copyFrom(done.prefill);
+    decode.copyFrom(done.decode);
+    return;
+  }
   let eams = key === undefined ? undefined : memo.get(key)?.eams;
   if (!eams) {
     eams = routeWarmEams(policy, n, model, workload, split);
@@ -44,6 +71,25 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
     policy.preload('prefill', [m.prefill]);
     if (m.decode) policy.preload('decode', [m.decode]);
   }
+  if (cKey !== undefined) rememberWarmed(cKey, prefill, decode);
+}
+
+/** Keeps copies of freshly warmed collections under `key`, oldest dropped past `WARMED_BYTES`. */
+function rememberWarmed(key: string, prefill: EamCollection, decode: EamCollection): void {
+  const copy = (c: EamCollection): EamCollection => {
+    const out = new EamCollection({ layers: c.layers, experts: c.experts }, c.capacity, c.replacement);
+    out.copyFrom(c);
+    return out;
+  };
+  const bytes = prefill.storageBytes + decode.storageBytes;
+  if (bytes > WARMED_BYTES) return;
+  while (warmedBytes + bytes > WARMED_BYTES) {
+    const [oldest, entry] = warmed.entries().next().value!;
+    warmed.delete(oldest);
+    warmedBytes -= entry.bytes;
+  }
+  warmed.set(key, { prefill: copy(prefill), decode: copy(decode), bytes });
+  warmedBytes += bytes;
 }
 
 /** Where the decoder's MoE layers start (encoder-decoder models), and whether there is an encoder. */
