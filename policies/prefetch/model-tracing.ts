@@ -28,7 +28,6 @@ import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
-import { firstBy } from '../cache/victims.ts';
 
 export const ModelTracingParams = z
   .object({
@@ -52,29 +51,51 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
   const budget = p.prefetchPerLayer ?? topK;
   let counts = new Float64Array(0);
   /** Keys of the current prefetch plan (the ranking of the layers ahead). */
-  let planned = new Set<ExpertKey>();
+  const planned = new Set<ExpertKey>();
+
+  /** Whether `a` is evicted before `b`: lower count, then least recently used, then lower key. */
+  function before(buffer: ServingView['buffer'], a: ExpertKey, b: ExpertKey): boolean {
+    const d = counts[a]! - counts[b]!;
+    if (d !== 0) return d < 0;
+    const du = (buffer.entry(a)?.lastUsedNs ?? -1) - (buffer.entry(b)?.lastUsedNs ?? -1);
+    return du !== 0 ? du < 0 : a < b;
+  }
 
   /** Top `budget` experts of `layer` by count (count > 0), best first. */
   const ranking = (view: ServingView, layer: number): ExpertKey[] => {
+    // The best `budget` kept in order by insertion (budget is a few, E up to hundreds): keys grow
+    // along the scan, so a later key tied with a kept one ranks after it (a lower key is a lower expert).
     const base = layer * view.experts;
-    const experts: number[] = [];
-    for (let e = 0; e < view.experts; e++) if (counts[base + e]! > 0) experts.push(e);
-    experts.sort((a, b) => counts[base + b]! - counts[base + a]! || a - b);
-    return experts.slice(0, budget).map((e) => base + e);
+    const keys: number[] = [];
+    for (let k = base; k < base + view.experts; k++) {
+      const c = counts[k]!;
+      if (!(c > 0)) continue;
+      if (keys.length === budget && !(c > counts[keys[budget - 1]!]!)) continue;
+      let i = keys.length === budget ? budget - 1 : keys.length;
+      while (i > 0 && c > counts[keys[i - 1]!]!) {
+        keys[i] = keys[i - 1]!;
+        i--;
+      }
+      keys[i] = k;
+    }
+    return keys;
   };
 
   /** Plan layers [from, from + horizon), cancel loading prefetches that are no longer needed. */
   const plan = (view: ServingView, from: number, routedUpTo: number) => {
-    planned = new Set();
+    planned.clear();
     const prefetch: PrefetchRequest[] = [];
     for (let d = 0; d < p.horizon && from + d < view.moeLayers; d++) {
-      ranking(view, from + d).forEach((key, rank) => {
+      const ranked = ranking(view, from + d);
+      for (let rank = 0; rank < ranked.length; rank++) {
+        const key = ranked[rank]!;
         planned.add(key);
         if (!view.buffer.isResident(key)) prefetch.push({ key, priority: 1 + d * budget + rank });
-      });
+      }
     }
     const cancel: ExpertKey[] = [];
-    for (const ent of view.buffer.entries()) {
+    // The loading entries (in the buffer's order: the same cancellations, in the same order).
+    for (const ent of view.buffer.loadingEntries?.() ?? view.buffer.entries()) {
       if (ent.state !== 'loading' || ent.pinned || ent.origin !== 'prefetch') continue;
       // Its layer has routed without it (an activated one would be pinned), or it left the ranking.
       if (view.layerOf(ent.key) <= routedUpTo || !planned.has(ent.key)) cancel.push(ent.key);
@@ -97,14 +118,18 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
       return plan(view, routing.layer + 1, routing.layer);
     },
     chooseVictim(view, q) {
-      const lastUsed = (k: ExpertKey) => view.buffer.entry(k)?.lastUsedNs ?? -1;
-      const lowestCount = (a: ExpertKey, b: ExpertKey) => counts[a]! - counts[b]! || lastUsed(a) - lastUsed(b) || a - b;
-      const unplanned = q.candidates.filter((k) => !planned.has(k));
-      if (q.reason === 'prefetch') {
-        const v = firstBy(unplanned, lowestCount);
-        return v !== undefined && counts[v]! < counts[q.forKey]! ? v : undefined;
+      // One pass, nothing allocated: the first candidate by lowest count, then least recently
+      // used, then lowest key, among the unplanned ones and among all (last uses read on ties only).
+      const buffer = view.buffer;
+      let all: ExpertKey | undefined;
+      let unplanned: ExpertKey | undefined;
+      for (const k of q.candidates) {
+        if (all === undefined || before(buffer, k, all)) all = k;
+        if (!planned.has(k) && (unplanned === undefined || before(buffer, k, unplanned))) unplanned = k;
       }
-      return firstBy(unplanned.length > 0 ? unplanned : q.candidates, lowestCount);
+      if (q.reason === 'prefetch')
+        return unplanned !== undefined && counts[unplanned]! < counts[q.forKey]! ? unplanned : undefined;
+      return unplanned ?? all;
     },
   };
 }

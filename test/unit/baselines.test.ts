@@ -448,6 +448,30 @@ describe('model-tracing', () => {
     expect([...(d2?.cancel ?? [])].sort((a, b) => a - b)).toEqual([v.keyOf(1, 2), v.keyOf(2, 1)]);
   });
 
+  it('ranks the best prefetchPerLayer experts by count, ties to the lower expert, never a count of 0', () => {
+    const v = stubView({ layers: 2, experts: 6 });
+    const p = createModelTracing('mt', ModelTracingParams.parse({ countBy: 'needs', prefetchPerLayer: 3 }), 1);
+    p.init?.(v);
+    // Layer 1 counts: E0 1, E1 3, E2 0, E3 3, E4 5, E5 1 → E4, E1, E3 (E1 before E3: tie, lower expert).
+    for (const [e, n] of [
+      [0, 1],
+      [1, 3],
+      [3, 3],
+      [4, 5],
+      [5, 1],
+    ] as const)
+      for (let i = 0; i < n; i++) p.onLayerRouted?.(v, routed(v, 1, [e]));
+    const d = p.onLayerRouted?.(v, routed(v, 0, [0]));
+    expect(d?.prefetch).toEqual([
+      { key: v.keyOf(1, 4), priority: 1 },
+      { key: v.keyOf(1, 1), priority: 2 },
+      { key: v.keyOf(1, 3), priority: 3 },
+    ]);
+    // Fewer positive counts than the budget: all of them (layer 0 has only E0).
+    const d0 = p.onIterationStart?.(v);
+    expect(d0?.prefetch).toEqual([{ key: v.keyOf(0, 0), priority: 1 }]);
+  });
+
   it('cache priority = counts; a prefetch never evicts an expert counted at least as often', () => {
     const v = stubView({ layers: 2, experts: 4 });
     const p = createModelTracing('mt', ModelTracingParams.parse({ countBy: 'needs' }), 1);
