@@ -27,13 +27,13 @@ export class GraphAccounting {
   account(node: Node): void {
     const busy = node.finishNs! - node.startNs!;
     this.finishedCount++;
-    const k = this.byKind[node.t.spec.kind];
+    const k = this.byKind[node.spec.kind];
     k.finished++;
     k.busyNs += busy;
-    let c = this.byCategory.get(node.t.spec.category);
+    let c = this.byCategory.get(node.spec.category);
     if (!c) {
       c = { finished: 0, busyNs: 0 };
-      this.byCategory.set(node.t.spec.category, c);
+      this.byCategory.set(node.spec.category, c);
     }
     c.finished++;
     c.busyNs += busy;
@@ -45,11 +45,11 @@ export class GraphAccounting {
 
 /** What is known of one task (the times it has reached so far). */
 export function timingOf(n: Node): TaskTiming {
-  const s = n.t.spec;
+  const s = n.spec;
   return {
     id: s.id,
     kind: s.kind,
-    label: n.t.label,
+    label: n.label,
     category: s.category,
     priority: n.priority,
     state: n.state,

@@ -21,6 +21,7 @@ export interface GraphView {
   readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
 }
 
+/** A validated task's fields (the executor's `Node` carries them). */
 export interface NormalizedTask {
   readonly spec: TaskSpec;
   readonly deps: readonly TaskId[];
@@ -101,16 +102,36 @@ function indexBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message:
   return inBatch;
 }
 
-/** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
-export function validateBatch(
+/**
+ * Makes the record of the batch's i-th task from its normalised fields (the executor's node,
+ * which keeps them: no normalised object per task besides it).
+ */
+export type MakeNormalized<T extends NormalizedTask> = (
+  i: number,
+  spec: TaskSpec,
+  deps: readonly TaskId[],
+  priority: number,
+  label: string,
+  needBytes: Readonly<Record<PoolName, number>>,
+  holds: readonly string[],
+  releases: readonly string[],
+  stream: number,
+) => T;
+
+/**
+ * Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`.
+ * Returns the normalised tasks, each made by `make` (nothing escapes when validation fails).
+ */
+export function validateBatch<T extends NormalizedTask>(
   specs: readonly TaskSpec[],
   view: GraphView,
   fail: (message: string) => never,
-): NormalizedTask[] {
+  make: MakeNormalized<T>,
+): T[] {
   const inBatch = indexBatch(specs, view, fail);
 
-  const out: NormalizedTask[] = [];
-  for (const s of specs) out.push(normalizeOne(s, view, inBatch, fail));
+  const out = new Array<T>(specs.length); // its final length (a pass adds tens of thousands)
+  for (let i = 0; i < specs.length; i++) out[i] = normalizeOne(i, specs[i]!, view, inBatch, fail, make);
 
   // Cycles can only lie inside the batch: earlier tasks never depend on new ones. A batch whose
   // deps all point to earlier tasks of the batch (builders add in creation order) has none.
@@ -128,8 +149,10 @@ export function validateBatch(
 
   // Holds and releases.
   const batchHolder = new Map<string, TaskId>();
-  for (const t of out) {
-    for (const key of t.holds) {
+  for (let i = 0; i < out.length; i++) {
+    const t = out[i]!;
+    for (let j = 0; j < t.holds.length; j++) {
+      const key = t.holds[j]!;
       const existing = view.holderOf(key);
       if (existing !== undefined)
         fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing)})`);
@@ -147,8 +170,10 @@ export function validateBatch(
     return i !== undefined ? out[i]!.deps : view.depsOf(id);
   };
   const isDone = (id: TaskId): boolean => !inBatch.has(id) && view.isDone(id);
-  for (const t of out) {
-    for (const key of t.releases) {
+  for (let i = 0; i < out.length; i++) {
+    const t = out[i]!;
+    for (let j = 0; j < t.releases.length; j++) {
+      const key = t.releases[j]!;
       const existing = view.holderOf(key);
       const holder = existing ?? batchHolder.get(key);
       if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
@@ -166,7 +191,14 @@ export function validateBatch(
   return out;
 }
 
-function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): NormalizedTask {
+function normalizeOne<T extends NormalizedTask>(
+  index: number,
+  s: TaskSpec,
+  view: GraphView,
+  inBatch: BatchIndex,
+  fail: (m: string) => never,
+  make: MakeNormalized<T>,
+): T {
   if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where(s)}: unknown kind ${JSON.stringify(s.kind)}`);
   if (typeof s.category !== 'string') fail(`${where(s)}: category must be a string`);
   const priority = s.priority ?? 0;
@@ -195,10 +227,11 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   const stream = checkKindFields(s, view, fail);
 
   const allocs = s.alloc ?? NONE;
-  const needBytes: Record<PoolName, number> =
-    allocs.length > 0 ? { vram: 0, host: 0 } : (NO_BYTES as Record<PoolName, number>);
   const holds: string[] = allocs.length > 0 ? holdKeys(allocs) : NO_KEYS;
-  for (const a of allocs) {
+  let vramBytes = 0;
+  let hostBytes = 0;
+  for (let i = 0; i < allocs.length; i++) {
+    const a = allocs[i]!;
     if (!(POOL_NAMES as readonly string[]).includes(a.pool))
       fail(`${where(s)}: unknown pool ${JSON.stringify(a.pool)}`);
     if (!isSafeNonNegInt(a.bytes))
@@ -207,8 +240,10 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
       fail(`${where(s)}: unknown memory category ${JSON.stringify(a.category)}`);
     if (a.hold !== undefined && (typeof a.hold !== 'string' || a.hold === ''))
       fail(`${where(s)}: hold key must be a non-empty string`);
-    needBytes[a.pool] += a.bytes;
+    if (a.pool === 'vram') vramBytes += a.bytes;
+    else hostBytes += a.bytes;
   }
+  const needBytes = needBytesOf(vramBytes, hostBytes);
   for (const p of POOL_NAMES) {
     if (needBytes[p] > view.poolCapacityBytes[p]) {
       fail(`${where(s)}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
@@ -222,7 +257,28 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   }
   // Checked distinct: the spec's own list (as for deps).
   const releases = released.length > 0 ? (released as string[]) : NO_KEYS;
-  return { spec: s, deps, priority, label: s.label ?? idLabel(s.id), needBytes, holds, releases, stream };
+  return make(index, s, deps, priority, s.label ?? idLabel(s.id), needBytes, holds, releases, stream);
+}
+
+/**
+ * Needs with nothing on the host, by VRAM bytes, made once per process (a pass's buffers come
+ * in a few sizes, and the executor keeps each task's needs until the task has run). Never
+ * written; bounded, as any number of sizes may come.
+ */
+const VRAM_NEEDS = new Map<number, Readonly<Record<PoolName, number>>>();
+const MAX_VRAM_NEEDS = 4096;
+
+/** A task's total bytes per pool: a shared record when only VRAM is needed. */
+function needBytesOf(vram: number, host: number): Readonly<Record<PoolName, number>> {
+  if (host !== 0) return { vram, host };
+  if (vram === 0) return NO_BYTES;
+  let need = VRAM_NEEDS.get(vram);
+  if (need === undefined) {
+    if (VRAM_NEEDS.size >= MAX_VRAM_NEEDS) VRAM_NEEDS.clear();
+    need = { vram, host: 0 };
+    VRAM_NEEDS.set(vram, need);
+  }
+  return need;
 }
 
 /**

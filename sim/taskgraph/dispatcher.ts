@@ -41,7 +41,7 @@ import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { Resources } from '../resources/index.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
-import { showId, type NormalizedTask } from './batch.ts';
+import { showId } from './batch.ts';
 import {
   compareHeads,
   type HeldAllocation,
@@ -52,7 +52,7 @@ import {
   type Source,
 } from './nodes.ts';
 import { ReadyList } from './ready-list.ts';
-import type { PoolName, TaskGraphEvent } from './types.ts';
+import type { PoolName, TaskGraphEvent, TaskKind } from './types.ts';
 
 /** The resources the executor drives (a subset of `Resources`, so tests can build just these). */
 export type TaskGraphResources = Pick<Resources, 'gpu' | 'h2d' | 'd2h' | 'cpu' | 'vram' | 'host'>;
@@ -120,8 +120,8 @@ export class Dispatcher {
   }
 
   /** The lane a task waits in when ready. */
-  laneOf(t: NormalizedTask): Lane {
-    return t.spec.kind === 'gpu' ? this.gpuLaneOfStream[t.stream]! : this.laneOfKind[t.spec.kind];
+  laneOf(kind: TaskKind, stream: number): Lane {
+    return kind === 'gpu' ? this.gpuLaneOfStream[stream]! : this.laneOfKind[kind];
   }
 
   /** Marks a task ready (its deps have finished) in its lane. */
@@ -168,13 +168,13 @@ export class Dispatcher {
       if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
       const node = src.list.at(src.cursor)!;
       // The first pool (in `POOL_NAMES` order: VRAM, host) that cannot grant the task's need now.
-      const need = node.t.needBytes;
+      const need = node.needBytes;
       const short: PoolName | undefined = !vram.canAllocate(need.vram)
         ? 'vram'
         : !host.canAllocate(need.host)
           ? 'host'
           : undefined;
-      const spec = node.t.spec;
+      const spec = node.spec;
       if (short === undefined && spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
         cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it (it stays)
         continue;
@@ -214,7 +214,7 @@ export class Dispatcher {
    * @throws InvariantError for a transfer that finished without starting
    */
   finished(node: Node, now: Ns): void {
-    const s = node.t.spec;
+    const s = node.spec;
     node.lane.outstanding--;
     this.inFlight--;
     switch (s.kind) {
@@ -242,12 +242,12 @@ export class Dispatcher {
 
   /** Acquires all of the node's memory (the caller has checked that it fits). */
   private allocate(node: Node): void {
-    const allocs = node.t.spec.alloc;
+    const allocs = node.spec.alloc;
     if (!allocs || allocs.length === 0) return;
     const held = new Array<HeldAllocation>(allocs.length); // its final length (see `NO_ALLOCATIONS`)
     for (let i = 0; i < allocs.length; i++) {
       const a = allocs[i]!;
-      const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
+      const label = a.hold !== undefined ? `${node.label} [${a.hold}]` : node.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
       if (!alloc)
         throw new InvariantError(
@@ -262,7 +262,7 @@ export class Dispatcher {
 
   /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
   private park(node: Node, pool: PoolName): void {
-    const needBytes = node.t.needBytes[pool];
+    const needBytes = node.needBytes[pool];
     const key = `${pool}:${node.lane.index}:${needBytes}`;
     let group = this.parkGroups.get(key);
     if (!group) {
@@ -282,7 +282,7 @@ export class Dispatcher {
   }
 
   private submit(node: Node): void {
-    const s = node.t.spec;
+    const s = node.spec;
     node.state = 'dispatched';
     node.parkedIn = undefined;
     node.dispatchNs = this.sched.now;
@@ -291,10 +291,10 @@ export class Dispatcher {
     // Not a named local: the TypeScript loader would give every such closure a name (a
     // defineProperty per task). `callback` returns its argument.
     const onDone = callback(() => this.finish(node));
-    const label = node.t.label;
+    const label = node.label;
     switch (s.kind) {
       case 'gpu':
-        this.r.gpu.submitKernel(node.t.stream, s.durationNs, label, s.category, onDone);
+        this.r.gpu.submitKernel(node.stream, s.durationNs, label, s.category, onDone);
         break;
       case 'h2d':
       case 'd2h':

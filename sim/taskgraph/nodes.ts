@@ -10,6 +10,10 @@ import type { NormalizedTask } from './batch.ts';
 import { compareRanked, type Ranked, type ReadyList } from './ready-list.ts';
 import type { PoolName, TaskId, TaskState } from './types.ts';
 
+/** Shared empty lists (never written: a node gets its own array when it has entries). */
+export const NO_NODES: readonly Node[] = [];
+export const NO_ALLOCATIONS = [] as HeldAllocation[];
+
 export type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
 
 /** Where ready tasks of one resource wait, and how many of them the resource holds now. */
@@ -30,8 +34,8 @@ export interface HeldAllocation {
   readonly hold: string | undefined;
 }
 
-export interface Node extends Ranked {
-  readonly t: NormalizedTask;
+/** One task of the graph: its validated fields (`NormalizedTask`, kept here: no separate object) and its run. */
+export interface Node extends NormalizedTask, Ranked {
   readonly lane: Lane;
   /** Made at its final length for the dependents of the node's own batch; later batches push. */
   dependents: Node[];
@@ -80,10 +84,6 @@ export interface Source {
 }
 
 export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
-
-/** Shared empty lists (never written: a node gets its own array when it has entries). */
-export const NO_NODES: readonly Node[] = [];
-export const NO_ALLOCATIONS = [] as HeldAllocation[];
 
 /**
  * The executor's nodes by task id: an array for ids that are small non-negative integers (the
