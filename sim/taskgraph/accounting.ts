@@ -5,7 +5,7 @@
  * class holds only the graph's bookkeeping; read by `diagnostics.ts`.
  */
 import type { Ns } from '../kernel/time.ts';
-import type { MutableBusy, Node } from './nodes.ts';
+import { type MutableBusy, type Node, NOT_YET } from './nodes.ts';
 import { TASK_KINDS, type TaskKind, type TaskTiming } from './types.ts';
 
 export class GraphAccounting {
@@ -25,7 +25,7 @@ export class GraphAccounting {
 
   /** Counts a finished task (its start and finish are set). */
   account(node: Node): void {
-    const busy = node.finishNs! - node.startNs!;
+    const busy = node.finishNs - node.startNs;
     this.finishedCount++;
     const k = this.byKind[node.spec.kind];
     k.finished++;
@@ -37,9 +37,9 @@ export class GraphAccounting {
     }
     c.finished++;
     c.busyNs += busy;
-    if (this.firstStartNs === undefined || node.startNs! < this.firstStartNs) this.firstStartNs = node.startNs;
+    if (this.firstStartNs === undefined || node.startNs < this.firstStartNs) this.firstStartNs = node.startNs;
     // The last of the latest: a join (barrier) finishing at the same instant as its deps wins.
-    if (!this.lastFinished || node.finishNs! >= this.lastFinished.finishNs!) this.lastFinished = node;
+    if (!this.lastFinished || node.finishNs >= this.lastFinished.finishNs) this.lastFinished = node;
   }
 }
 
@@ -54,9 +54,9 @@ export function timingOf(n: Node): TaskTiming {
     priority: n.priority,
     state: n.state,
     addedNs: n.addedNs,
-    ...(n.readyNs !== undefined ? { readyNs: n.readyNs } : {}),
-    ...(n.dispatchNs !== undefined ? { dispatchNs: n.dispatchNs } : {}),
-    ...(n.startNs !== undefined ? { startNs: n.startNs } : {}),
-    ...(n.finishNs !== undefined ? { finishNs: n.finishNs } : {}),
+    ...(n.readyNs !== NOT_YET ? { readyNs: n.readyNs } : {}),
+    ...(n.dispatchNs !== NOT_YET ? { dispatchNs: n.dispatchNs } : {}),
+    ...(n.startNs !== NOT_YET ? { startNs: n.startNs } : {}),
+    ...(n.finishNs !== NOT_YET ? { finishNs: n.finishNs } : {}),
   };
 }

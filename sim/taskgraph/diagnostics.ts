@@ -59,7 +59,7 @@ export function graphStats(g: GraphRecords): TaskGraphStats {
     byKind,
     byCategory,
     ...(g.firstStartNs !== undefined ? { firstStartNs: g.firstStartNs } : {}),
-    ...(g.lastFinished?.finishNs !== undefined ? { lastFinishNs: g.lastFinished.finishNs } : {}),
+    ...(g.lastFinished ? { lastFinishNs: g.lastFinished.finishNs } : {}),
   };
 }
 
@@ -72,7 +72,7 @@ export function criticalPathFrom(last: Node | undefined, nodeOf: (id: TaskId) =>
     let next: Node | undefined;
     for (const id of n.deps) {
       const d = nodeOf(id);
-      if (!next || d.finishNs! > next.finishNs!) next = d;
+      if (!next || d.finishNs > next.finishNs) next = d;
     }
     n = next;
   }

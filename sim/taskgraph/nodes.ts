@@ -13,6 +13,8 @@ import type { PoolName, TaskId, TaskState } from './types.ts';
 /** Shared empty lists (never written: a node gets its own array when it has entries). */
 export const NO_NODES: readonly Node[] = [];
 export const NO_ALLOCATIONS = [] as HeldAllocation[];
+/** A node's time not reached yet. */
+export const NOT_YET = -1 as Ns;
 
 export type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
 
@@ -42,10 +44,14 @@ export interface Node extends NormalizedTask, Ranked {
   remainingDeps: number;
   state: TaskState;
   readonly addedNs: Ns;
-  readyNs: Ns | undefined;
-  dispatchNs: Ns | undefined;
-  startNs: Ns | undefined;
-  finishNs: Ns | undefined;
+  /**
+   * Times reached so far, −1 until then (numbers from the start: a field that held `undefined`
+   * would box each later time in a new heap number, kept as long as the node).
+   */
+  readyNs: Ns;
+  dispatchNs: Ns;
+  startNs: Ns;
+  finishNs: Ns;
   allocations: HeldAllocation[];
   transfer: Transfer | undefined;
   /** The group the task is parked in, out of its lane, while memory is short. */

@@ -58,7 +58,7 @@ import {
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
 import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
-import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex } from './nodes.ts';
+import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex, NOT_YET } from './nodes.ts';
 import type {
   HoldInfo,
   PoolName,
@@ -132,10 +132,10 @@ export class TaskGraphExecutor {
     remainingDeps: 0,
     state: 'pending',
     addedNs: this.sched.now,
-    readyNs: undefined,
-    dispatchNs: undefined,
-    startNs: undefined,
-    finishNs: undefined,
+    readyNs: NOT_YET,
+    dispatchNs: NOT_YET,
+    startNs: NOT_YET,
+    finishNs: NOT_YET,
     allocations: NO_ALLOCATIONS,
     transfer: undefined,
     parkedIn: undefined,
