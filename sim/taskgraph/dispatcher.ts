@@ -35,7 +35,6 @@
  *   `ParkGroup`), so a pass costs about the tasks it can start, not every task waiting for
  *   memory.
  */
-import { Heap } from 'heap-js';
 import { InvariantError } from '../kernel/errors.ts';
 import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
@@ -47,10 +46,12 @@ import {
   type HeldAllocation,
   type Lane,
   type LaneKind,
+  NO_SOURCE,
   type Node,
   type ParkGroup,
   type Source,
 } from './nodes.ts';
+import { MergeHeap } from './merge-heap.ts';
 import { ReadyList } from './ready-list.ts';
 import type { PoolName, TaskGraphEvent, TaskKind } from './types.ts';
 
@@ -75,10 +76,16 @@ export class Dispatcher {
   inFlight = 0;
   /** A `taskgraph.dispatch` event is scheduled and has not run yet. */
   dispatchPending = false;
-  /** A pass's merge of its sources, the sources it entered, and its memory-blocked tasks (node, pool): reused. */
-  private readonly heap = new Heap<Source>(compareHeads);
+  /**
+   * A pass's merge of its sources, the sources it entered (`visitedCount` of them), and its
+   * memory-blocked tasks (node, pool; `movedCount` entries): reused, never emptied by
+   * `length = 0` (that gives an array's storage back, and the next pass grew it again).
+   */
+  private readonly heap = new MergeHeap<Source>(compareHeads);
   private readonly visited: Source[] = [];
+  private visitedCount = 0;
   private readonly moved: (Node | PoolName)[] = [];
+  private movedCount = 0;
 
   /**
    * @param finish called when a resource has finished a task (the executor's completion)
@@ -93,14 +100,12 @@ export class Dispatcher {
     private readonly finish: (node: Node) => void,
   ) {
     let laneIndex = 0;
-    const lane = (laneName: string, kind: LaneKind, capacity: number): Lane => ({
-      index: laneIndex++,
-      name: laneName,
-      kind,
-      ready: new ReadyList<Node>(),
-      outstanding: 0,
-      capacity,
-    });
+    const lane = (laneName: string, kind: LaneKind, capacity: number): Lane => {
+      const ready = new ReadyList<Node>();
+      const l: Lane = { index: laneIndex++, name: laneName, kind, ready, outstanding: 0, capacity, source: NO_SOURCE };
+      l.source = { list: ready, lane: l, group: undefined, cursor: 0 };
+      return l;
+    };
     const gpu = r.gpu;
     const streamNames = Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s));
     // Concurrent streams overlap fully, so each is its own resource; otherwise the SMs run one
@@ -154,11 +159,13 @@ export class Dispatcher {
     const heap = this.heap;
     const visited = this.visited;
     const moved = this.moved;
+    this.visitedCount = 0;
+    this.movedCount = 0;
     const vram = this.pools.vram;
     const host = this.pools.host;
-    for (const l of this.lanes) this.addSource(l.ready, l, undefined);
+    for (const l of this.lanes) this.addSource(l.source);
     for (const g of this.parkGroups.values())
-      if (g.needBytes <= (g.pool === 'vram' ? vram : host).freeBytes) this.addSource(g.list, g.lane, g);
+      if (g.needBytes <= (g.pool === 'vram' ? vram : host).freeBytes) this.addSource(g.source);
     let cpuClosed = false;
     for (;;) {
       const src = heap.pop();
@@ -182,30 +189,44 @@ export class Dispatcher {
       // Every task a source's cursor passes leaves it: dispatched, or parked (again) after the pass.
       src.cursor++;
       if (short !== undefined) {
-        moved.push(node, short);
+        this.addMoved(node, short);
       } else {
         this.allocate(node);
         this.submit(node);
       }
       if (src.cursor < src.list.length) heap.push(src);
     }
-    for (const src of visited) {
+    for (let i = 0; i < this.visitedCount; i++) {
+      const src = visited[i]!;
       if (src.cursor === 0) continue;
       src.list.removeFirst(src.cursor);
       if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
     }
-    visited.length = 0;
     heap.clear();
-    for (let i = 0; i < moved.length; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
-    moved.length = 0;
+    const movedCount = this.movedCount;
+    for (let i = 0; i < movedCount; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
   }
 
-  /** Enters a list into the pass's merge, if it has tasks and its lane has room. */
-  private addSource(list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void {
-    if (list.length === 0 || !laneHasRoom(lane)) return;
-    const src: Source = { list, lane, group, cursor: 0 };
-    this.visited.push(src);
+  /** Enters a list (a lane's or a park group's own source) into the pass's merge, if it has tasks and its lane has room. */
+  private addSource(src: Source): void {
+    if (src.list.length === 0 || !laneHasRoom(src.lane)) return;
+    src.cursor = 0;
+    if (this.visitedCount === this.visited.length) this.visited.push(src);
+    else this.visited[this.visitedCount] = src;
+    this.visitedCount++;
     this.heap.push(src);
+  }
+
+  /** Records a task the pass found short of `pool` (parked after the pass). */
+  private addMoved(node: Node, pool: PoolName): void {
+    const moved = this.moved;
+    const i = this.movedCount;
+    if (i === moved.length) moved.push(node, pool);
+    else {
+      moved[i] = node;
+      moved[i + 1] = pool;
+    }
+    this.movedCount = i + 2;
   }
 
   /**
@@ -266,7 +287,10 @@ export class Dispatcher {
     const key = `${pool}:${node.lane.index}:${needBytes}`;
     let group = this.parkGroups.get(key);
     if (!group) {
-      group = { key, pool, lane: node.lane, needBytes, list: new ReadyList<Node>() };
+      const list = new ReadyList<Node>();
+      const lane = node.lane;
+      group = { key, pool, lane, needBytes, list, source: NO_SOURCE };
+      group.source = { list, lane, group, cursor: 0 };
       this.parkGroups.set(key, group);
     }
     group.list.insert(node);

@@ -28,6 +28,8 @@ export interface Lane {
   outstanding: number;
   /** Most outstanding tasks (CPU: unbounded here, limited by cores). */
   readonly capacity: number;
+  /** Its ready list as a dispatch pass walks it (one per lane, reused by every pass). */
+  source: Source;
 }
 
 export interface HeldAllocation {
@@ -79,6 +81,8 @@ export interface ParkGroup {
   readonly lane: Lane;
   readonly needBytes: number;
   readonly list: ReadyList<Node>;
+  /** Its list as a dispatch pass walks it (one per group, reused by every pass). */
+  source: Source;
 }
 
 /** A list walked by a dispatch pass: a lane's ready list or a park group. */
@@ -88,6 +92,9 @@ export interface Source {
   readonly group: ParkGroup | undefined;
   cursor: number;
 }
+
+/** Placeholder of a lane's or group's source while it is being made. */
+export const NO_SOURCE = undefined as unknown as Source;
 
 export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
 
