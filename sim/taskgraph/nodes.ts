@@ -6,7 +6,7 @@
 import type { Ns } from '../kernel/time.ts';
 import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
-import type { NormalizedTask } from './batch.ts';
+import type { HoldRecord, NormalizedTask } from './batch.ts';
 import { compareRanked, type Ranked, type ReadyList } from './ready-list.ts';
 import type { PoolName, TaskId, TaskState } from './types.ts';
 
@@ -60,10 +60,8 @@ export interface Node extends NormalizedTask, Ranked {
   parkedIn: ParkGroup | undefined;
 }
 
-export interface HoldEntry {
+export interface HoldEntry extends HoldRecord<Node> {
   readonly key: string;
-  readonly holder: Node;
-  releaser: Node | undefined;
   /** Set when the holder finishes (`NO_ALLOCATIONS` until then: no array per announced hold). */
   allocations: HeldAllocation[];
   live: boolean;

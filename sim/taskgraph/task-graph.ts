@@ -93,7 +93,7 @@ export class TaskGraphExecutor {
   private readonly holds = new Map<string, HoldEntry>();
   /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
   private readonly dispatcher: Dispatcher;
-  private readonly view: GraphView;
+  private readonly view: GraphView<Node>;
   private unfinished = 0;
   private stallCheckPending = false;
   private readonly idleListeners: (() => void)[] = [];
@@ -162,8 +162,13 @@ export class TaskGraphExecutor {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
       depsOf: (id) => this.nodes.get(id)?.deps ?? [],
-      holderOf: (key) => this.holds.get(key)?.holder.spec.id,
-      releaserOf: (key) => this.holds.get(key)?.releaser?.spec.id,
+      holdOf: (key) => this.holds.get(key),
+      openHold: (key, holder) => {
+        this.holds.set(key, { key, holder, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
+      },
+      dropHold: (key) => {
+        this.holds.delete(key);
+      },
       gpuStreams: Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s)),
       cpuCores: resources.cpu.cores,
       poolCapacityBytes: { vram: resources.vram.capacityBytes, host: resources.host.capacityBytes },
@@ -221,16 +226,6 @@ export class TaskGraphExecutor {
           node.remainingDeps++;
         }
       }
-      const holds = node.holds;
-      for (let j = 0; j < holds.length; j++) {
-        const key = holds[j]!;
-        this.holds.set(key, { key, holder: node, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
-      }
-    }
-    for (let i = 0; i < created.length; i++) {
-      const node = created[i]!;
-      const releases = node.releases;
-      for (let j = 0; j < releases.length; j++) this.holds.get(releases[j]!)!.releaser = node;
     }
     this.unfinished += created.length;
     for (let i = 0; i < created.length; i++)
