@@ -1,26 +1,36 @@
 /**
  * Validation of one `add` batch, before anything is added: the batch is added whole or not at
- * all. A pure function of the batch and a read-only view of the graph so far; it returns the
- * normalised tasks or throws through `fail` (the executor turns that into a `SimError`).
+ * all. It reads a view of the graph so far and registers the batch's holds there as it checks
+ * them (undone if the batch fails); it returns the normalised tasks or throws through `fail`
+ * (the executor turns that into a `SimError`).
  */
 import { MEMORY_CATEGORIES } from '../resources/memory-pool.ts';
 import { type MemoryRequest, POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
 
-/** What validation needs to know about the graph and the machine. */
-export interface GraphView {
+/** A hold as validation sees it: its holder and its releaser (once one is added). */
+export interface HoldRecord<T> {
+  readonly holder: T;
+  releaser: T | undefined;
+}
+
+/** What validation needs to know about the graph and the machine, and where it registers holds. */
+export interface GraphView<T extends NormalizedTask> {
   has(id: TaskId): boolean;
   isDone(id: TaskId): boolean;
   /** Deps of an already added task. */
   depsOf(id: TaskId): readonly TaskId[];
-  /** The holder of the hold registered under `key` (holder added, releaser not finished), if any. */
-  holderOf(key: string): TaskId | undefined;
-  /** The releaser of that hold, if one has been added. */
-  releaserOf(key: string): TaskId | undefined;
+  /** The hold registered under `key` (holder added, releaser not finished), if any. */
+  holdOf(key: string): HoldRecord<T> | undefined;
+  /** Registers a new hold of `holder` (a task of the batch) under `key`, with no releaser. */
+  openHold(key: string, holder: T): void;
+  /** Removes the hold `openHold` registered under `key` (a failed batch). */
+  dropHold(key: string): void;
   readonly gpuStreams: readonly string[];
   readonly cpuCores: number;
   readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
 }
 
+/** A validated task's fields (the executor's `Node` carries them). */
 export interface NormalizedTask {
   readonly spec: TaskSpec;
   readonly deps: readonly TaskId[];
@@ -80,7 +90,11 @@ function consecutiveIds(specs: readonly TaskSpec[]): IdRange | undefined {
 }
 
 /** The batch's ids → positions, each checked (well-formed, new to the graph, not repeated in the batch). */
-function indexBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message: string) => never): BatchIndex {
+function indexBatch(
+  specs: readonly TaskSpec[],
+  view: GraphView<NormalizedTask>,
+  fail: (message: string) => never,
+): BatchIndex {
   const range = consecutiveIds(specs);
   const inBatch: BatchIndex = range ?? new Map<TaskId, number>();
   for (let i = 0; i < specs.length; i++) {
@@ -101,16 +115,36 @@ function indexBatch(specs: readonly TaskSpec[], view: GraphView, fail: (message:
   return inBatch;
 }
 
-/** Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`. */
-export function validateBatch(
+/**
+ * Makes the record of the batch's i-th task from its normalised fields (the executor's node,
+ * which keeps them: no normalised object per task besides it).
+ */
+export type MakeNormalized<T extends NormalizedTask> = (
+  i: number,
+  spec: TaskSpec,
+  deps: readonly TaskId[],
+  priority: number,
+  label: string,
+  needBytes: Readonly<Record<PoolName, number>>,
+  holds: readonly string[],
+  releases: readonly string[],
+  stream: number,
+) => T;
+
+/**
+ * Validates a batch. Throws (via `fail`) on the first problem found; see `TaskGraphExecutor.add`.
+ * Returns the normalised tasks, each made by `make` (nothing escapes when validation fails).
+ */
+export function validateBatch<T extends NormalizedTask>(
   specs: readonly TaskSpec[],
-  view: GraphView,
+  view: GraphView<T>,
   fail: (message: string) => never,
-): NormalizedTask[] {
+  make: MakeNormalized<T>,
+): T[] {
   const inBatch = indexBatch(specs, view, fail);
 
-  const out: NormalizedTask[] = [];
-  for (const s of specs) out.push(normalizeOne(s, view, inBatch, fail));
+  const out = new Array<T>(specs.length); // its final length (a pass adds tens of thousands)
+  for (let i = 0; i < specs.length; i++) out[i] = normalizeOne(i, specs[i]!, view, inBatch, fail, make);
 
   // Cycles can only lie inside the batch: earlier tasks never depend on new ones. A batch whose
   // deps all point to earlier tasks of the batch (builders add in creation order) has none.
@@ -126,47 +160,83 @@ export function validateBatch(
     );
   }
 
-  // Holds and releases.
-  const batchHolder = new Map<string, TaskId>();
-  for (const t of out) {
-    for (const key of t.holds) {
-      const existing = view.holderOf(key);
-      if (existing !== undefined)
-        fail(`task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(existing)})`);
-      const other = batchHolder.get(key);
-      if (other !== undefined)
-        fail(
-          `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is also held by task ${showId(other)} of the batch`,
+  registerHolds(out, view, inBatch, fail);
+  return out;
+}
+
+/**
+ * Checks the batch's holds and releases and registers them in the graph's holds as it goes
+ * (one map for the graph and the batch: a pass announces tens of thousands of holds). If a
+ * check fails, what the batch registered is undone before `fail` throws, so a failed batch
+ * leaves the graph as it was.
+ */
+function registerHolds<T extends NormalizedTask>(
+  out: readonly T[],
+  view: GraphView<T>,
+  inBatch: BatchIndex,
+  fail: (message: string) => never,
+): void {
+  const opened: string[] = [];
+  const released: HoldRecord<T>[] = [];
+  const undoAndFail = (message: string): never => {
+    for (const key of opened) view.dropHold(key);
+    for (const h of released) h.releaser = undefined;
+    return fail(message);
+  };
+  for (let i = 0; i < out.length; i++) {
+    const t = out[i]!;
+    for (let j = 0; j < t.holds.length; j++) {
+      const key = t.holds[j]!;
+      const existing = view.holdOf(key);
+      if (existing !== undefined) {
+        const other = existing.holder.spec.id;
+        undoAndFail(
+          inBatch.has(other)
+            ? `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is also held by task ${showId(other)} of the batch`
+            : `task ${showId(t.spec.id)}: hold key ${JSON.stringify(key)} is in use (held by task ${showId(other)})`,
         );
-      batchHolder.set(key, t.spec.id);
+      }
+      view.openHold(key, t);
+      opened.push(key);
     }
   }
-  const releaserOf = new Map<string, TaskId>();
   const depsOf = (id: TaskId): readonly TaskId[] => {
     const i = inBatch.get(id);
     return i !== undefined ? out[i]!.deps : view.depsOf(id);
   };
   const isDone = (id: TaskId): boolean => !inBatch.has(id) && view.isDone(id);
-  for (const t of out) {
-    for (const key of t.releases) {
-      const existing = view.holderOf(key);
-      const holder = existing ?? batchHolder.get(key);
-      if (holder === undefined) fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
-      const prior = (existing !== undefined ? view.releaserOf(key) : undefined) ?? releaserOf.get(key);
+  for (let i = 0; i < out.length; i++) {
+    const t = out[i]!;
+    for (let j = 0; j < t.releases.length; j++) {
+      const key = t.releases[j]!;
+      const h = view.holdOf(key);
+      if (h === undefined)
+        undoAndFail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, which no task holds`);
+      const prior = h!.releaser;
       if (prior !== undefined)
-        fail(`task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior)}`);
+        undoAndFail(
+          `task ${showId(t.spec.id)}: releases ${JSON.stringify(key)}, already released by task ${showId(prior.spec.id)}`,
+        );
+      const holder = h!.holder.spec.id;
       if (!isDone(holder) && !isAncestor(holder, t.spec.id, depsOf, isDone)) {
-        fail(
+        undoAndFail(
           `task ${showId(t.spec.id)}: releases ${JSON.stringify(key)} but does not depend (directly or not) on its holder ${showId(holder)}`,
         );
       }
-      releaserOf.set(key, t.spec.id);
+      h!.releaser = t;
+      released.push(h!);
     }
   }
-  return out;
 }
 
-function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): NormalizedTask {
+function normalizeOne<T extends NormalizedTask>(
+  index: number,
+  s: TaskSpec,
+  view: GraphView<NormalizedTask>,
+  inBatch: BatchIndex,
+  fail: (m: string) => never,
+  make: MakeNormalized<T>,
+): T {
   if (!(TASK_KINDS as readonly string[]).includes(s.kind)) fail(`${where(s)}: unknown kind ${JSON.stringify(s.kind)}`);
   if (typeof s.category !== 'string') fail(`${where(s)}: category must be a string`);
   const priority = s.priority ?? 0;
@@ -195,10 +265,11 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   const stream = checkKindFields(s, view, fail);
 
   const allocs = s.alloc ?? NONE;
-  const needBytes: Record<PoolName, number> =
-    allocs.length > 0 ? { vram: 0, host: 0 } : (NO_BYTES as Record<PoolName, number>);
   const holds: string[] = allocs.length > 0 ? holdKeys(allocs) : NO_KEYS;
-  for (const a of allocs) {
+  let vramBytes = 0;
+  let hostBytes = 0;
+  for (let i = 0; i < allocs.length; i++) {
+    const a = allocs[i]!;
     if (!(POOL_NAMES as readonly string[]).includes(a.pool))
       fail(`${where(s)}: unknown pool ${JSON.stringify(a.pool)}`);
     if (!isSafeNonNegInt(a.bytes))
@@ -207,8 +278,10 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
       fail(`${where(s)}: unknown memory category ${JSON.stringify(a.category)}`);
     if (a.hold !== undefined && (typeof a.hold !== 'string' || a.hold === ''))
       fail(`${where(s)}: hold key must be a non-empty string`);
-    needBytes[a.pool] += a.bytes;
+    if (a.pool === 'vram') vramBytes += a.bytes;
+    else hostBytes += a.bytes;
   }
+  const needBytes = needBytesOf(vramBytes, hostBytes);
   for (const p of POOL_NAMES) {
     if (needBytes[p] > view.poolCapacityBytes[p]) {
       fail(`${where(s)}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);
@@ -222,7 +295,28 @@ function normalizeOne(s: TaskSpec, view: GraphView, inBatch: BatchIndex, fail: (
   }
   // Checked distinct: the spec's own list (as for deps).
   const releases = released.length > 0 ? (released as string[]) : NO_KEYS;
-  return { spec: s, deps, priority, label: s.label ?? idLabel(s.id), needBytes, holds, releases, stream };
+  return make(index, s, deps, priority, s.label ?? idLabel(s.id), needBytes, holds, releases, stream);
+}
+
+/**
+ * Needs with nothing on the host, by VRAM bytes, made once per process (a pass's buffers come
+ * in a few sizes, and the executor keeps each task's needs until the task has run). Never
+ * written; bounded, as any number of sizes may come.
+ */
+const VRAM_NEEDS = new Map<number, Readonly<Record<PoolName, number>>>();
+const MAX_VRAM_NEEDS = 4096;
+
+/** A task's total bytes per pool: a shared record when only VRAM is needed. */
+function needBytesOf(vram: number, host: number): Readonly<Record<PoolName, number>> {
+  if (host !== 0) return { vram, host };
+  if (vram === 0) return NO_BYTES;
+  let need = VRAM_NEEDS.get(vram);
+  if (need === undefined) {
+    if (VRAM_NEEDS.size >= MAX_VRAM_NEEDS) VRAM_NEEDS.clear();
+    need = { vram, host: 0 };
+    VRAM_NEEDS.set(vram, need);
+  }
+  return need;
 }
 
 /**
@@ -267,14 +361,20 @@ function hasRepeat(ids: readonly TaskId[]): boolean {
 }
 
 /** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */
-function checkDep(s: TaskSpec, d: TaskId, view: GraphView, inBatch: BatchIndex, fail: (m: string) => never): void {
+function checkDep(
+  s: TaskSpec,
+  d: TaskId,
+  view: GraphView<NormalizedTask>,
+  inBatch: BatchIndex,
+  fail: (m: string) => never,
+): void {
   if (d === s.id) fail(`${where(s)}: depends on itself`);
   if (!inBatch.has(d) && !view.has(d))
     fail(`${where(s)}: unknown dep ${showId(d)} (deps must be added before or in the same batch)`);
 }
 
 /** Checks the fields of the task's kind (duration and stream, cores, bytes). Returns its GPU stream (0 if none). */
-function checkKindFields(s: TaskSpec, view: GraphView, fail: (m: string) => never): number {
+function checkKindFields(s: TaskSpec, view: GraphView<NormalizedTask>, fail: (m: string) => never): number {
   let stream = 0;
   switch (s.kind) {
     case 'gpu': {

@@ -59,7 +59,7 @@ export function graphStats(g: GraphRecords): TaskGraphStats {
     byKind,
     byCategory,
     ...(g.firstStartNs !== undefined ? { firstStartNs: g.firstStartNs } : {}),
-    ...(g.lastFinished?.finishNs !== undefined ? { lastFinishNs: g.lastFinished.finishNs } : {}),
+    ...(g.lastFinished ? { lastFinishNs: g.lastFinished.finishNs } : {}),
   };
 }
 
@@ -68,11 +68,11 @@ export function criticalPathFrom(last: Node | undefined, nodeOf: (id: TaskId) =>
   const path: TaskId[] = [];
   let n = last;
   while (n) {
-    path.push(n.t.spec.id);
+    path.push(n.spec.id);
     let next: Node | undefined;
-    for (const id of n.t.deps) {
+    for (const id of n.deps) {
       const d = nodeOf(id);
-      if (!next || d.finishNs! > next.finishNs!) next = d;
+      if (!next || d.finishNs > next.finishNs) next = d;
     }
     n = next;
   }
@@ -87,8 +87,8 @@ export function holdsInfo(g: GraphRecords): HoldInfo[] {
     else for (const p of POOL_NAMES) bytesByPool[p] = heldBytesOf(h.holder, h.key, p);
     return {
       key: h.key,
-      holder: h.holder.t.spec.id,
-      ...(h.releaser ? { releaser: h.releaser.t.spec.id } : {}),
+      holder: h.holder.spec.id,
+      ...(h.releaser ? { releaser: h.releaser.spec.id } : {}),
       live: h.live,
       bytesByPool,
     };
@@ -100,19 +100,19 @@ export function stuckTasks(g: GraphRecords): StuckTask[] {
   const out: StuckTask[] = [];
   for (const n of g.bySeq) {
     if (n.state === 'pending') {
-      const waitsFor = n.t.deps.map(g.nodeOf).filter((d) => d.state !== 'done');
+      const waitsFor = n.deps.map(g.nodeOf).filter((d) => d.state !== 'done');
       out.push({
-        id: n.t.spec.id,
-        label: n.t.label,
+        id: n.spec.id,
+        label: n.label,
         state: 'pending',
-        waitsFor: waitsFor.map((d) => d.t.spec.id),
+        waitsFor: waitsFor.map((d) => d.spec.id),
         memory: [],
-        reason: `waits for ${waitsFor.map((d) => `${showId(d.t.spec.id)} (${d.state})`).join(', ')}`,
+        reason: `waits for ${waitsFor.map((d) => `${showId(d.spec.id)} (${d.state})`).join(', ')}`,
       });
     } else if (n.state === 'ready') {
-      const memory = POOL_NAMES.filter((p) => !g.pools[p].canAllocate(n.t.needBytes[p])).map((p) => ({
+      const memory = POOL_NAMES.filter((p) => !g.pools[p].canAllocate(n.needBytes[p])).map((p) => ({
         pool: p,
-        neededBytes: n.t.needBytes[p],
+        neededBytes: n.needBytes[p],
         freeBytes: g.pools[p].freeBytes,
         capacityBytes: g.pools[p].capacityBytes,
       }));
@@ -125,7 +125,7 @@ export function stuckTasks(g: GraphRecords): StuckTask[] {
               )
               .join('; ')
           : `waits for ${n.lane.name} (${n.lane.outstanding} of this graph's tasks on it)`;
-      out.push({ id: n.t.spec.id, label: n.t.label, state: 'ready', waitsFor: [], memory, reason });
+      out.push({ id: n.spec.id, label: n.label, state: 'ready', waitsFor: [], memory, reason });
     }
   }
   return out;
@@ -133,7 +133,7 @@ export function stuckTasks(g: GraphRecords): StuckTask[] {
 
 function heldBytesOf(holder: Node, key: string, pool: PoolName): number {
   let b = 0;
-  for (const a of holder.t.spec.alloc ?? []) if (a.hold === key && a.pool === pool) b += a.bytes;
+  for (const a of holder.spec.alloc ?? []) if (a.hold === key && a.pool === pool) b += a.bytes;
   return b;
 }
 
@@ -148,9 +148,9 @@ function describePoolUse(g: GraphRecords, pool: PoolName): string {
     if (b === 0) continue;
     ours += b;
     const rel = h.releaser
-      ? `released by ${showId(h.releaser.t.spec.id)} (${h.releaser.state})`
+      ? `released by ${showId(h.releaser.spec.id)} (${h.releaser.state})`
       : 'no releasing task yet';
-    parts.push(`${JSON.stringify(h.key)} ${b} B held by ${showId(h.holder.t.spec.id)}, ${rel}`);
+    parts.push(`${JSON.stringify(h.key)} ${b} B held by ${showId(h.holder.spec.id)}, ${rel}`);
   }
   for (const n of g.bySeq) {
     for (const a of n.allocations) {

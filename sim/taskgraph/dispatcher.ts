@@ -35,24 +35,25 @@
  *   `ParkGroup`), so a pass costs about the tasks it can start, not every task waiting for
  *   memory.
  */
-import { Heap } from 'heap-js';
 import { InvariantError } from '../kernel/errors.ts';
 import { EventPriority, type Scheduler } from '../kernel/simulation.ts';
 import type { Ns } from '../kernel/time.ts';
 import type { Resources } from '../resources/index.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
-import { showId, type NormalizedTask } from './batch.ts';
+import { showId } from './batch.ts';
 import {
   compareHeads,
   type HeldAllocation,
   type Lane,
   type LaneKind,
+  NO_SOURCE,
   type Node,
   type ParkGroup,
   type Source,
 } from './nodes.ts';
+import { MergeHeap } from './merge-heap.ts';
 import { ReadyList } from './ready-list.ts';
-import type { PoolName, TaskGraphEvent } from './types.ts';
+import type { PoolName, TaskGraphEvent, TaskKind } from './types.ts';
 
 /** The resources the executor drives (a subset of `Resources`, so tests can build just these). */
 export type TaskGraphResources = Pick<Resources, 'gpu' | 'h2d' | 'd2h' | 'cpu' | 'vram' | 'host'>;
@@ -75,10 +76,16 @@ export class Dispatcher {
   inFlight = 0;
   /** A `taskgraph.dispatch` event is scheduled and has not run yet. */
   dispatchPending = false;
-  /** A pass's merge of its sources, the sources it entered, and its memory-blocked tasks (node, pool): reused. */
-  private readonly heap = new Heap<Source>(compareHeads);
+  /**
+   * A pass's merge of its sources, the sources it entered (`visitedCount` of them), and its
+   * memory-blocked tasks (node, pool; `movedCount` entries): reused, never emptied by
+   * `length = 0` (that gives an array's storage back, and the next pass grew it again).
+   */
+  private readonly heap = new MergeHeap<Source>(compareHeads);
   private readonly visited: Source[] = [];
+  private visitedCount = 0;
   private readonly moved: (Node | PoolName)[] = [];
+  private movedCount = 0;
 
   /**
    * @param finish called when a resource has finished a task (the executor's completion)
@@ -93,14 +100,12 @@ export class Dispatcher {
     private readonly finish: (node: Node) => void,
   ) {
     let laneIndex = 0;
-    const lane = (laneName: string, kind: LaneKind, capacity: number): Lane => ({
-      index: laneIndex++,
-      name: laneName,
-      kind,
-      ready: new ReadyList<Node>(),
-      outstanding: 0,
-      capacity,
-    });
+    const lane = (laneName: string, kind: LaneKind, capacity: number): Lane => {
+      const ready = new ReadyList<Node>();
+      const l: Lane = { index: laneIndex++, name: laneName, kind, ready, outstanding: 0, capacity, source: NO_SOURCE };
+      l.source = { list: ready, lane: l, group: undefined, cursor: 0 };
+      return l;
+    };
     const gpu = r.gpu;
     const streamNames = Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s));
     // Concurrent streams overlap fully, so each is its own resource; otherwise the SMs run one
@@ -120,8 +125,8 @@ export class Dispatcher {
   }
 
   /** The lane a task waits in when ready. */
-  laneOf(t: NormalizedTask): Lane {
-    return t.spec.kind === 'gpu' ? this.gpuLaneOfStream[t.stream]! : this.laneOfKind[t.spec.kind];
+  laneOf(kind: TaskKind, stream: number): Lane {
+    return kind === 'gpu' ? this.gpuLaneOfStream[stream]! : this.laneOfKind[kind];
   }
 
   /** Marks a task ready (its deps have finished) in its lane. */
@@ -154,11 +159,13 @@ export class Dispatcher {
     const heap = this.heap;
     const visited = this.visited;
     const moved = this.moved;
+    this.visitedCount = 0;
+    this.movedCount = 0;
     const vram = this.pools.vram;
     const host = this.pools.host;
-    for (const l of this.lanes) this.addSource(l.ready, l, undefined);
+    for (const l of this.lanes) this.addSource(l.source);
     for (const g of this.parkGroups.values())
-      if (g.needBytes <= (g.pool === 'vram' ? vram : host).freeBytes) this.addSource(g.list, g.lane, g);
+      if (g.needBytes <= (g.pool === 'vram' ? vram : host).freeBytes) this.addSource(g.source);
     let cpuClosed = false;
     for (;;) {
       const src = heap.pop();
@@ -168,13 +175,13 @@ export class Dispatcher {
       if (group && group.needBytes > this.pools[group.pool].freeBytes) continue; // nor can any of this group
       const node = src.list.at(src.cursor)!;
       // The first pool (in `POOL_NAMES` order: VRAM, host) that cannot grant the task's need now.
-      const need = node.t.needBytes;
+      const need = node.needBytes;
       const short: PoolName | undefined = !vram.canAllocate(need.vram)
         ? 'vram'
         : !host.canAllocate(need.host)
           ? 'host'
           : undefined;
-      const spec = node.t.spec;
+      const spec = node.spec;
       if (short === undefined && spec.kind === 'cpu' && spec.cores > this.r.cpu.cores - this.cpuCoresInUse) {
         cpuClosed = true; // head-of-line: narrower, less urgent tasks do not overtake it (it stays)
         continue;
@@ -182,30 +189,44 @@ export class Dispatcher {
       // Every task a source's cursor passes leaves it: dispatched, or parked (again) after the pass.
       src.cursor++;
       if (short !== undefined) {
-        moved.push(node, short);
+        this.addMoved(node, short);
       } else {
         this.allocate(node);
         this.submit(node);
       }
       if (src.cursor < src.list.length) heap.push(src);
     }
-    for (const src of visited) {
+    for (let i = 0; i < this.visitedCount; i++) {
+      const src = visited[i]!;
       if (src.cursor === 0) continue;
       src.list.removeFirst(src.cursor);
       if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
     }
-    visited.length = 0;
     heap.clear();
-    for (let i = 0; i < moved.length; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
-    moved.length = 0;
+    const movedCount = this.movedCount;
+    for (let i = 0; i < movedCount; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
   }
 
-  /** Enters a list into the pass's merge, if it has tasks and its lane has room. */
-  private addSource(list: ReadyList<Node>, lane: Lane, group: ParkGroup | undefined): void {
-    if (list.length === 0 || !laneHasRoom(lane)) return;
-    const src: Source = { list, lane, group, cursor: 0 };
-    this.visited.push(src);
+  /** Enters a list (a lane's or a park group's own source) into the pass's merge, if it has tasks and its lane has room. */
+  private addSource(src: Source): void {
+    if (src.list.length === 0 || !laneHasRoom(src.lane)) return;
+    src.cursor = 0;
+    if (this.visitedCount === this.visited.length) this.visited.push(src);
+    else this.visited[this.visitedCount] = src;
+    this.visitedCount++;
     this.heap.push(src);
+  }
+
+  /** Records a task the pass found short of `pool` (parked after the pass). */
+  private addMoved(node: Node, pool: PoolName): void {
+    const moved = this.moved;
+    const i = this.movedCount;
+    if (i === moved.length) moved.push(node, pool);
+    else {
+      moved[i] = node;
+      moved[i + 1] = pool;
+    }
+    this.movedCount = i + 2;
   }
 
   /**
@@ -214,7 +235,7 @@ export class Dispatcher {
    * @throws InvariantError for a transfer that finished without starting
    */
   finished(node: Node, now: Ns): void {
-    const s = node.t.spec;
+    const s = node.spec;
     node.lane.outstanding--;
     this.inFlight--;
     switch (s.kind) {
@@ -242,12 +263,12 @@ export class Dispatcher {
 
   /** Acquires all of the node's memory (the caller has checked that it fits). */
   private allocate(node: Node): void {
-    const allocs = node.t.spec.alloc;
+    const allocs = node.spec.alloc;
     if (!allocs || allocs.length === 0) return;
     const held = new Array<HeldAllocation>(allocs.length); // its final length (see `NO_ALLOCATIONS`)
     for (let i = 0; i < allocs.length; i++) {
       const a = allocs[i]!;
-      const label = a.hold !== undefined ? `${node.t.label} [${a.hold}]` : node.t.label;
+      const label = a.hold !== undefined ? `${node.label} [${a.hold}]` : node.label;
       const alloc = this.pools[a.pool].tryAllocate(a.bytes, a.category, label);
       if (!alloc)
         throw new InvariantError(
@@ -262,11 +283,14 @@ export class Dispatcher {
 
   /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
   private park(node: Node, pool: PoolName): void {
-    const needBytes = node.t.needBytes[pool];
+    const needBytes = node.needBytes[pool];
     const key = `${pool}:${node.lane.index}:${needBytes}`;
     let group = this.parkGroups.get(key);
     if (!group) {
-      group = { key, pool, lane: node.lane, needBytes, list: new ReadyList<Node>() };
+      const list = new ReadyList<Node>();
+      const lane = node.lane;
+      group = { key, pool, lane, needBytes, list, source: NO_SOURCE };
+      group.source = { list, lane, group, cursor: 0 };
       this.parkGroups.set(key, group);
     }
     group.list.insert(node);
@@ -282,7 +306,7 @@ export class Dispatcher {
   }
 
   private submit(node: Node): void {
-    const s = node.t.spec;
+    const s = node.spec;
     node.state = 'dispatched';
     node.parkedIn = undefined;
     node.dispatchNs = this.sched.now;
@@ -291,10 +315,10 @@ export class Dispatcher {
     // Not a named local: the TypeScript loader would give every such closure a name (a
     // defineProperty per task). `callback` returns its argument.
     const onDone = callback(() => this.finish(node));
-    const label = node.t.label;
+    const label = node.label;
     switch (s.kind) {
       case 'gpu':
-        this.r.gpu.submitKernel(node.t.stream, s.durationNs, label, s.category, onDone);
+        this.r.gpu.submitKernel(node.stream, s.durationNs, label, s.category, onDone);
         break;
       case 'h2d':
       case 'd2h':

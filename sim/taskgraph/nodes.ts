@@ -6,9 +6,15 @@
 import type { Ns } from '../kernel/time.ts';
 import type { Allocation } from '../resources/memory-pool.ts';
 import type { Transfer } from '../resources/pcie-link.ts';
-import type { NormalizedTask } from './batch.ts';
+import type { HoldRecord, NormalizedTask } from './batch.ts';
 import { compareRanked, type Ranked, type ReadyList } from './ready-list.ts';
 import type { PoolName, TaskId, TaskState } from './types.ts';
+
+/** Shared empty lists (never written: a node gets its own array when it has entries). */
+export const NO_NODES: readonly Node[] = [];
+export const NO_ALLOCATIONS = [] as HeldAllocation[];
+/** A node's time not reached yet. */
+export const NOT_YET = -1 as Ns;
 
 export type LaneKind = 'gpu' | 'link' | 'cpu' | 'barrier';
 
@@ -22,6 +28,8 @@ export interface Lane {
   outstanding: number;
   /** Most outstanding tasks (CPU: unbounded here, limited by cores). */
   readonly capacity: number;
+  /** Its ready list as a dispatch pass walks it (one per lane, reused by every pass). */
+  source: Source;
 }
 
 export interface HeldAllocation {
@@ -30,28 +38,30 @@ export interface HeldAllocation {
   readonly hold: string | undefined;
 }
 
-export interface Node extends Ranked {
-  readonly t: NormalizedTask;
+/** One task of the graph: its validated fields (`NormalizedTask`, kept here: no separate object) and its run. */
+export interface Node extends NormalizedTask, Ranked {
   readonly lane: Lane;
   /** Made at its final length for the dependents of the node's own batch; later batches push. */
   dependents: Node[];
   remainingDeps: number;
   state: TaskState;
   readonly addedNs: Ns;
-  readyNs: Ns | undefined;
-  dispatchNs: Ns | undefined;
-  startNs: Ns | undefined;
-  finishNs: Ns | undefined;
+  /**
+   * Times reached so far, −1 until then (numbers from the start: a field that held `undefined`
+   * would box each later time in a new heap number, kept as long as the node).
+   */
+  readyNs: Ns;
+  dispatchNs: Ns;
+  startNs: Ns;
+  finishNs: Ns;
   allocations: HeldAllocation[];
   transfer: Transfer | undefined;
   /** The group the task is parked in, out of its lane, while memory is short. */
   parkedIn: ParkGroup | undefined;
 }
 
-export interface HoldEntry {
+export interface HoldEntry extends HoldRecord<Node> {
   readonly key: string;
-  readonly holder: Node;
-  releaser: Node | undefined;
   /** Set when the holder finishes (`NO_ALLOCATIONS` until then: no array per announced hold). */
   allocations: HeldAllocation[];
   live: boolean;
@@ -69,6 +79,8 @@ export interface ParkGroup {
   readonly lane: Lane;
   readonly needBytes: number;
   readonly list: ReadyList<Node>;
+  /** Its list as a dispatch pass walks it (one per group, reused by every pass). */
+  source: Source;
 }
 
 /** A list walked by a dispatch pass: a lane's ready list or a park group. */
@@ -79,11 +91,10 @@ export interface Source {
   cursor: number;
 }
 
-export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
+/** Placeholder of a lane's or group's source while it is being made. */
+export const NO_SOURCE = undefined as unknown as Source;
 
-/** Shared empty lists (never written: a node gets its own array when it has entries). */
-export const NO_NODES: readonly Node[] = [];
-export const NO_ALLOCATIONS = [] as HeldAllocation[];
+export const compareHeads = (a: Source, b: Source): number => compareRanked(a.list.at(a.cursor)!, b.list.at(b.cursor)!);
 
 /**
  * The executor's nodes by task id: an array for ids that are small non-negative integers (the

@@ -47,7 +47,7 @@ import { InvariantError, SimError } from '../kernel/errors.ts';
 import type { Handlers, Scheduler } from '../kernel/simulation.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
 import { GraphAccounting, timingOf } from './accounting.ts';
-import { showId, validateBatch, type GraphView } from './batch.ts';
+import { type GraphView, type MakeNormalized, showId, validateBatch } from './batch.ts';
 import {
   criticalPathFrom,
   deadlockError,
@@ -58,7 +58,7 @@ import {
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
 import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
-import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex } from './nodes.ts';
+import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex, NOT_YET } from './nodes.ts';
 import type {
   HoldInfo,
   PoolName,
@@ -93,11 +93,53 @@ export class TaskGraphExecutor {
   private readonly holds = new Map<string, HoldEntry>();
   /** Hands ready tasks to the resources (lanes, park groups, allocation, submission). */
   private readonly dispatcher: Dispatcher;
-  private readonly view: GraphView;
+  private readonly view: GraphView<Node>;
   private unfinished = 0;
   private stallCheckPending = false;
   private readonly idleListeners: (() => void)[] = [];
   private readonly acct = new GraphAccounting();
+  private readonly fail = (message: string): never => {
+    throw new SimError(message, this.sched.now, this.name);
+  };
+  /**
+   * The node of a validated task: the batch's i-th task is added i-th, at the current instant.
+   * An object literal, not a class instance: V8 allocates a literal site's objects in the old
+   * generation once most of them survive (a pass keeps every node until it ends), so the
+   * scavenges do not copy them twice.
+   */
+  private readonly makeNode: MakeNormalized<Node> = (
+    i,
+    spec,
+    deps,
+    priority,
+    label,
+    needBytes,
+    holds,
+    releases,
+    stream,
+  ) => ({
+    spec,
+    deps,
+    priority,
+    label,
+    needBytes,
+    holds,
+    releases,
+    stream,
+    seq: this.bySeq.length + i,
+    lane: this.dispatcher.laneOf(spec.kind, stream),
+    dependents: NO_NODES as Node[],
+    remainingDeps: 0,
+    state: 'pending',
+    addedNs: this.sched.now,
+    readyNs: NOT_YET,
+    dispatchNs: NOT_YET,
+    startNs: NOT_YET,
+    finishNs: NOT_YET,
+    allocations: NO_ALLOCATIONS,
+    transfer: undefined,
+    parkedIn: undefined,
+  });
 
   /**
    * @param resources the machine (the executor submits to its GPU, links and CPU pool, and
@@ -119,9 +161,14 @@ export class TaskGraphExecutor {
     this.view = {
       has: (id) => this.nodes.has(id),
       isDone: (id) => this.nodes.get(id)?.state === 'done',
-      depsOf: (id) => this.nodes.get(id)?.t.deps ?? [],
-      holderOf: (key) => this.holds.get(key)?.holder.t.spec.id,
-      releaserOf: (key) => this.holds.get(key)?.releaser?.t.spec.id,
+      depsOf: (id) => this.nodes.get(id)?.deps ?? [],
+      holdOf: (key) => this.holds.get(key),
+      openHold: (key, holder) => {
+        this.holds.set(key, { key, holder, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
+      },
+      dropHold: (key) => {
+        this.holds.delete(key);
+      },
       gpuStreams: Array.from({ length: gpu.streams }, (_, s) => gpu.streamName(s)),
       cpuCores: resources.cpu.cores,
       poolCapacityBytes: { vram: resources.vram.capacityBytes, host: resources.host.capacityBytes },
@@ -154,42 +201,22 @@ export class TaskGraphExecutor {
   add(tasks: TaskSpec | readonly TaskSpec[]): void {
     const specs = (Array.isArray(tasks) ? tasks : [tasks]) as readonly TaskSpec[];
     if (specs.length === 0) return;
-    const normalized = validateBatch(specs, this.view, (message) => {
-      throw new SimError(message, this.sched.now, this.name);
-    });
-    const now = this.sched.now;
-    const created = normalized.map((t): Node => {
-      const node: Node = {
-        t,
-        priority: t.priority,
-        seq: this.bySeq.length,
-        lane: this.dispatcher.laneOf(t),
-        dependents: NO_NODES as Node[],
-        remainingDeps: 0,
-        state: 'pending',
-        addedNs: now,
-        readyNs: undefined,
-        dispatchNs: undefined,
-        startNs: undefined,
-        finishNs: undefined,
-        allocations: NO_ALLOCATIONS,
-        transfer: undefined,
-        parkedIn: undefined,
-      };
-      this.nodes.set(t.spec.id, node);
+    const firstSeq = this.bySeq.length;
+    const created = validateBatch(specs, this.view, this.fail, this.makeNode);
+    for (let i = 0; i < created.length; i++) {
+      const node = created[i]!;
+      this.nodes.set(node.spec.id, node);
       this.bySeq.push(node);
-      return node;
-    });
+    }
     // Indexed loops and arrays of their final length: a pass adds tens of thousands of tasks,
     // and arrays grown by `push` from empty reserve 17 slots each. A new node's dependents in
     // this batch are counted first (in `remainingDeps`, reset below), so its list is made at
     // its final length and filled in the order `push` would have filled it.
-    const firstSeq = created.length > 0 ? created[0]!.seq : 0;
     this.sizeDependents(created, firstSeq);
     const filled = new Int32Array(created.length);
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
-      const ids = node.t.deps;
+      const ids = node.deps;
       for (let j = 0; j < ids.length; j++) {
         const dep = this.nodes.get(ids[j]!)!;
         if (dep.state !== 'done') {
@@ -199,16 +226,6 @@ export class TaskGraphExecutor {
           node.remainingDeps++;
         }
       }
-      const holds = node.t.holds;
-      for (let j = 0; j < holds.length; j++) {
-        const key = holds[j]!;
-        this.holds.set(key, { key, holder: node, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
-      }
-    }
-    for (let i = 0; i < created.length; i++) {
-      const node = created[i]!;
-      const releases = node.t.releases;
-      for (let j = 0; j < releases.length; j++) this.holds.get(releases[j]!)!.releaser = node;
     }
     this.unfinished += created.length;
     for (let i = 0; i < created.length; i++)
@@ -219,7 +236,7 @@ export class TaskGraphExecutor {
   /** Makes each new node's list of dependents within its batch at its final length (counted in `remainingDeps`, then reset). */
   private sizeDependents(created: readonly Node[], firstSeq: number): void {
     for (let i = 0; i < created.length; i++) {
-      const ids = created[i]!.t.deps;
+      const ids = created[i]!.deps;
       for (let j = 0; j < ids.length; j++) {
         const dep = this.nodes.get(ids[j]!)!;
         if (dep.seq >= firstSeq) dep.remainingDeps++;
@@ -342,7 +359,7 @@ export class TaskGraphExecutor {
 
   private finish(node: Node): void {
     const now = this.sched.now;
-    const s = node.t.spec;
+    const s = node.spec;
     if (node.state !== 'dispatched')
       throw new InvariantError(`task ${showId(s.id)} finished while ${node.state}`, now, this.name);
     node.state = 'done';
@@ -385,15 +402,15 @@ export class TaskGraphExecutor {
       }
     }
     node.allocations = NO_ALLOCATIONS;
-    const holds = node.t.holds;
+    const holds = node.holds;
     for (let i = 0; i < holds.length; i++) this.holds.get(holds[i]!)!.live = true;
-    const releases = node.t.releases;
+    const releases = node.releases;
     for (let i = 0; i < releases.length; i++) {
       const key = releases[i]!;
       const h = this.holds.get(key);
       if (!h?.live)
         throw new InvariantError(
-          `task ${showId(node.t.spec.id)} releases ${JSON.stringify(key)}, which is not live`,
+          `task ${showId(node.spec.id)} releases ${JSON.stringify(key)}, which is not live`,
           this.sched.now,
           this.name,
         );

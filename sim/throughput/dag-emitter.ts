@@ -19,17 +19,17 @@ export const URGENT_PRIORITY = -1;
 /** A task as it is built (a `TaskSpec` once emitted). */
 export interface MutableTask {
   id: number;
-  priority?: number;
+  priority: number | undefined;
   kind: TaskSpec['kind'];
   category: string;
-  label?: string;
+  label: string | undefined;
   deps: number[];
-  alloc?: MemoryRequest[];
-  release?: string[];
-  durationNs?: Ns;
-  cores?: number;
-  computeNs?: Ns;
-  bytes?: number;
+  alloc: MemoryRequest[] | undefined;
+  release: string[] | undefined;
+  durationNs: Ns | undefined;
+  cores: number | undefined;
+  computeNs: Ns | undefined;
+  bytes: number | undefined;
 }
 
 /** What a task may add besides its deps: buffers it allocates (held or not) and hold keys it releases. */
@@ -356,8 +356,22 @@ export class DagEmitter {
     deps: number[],
     label: (() => string) | undefined,
   ): MutableTask {
-    const t: MutableTask = { id: this.nextId++, kind, category, deps: keptDeps(after, deps) };
-    if (this.labels && label) t.label = label();
-    return t;
+    // Every field at once (absent ones undefined, read as absent): one shape for every task, and
+    // no property array added per task later (a literal's objects can be allocated old once they
+    // survive, as a pass's tasks do; properties added afterwards would be young and copied).
+    return {
+      id: this.nextId++,
+      priority: undefined,
+      kind,
+      category,
+      label: this.labels && label ? label() : undefined,
+      deps: keptDeps(after, deps),
+      alloc: undefined,
+      release: undefined,
+      durationNs: undefined,
+      cores: undefined,
+      computeNs: undefined,
+      bytes: undefined,
+    };
   }
 }

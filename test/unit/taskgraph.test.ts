@@ -736,8 +736,35 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
       expect(graph.has('ok')).toBe(false);
       expect(graph.has('r')).toBe(false);
       expect(graph.has('h2')).toBe(false);
+      // Nor a hold of it, nor a releaser of an older hold (validation registers holds as it goes).
+      for (const h of graph.holdsInfo()) {
+        expect(graph.has(h.holder)).toBe(true);
+        if (h.releaser !== undefined) expect(graph.has(h.releaser)).toBe(true);
+      }
     });
   }
+
+  it('a failed batch undoes the holds and releases it registered', () => {
+    const { sim, graph } = world();
+    const hold = (key: string) => ({
+      alloc: [{ pool: 'vram' as const, bytes: 1, category: 'workspace' as const, hold: key }],
+    });
+    graph.add(g('h', hold('k')));
+    sim.run();
+    // Holds 'k2', releases the live 'k', then fails on an unknown dep.
+    expect(() => graph.add([g('h2', hold('k2')), g('r', { release: ['k'] }), g('bad', { deps: ['nope'] })])).toThrow(
+      /unknown dep/,
+    );
+    // Holds 'k3' and releases 'k', then fails on a release of a key nobody holds.
+    expect(() => graph.add([g('h3', hold('k3')), g('r', { release: ['k'] }), g('bad', { release: ['zz'] })])).toThrow(
+      /which no task holds/,
+    );
+    expect(graph.holdsInfo().map((h) => [h.key, h.holder, h.releaser])).toEqual([['k', 'h', undefined]]);
+    graph.add([g('h2', hold('k2')), g('r', { release: ['k'] }), g('r2', { deps: ['h2'], release: ['k2'] })]);
+    sim.run();
+    graph.assertDone();
+    expect(graph.holdsInfo()).toEqual([]);
+  });
 
   it('accepts a batch listing tasks before their deps, repeated deps, and a release through an indirect dep', () => {
     const { sim, graph } = world();
