@@ -196,9 +196,10 @@ export async function buildWorkload(
     case 'synthetic': {
       const knobs = withOverrides(profile!.knobs, cfg.routing);
       const model = new SyntheticModel(shape, knobs);
-      const s = new SyntheticRouting(model, `synthetic:${seedFrom(routingRng)}`);
+      const modelKey = exactKey([shape.moeLayers, shape.experts, shape.topK, knobs]);
+      const s = new SyntheticRouting(model, `synthetic:${seedFrom(routingRng)}`, modelKey);
       routing = s;
-      routingKey = exactKey([shape.moeLayers, shape.experts, shape.topK, knobs, s.seedBase]);
+      routingKey = `${modelKey}|${s.seedBase}`;
       aggregate = lazyAggregate(() => syntheticAggregate(model, aggregateRng));
       const overridden = Object.keys(cfg.routing).filter((k) => k !== 'kind' && k !== 'profile');
       routingText =
