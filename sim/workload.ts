@@ -87,8 +87,9 @@ export interface AggregateRouter {
  *   token range already admitted (prompt chunk or decode token), in any order and any number
  *   of times. Calls never change what `RequestRouter.route` returns.
  * - It returns a ranked list of distinct expert ids, best first, covering all experts of the
- *   layer (so a prefetcher can go as deep as its budget allows). A fresh array per call: the
- *   caller may keep it.
+ *   layer (so a prefetcher can go as deep as its budget allows). The caller may keep it but
+ *   must not change it: equal calls may return the same array (shared across runs, see
+ *   `workloads/prediction-memo.ts`).
  * - For one token, its first `topK` entries contain each of the token's true experts at
  *   `layer` with probability `accuracyByLayer[layer]` (independently per true expert). For a
  *   token range, experts are ranked by how many of the tokens' predicted top-k lists name them.

@@ -45,6 +45,7 @@ import { SyntheticRouting } from './synthetic/router.ts';
 import { loadProfile, type Knobs, type Profile } from './synthetic/profile.ts';
 import { syntheticAggregate } from './synthetic/aggregate.ts';
 import { TraceRouting, TraceStore } from './trace-routing.ts';
+import { exactKey } from './prediction-memo.ts';
 import { DEFAULT_ACCURACY, PredictionSchema, ProfilePredictor, TracePredictor, accuracyByLayer } from './prediction.ts';
 import { seedFrom } from './random/hash-rng.ts';
 
@@ -179,6 +180,9 @@ export async function buildWorkload(
   let routing: RoutingSource;
   let aggregate: AggregateRouter;
   let routingText: string;
+  // What the routing is a pure function of, with the request table (synthetic routing only): the
+  // predictor then shares single-token predictions with the thread's other runs on it.
+  let routingKey: string | undefined;
   const routingRng = streams.stream('routing');
   const aggregateRng = streams.stream('aggregate');
   switch (cfg.routing.kind) {
@@ -192,8 +196,10 @@ export async function buildWorkload(
     case 'synthetic': {
       const knobs = withOverrides(profile!.knobs, cfg.routing);
       const model = new SyntheticModel(shape, knobs);
-      const s = new SyntheticRouting(model, `synthetic:${seedFrom(routingRng)}`);
+      const modelKey = exactKey([shape.moeLayers, shape.experts, shape.topK, knobs]);
+      const s = new SyntheticRouting(model, `synthetic:${seedFrom(routingRng)}`, modelKey);
       routing = s;
+      routingKey = `${modelKey}|${s.seedBase}`;
       aggregate = lazyAggregate(() => syntheticAggregate(model, aggregateRng));
       const overridden = Object.keys(cfg.routing).filter((k) => k !== 'kind' && k !== 'profile');
       routingText =
@@ -227,6 +233,7 @@ export async function buildWorkload(
       acc,
       predRng,
       p.kind === 'oracle' ? 'oracle prediction' : undefined,
+      key !== undefined && routingKey !== undefined ? `${key}|${routingKey}` : undefined,
     );
   } else if (p.kind === 'trace') {
     if (!(routing instanceof TraceRouting)) {

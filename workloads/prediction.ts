@@ -24,6 +24,7 @@ import type { Rng } from '../sim/kernel/rng.ts';
 import type { ExpertPredictor, RequestRouter, RequestSource, RequestSpec, RoutingSource } from '../sim/workload.ts';
 import { AliasTables, aliasScratch } from './random/alias.ts';
 import { HashRng, seedFrom } from './random/hash-rng.ts';
+import { exactKey, type PredictionMemo, predictionMemo } from './prediction-memo.ts';
 import { TraceRouting } from './trace-routing.ts';
 
 const probability = z.number().min(0).max(1);
@@ -124,11 +125,16 @@ export class ProfilePredictor implements ExpertPredictor {
   private truth = new Int32Array(0);
   private readonly score: Float64Array;
   private readonly chosen: Int32Array;
+  /** Single-token lists shared with the thread's other runs on the same inputs (see `prediction-memo.ts`). */
+  private readonly memo: PredictionMemo | undefined;
 
   /**
    * @param routing  the workload's routing; its routers must implement `peek`
    * @param requests the workload's requests (to build a private router for a request not admitted yet)
    * @param rng      the run's `prediction` stream (one seed is drawn)
+   * @param inputsKey what `routing` and `requests` are a pure function of (the request table's and
+   *   the routing's inputs), when known: single-token predictions are then shared with the
+   *   thread's other predictors on the same inputs, accuracy and drawn seed
    */
   constructor(
     private readonly routing: RoutingSource,
@@ -136,6 +142,7 @@ export class ProfilePredictor implements ExpertPredictor {
     accuracy: readonly number[],
     rng: Rng,
     describe?: string,
+    inputsKey?: string,
   ) {
     if (accuracy.length !== routing.moeLayers)
       throw new RangeError(`accuracy has ${accuracy.length} layers, model has ${routing.moeLayers}`);
@@ -143,17 +150,35 @@ export class ProfilePredictor implements ExpertPredictor {
     this.ranker = new Ranker(routing);
     this.score = new Float64Array(routing.experts);
     this.chosen = new Int32Array(routing.topK);
-    this.h = new HashRng(seedFrom(rng));
+    const seed = seedFrom(rng);
+    this.h = new HashRng(seed);
+    this.memo =
+      inputsKey === undefined ? undefined : predictionMemo(exactKey([inputsKey, accuracy, seed]), routing.moeLayers);
     this.specOf = specLookup(requests);
     this.describe = describe ?? `prediction accuracy ${summariseAccuracy(accuracy)}`;
   }
 
   predict(requestId: number, layer: number, fromToken: number, toToken: number): readonly number[] {
+    const memo = this.memo;
+    const single =
+      memo !== undefined &&
+      toToken === fromToken + 1 &&
+      fromToken >= 0 &&
+      Number.isSafeInteger(fromToken) &&
+      layer >= 0 &&
+      layer < this.accuracyByLayer.length &&
+      Number.isInteger(layer);
+    if (single) {
+      const kept = memo.get(requestId, layer, fromToken);
+      if (kept !== undefined) return kept;
+    }
     // Votes in a scratch array (zeroed here; only the ranking is returned).
     const score = this.score;
     score.fill(0);
     this.addVotes(score, requestId, layer, fromToken, toToken);
-    return this.ranker.rank(layer, score);
+    const ranked = this.ranker.rank(layer, score);
+    if (single) memo.put(requestId, layer, fromToken, ranked);
+    return ranked;
   }
 
   /** Adds one vote per predicted top-k entry of each token in [from, to) to `score`. */

@@ -32,6 +32,7 @@ import type { RequestRouter, RequestSpec, RoutingSource } from '../../sim/worklo
 import { AliasTables } from '../random/alias.ts';
 import { successiveInclusion } from '../aggregate-router.ts';
 import { dirichletInto, type SyntheticModel } from './model.ts';
+import { type RoutingTape, TapeRouter, type TapeSet, tapeSet } from './tape.ts';
 
 export class SyntheticRequestRouter implements RequestRouter {
   private readonly L: number;
@@ -71,6 +72,8 @@ export class SyntheticRequestRouter implements RequestRouter {
      * same stream either way; undefined = the drawn cluster (every simulated request).
      */
     cluster?: number,
+    /** Where each generated token is also recorded for later runs (`tape.ts`). */
+    private readonly tape?: RoutingTape,
   ) {
     const { L, E, k } = model;
     this.L = L;
@@ -137,7 +140,9 @@ export class SyntheticRequestRouter implements RequestRouter {
     while (this.genUpTo < to) {
       if ((this.genUpTo - this.bufStart + 1) * this.stride > this.buf.length)
         this.makeRoom(Math.min(from, this.lowWater()));
-      this.genToken(this.buf, (this.genUpTo - this.bufStart) * this.stride, this.genUpTo);
+      const pos = (this.genUpTo - this.bufStart) * this.stride;
+      this.genToken(this.buf, pos, this.genUpTo);
+      this.tape?.append(this.buf, pos, this.genUpTo);
       this.genUpTo++;
     }
   }
@@ -357,26 +362,40 @@ export class SyntheticRouting implements RoutingSource {
    * a WeakRef's target stays alive until the current synchronous job ends, and a whole
    * simulation is one job, so every router of a run stayed in memory (~25 KB per request).
    */
-  private readonly live = new Map<number, SyntheticRequestRouter>();
+  private readonly live = new Map<number, SyntheticRequestRouter | TapeRouter>();
+  /** Requests' routing recorded for, or by, the thread's other runs on the same inputs (`tape.ts`). */
+  private readonly tapes: TapeSet | undefined;
 
-  /** @param seedBase per-run seed (drawn from the `routing` stream); request r uses `${seedBase}:${r}`. */
+  /**
+   * @param seedBase per-run seed (drawn from the `routing` stream); request r uses `${seedBase}:${r}`.
+   * @param inputsKey what `model` is a pure function of, with `seedBase` (shape and knobs), when
+   *   known: requests' routing is then shared with the thread's other runs on the same inputs
+   */
   constructor(
     readonly model: SyntheticModel,
     readonly seedBase: string,
+    inputsKey?: string,
   ) {
     this.moeLayers = model.L;
     this.experts = model.E;
     this.topK = model.k;
+    const shared = inputsKey !== undefined && model.E <= 256;
+    this.tapes = shared ? tapeSet(`${inputsKey}|${seedBase}`, model.L * model.k) : undefined;
   }
 
-  forRequest(request: RequestSpec): SyntheticRequestRouter {
-    const r = new SyntheticRequestRouter(
-      this.model,
-      `${this.seedBase}:${request.id}`,
-      request.task,
-      request.promptTokens,
-      request.promptTokens + request.outputTokens,
-    );
+  forRequest(request: RequestSpec): SyntheticRequestRouter | TapeRouter {
+    const tape = this.tapes?.tapeFor(request.id, request.task, request.promptTokens);
+    const generate = (): SyntheticRequestRouter =>
+      new SyntheticRequestRouter(
+        this.model,
+        `${this.seedBase}:${request.id}`,
+        request.task,
+        request.promptTokens,
+        request.promptTokens + request.outputTokens,
+        undefined,
+        tape,
+      );
+    const r = tape && tape.tokens > 0 ? new TapeRouter(tape, this.model.L, this.model.k, generate) : generate();
     if (this.live.size >= LIVE_CAP) this.live.delete(this.live.keys().next().value!);
     this.live.set(request.id, r);
     return r;
@@ -395,7 +414,7 @@ export class SyntheticRouting implements RoutingSource {
     return new SyntheticRequestRouter(this.model, `${this.seedBase}:${requestId}`, task, promptTokens, 64, cluster);
   }
 
-  routerOf(requestId: number): SyntheticRequestRouter | undefined {
+  routerOf(requestId: number): SyntheticRequestRouter | TapeRouter | undefined {
     return this.live.get(requestId);
   }
 

@@ -41,10 +41,7 @@ export class GpuSlotCompute implements ExpertCompute {
     it.computingKey = piece;
     const tokens = it.tokensPerExpert[w.key % ctx.E]!;
     const k = this.kernels;
-    const ns =
-      w.fraction === 1
-        ? k.tokenOpNs('expert', tokens)
-        : ctx.cost.estimate({ kind: 'expert', tokens, fraction: w.fraction }).ns;
+    const ns = w.fraction === 1 ? k.tokenOpNs('expert', tokens) : k.partialExpertNs(tokens, w.fraction);
     k.submit(ns, k.countLabel(w.label, tokens), 'expert', this.onDone);
   }
 }

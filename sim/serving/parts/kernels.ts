@@ -39,6 +39,16 @@ export class Kernels {
   private lastLinearTokens = -1;
   private lastLinearSequences = -1;
   private lastLinearNs = 0 as Ns;
+  /** Idle-loop durations by expert count (−1: not yet computed), as `tokenOpCost`. */
+  private readonly idleCost: number[] = [];
+  /**
+   * The last two partial-expert durations asked for (fraction, tokens → ns): split experts
+   * alternate between a top and a bottom part, so two pairs answer nearly every call without
+   * the cost model's nested maps and an operation object per kernel.
+   */
+  private readonly partKey = [Number.NaN, -1, Number.NaN, -1];
+  private readonly partNs = [0, 0];
+  private partNext = 0;
   readonly layerLabels: readonly LayerLabels[];
   private readonly expertLabels: string[] = [];
   private readonly segmentLabels: string[] = [];
@@ -104,7 +114,30 @@ export class Kernels {
 
   /** `count` loop iterations over experts no token chose (runtimes whose loop visits every expert). */
   idleNs(count: number): Ns {
+    const cache = this.idleCost;
+    if ((count | 0) === count && count >= 0 && count < 4096) {
+      while (cache.length <= count) cache.push(-1);
+      const t = cache[count]!;
+      if (t >= 0) return t as Ns;
+      const ns = this.ctx.cost.estimate({ kind: 'idleExperts', count }).ns;
+      cache[count] = ns;
+      return ns;
+    }
     return this.ctx.cost.estimate({ kind: 'idleExperts', count }).ns;
+  }
+
+  /** The `expert` operation's duration for `tokens` tokens over `fraction` of the expert's weights. */
+  partialExpertNs(tokens: number, fraction: number): Ns {
+    const key = this.partKey;
+    if (key[0] === fraction && key[1] === tokens) return this.partNs[0]! as Ns;
+    if (key[2] === fraction && key[3] === tokens) return this.partNs[1]! as Ns;
+    const ns = this.ctx.cost.estimate({ kind: 'expert', tokens, fraction }).ns;
+    const i = this.partNext;
+    this.partNext = 1 - i;
+    key[2 * i] = fraction;
+    key[2 * i + 1] = tokens;
+    this.partNs[i] = ns;
+    return ns;
   }
 
   /** `expert M<layer>E<expert>`, built once per key. */
