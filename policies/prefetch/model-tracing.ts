@@ -53,33 +53,9 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
   /** Keys of the current prefetch plan (the ranking of the layers ahead). */
   const planned = new Set<ExpertKey>();
 
-  /** Whether `a` is evicted before `b`: lower count, then least recently used, then lower key. */
-  function before(buffer: ServingView['buffer'], a: ExpertKey, b: ExpertKey): boolean {
-    const d = counts[a]! - counts[b]!;
-    if (d !== 0) return d < 0;
-    const du = (buffer.entry(a)?.lastUsedNs ?? -1) - (buffer.entry(b)?.lastUsedNs ?? -1);
-    return du !== 0 ? du < 0 : a < b;
-  }
-
   /** Top `budget` experts of `layer` by count (count > 0), best first. */
-  const ranking = (view: ServingView, layer: number): ExpertKey[] => {
-    // The best `budget` kept in order by insertion (budget is a few, E up to hundreds): keys grow
-    // along the scan, so a later key tied with a kept one ranks after it (a lower key is a lower expert).
-    const base = layer * view.experts;
-    const keys: number[] = [];
-    for (let k = base; k < base + view.experts; k++) {
-      const c = counts[k]!;
-      if (!(c > 0)) continue;
-      if (keys.length === budget && !(c > counts[keys[budget - 1]!]!)) continue;
-      let i = keys.length === budget ? budget - 1 : keys.length;
-      while (i > 0 && c > counts[keys[i - 1]!]!) {
-        keys[i] = keys[i - 1]!;
-        i--;
-      }
-      keys[i] = k;
-    }
-    return keys;
-  };
+  const ranking = (view: ServingView, layer: number): ExpertKey[] =>
+    topByCount(counts, layer * view.experts, view.experts, budget);
 
   /** Plan layers [from, from + horizon), cancel loading prefetches that are no longer needed. */
   const plan = (view: ServingView, from: number, routedUpTo: number) => {
@@ -124,14 +100,43 @@ export function createModelTracing(name: string, p: ModelTracingParams, topK: nu
       let all: ExpertKey | undefined;
       let unplanned: ExpertKey | undefined;
       for (const k of q.candidates) {
-        if (all === undefined || before(buffer, k, all)) all = k;
-        if (!planned.has(k) && (unplanned === undefined || before(buffer, k, unplanned))) unplanned = k;
+        if (all === undefined || evictsBefore(counts, buffer, k, all)) all = k;
+        if (!planned.has(k) && (unplanned === undefined || evictsBefore(counts, buffer, k, unplanned))) unplanned = k;
       }
       if (q.reason === 'prefetch')
         return unplanned !== undefined && counts[unplanned]! < counts[q.forKey]! ? unplanned : undefined;
       return unplanned ?? all;
     },
   };
+}
+
+/** Whether `a` is evicted before `b`: lower count, then least recently used, then lower key. */
+function evictsBefore(counts: Float64Array, buffer: ServingView['buffer'], a: ExpertKey, b: ExpertKey): boolean {
+  const d = counts[a]! - counts[b]!;
+  if (d !== 0) return d < 0;
+  const du = (buffer.entry(a)?.lastUsedNs ?? -1) - (buffer.entry(b)?.lastUsedNs ?? -1);
+  return du !== 0 ? du < 0 : a < b;
+}
+
+/**
+ * The best `budget` keys of [base, base + experts) by count (count > 0), best first, kept in
+ * order by insertion (budget is a few, experts up to hundreds): keys grow along the scan, so a
+ * later key tied with a kept one ranks after it (a lower key is a lower expert).
+ */
+function topByCount(counts: Float64Array, base: number, experts: number, budget: number): ExpertKey[] {
+  const keys: number[] = [];
+  for (let k = base; k < base + experts; k++) {
+    const c = counts[k]!;
+    if (!(c > 0)) continue;
+    if (keys.length === budget && !(c > counts[keys[budget - 1]!]!)) continue;
+    let i = keys.length === budget ? budget - 1 : keys.length;
+    while (i > 0 && c > counts[keys[i - 1]!]!) {
+      keys[i] = keys[i - 1]!;
+      i--;
+    }
+    keys[i] = k;
+  }
+  return keys;
 }
 
 export const modelTracing = definePolicy({
