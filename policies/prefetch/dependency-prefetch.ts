@@ -31,7 +31,7 @@ import { z } from 'zod';
 import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../../sim/serving/policy.ts';
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
-import { evictable, firstBy } from '../cache/victims.ts';
+import { evictable } from '../cache/victims.ts';
 
 export const DependencyPrefetchParams = z
   .object({
@@ -97,9 +97,23 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
       if (!keep && view.layer >= 0 && view.layerOf(key) <= view.layer) return { evict: [key] };
     },
     chooseVictim(view, q) {
+      // The oldest stamp, then the lowest key (a total order: any walk order gives the same victim),
+      // over the candidates (a prefetch: outside its own layer). The executor's candidates are the
+      // buffer's evictable entries: read from its dense set where it has one, so none is listed
+      // (a whole layer's prefetches each ask, on a buffer of hundreds of slots).
       const target = view.layerOf(q.forKey);
-      const pool = q.reason === 'prefetch' ? q.candidates.filter((k) => view.layerOf(k) !== target) : q.candidates;
-      return firstBy(pool, (a, b) => stamp[a]! - stamp[b]! || a - b);
+      const own = q.reason === 'prefetch';
+      const b = view.buffer;
+      const dense = b.evictableKeys?.();
+      const keys: ArrayLike<ExpertKey> = dense ?? q.candidates;
+      const n = dense ? b.evictableCount! : q.candidates.length;
+      let best = -1;
+      for (let i = 0; i < n; i++) {
+        const k = keys[i]!;
+        if (own && view.layerOf(k) === target) continue;
+        if (best < 0 || stamp[k]! < stamp[best]! || (stamp[k] === stamp[best] && k < best)) best = k;
+      }
+      return best < 0 ? undefined : best;
     },
   };
 }

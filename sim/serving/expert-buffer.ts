@@ -340,14 +340,9 @@ export class ExpertBuffer implements BufferView {
     else if (this.holes > 16 && this.holes * 2 > list.length) this.compact();
   }
 
-  /** Whether some entry is resident and unpinned (what `evictable` would list), without listing them. */
+  /** Whether some entry is resident and unpinned (what `evictable` would list): the dense evictable set is not empty. */
   hasEvictable(): boolean {
-    const list = this.list;
-    for (let i = 0; i < list.length; i++) {
-      const e = list[i];
-      if (e !== undefined && e.state === 'resident' && !e.pinned) return true;
-    }
-    return false;
+    return this.evictableN > 0;
   }
 
   /** Resident, unpinned keys in insertion order (into `out`, emptied first, when given). */
