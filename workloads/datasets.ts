@@ -109,7 +109,7 @@ export const DATASETS = {
 export type DatasetName = keyof typeof DATASETS;
 export const DATASET_NAMES = Object.keys(DATASETS) as DatasetName[];
 
-export const isDatasetName = (s: string): s is DatasetName => Object.prototype.hasOwnProperty.call(DATASETS, s);
+export const isDatasetName = (s: string): s is DatasetName => Object.hasOwn(DATASETS, s);
 
 /** Aliases accepted in configs (case-insensitive): `bigbench`, `big_bench`, `mtbench`, `arena`, `lmsys` ... */
 export function resolveDatasetName(s: string): DatasetName | undefined {

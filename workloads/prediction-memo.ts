@@ -12,6 +12,7 @@
  * list). Bounded: at most `MAX_MEMOS` workloads and `MAX_ELEMENTS` list entries per thread;
  * beyond, lists are built as before.
  */
+import { BoundedMemo } from '../sim/bounded-memo.ts';
 
 /** Entries kept over all memos (~8 B each in a packed array: ~64 MB; a Qwen1.5-MoE MMLU run of 64 × 64 decode tokens holds ~5.9 M). */
 const MAX_ELEMENTS = 8_000_000;
@@ -39,42 +40,27 @@ export class PredictionMemo {
   /** Keeps `ranked` for the call if the thread's bound allows. */
   put(requestId: number, layer: number, token: number, ranked: readonly number[]): void {
     if (!(requestId >= 0 && Number.isSafeInteger(requestId)) || requestId > MAX_REQUEST_ID) return;
-    if (totalElements + ranked.length > MAX_ELEMENTS) return;
     const byRequest = this.byRequest;
+    const i = token * this.L + layer;
+    if (byRequest[requestId]?.[i] !== undefined) return;
+    if (!memos.reserve(ranked.length)) return;
     // Grown densely (holes would turn the arrays into dictionaries).
     while (byRequest.length <= requestId) byRequest.push([]);
     const lists = byRequest[requestId]!;
-    const i = token * this.L + layer;
     while (lists.length <= i) lists.push(undefined);
-    if (lists[i] !== undefined) return;
     lists[i] = ranked;
     this.elements += ranked.length;
-    totalElements += ranked.length;
   }
 }
 
 /** Request ids beyond this are not kept (dense per-request arrays). */
 const MAX_REQUEST_ID = 1 << 20;
 
-const memos = new Map<string, PredictionMemo>();
-let totalElements = 0;
+const memos = new BoundedMemo<PredictionMemo>(MAX_MEMOS, MAX_ELEMENTS, (m) => m.elements);
 
-/** The thread's memo for predictor inputs `key` (made on first use; the oldest forgotten beyond `MAX_MEMOS`). */
+/** The thread's memo for predictor inputs `key` (made on first use; the least recently used forgotten beyond `MAX_MEMOS`). */
 export function predictionMemo(key: string, moeLayers: number): PredictionMemo {
-  let m = memos.get(key);
-  if (m) {
-    memos.delete(key);
-    memos.set(key, m);
-    return m;
-  }
-  while (memos.size >= MAX_MEMOS) {
-    const [oldest, old] = memos.entries().next().value!;
-    memos.delete(oldest);
-    totalElements -= old.elements;
-  }
-  m = new PredictionMemo(moeLayers);
-  memos.set(key, m);
-  return m;
+  return memos.getOrMake(key, () => new PredictionMemo(moeLayers));
 }
 
 /** Lookups answered from the memos the thread holds (tests assert coverage with it). */
@@ -87,7 +73,6 @@ export function predictionMemoHits(): number {
 /** Forgets every kept prediction (tests). */
 export function clearPredictionMemos(): void {
   memos.clear();
-  totalElements = 0;
 }
 
 /**

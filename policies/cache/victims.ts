@@ -107,7 +107,7 @@ export function firstEvictableVictimBy(
   fallback = true,
 ): ExpertKey | undefined {
   const buffer = view.buffer;
-  if (!capOf || !buffer.layerEntries || !buffer.layerCount)
+  if (!capOf || !q.allEvictable || !buffer.layerEntries || !buffer.layerCount)
     return firstVictimBy(view, q.candidates, q.forKey, capOf, cmp, fallback);
   const l = view.layerOf(q.forKey);
   if (buffer.layerCount(l) + 1 > capOf(l)) {
@@ -143,7 +143,7 @@ export function firstEvictableCappedVictimBy(
   skip: (key: ExpertKey) => boolean,
 ): ExpertKey | undefined {
   const buffer = view.buffer;
-  if (!buffer.layerEntries || !buffer.layerCount) {
+  if (!q.allEvictable || !buffer.layerEntries || !buffer.layerCount) {
     return firstBy(
       victimPool(view, q.candidates, q.forKey, capOf, false).filter((c) => !skip(c)),
       cmp,

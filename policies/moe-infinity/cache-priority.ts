@@ -30,6 +30,7 @@
  */
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
 import type { Phase, RequestEams } from './eam.ts';
+import { EvictableSet } from '../cache/evictable-set.ts';
 import { CheapestVictims } from './cheapest-victims.ts';
 import { ExecutorVictims, KEPT_ORDER_MIN_SLOTS, type VictimState } from './executor-victims.ts';
 
@@ -229,6 +230,7 @@ export class CachePriorities implements VictimState {
   // popped. A round hands out a few (3–4 on average at a thousand slots): the first walk keeps
   // `FIRST_VICTIMS`, and a round that needs more walks again for twice as many.
   private readonly adm = new CheapestVictims();
+  private readonly evictable = new EvictableSet();
   private vFor: BufferView | null = null;
   /** What `vFor`'s walk read: the ranked set (`gen`) and the priorities (`version`). */
   private vGen = -1;
@@ -258,27 +260,19 @@ export class CachePriorities implements VictimState {
     const gen = this.gen;
     const adm = this.adm;
     adm.clear(limit);
-    if (buffer.evictableKeys && buffer.lastUsedByKey) {
-      // The evictable keys, dense (the order is total: any walk order gives the same victims).
-      const keys = buffer.evictableKeys();
-      const used = buffer.lastUsedByKey();
-      const n = buffer.evictableCount!;
-      let bound = adm.unrankedBound();
-      for (let i = 0; i < n; i++) {
-        const k = keys[i]!;
-        if (rankGen[k] === gen) continue;
-        const p = req ? prio[k]! : 0;
-        if (p > bound) continue;
-        adm.offer(k, false, p, used[k]!);
-        bound = adm.unrankedBound();
-      }
-    } else {
-      for (const e of buffer.entries()) {
-        if (e.state !== 'resident' || e.pinned) continue;
-        const k = e.key;
-        if (rankGen[k] === gen) continue;
-        adm.offer(k, false, req ? prio[k]! : 0, e.lastUsedNs);
-      }
+    // The evictable keys, dense (the order is total: any walk order gives the same victims).
+    const set = this.evictable.of(buffer);
+    const keys = set.keys;
+    const used = set.lastUsed;
+    const n = set.count;
+    let bound = adm.unrankedBound();
+    for (let i = 0; i < n; i++) {
+      const k = keys[i]!;
+      if (rankGen[k] === gen) continue;
+      const p = req ? prio[k]! : 0;
+      if (p > bound) continue;
+      adm.offer(k, false, p, used[k]!);
+      bound = adm.unrankedBound();
     }
     adm.finish();
     this.admissionStats.walks++;

@@ -1,7 +1,8 @@
 /**
  * The executor's eviction queries to MoE-Infinity's cache (`cache-priority.ts` keeps the
  * priorities and the ranked set; the order is `victim-order.ts`'s). Three ways to the same
- * victim:
+ * victim (the first two only for a query whose candidates are the buffer's whole evictable set,
+ * `EvictionQuery.allEvictable`, read through `EvictableSet`):
  * - a buffer under `keptOrderMinSlots` slots: one walk over it per query;
  * - a larger buffer that counts its evictable changes (`BufferView.evictableVersion`, the
  *   executor's): the first victims kept from one walk (`CheapestVictims`), while the buffer's
@@ -13,6 +14,7 @@
  * walk or scan per query made these rounds quadratic in the buffer.
  */
 import type { BufferView, EvictionQuery, ExpertKey } from '../../sim/serving/policy.ts';
+import { EvictableSet } from '../cache/evictable-set.ts';
 import { CheapestVictims } from './cheapest-victims.ts';
 import { firstVictimByScan, firstVictimInBuffer, withoutKey, type ScannedVictim } from './victim-order.ts';
 
@@ -115,17 +117,29 @@ export class ExecutorVictims {
 
   /**
    * `chooseVictim` for the executor's query, whose candidates are the resident, unpinned entries
-   * of `buffer`: in a buffer under `keptOrderMinSlots` slots, found by one walk over it (the
+   * of `buffer` (`allEvictable`; other queries: `chooseVictim`): in a buffer under `keptOrderMinSlots` slots, found by one walk over it (the
    * executor lists no candidates); in a larger one, from the victims kept from one walk when it
    * counts its evictable changes, else from the order kept from the listed candidates.
    */
   victimInBuffer(buffer: BufferView, q: EvictionQuery, now = NaN): ExpertKey | undefined {
+    // Candidates the executor did not say are the whole evictable set: the listed ones.
+    if (!q.allEvictable) return this.chooseVictim(buffer, q, now);
     if (buffer.slots >= this.c.keptOrderMinSlots) {
       if (buffer.evictableVersion !== undefined) return this.victimWalked(buffer, q, now);
       return this.chooseVictim(buffer, q, now);
     }
     const sc = this.scanned;
-    if (!firstVictimInBuffer(buffer, this.c.rankGen, this.c.generation, this.c.rank, this.c.victimPriorities(), sc))
+    if (
+      !firstVictimInBuffer(
+        buffer,
+        this.evictable,
+        this.c.rankGen,
+        this.c.generation,
+        this.c.rank,
+        this.c.victimPriorities(),
+        sc,
+      )
+    )
       return undefined;
     return this.c.declinesPrefetch(q, sc.ranked, sc.prio) ? undefined : sc.key;
   }
@@ -209,23 +223,14 @@ export class ExecutorVictims {
     const gen = this.c.generation;
     const priority = this.c.victimPriorities();
     o.clear(limit);
-    if (buffer.evictableKeys && buffer.lastUsedByKey) {
-      // The evictable keys, dense (the order is total: any walk order gives the same victims).
-      const keys = buffer.evictableKeys();
-      const used = buffer.lastUsedByKey();
-      const n = buffer.evictableCount!;
-      for (let i = 0; i < n; i++) {
-        const k = keys[i]!;
-        const prot = rankGen[k] === gen;
-        o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, used[k]!);
-      }
-    } else {
-      for (const e of buffer.entries()) {
-        if (e.state !== 'resident' || e.pinned) continue;
-        const k = e.key;
-        const prot = rankGen[k] === gen;
-        o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, e.lastUsedNs);
-      }
+    // The evictable keys, dense (the order is total: any walk order gives the same victims).
+    const set = this.evictable.of(buffer);
+    const keys = set.keys;
+    const used = set.lastUsed;
+    for (let i = 0, n = set.count; i < n; i++) {
+      const k = keys[i]!;
+      const prot = rankGen[k] === gen;
+      o.offer(k, prot, prot ? -rank[k]! : priority ? priority[k]! : 0, used[k]!);
     }
     o.finish();
     this.walkedFor = buffer;
@@ -237,6 +242,8 @@ export class ExecutorVictims {
 
   // The first victim of new candidates (`firstVictimByScan`).
   private readonly scanned: ScannedVictim = { key: -1, ranked: false, prio: 0 };
+  /** The buffer's evictable set, dense, for the walks. */
+  private readonly evictable = new EvictableSet();
 
   /** Whether the candidates remembered last still stand for `cands` (same order of eviction). */
   private orderValid(buffer: BufferView, cands: readonly ExpertKey[], now: number): boolean {

@@ -7,6 +7,7 @@
  * (`CheapestVictims`, for a collection of victims that answers several queries) agree.
  */
 import type { BufferView, ExpertKey } from '../../sim/serving/policy.ts';
+import type { EvictableSet } from '../cache/evictable-set.ts';
 
 /** The first victim `firstVictimByScan` found: its key, whether it is ranked, its priority (−rank if ranked). */
 export interface ScannedVictim {
@@ -67,13 +68,14 @@ export function firstVictimByScan(
 }
 
 /**
- * `firstVictimByScan` over the executor's candidates (`EvictionQuery.candidates`: the resident,
- * unpinned entries of `buffer`) read from the buffer itself: the executor lists nothing, and a
- * tie reads the entry's last use in place. The order of eviction is total (keys are unique), so
- * the walk's order does not change the answer.
+ * `firstVictimByScan` over the executor's candidates when they are the buffer's whole evictable
+ * set (`EvictionQuery.allEvictable`), read from the buffer through `evictable`: the executor
+ * lists nothing. The order of eviction is total (keys are unique), so the walk's order does not
+ * change the answer.
  */
 export function firstVictimInBuffer(
   buffer: BufferView,
+  evictable: EvictableSet,
   rankGen: Uint32Array,
   gen: number,
   rank: Float64Array,
@@ -84,46 +86,26 @@ export function firstVictimInBuffer(
   let bestProt = true;
   let bestPrio = Infinity;
   let bestUsed = Infinity;
-  if (buffer.evictableKeys && buffer.lastUsedByKey) {
-    // The evictable keys, dense (the order is total: the walk's order does not change the answer).
-    const keys = buffer.evictableKeys();
-    const usedBy = buffer.lastUsedByKey();
-    const n = buffer.evictableCount!;
-    for (let i = 0; i < n; i++) {
-      const k = keys[i]!;
-      const prot = rankGen[k] === gen;
-      const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
-      if (best < 0 || (bestProt && !prot)) {
-        // The first candidate, or the first one outside the ranked set.
-      } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
-      else if (prio === bestPrio) {
-        const used = usedBy[k]!;
-        if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
-      }
-      best = k;
-      bestProt = prot;
-      bestPrio = prio;
-      bestUsed = usedBy[k]!;
+  // The evictable keys, dense (the order is total: the walk's order does not change the answer).
+  const set = evictable.of(buffer);
+  const keys = set.keys;
+  const usedBy = set.lastUsed;
+  for (let i = 0, n = set.count; i < n; i++) {
+    const k = keys[i]!;
+    const prot = rankGen[k] === gen;
+    const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
+    if (best < 0 || (bestProt && !prot)) {
+      // The first candidate, or the first one outside the ranked set.
+    } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
+    else if (prio === bestPrio) {
+      // Tied priority: least recently used, then lowest key.
+      const used = usedBy[k]!;
+      if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
     }
-  } else {
-    for (const e of buffer.entries()) {
-      if (e.state !== 'resident' || e.pinned) continue;
-      const k = e.key;
-      const prot = rankGen[k] === gen;
-      const prio = prot ? -rank[k]! : priority ? priority[k]! : 0;
-      if (best < 0 || (bestProt && !prot)) {
-        // The first candidate, or the first one outside the ranked set.
-      } else if (prot !== bestProt || !(prio <= bestPrio)) continue;
-      else if (prio === bestPrio) {
-        // Tied priority: least recently used, then lowest key.
-        const used = e.lastUsedNs;
-        if (!(used < bestUsed || (used === bestUsed && k < best))) continue;
-      }
-      best = k;
-      bestProt = prot;
-      bestPrio = prio;
-      bestUsed = e.lastUsedNs;
-    }
+    best = k;
+    bestProt = prot;
+    bestPrio = prio;
+    bestUsed = usedBy[k]!;
   }
   out.key = best;
   out.ranked = bestProt;

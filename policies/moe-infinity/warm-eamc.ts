@@ -14,6 +14,7 @@
  */
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
+import { BoundedMemo } from '../../sim/bounded-memo.ts';
 import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
 import { EamCollection } from './eam-collection.ts';
 import type { MoeInfinityPolicy } from './policy.ts';
@@ -24,20 +25,23 @@ interface WarmEams {
   readonly decode: Float64Array | null;
 }
 
-/** Memoised warm-ups by key (`memoKey`), oldest first; at most `MEMO_BYTES` of EAMs kept. */
-const memo = new Map<string, { readonly eams: readonly WarmEams[]; readonly bytes: number }>();
-let memoBytes = 0;
 /** Bound on the memo's EAM bytes per process (a few warm-ups of the largest models: Arctic 200 × 2 × 36 KB). */
 const MEMO_BYTES = 64 * 1024 * 1024;
+/** Memoised warm-ups by key (`memoKey`); at most `MEMO_BYTES` of EAMs kept. */
+const memo = new BoundedMemo<{ readonly eams: readonly WarmEams[]; readonly bytes: number }>(
+  Infinity,
+  MEMO_BYTES,
+  (e) => e.bytes,
+);
 
-/** Warmed collections by key (`memoKey` and the collections' settings), oldest first; at most `WARMED_BYTES` kept. */
-const warmed = new Map<
-  string,
-  { readonly prefill: EamCollection; readonly decode: EamCollection; readonly bytes: number }
->();
-let warmedBytes = 0;
 /** Bound on the warmed collections' storage per process (a few dozen Switch-128 warm-ups of 200 requests, ~3 MB each). */
 const WARMED_BYTES = 128 * 1024 * 1024;
+/** Warmed collections by key (`memoKey` and the collections' settings); at most `WARMED_BYTES` kept. */
+const warmed = new BoundedMemo<{
+  readonly prefill: EamCollection;
+  readonly decode: EamCollection;
+  readonly bytes: number;
+}>(Infinity, WARMED_BYTES, (e) => e.bytes);
 
 /**
  * Loads the prefill and decode EAMs of `n` held-out requests into the policy's EAMC: the run's
@@ -74,7 +78,7 @@ export function warmEamc(policy: MoeInfinityPolicy, n: number, model: ModelProfi
   if (cKey !== undefined) rememberWarmed(cKey, prefill, decode);
 }
 
-/** Keeps copies of freshly warmed collections under `key`, oldest dropped past `WARMED_BYTES`. */
+/** Keeps copies of freshly warmed collections under `key` (least recently used dropped past `WARMED_BYTES`). */
 function rememberWarmed(key: string, prefill: EamCollection, decode: EamCollection): void {
   const copy = (c: EamCollection): EamCollection => {
     const out = new EamCollection({ layers: c.layers, experts: c.experts }, c.capacity, c.replacement);
@@ -83,13 +87,7 @@ function rememberWarmed(key: string, prefill: EamCollection, decode: EamCollecti
   };
   const bytes = prefill.storageBytes + decode.storageBytes;
   if (bytes > WARMED_BYTES) return;
-  while (warmedBytes + bytes > WARMED_BYTES) {
-    const [oldest, entry] = warmed.entries().next().value!;
-    warmed.delete(oldest);
-    warmedBytes -= entry.bytes;
-  }
   warmed.set(key, { prefill: copy(prefill), decode: copy(decode), bytes });
-  warmedBytes += bytes;
 }
 
 /** Where the decoder's MoE layers start (encoder-decoder models), and whether there is an encoder. */
@@ -146,14 +144,7 @@ function memoKey(
 function remember(key: string, eams: readonly WarmEams[]): void {
   let bytes = 0;
   for (const m of eams) bytes += m.prefill.byteLength + (m.decode?.byteLength ?? 0);
-  if (bytes > MEMO_BYTES) return;
-  while (memoBytes + bytes > MEMO_BYTES) {
-    const [oldest, entry] = memo.entries().next().value!;
-    memo.delete(oldest);
-    memoBytes -= entry.bytes;
-  }
   memo.set(key, { eams, bytes });
-  memoBytes += bytes;
 }
 
 /** Routes the `n` held-out requests (see `warmEamc`). */

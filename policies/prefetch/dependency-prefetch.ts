@@ -32,6 +32,7 @@ import type { ExpertKey, PrefetchRequest, ServingPolicy, ServingView } from '../
 import { lruSlots } from '../cache/lru.ts';
 import { definePolicy } from '../types.ts';
 import { evictable } from '../cache/victims.ts';
+import { EvictableSet } from '../cache/evictable-set.ts';
 
 export const DependencyPrefetchParams = z
   .object({
@@ -56,6 +57,7 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
   /** Recency stamps per key (0 = never): touched on use and when prefetched. */
   let stamp = new Float64Array(0);
   let tick = 0;
+  const evictableSet = new EvictableSet();
   const wholeLayer = (view: ServingView, layer: number): PrefetchRequest[] => {
     const out: PrefetchRequest[] = [];
     for (let e = 0; e < view.experts; e++) {
@@ -98,15 +100,14 @@ export function createDependencyPrefetch(name: string, p: DependencyPrefetchPara
     },
     chooseVictim(view, q) {
       // The oldest stamp, then the lowest key (a total order: any walk order gives the same victim),
-      // over the candidates (a prefetch: outside its own layer). The executor's candidates are the
-      // buffer's evictable entries: read from its dense set where it has one, so none is listed
-      // (a whole layer's prefetches each ask, on a buffer of hundreds of slots).
+      // over the candidates (a prefetch: outside its own layer). When they are the buffer's whole
+      // evictable set (the executor's queries), read from its dense set, so none is listed (a whole
+      // layer's prefetches each ask, on a buffer of hundreds of slots).
       const target = view.layerOf(q.forKey);
       const own = q.reason === 'prefetch';
-      const b = view.buffer;
-      const dense = b.evictableKeys?.();
-      const keys: ArrayLike<ExpertKey> = dense ?? q.candidates;
-      const n = dense ? b.evictableCount! : q.candidates.length;
+      const dense = q.allEvictable ? evictableSet.of(view.buffer) : null;
+      const keys: ArrayLike<ExpertKey> = dense ? dense.keys : q.candidates;
+      const n = dense ? dense.count : q.candidates.length;
       let best = -1;
       for (let i = 0; i < n; i++) {
         const k = keys[i]!;

@@ -222,6 +222,12 @@ export interface EvictionQuery {
   readonly forKey: ExpertKey;
   /** Resident, unpinned experts, in buffer insertion order. Valid during the call only (the executor reuses the array). */
   readonly candidates: readonly ExpertKey[];
+  /**
+   * True when `candidates` are exactly the buffer's evictable set (its resident, unpinned
+   * entries): the executor's queries. A policy whose eviction order is total may then walk the
+   * buffer's dense set (`BufferView.evictableKeys`) or per-layer index instead of listing them.
+   */
+  readonly allEvictable?: boolean;
 }
 
 /** See `ServingPolicy.hostExperts` and sim/serving/parts/host-residency.ts. */

@@ -305,7 +305,7 @@ describe('MoE-Infinity cache victims', () => {
                 }
                 const candidates = w.candidates();
                 if (candidates.length === 0) break;
-                const v = ask({ reason: 'prefetch', forKey: k, candidates });
+                const v = ask({ reason: 'prefetch', forKey: k, candidates, allEvictable: true });
                 if (v === undefined) continue;
                 if (rng.next() < 0.05) {
                   // The victim stays (the executor changed its mind), and another candidate is
@@ -327,7 +327,7 @@ describe('MoE-Infinity cache victims', () => {
               }
               const candidates = w.candidates();
               if (candidates.length === 0) continue;
-              const v = ask({ reason: 'demand', forKey: k, candidates });
+              const v = ask({ reason: 'demand', forKey: k, candidates, allEvictable: true });
               expect(v).toBeDefined();
               w.remove(v!);
               w.occupy(k, false);

@@ -21,6 +21,7 @@ import type {
 import { ServingExecutor, type ServingOutcome } from '../../sim/serving/serving-executor.ts';
 import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
+import { fakeBuffer } from './buffer-fakes.ts';
 import { CachePriorities } from '../../policies/moe-infinity/cache-priority.ts';
 import { RequestEams, cosineSimilarity } from '../../policies/moe-infinity/eam.ts';
 import { EamCollection, IncrementalMatcher } from '../../policies/moe-infinity/eam-collection.ts';
@@ -51,31 +52,6 @@ const path = (E: number, experts: readonly number[]): Float64Array =>
     E,
     experts.map((e, l) => [l, e, 1] as const),
   );
-
-function fakeBuffer(entries: Record<number, Partial<BufferEntryView>>): BufferView {
-  const map = new Map<number, BufferEntryView>();
-  for (const [k, v] of Object.entries(entries)) {
-    map.set(Number(k), {
-      key: Number(k),
-      state: 'resident',
-      origin: 'cache',
-      pinned: false,
-      residentSinceNs: 0,
-      lastUsedNs: 0,
-      uses: 1,
-      ...v,
-    });
-  }
-  return {
-    slots: 64,
-    occupied: map.size,
-    has: (k) => map.has(k),
-    isResident: (k) => map.get(k)?.state === 'resident',
-    isLoading: (k) => map.get(k)?.state === 'loading',
-    entry: (k) => map.get(k),
-    entries: () => map.values(),
-  };
-}
 
 function tinyModel(L: number, E: number, k: number): ModelProfile {
   const base = loadModel('mixtral-8x7b');
@@ -485,6 +461,16 @@ describe('cache priorities', () => {
     const buf = fakeBuffer({ 1: {}, 5: {}, 6: {}, 8: {} });
     expect(c.chooseVictim(buf, { reason: 'demand', forKey: 11, candidates: [1, 6, 5, 8] })).toBe(5); // (1,1) = 0.3 < (0,1) = 0.4 < (2,0) = 0.6 < (1,2) = 0.7
     expect(c.chooseVictim(buf, { reason: 'demand', forKey: 11, candidates: [1, 6, 8] })).toBe(1);
+  });
+
+  it('answers a query from the listed candidates unless they are the whole evictable set (allEvictable)', () => {
+    const { c } = setup(0);
+    const buf = fakeBuffer({ 1: {}, 5: {}, 6: {}, 8: {} });
+    // The buffer's cheapest is 5 (0.3); a query that lists only [1, 6, 8] gets 1 (0.4).
+    expect(c.victimInBuffer(buf, { reason: 'demand', forKey: 11, candidates: [1, 6, 8] })).toBe(1);
+    expect(c.victimInBuffer(buf, { reason: 'demand', forKey: 11, candidates: [1, 6, 5, 8], allEvictable: true })).toBe(
+      5,
+    );
   });
 
   it('never evicts the ranked set for a prefetch; on demand the least urgent of it', () => {

@@ -9,6 +9,7 @@
  * asked for released tokens does, and extends the tape). Bounded per thread: `MAX_TAPES`
  * routing sources and `MAX_BYTES` of tape; models of more than 256 experts are not taped.
  */
+import { BoundedMemo } from '../../sim/bounded-memo.ts';
 import type { RequestRouter } from '../../sim/workload.ts';
 
 /** Tape bytes per thread (one byte per expert slot: a 64-request MMLU run of Qwen1.5-MoE holds ~3.5 MB). */
@@ -115,36 +116,20 @@ export class TapeSet {
   }
 
   reserve(bytes: number): boolean {
-    if (totalBytes + bytes > MAX_BYTES) return false;
-    totalBytes += bytes;
+    if (!sets.reserve(bytes)) return false;
     this.bytes += bytes;
     return true;
   }
 }
 
-const sets = new Map<string, TapeSet>();
-let totalBytes = 0;
+const sets = new BoundedMemo<TapeSet>(MAX_TAPES, MAX_BYTES, (s) => s.bytes);
 
-/** The thread's tapes for routing inputs `key` (made on first use, the oldest forgotten beyond `MAX_TAPES`). */
+/** The thread's tapes for routing inputs `key` (made on first use, the least recently used forgotten beyond `MAX_TAPES`). */
 export function tapeSet(key: string, stride: number): TapeSet {
-  let s = sets.get(key);
-  if (s) {
-    sets.delete(key);
-    sets.set(key, s);
-    return s;
-  }
-  while (sets.size >= MAX_TAPES) {
-    const [oldest, old] = sets.entries().next().value!;
-    sets.delete(oldest);
-    totalBytes -= old.bytes;
-  }
-  s = new TapeSet(stride);
-  sets.set(key, s);
-  return s;
+  return sets.getOrMake(key, () => new TapeSet(stride));
 }
 
 /** Forgets every tape (tests). */
 export function clearRoutingTapes(): void {
   sets.clear();
-  totalBytes = 0;
 }

@@ -295,6 +295,8 @@ export class SlotResidency implements Residency {
  */
 class LazyEvictionQuery implements EvictionQuery {
   private listed: readonly ExpertKey[] | null = null;
+  /** Its candidates are the buffer's evictable set (`ExpertBuffer.evictable`). */
+  readonly allEvictable = true;
 
   constructor(
     readonly reason: 'demand' | 'prefetch',
