@@ -15,6 +15,39 @@ import type { KernelRecord, MemoryRecord, TraceSink, TransferRecord } from '../.
 /** The share every guarded behaviour must reach (the honesty requirement: "at least 25 % of the worlds"). */
 export const MIN_SHARE = 0.25;
 
+/**
+ * Whether the properties explore new random worlds (no `MOESIM_FC_SEED`, see
+ * test/setup/fast-check-seed.ts). A fixed seed (CI) decides the same every time, and its
+ * observed shares are held to `min` exactly. Random worlds are a sample: a behaviour whose true
+ * share is 30 % shows below 25 % in a quarter of 25-world runs. There a share below `min` fails
+ * only when it must have occurred at all and did not, or when so few occurrences would be
+ * improbable (`NOISE_P`) were its true share `min` (a binomial lower tail).
+ */
+const RANDOM_WORLDS = !process.env.MOESIM_FC_SEED;
+/** The lower-tail probability below which a random-worlds share is judged too low. */
+const NOISE_P = 0.001;
+
+/** P(X ≤ k) for X ~ Binomial(n, p), summed in log space (no underflow for large n). */
+export function binomialLowerTail(k: number, n: number, p: number): number {
+  if (k >= n || p <= 0) return 1;
+  if (k < 0) return 0;
+  if (p >= 1) return 0;
+  const lp = Math.log(p);
+  const lq = Math.log(1 - p);
+  // log C(n, i) p^i q^(n−i), term by term from i = 0.
+  let logTerm = n * lq;
+  let max = logTerm;
+  const logs: number[] = [logTerm];
+  for (let i = 0; i < k; i++) {
+    logTerm += Math.log((n - i) / (i + 1)) + lp - lq;
+    logs.push(logTerm);
+    if (logTerm > max) max = logTerm;
+  }
+  let sum = 0;
+  for (const l of logs) sum += Math.exp(l - max);
+  return Math.min(1, Math.exp(max) * sum);
+}
+
 export class CoverageTally {
   private worlds = 0;
   private readonly hits = new Map<string, number>();
@@ -50,15 +83,24 @@ export class CoverageTally {
     return `coverage ${this.property}: ${this.worlds} worlds; ${parts.join(', ')}`;
   }
 
-  /** Prints the shares, then asserts each of `keys` (default: all) occurred in ≥ `min` of the worlds. */
+  /**
+   * Prints the shares, then asserts each of `keys` (default: all) occurred in ≥ `min` of the
+   * worlds — with random worlds, in at least one and in a share consistent with `min` (see
+   * `RANDOM_WORLDS`).
+   */
   check(min = MIN_SHARE, keys: readonly string[] = [...this.hits.keys()]): void {
     console.log(this.line());
     expect(this.worlds, `coverage ${this.property}: no world ran`).toBeGreaterThan(0);
     for (const k of keys) {
-      expect(
-        this.share(k),
-        `coverage ${this.property}: '${k}' occurred in too few worlds (${this.line()})`,
-      ).toBeGreaterThanOrEqual(min);
+      const message = `coverage ${this.property}: '${k}' occurred in too few worlds (${this.line()})`;
+      const hits = this.hits.get(k) ?? 0;
+      if (RANDOM_WORLDS && this.share(k) < min) {
+        expect(hits, message).toBeGreaterThan(0);
+        expect(
+          binomialLowerTail(hits, this.worlds, min),
+          `${message}; improbable at a true share of ${min}`,
+        ).toBeGreaterThanOrEqual(NOISE_P);
+      } else expect(this.share(k), message).toBeGreaterThanOrEqual(min);
     }
   }
 }
