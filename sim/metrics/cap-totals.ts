@@ -82,16 +82,41 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const passes = p.passes + d.passes;
   const traced = p.expertLayerPairs + d.expertLayerPairs > 0 || passes === 0;
   const perPass = passes > 0 ? tokens / passes : 0;
-  const estimate = passes * m.moeLayers * m.experts * (1 - Math.pow(1 - m.topK / m.experts, perPass));
+  const estimateOf = (n: number) => n * m.moeLayers * m.experts * (1 - Math.pow(1 - m.topK / m.experts, perPass));
+  const omega = (c: PhaseConfig) => c.omega;
+  const cpuLayers = (c: PhaseConfig) =>
+    m.layers > 0 ? Math.max(0, m.layers - Math.min(m.layers, c.gpuLayers)) / m.layers : 0;
+  // Both phases ran and split the work between the devices differently: each phase by its own fractions.
+  const split =
+    p.ns > 0 &&
+    d.ns > 0 &&
+    (frac('prefill', omega) !== frac('decode', omega) || frac('prefill', cpuLayers) !== frac('decode', cpuLayers));
+  const phase = (ph: 'prefill' | 'decode'): CapTotals => {
+    const x = ph === 'prefill' ? p : d;
+    return {
+      passes: x.passes,
+      tokens: ph === 'prefill' ? p.processedTokens : d.generatedTokens,
+      contextTokenSum:
+        ph === 'prefill' ? (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2) : d.generatedTokens * decodeCtx,
+      activatedPairs: traced ? x.activatedPairs : estimateOf(x.passes),
+      kvReadBytes: (ph === 'prefill' ? p.processedTokens : d.generatedTokens * decodeCtx) * m.derived.kvBytesPerToken,
+      forwardNs: x.ns,
+      cpuAttentionFrac: frac(ph, omega),
+      cpuLayerFrac: frac(ph, cpuLayers),
+    };
+  };
   return {
     passes,
     tokens,
     contextTokenSum: context,
-    activatedPairs: traced ? p.activatedPairs + d.activatedPairs : estimate,
+    activatedPairs: traced ? p.activatedPairs + d.activatedPairs : estimateOf(passes),
     ...(traced ? {} : { activations: 'uniform-estimate' as const }),
     kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
     forwardNs: total,
-    cpuAttentionFrac: mix((c) => c.omega),
-    cpuLayerFrac: mix((c) => (m.layers > 0 ? Math.max(0, m.layers - Math.min(m.layers, c.gpuLayers)) / m.layers : 0)),
+    cpuAttentionFrac: mix(omega),
+    cpuLayerFrac: mix(cpuLayers),
+    ...(split ? { phases: [phase('prefill'), phase('decode')] } : {}),
   };
 }
+
+type PhaseConfig = NonNullable<ThroughputOutcome['plan']>['decode']['config'];

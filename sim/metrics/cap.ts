@@ -70,6 +70,13 @@ export interface CapTotals {
   readonly cpuLayerFrac?: number;
   /** Set when the run did not record its activations and `activatedPairs` is an estimate. */
   readonly activations?: 'uniform-estimate';
+  /**
+   * The same totals per phase when the phases split the work between the devices differently
+   * (throughput runs: a prefill on the GPU, decode with CPU layers or CPU attention): each
+   * phase's bytes and FLOPs go to the devices by its own fractions (a fraction mixed over the
+   * run would charge the prefill's tokens to the CPU). Their sums are the whole's.
+   */
+  readonly phases?: readonly CapTotals[];
 }
 
 export interface CapMetrics {
@@ -129,11 +136,10 @@ export function gpuPeakFlops(m: ModelProfile, hw: HardwareProfile): number {
     : hw.gpu.bf16FlopsPerSec;
 }
 
-export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): CapMetrics {
-  const q = capModelQuantities(m);
+/** Bytes and FLOPs of totals `t`, charged to the device that reads or computes them (see the header). */
+function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
   const fa = t.cpuAttentionFrac ?? 0;
   const fl = t.cpuLayerFrac ?? 0;
-  const s = t.forwardNs / 1e9;
   const activatedBytes = t.passes * q.fixedBytesPerPass + t.activatedPairs * q.bytesPerExpert;
   const denseBytes = t.passes * (q.fixedBytesPerPass + q.allExpertBytesPerPass);
   const scoreFlops = t.contextTokenSum * q.scoreFlopsPerContextToken;
@@ -143,12 +149,41 @@ export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): 
   const g = 1 - fl;
   const kvGpu = t.kvReadBytes * g * (1 - fa);
   const scoreGpu = scoreFlops * g * (1 - fa);
+  return {
+    hybrid: fa > 0 || fl > 0,
+    gpuActivatedBytes: activatedBytes * g + kvGpu,
+    gpuDenseBytes: denseBytes * g + kvGpu,
+    gpuSparseFlops: sparseFlops * g + scoreGpu,
+    gpuDenseFlops: denseFlops * g + scoreGpu,
+    cpuBytes: activatedBytes * fl + (t.kvReadBytes - kvGpu),
+    cpuFlops: sparseFlops * fl + scoreFlops - scoreGpu,
+  };
+}
+
+export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): CapMetrics {
+  const q = capModelQuantities(m);
+  const s = t.forwardNs / 1e9;
+  const activatedBytes = t.passes * q.fixedBytesPerPass + t.activatedPairs * q.bytesPerExpert;
+  const denseBytes = t.passes * (q.fixedBytesPerPass + q.allExpertBytesPerPass);
+  let d = deviceSums(q, t);
+  if (t.phases && t.phases.length > 0) {
+    const parts = t.phases.map((p) => deviceSums(q, p));
+    d = parts.reduce((a, b) => ({
+      hybrid: a.hybrid || b.hybrid,
+      gpuActivatedBytes: a.gpuActivatedBytes + b.gpuActivatedBytes,
+      gpuDenseBytes: a.gpuDenseBytes + b.gpuDenseBytes,
+      gpuSparseFlops: a.gpuSparseFlops + b.gpuSparseFlops,
+      gpuDenseFlops: a.gpuDenseFlops + b.gpuDenseFlops,
+      cpuBytes: a.cpuBytes + b.cpuBytes,
+      cpuFlops: a.cpuFlops + b.cpuFlops,
+    }));
+  }
   const bw = hw.gpu.hbmBytesPerSec;
   const fp = gpuPeakFlops(m, hw);
-  const sMbu = safeDiv((activatedBytes * g + kvGpu) / s, bw);
-  const mbu = safeDiv((denseBytes * g + kvGpu) / s, bw);
-  const sMfu = safeDiv((sparseFlops * g + scoreGpu) / s, fp);
-  const mfu = safeDiv((denseFlops * g + scoreGpu) / s, fp);
+  const sMbu = safeDiv(d.gpuActivatedBytes / s, bw);
+  const mbu = safeDiv(d.gpuDenseBytes / s, bw);
+  const sMfu = safeDiv(d.gpuSparseFlops / s, fp);
+  const mfu = safeDiv(d.gpuDenseFlops / s, fp);
   const out: CapMetrics = {
     sMbu: round6(sMbu),
     sMfu: round6(sMfu),
@@ -163,12 +198,11 @@ export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): 
     forwardS: round6(s),
     ...(t.activations ? { activations: t.activations } : {}),
   };
-  if (fa > 0 || fl > 0) {
+  if (d.hybrid) {
     const cpuBw = hw.cpu.dramPeakBytesPerSec ?? hw.cpu.dramBytesPerSec;
     const cpuFlops = hw.cpu.cores * hw.cpu.vectorFlopsPerSecPerCore;
-    const kvCpu = t.kvReadBytes - kvGpu;
-    out.sMbuCpu = round6(safeDiv((activatedBytes * fl + kvCpu) / s, cpuBw));
-    out.sMfuCpu = round6(safeDiv((sparseFlops * fl + scoreFlops - scoreGpu) / s, cpuFlops));
+    out.sMbuCpu = round6(safeDiv(d.cpuBytes / s, cpuBw));
+    out.sMfuCpu = round6(safeDiv(d.cpuFlops / s, cpuFlops));
   }
   return out;
 }

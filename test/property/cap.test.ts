@@ -127,7 +127,9 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
         fc.integer({ min: 1, max: 24 }),
         fc.integer({ min: 2, max: 48 }),
         fc.integer({ min: 1, max: 10 }),
-        fc.constantFrom<'prefill' | 'decode' | 'both'>('prefill', 'decode', 'both'),
+        // 'both' twice: `cap.decode` (the decode passes alone) exists only when both phases ran,
+        // and with one draw in three it was checked in ~30 % of the worlds (15-20 % on some seeds).
+        fc.constantFrom<'prefill' | 'decode' | 'both'>('prefill', 'decode', 'both', 'both'),
         fc.integer(),
         ({ model, hw }, n, prompt, outMax, phase, seed) => {
           const cost = createCostModel(model, hw);

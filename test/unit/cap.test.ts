@@ -116,6 +116,30 @@ describe('MoE-CAP by hand on a two-layer model', () => {
     expect(c.sMfuCpu).toBe(0.5);
   });
 
+  it('per-phase totals: each phase charged by its own fractions, over the whole time', () => {
+    // A GPU prefill (1 pass, 2 tokens, context 3, 2 pairs, KV 16 B) and a decode with one of the
+    // two layers on the CPU (1 pass, 1 token, context 3, 1 pair, KV 24 B), 1 s in all.
+    const pre = { passes: 1, tokens: 2, contextTokenSum: 3, activatedPairs: 2, kvReadBytes: 16, forwardNs: 5e8 };
+    const dec = {
+      passes: 1,
+      tokens: 1,
+      contextTokenSum: 3,
+      activatedPairs: 1,
+      kvReadBytes: 24,
+      forwardNs: 5e8,
+      cpuLayerFrac: 0.5,
+    };
+    const whole = { ...servingCapTotals(outcome, model), cpuLayerFrac: 0.25, phases: [pre, dec] };
+    const c = capMetrics(model, hardware, whole);
+    // CPU: half the decode's bytes ((430 + 50) / 2 + 12 KV = 252 B) and FLOPs ((780 + 12) / 2 = 396):
+    // the prefill's tokens are not charged to it, as the mixed fraction 0.25 would charge them.
+    expect(c.sMbuCpu).toBeCloseTo(252 / 40, 5);
+    expect(c.sMfuCpu).toBeCloseTo(396 / 24, 5);
+    // GPU: the whole prefill (430 + 100 + 16 = 546 B; 1560 + 12 = 1572 FLOPs) and half the decode (252 B; 396).
+    expect(c.sMbu).toBeCloseTo((546 + 252) / 2100, 5);
+    expect(c.sMfu).toBeCloseTo((1572 + 396) / 4728, 5);
+  });
+
   it('one of three equal experts active, nothing else read: dense MBU = 3 × S-MBU, by hand', () => {
     // The setting of MoE-CAP's Fig. 2a toy, as a formula check: dense counts 3 experts' bytes, sparse 1.
     // The judged comparison (A.4's "over 260 %" on Mixtral) is in experiments/moe-cap/README.md.

@@ -140,6 +140,37 @@ describe('throughputCapTotals', () => {
     expect(t.cpuLayerFrac).toBe(0.625);
   });
 
+  it('phases that split the work differently: each phase by its own fractions (the prefill is not charged by the mix)', () => {
+    const t = throughputCapTotals(both, model);
+    const [pre, dec] = t.phases!;
+    // Prefill: 1 pass, 8 tokens, context 20, 5 pairs, KV 8 tokens, 1 s, ω 1, all layers on the CPU.
+    expect(pre).toEqual({
+      passes: 1,
+      tokens: 8,
+      contextTokenSum: 20,
+      activatedPairs: 5,
+      kvReadBytes: 8 * 8,
+      forwardNs: 1e9,
+      cpuAttentionFrac: 1,
+      cpuLayerFrac: 1,
+    });
+    // Decode: 3 passes, 6 tokens, context 36, 7 pairs, KV 36 tokens, 3 s, ω 0, one of two layers on the CPU.
+    expect(dec).toEqual({
+      passes: 3,
+      tokens: 6,
+      contextTokenSum: 36,
+      activatedPairs: 7,
+      kvReadBytes: 36 * 8,
+      forwardNs: 3e9,
+      cpuAttentionFrac: 0,
+      cpuLayerFrac: 0.5,
+    });
+    // The same fractions in both phases (or one phase only): no split.
+    const same = { ...both, plan: { prefill: plan.decode, decode: plan.decode } } as unknown as ThroughputOutcome;
+    expect(throughputCapTotals(same, model).phases).toBeUndefined();
+    expect(throughputCapTotals(both, model, 'decode').phases).toBeUndefined();
+  });
+
   it("only 'decode': the prefill phase is left out of every total", () => {
     const t = throughputCapTotals(both, model, 'decode');
     expect(t.passes).toBe(3);
