@@ -54,7 +54,9 @@ export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals 
 /**
  * Throughput family: passes and activated pairs from the phase totals; KV and contexts from the
  * padded prompt P and the longest output O (mean decode context P + O/2); ω and gpuLayers from
- * the decode plan (weighted by phase time when both phases ran). `only: 'decode'`: the decode
+ * the decode plan (weighted by phase time when both phases ran; when the two phases' fractions
+ * differ, `phases` carries each phase's totals so that `capMetrics` charges each phase's bytes and
+ * FLOPs to the devices by its own fractions). `only: 'decode'`: the decode
  * passes alone (MoE-CAP defines both metrics on decoding).
  */
 export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?: 'decode'): CapTotals {
