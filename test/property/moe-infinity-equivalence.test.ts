@@ -37,6 +37,7 @@ import {
   type RowSource,
   type Selection,
 } from '../../policies/moe-infinity/prefetcher.ts';
+import { bufferOf } from '../unit/buffer-fakes.ts';
 
 // ---------------------------------------------------------------------------- references
 
@@ -354,19 +355,7 @@ class RefCache {
 
 // ---------------------------------------------------------------------------- helpers
 
-function makeBuffer(slots: number, entries: BufferEntryView[]): BufferView {
-  const map = new Map<number, BufferEntryView>();
-  for (const e of entries) map.set(e.key, e);
-  return {
-    slots,
-    occupied: map.size,
-    has: (k) => map.has(k),
-    isResident: (k) => map.get(k)?.state === 'resident',
-    isLoading: (k) => map.get(k)?.state === 'loading',
-    entry: (k) => map.get(k),
-    entries: () => map.values(),
-  };
-}
+const makeBuffer = bufferOf;
 
 function randomBuffer(rng: Rng, cells: number, slots: number, fill: number): BufferView {
   const n = Math.min(cells, slots, fill);
