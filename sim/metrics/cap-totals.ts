@@ -67,16 +67,20 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const P = o.promptTokens;
   const O = o.outputTokensMax;
   const decodeCtx = P + O / 2;
-  const tokens = p.processedTokens + d.generatedTokens;
-  const context = (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2) + d.generatedTokens * decodeCtx;
-  const kvTokens = p.processedTokens + d.generatedTokens * decodeCtx;
-  const frac = (
-    ph: 'prefill' | 'decode',
-    f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number,
-  ): number => (o.plan ? f(o.plan[ph].config) : 0);
+  // Per phase: tokens, Σ contexts (prefill: causal P(P+1)/2 per prompt) and KV tokens read.
+  const tok = { prefill: p.processedTokens, decode: d.generatedTokens };
+  const ctx = {
+    prefill: (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2),
+    decode: d.generatedTokens * decodeCtx,
+  };
+  const kv = { prefill: p.processedTokens, decode: d.generatedTokens * decodeCtx };
+  const tokens = tok.prefill + tok.decode;
+  const context = ctx.prefill + ctx.decode;
+  const kvTokens = kv.prefill + kv.decode;
+  const frac = (ph: 'prefill' | 'decode', f: (c: PhaseConfig) => number): number => (o.plan ? f(o.plan[ph].config) : 0);
   const w = (ph: 'prefill' | 'decode') => (ph === 'prefill' ? p.ns : d.ns);
   const total = p.ns + d.ns;
-  const mix = (f: (c: NonNullable<ThroughputOutcome['plan']>['decode']['config']) => number): number =>
+  const mix = (f: (c: PhaseConfig) => number): number =>
     total > 0 ? (frac('prefill', f) * w('prefill') + frac('decode', f) * w('decode')) / total : 0;
   // Executors that do not record activations (a self-scheduling policy such as MoE-Lens leaves
   // expertLayerPairs at 0): the expected activated pairs under uniform independent routing of the
@@ -97,11 +101,10 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
     const x = ph === 'prefill' ? p : d;
     return {
       passes: x.passes,
-      tokens: ph === 'prefill' ? p.processedTokens : d.generatedTokens,
-      contextTokenSum:
-        ph === 'prefill' ? (p.processedTokens / Math.max(1, P)) * ((P * (P + 1)) / 2) : d.generatedTokens * decodeCtx,
+      tokens: tok[ph],
+      contextTokenSum: ctx[ph],
       activatedPairs: traced ? x.activatedPairs : estimateOf(x.passes),
-      kvReadBytes: (ph === 'prefill' ? p.processedTokens : d.generatedTokens * decodeCtx) * m.derived.kvBytesPerToken,
+      kvReadBytes: kv[ph] * m.derived.kvBytesPerToken,
       forwardNs: x.ns,
       cpuAttentionFrac: frac(ph, omega),
       cpuLayerFrac: frac(ph, cpuLayers),

@@ -150,6 +150,8 @@ function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
   const kvGpu = t.kvReadBytes * g * (1 - fa);
   const scoreGpu = scoreFlops * g * (1 - fa);
   return {
+    activatedBytes,
+    denseBytes,
     hybrid: fa > 0 || fl > 0,
     gpuActivatedBytes: activatedBytes * g + kvGpu,
     gpuDenseBytes: denseBytes * g + kvGpu,
@@ -163,12 +165,14 @@ function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
 export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): CapMetrics {
   const q = capModelQuantities(m);
   const s = t.forwardNs / 1e9;
-  const activatedBytes = t.passes * q.fixedBytesPerPass + t.activatedPairs * q.bytesPerExpert;
-  const denseBytes = t.passes * (q.fixedBytesPerPass + q.allExpertBytesPerPass);
-  let d = deviceSums(q, t);
+  const whole = deviceSums(q, t);
+  const { activatedBytes, denseBytes } = whole;
+  let d = whole;
   if (t.phases && t.phases.length > 0) {
     const parts = t.phases.map((p) => deviceSums(q, p));
     d = parts.reduce((a, b) => ({
+      activatedBytes: a.activatedBytes + b.activatedBytes,
+      denseBytes: a.denseBytes + b.denseBytes,
       hybrid: a.hybrid || b.hybrid,
       gpuActivatedBytes: a.gpuActivatedBytes + b.gpuActivatedBytes,
       gpuDenseBytes: a.gpuDenseBytes + b.gpuDenseBytes,
