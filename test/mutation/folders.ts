@@ -93,7 +93,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'policies/cache',
     mutate: ['policies/cache/**/*.ts'],
     tests: [
-      'test/unit/{lcp-rank,baselines,moepic,cache-policies-mutation}.test.ts',
+      'test/unit/{lcp-rank,baselines,moepic,cache-policies-mutation,evictable-set}.test.ts',
       'test/property/{victims,serving-lru-stack,baselines}.test.ts',
       'test/golden/{systems,timelines}.test.ts',
     ],
