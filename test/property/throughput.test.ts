@@ -61,9 +61,19 @@ const machineArb = (model: ModelProfile) =>
   fc
     .record({
       // Tenths of a layer of VRAM beside the resident embedding, and hundredths of the model's
-      // weights of host DRAM (a few hosts smaller than the model: infeasible runs).
+      // weights of host DRAM: two in five hosts tight (0.95–1.05 × the weights: the weights or
+      // the KV do not fit, mostly infeasible), three in five roomy (1.06–4 ×, mostly
+      // feasible). A uniform draw over 0.95–4 gave the MoE-Gen policies infeasible plans in
+      // ~30 % of 25 worlds, 20–24 % under seeds 11, 22, 44 and 66 (below the 25 % floor);
+      // with this mix and 100 worlds, every policy but the lens ones reached each outcome in
+      // ≥ 31 % of the worlds under ten seeds.
       vramLayers: fc.integer({ min: 5, max: 80 }).map((x) => x / 10),
-      hostModels: fc.integer({ min: 95, max: 400 }).map((x) => x / 100),
+      hostModels: fc
+        .oneof(
+          { arbitrary: fc.integer({ min: 95, max: 105 }), weight: 2 },
+          { arbitrary: fc.integer({ min: 106, max: 400 }), weight: 3 },
+        )
+        .map((x) => x / 100),
       cores: fc.integer({ min: 1, max: 16 }),
       pcieGBps: fc.constantFrom(4, 12, 25),
     })
@@ -147,7 +157,7 @@ describe('throughput policies: plans respect memory', () => {
           }
           if (w.fixedBatchSeqs !== undefined) expect(N).toBeLessThanOrEqual(w.fixedBatchSeqs);
         }),
-        { numRuns: name.startsWith('moe-gen') ? 25 : 40 },
+        { numRuns: 100 },
       );
       // Known gap: on these machines (a C1-like host scaled to the model) the lens policies'
       // plans are mostly infeasible (moe-lens feasible in ~18 % of worlds, lens-moe-lightning
