@@ -136,12 +136,19 @@ export function gpuPeakFlops(m: ModelProfile, hw: HardwareProfile): number {
     : hw.gpu.bf16FlopsPerSec;
 }
 
+/** Bytes the passes of totals `t` read, routed experts as activated (S-MBU) and as all of them (dense MBU). */
+function passBytes(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
+  return {
+    activatedBytes: t.passes * q.fixedBytesPerPass + t.activatedPairs * q.bytesPerExpert,
+    denseBytes: t.passes * (q.fixedBytesPerPass + q.allExpertBytesPerPass),
+  };
+}
+
 /** Bytes and FLOPs of totals `t`, charged to the device that reads or computes them (see the header). */
 function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
   const fa = t.cpuAttentionFrac ?? 0;
   const fl = t.cpuLayerFrac ?? 0;
-  const activatedBytes = t.passes * q.fixedBytesPerPass + t.activatedPairs * q.bytesPerExpert;
-  const denseBytes = t.passes * (q.fixedBytesPerPass + q.allExpertBytesPerPass);
+  const { activatedBytes, denseBytes } = passBytes(q, t);
   const scoreFlops = t.contextTokenSum * q.scoreFlopsPerContextToken;
   const sparseFlops = t.tokens * q.sparseFlopsPerToken;
   const denseFlops = t.tokens * q.denseFlopsPerToken;
@@ -150,8 +157,6 @@ function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
   const kvGpu = t.kvReadBytes * g * (1 - fa);
   const scoreGpu = scoreFlops * g * (1 - fa);
   return {
-    activatedBytes,
-    denseBytes,
     hybrid: fa > 0 || fl > 0,
     gpuActivatedBytes: activatedBytes * g + kvGpu,
     gpuDenseBytes: denseBytes * g + kvGpu,
@@ -162,26 +167,28 @@ function deviceSums(q: ReturnType<typeof capModelQuantities>, t: CapTotals) {
   };
 }
 
+type DeviceSums = ReturnType<typeof deviceSums>;
+
+/** Two phases' device sums together. */
+function addDeviceSums(a: DeviceSums, b: DeviceSums): DeviceSums {
+  return {
+    hybrid: a.hybrid || b.hybrid,
+    gpuActivatedBytes: a.gpuActivatedBytes + b.gpuActivatedBytes,
+    gpuDenseBytes: a.gpuDenseBytes + b.gpuDenseBytes,
+    gpuSparseFlops: a.gpuSparseFlops + b.gpuSparseFlops,
+    gpuDenseFlops: a.gpuDenseFlops + b.gpuDenseFlops,
+    cpuBytes: a.cpuBytes + b.cpuBytes,
+    cpuFlops: a.cpuFlops + b.cpuFlops,
+  };
+}
+
 export function capMetrics(m: ModelProfile, hw: HardwareProfile, t: CapTotals): CapMetrics {
   const q = capModelQuantities(m);
   const s = t.forwardNs / 1e9;
-  const whole = deviceSums(q, t);
-  const { activatedBytes, denseBytes } = whole;
-  let d = whole;
-  if (t.phases && t.phases.length > 0) {
-    const parts = t.phases.map((p) => deviceSums(q, p));
-    d = parts.reduce((a, b) => ({
-      activatedBytes: a.activatedBytes + b.activatedBytes,
-      denseBytes: a.denseBytes + b.denseBytes,
-      hybrid: a.hybrid || b.hybrid,
-      gpuActivatedBytes: a.gpuActivatedBytes + b.gpuActivatedBytes,
-      gpuDenseBytes: a.gpuDenseBytes + b.gpuDenseBytes,
-      gpuSparseFlops: a.gpuSparseFlops + b.gpuSparseFlops,
-      gpuDenseFlops: a.gpuDenseFlops + b.gpuDenseFlops,
-      cpuBytes: a.cpuBytes + b.cpuBytes,
-      cpuFlops: a.cpuFlops + b.cpuFlops,
-    }));
-  }
+  const { activatedBytes, denseBytes } = passBytes(q, t);
+  // Each phase by its own fractions where the totals carry them, else the whole by its (mixed) ones.
+  const d =
+    t.phases && t.phases.length > 0 ? t.phases.map((p) => deviceSums(q, p)).reduce(addDeviceSums) : deviceSums(q, t);
   const bw = hw.gpu.hbmBytesPerSec;
   const fp = gpuPeakFlops(m, hw);
   const sMbu = safeDiv(d.gpuActivatedBytes / s, bw);

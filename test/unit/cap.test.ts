@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { listHardware, loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
-import { capCost, capMetrics, capModelQuantities } from '../../sim/metrics/cap.ts';
+import { capCost, capMetrics, capModelQuantities, gpuPeakFlops } from '../../sim/metrics/cap.ts';
 import { servingCapTotals, throughputCapTotals } from '../../sim/metrics/cap-totals.ts';
 import type { ThroughputOutcome } from '../../sim/throughput/throughput-executor.ts';
 import type { ServingOutcome } from '../../sim/serving/serving-executor.ts';
@@ -140,6 +140,26 @@ describe('MoE-CAP by hand on a two-layer model', () => {
     expect(c.sMfu).toBeCloseTo((1572 + 396) / 4728, 5);
   });
 
+  it('per-phase totals: an empty list is the whole; phases all on the GPU give no CPU figures', () => {
+    const t = servingCapTotals(outcome, model);
+    expect(capMetrics(model, hardware, { ...t, phases: [] })).toEqual(capMetrics(model, hardware, t));
+    // Two GPU-only phases (the whole's own numbers split in two): GPU figures as the whole's, no CPU side.
+    const pre = { passes: 1, tokens: 2, contextTokenSum: 3, activatedPairs: 2, kvReadBytes: 16, forwardNs: 5e8 };
+    const dec = { passes: 1, tokens: 1, contextTokenSum: 3, activatedPairs: 1, kvReadBytes: 24, forwardNs: 5e8 };
+    const c = capMetrics(model, hardware, { ...t, phases: [pre, dec] });
+    expect(c.sMbu).toBeCloseTo((546 + 480 + 24) / 2100, 5);
+    expect(c.sMbuCpu).toBeUndefined();
+    expect(c.sMfuCpu).toBeUndefined();
+  });
+
+  it('the GPU peak: BF16, or FP32 for an FP32 model on a GPU that states an FP32 rate', () => {
+    const fp32Gpu = { ...hardware, gpu: { ...hardware.gpu, fp32FlopsPerSec: 1000 } } as HardwareProfile;
+    const fp32Model = { ...model, dtypes: { ...model.dtypes, expertBytesPerParam: 4 } } as ModelProfile;
+    expect(gpuPeakFlops(model, fp32Gpu)).toBe(4728);
+    expect(gpuPeakFlops(fp32Model, fp32Gpu)).toBe(1000);
+    expect(gpuPeakFlops(fp32Model, hardware)).toBe(4728);
+  });
+
   it('one of three equal experts active, nothing else read: dense MBU = 3 × S-MBU, by hand', () => {
     // The setting of MoE-CAP's Fig. 2a toy, as a formula check: dense counts 3 experts' bytes, sparse 1.
     // The judged comparison (A.4's "over 260 %" on Mixtral) is in experiments/moe-cap/README.md.
@@ -181,6 +201,42 @@ describe('throughput totals', () => {
   });
 });
 
+describe('throughput totals: how the phases split the work between the devices', () => {
+  const zero = { passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0, expertLayerPairs: 1 };
+  const run = (pre: { omega: number; gpuLayers: number }, dec: { omega: number; gpuLayers: number }) =>
+    ({
+      requests: 2,
+      promptTokens: 1,
+      outputTokensMax: 3,
+      // A prefill of 1 s and a decode of 3 s.
+      prefill: { ...zero, passes: 1, ns: 1e9, processedTokens: 2 },
+      decode: { ...zero, passes: 2, ns: 3e9, generatedTokens: 4 },
+      plan: { prefill: { config: pre }, decode: { config: dec } },
+    }) as unknown as ThroughputOutcome;
+
+  it('the same fractions in both phases: one whole, its fractions those of both', () => {
+    const t = throughputCapTotals(run({ omega: 0.5, gpuLayers: 1 }, { omega: 0.5, gpuLayers: 1 }), model);
+    expect(t.phases).toBeUndefined();
+    expect(t.cpuAttentionFrac).toBe(0.5);
+    // 1 of the 2 layers on the CPU in both phases.
+    expect(t.cpuLayerFrac).toBe(0.5);
+  });
+
+  it('a different ω (same layers): per-phase totals, each with its own ω; the whole mixes them by time', () => {
+    const t = throughputCapTotals(run({ omega: 0, gpuLayers: 2 }, { omega: 0.4, gpuLayers: 2 }), model);
+    expect(t.phases?.map((p) => p.cpuAttentionFrac)).toEqual([0, 0.4]);
+    expect(t.phases?.map((p) => p.cpuLayerFrac)).toEqual([0, 0]);
+    expect(t.phases?.map((p) => p.forwardNs)).toEqual([1e9, 3e9]);
+    // (0 × 1 s + 0.4 × 3 s) / 4 s.
+    expect(t.cpuAttentionFrac).toBeCloseTo(0.3, 12);
+  });
+
+  it('different GPU layers (same ω): per-phase totals too', () => {
+    const t = throughputCapTotals(run({ omega: 0, gpuLayers: 2 }, { omega: 0, gpuLayers: 1 }), model);
+    expect(t.phases?.map((p) => p.cpuLayerFrac)).toEqual([0, 0.5]);
+  });
+});
+
 describe('cost per million tokens (MoE-CAP Eqs. 1–3)', () => {
   it('amortised purchase + energy, by hand', () => {
     const c = capCost(hardware, 100)!;
@@ -200,6 +256,13 @@ describe('cost per million tokens (MoE-CAP Eqs. 1–3)', () => {
     const none = { ...hardware, gpu: { ...hardware.gpu, priceUsd: undefined } } as unknown as HardwareProfile;
     expect(capCost(none, 100)).toBeUndefined();
     expect(capCost(hardware, 0)).toBeUndefined();
+    // Any missing price or TDP: no cost.
+    const without = (part: 'gpu' | 'cpu', field: 'priceUsd' | 'tdpWatts') =>
+      ({ ...hardware, [part]: { ...hardware[part], [field]: undefined } }) as unknown as HardwareProfile;
+    for (const part of ['gpu', 'cpu'] as const) {
+      for (const field of ['priceUsd', 'tdpWatts'] as const)
+        expect(capCost(without(part, field), 100), `${part}.${field}`).toBeUndefined();
+    }
   });
 
   it('every shipped testbed has a price and a power for every part (cost per token defined)', () => {
