@@ -23,9 +23,9 @@ import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-wor
 const E = 4;
 const model: ModelProfile = { ...tinyModel(2, E, 1), id: 'tiny' };
 
-function hardware(dramBytesPerSec = 10e9): HardwareProfile {
+function hardware(dramBytesPerSec = 10e9, perCoreDramBytesPerSec = dramBytesPerSec): HardwareProfile {
   const h = tinyHardware();
-  return { ...h, cpu: { ...h.cpu, cores: 4, dramBytesPerSec, perCoreDramBytesPerSec: dramBytesPerSec } };
+  return { ...h, cpu: { ...h.cpu, cores: 4, dramBytesPerSec, perCoreDramBytesPerSec } };
 }
 
 const routing: RoutingSource = {
@@ -58,7 +58,10 @@ function runtime(layerSyncNs: number, overlap: 'concurrent' | 'serial' = 'concur
   return { ...base, hostExperts: { kernels: null, layerSyncNs, overlap, zeroCopyEfficiency: eff, source: 'test' } };
 }
 
-function run(params: Partial<HostExpertsSpec>, o: { tokens?: number; rt?: RuntimeProfile; dram?: number } = {}) {
+function run(
+  params: Partial<HostExpertsSpec>,
+  o: { tokens?: number; rt?: RuntimeProfile; dram?: number; perCoreDram?: number } = {},
+) {
   const def = builtinPolicy('host-experts')!;
   const p = def.params.parse({ threads: 1, ...params });
   const policy = def.create(p, { model } as never);
@@ -66,7 +69,7 @@ function run(params: Partial<HostExpertsSpec>, o: { tokens?: number; rt?: Runtim
   const checker = new InvariantChecker({ experts: E, bytesPerExpert: MB, allowPreload: true });
   const ex = new ServingExecutor({
     model,
-    hardware: hardware(o.dram),
+    hardware: hardware(o.dram, o.perCoreDram),
     cost: stubKernelCost(),
     workload: workload(o.tokens ?? 1),
     policy,
@@ -139,6 +142,13 @@ describe('host-experts', () => {
 
   it('miss: cost picks the fetch when the CPU is slower (DRAM 0.5 GB/s: 2 ms)', () => {
     const r = run({ cacheSlotsPerLayer: 1, miss: 'cost' }, { dram: 0.5e9 });
+    expect(r.violations).toEqual([]);
+    expect(r.h2d).toBe(2 * MB);
+  });
+
+  it("miss: cost counts the threads' own DRAM reach: one thread at 0.5 GB/s (2 ms) loses to the fetch", () => {
+    // The machine's DRAM (10 GB/s: 100 µs) would pick the CPU; one thread reaches only 0.5 GB/s.
+    const r = run({ cacheSlotsPerLayer: 1, miss: 'cost' }, { perCoreDram: 0.5e9 });
     expect(r.violations).toEqual([]);
     expect(r.h2d).toBe(2 * MB);
   });

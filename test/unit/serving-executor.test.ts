@@ -369,6 +369,54 @@ describe('serving executor: the executor enforces the buffer', () => {
   });
 });
 
+describe("serving executor: its own checks of what it is given and of the run's end", () => {
+  const make = (o: { routing?: RoutingSource; maxEvents?: number } = {}) =>
+    new ServingExecutor({
+      model,
+      hardware: tinyHardware(100 * MB),
+      cost: stubCost,
+      workload: { ...workload(), ...(o.routing ? { routing: o.routing } : {}) },
+      policy: onDemand(),
+      config: config(),
+      maxEvents: o.maxEvents ?? 100_000,
+    });
+
+  it('a routing whose shape is not the model\'s is refused, naming both', () => {
+    for (const shape of [{ moeLayers: 3 }, { experts: 5 }, { topK: 2 }]) {
+      expect(() => make({ routing: { ...fixedRouting, ...shape } })).toThrow(/does not match model tiny/);
+    }
+  });
+
+  it('a router that returns an expert outside 0 … E−1 stops the run, naming it', () => {
+    for (const bad of [-1, EXPERTS]) {
+      const routing: RoutingSource = {
+        ...fixedRouting,
+        forRequest: () => ({
+          route(_layer, fromToken, toToken, out) {
+            for (let i = 0; i < toToken - fromToken; i++) out[i] = bad;
+          },
+        }),
+      };
+      expect(() => make({ routing }).run()).toThrow(`router returned expert ${bad} (experts ${EXPERTS})`);
+    }
+    // The last valid index is accepted.
+    const last: RoutingSource = {
+      ...fixedRouting,
+      forRequest: () => ({
+        route(_layer, fromToken, toToken, out) {
+          for (let i = 0; i < toToken - fromToken; i++) out[i] = EXPERTS - 1;
+        },
+      }),
+    };
+    expect(make({ routing: last }).run().requests[0]!.emittedTokens).toBe(2);
+  });
+
+  it('a run cut short by maxEvents is an error, not a partial outcome', () => {
+    expect(() => make({ maxEvents: 5 }).run()).toThrow(/stopped after 5 events \(maxEvents\)/);
+    expect(make().run().requests[0]!.emittedTokens).toBe(2);
+  });
+});
+
 describe('serving metrics', () => {
   it('bufferHitRate is exactly cacheHitRate + prefetchHitRate, even when both parts round', () => {
     const { outcome } = run(lru(4), { cfg: { bufferSlots: 4 } });
