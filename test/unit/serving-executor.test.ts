@@ -381,7 +381,7 @@ describe("serving executor: its own checks of what it is given and of the run's 
       maxEvents: o.maxEvents ?? 100_000,
     });
 
-  it('a routing whose shape is not the model\'s is refused, naming both', () => {
+  it("a routing whose shape is not the model's is refused, naming both", () => {
     for (const shape of [{ moeLayers: 3 }, { experts: 5 }, { topK: 2 }]) {
       expect(() => make({ routing: { ...fixedRouting, ...shape } })).toThrow(/does not match model tiny/);
     }
