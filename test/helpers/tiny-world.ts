@@ -6,6 +6,7 @@ import { loadHardware } from '../../hardware-profiles/load.ts';
 import type { HardwareProfile, ModelProfile } from '../../hardware-profiles/types.ts';
 import type { CostModel, Operation } from '../../sim/cost/types.ts';
 import type { Ns } from '../../sim/kernel/time.ts';
+import type { RoutingSource } from '../../sim/workload.ts';
 
 export const MB = 1_000_000;
 
@@ -98,5 +99,28 @@ export function stubKernelCost(ns: Partial<Record<Operation['kind'], number>> = 
             : fixed[op.kind];
       return { ns: t as Ns, bound: 'flops', source: 'roofline', flops: 0, bytes: 0 };
     },
+  };
+}
+
+/**
+ * Routing that sends every token of MoE layer `l` to the experts `choose(l)` (its length is the
+ * top-k), whatever the request: hand-made worlds whose expected times follow from the route.
+ */
+export function fixedRouting(
+  moeLayers: number,
+  experts: number,
+  choose: (layer: number) => readonly number[],
+): RoutingSource {
+  const topK = choose(0).length;
+  return {
+    moeLayers,
+    experts,
+    topK,
+    forRequest: () => ({
+      route(layer, fromToken, toToken, out) {
+        const chosen = choose(layer);
+        for (let i = 0; i < toToken - fromToken; i++) for (let j = 0; j < topK; j++) out[i * topK + j] = chosen[j]!;
+      },
+    }),
   };
 }

@@ -18,7 +18,7 @@ import { ServingExecutor, type ServingConfig, type ServingOutcome } from '../../
 import type { RoutingSource, Workload } from '../../sim/workload.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
-import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
+import { MB, fixedRouting, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 
 const E = 4;
 const model: ModelProfile = { ...tinyModel(2, E, 1), id: 'tiny' };
@@ -28,16 +28,7 @@ function hardware(dramBytesPerSec = 10e9, perCoreDramBytesPerSec = dramBytesPerS
   return { ...h, cpu: { ...h.cpu, cores: 4, dramBytesPerSec, perCoreDramBytesPerSec } };
 }
 
-const routing: RoutingSource = {
-  moeLayers: 2,
-  experts: E,
-  topK: 1,
-  forRequest: () => ({
-    route(layer, from, to, out) {
-      for (let i = 0; i < to - from; i++) out[i] = layer === 0 ? 1 : 2;
-    },
-  }),
-};
+const routing: RoutingSource = fixedRouting(2, E, (layer) => [layer === 0 ? 1 : 2]);
 
 function workload(outputTokens: number): Workload {
   return { requests: [{ id: 0, arrivalNs: 0 as Ns, promptTokens: 1, outputTokens }], routing, describe: 'hand-made' };
@@ -157,19 +148,7 @@ describe('host-experts', () => {
     // Top-2 at every layer: experts 1 and 2. miss: fetch with cpuShare 0.5 fetches expert 1 (1 ms on the link)
     // and computes expert 2 on the CPU: 1 MB at 0.5 GB/s = 2 ms. The fetch lands 1 ms into the CPU's 2 ms.
     const top2: ModelProfile = { ...tinyModel(2, E, 2), id: 'tiny-top2' };
-    const both: RoutingSource = {
-      moeLayers: 2,
-      experts: E,
-      topK: 2,
-      forRequest: () => ({
-        route(_layer, from, to, out) {
-          for (let i = 0; i < to - from; i++) {
-            out[2 * i] = 1;
-            out[2 * i + 1] = 2;
-          }
-        },
-      }),
-    };
+    const both = fixedRouting(2, E, () => [1, 2]);
     const endOf = (overlap: 'concurrent' | 'serial') => {
       const def = builtinPolicy('host-experts')!;
       const p = def.params.parse({ threads: 1, miss: 'fetch', cpuShare: 0.5, cacheSlotsPerLayer: 1 });

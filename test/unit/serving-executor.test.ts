@@ -26,7 +26,7 @@ import { ServingExecutor, type ServingConfig, type ServingOutcome } from '../../
 import type { RequestSpec, RoutingSource, Workload } from '../../sim/workload.ts';
 import { builtinPolicy } from '../../policies/registry.ts';
 import { fanout } from '../../sim/observe/trace-sink.ts';
-import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
+import { MB, fixedRouting as routeTo, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { InvariantChecker } from '../helpers/invariant-checker.ts';
 
 const EXPERTS = 4;
@@ -36,16 +36,7 @@ const model: ModelProfile = { ...tinyModel(2, EXPERTS, 1), id: 'tiny' };
 const stubCost: CostModel = stubKernelCost();
 
 /** Every token: expert 1 at layer 0, expert 2 at layer 1. */
-const fixedRouting: RoutingSource = {
-  moeLayers: 2,
-  experts: EXPERTS,
-  topK: 1,
-  forRequest: () => ({
-    route(layer, fromToken, toToken, out) {
-      for (let i = 0; i < toToken - fromToken; i++) out[i] = layer === 0 ? 1 : 2;
-    },
-  }),
-};
+const fixedRouting: RoutingSource = routeTo(2, EXPERTS, (layer) => [layer === 0 ? 1 : 2]);
 
 function workload(requests: readonly Partial<RequestSpec>[] = [{}]): Workload {
   return {
@@ -389,25 +380,11 @@ describe("serving executor: its own checks of what it is given and of the run's 
 
   it('a router that returns an expert outside 0 … E−1 stops the run, naming it', () => {
     for (const bad of [-1, EXPERTS]) {
-      const routing: RoutingSource = {
-        ...fixedRouting,
-        forRequest: () => ({
-          route(_layer, fromToken, toToken, out) {
-            for (let i = 0; i < toToken - fromToken; i++) out[i] = bad;
-          },
-        }),
-      };
+      const routing = routeTo(2, EXPERTS, () => [bad]);
       expect(() => make({ routing }).run()).toThrow(`router returned expert ${bad} (experts ${EXPERTS})`);
     }
     // The last valid index is accepted.
-    const last: RoutingSource = {
-      ...fixedRouting,
-      forRequest: () => ({
-        route(_layer, fromToken, toToken, out) {
-          for (let i = 0; i < toToken - fromToken; i++) out[i] = EXPERTS - 1;
-        },
-      }),
-    };
+    const last = routeTo(2, EXPERTS, () => [EXPERTS - 1]);
     expect(make({ routing: last }).run().requests[0]!.emittedTokens).toBe(2);
   });
 

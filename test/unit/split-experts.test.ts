@@ -15,7 +15,7 @@ import { fanout, type TraceSink, type TransferRecord } from '../../sim/observe/t
 import type { ServingPolicy } from '../../sim/serving/policy.ts';
 import { ServingExecutor, type ServingConfig } from '../../sim/serving/serving-executor.ts';
 import type { RoutingSource, Workload } from '../../sim/workload.ts';
-import { MB, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
+import { MB, fixedRouting, stubKernelCost, tinyHardware, tinyModel } from '../helpers/tiny-world.ts';
 import { SegmentChecker } from '../helpers/segment-checker.ts';
 
 const E = 4;
@@ -23,16 +23,7 @@ const model: ModelProfile = { ...tinyModel(2, E, 1), id: 'tiny' };
 const SPAN = 2 * E;
 
 const stubCost: CostModel = stubKernelCost();
-const routing: RoutingSource = {
-  moeLayers: 2,
-  experts: E,
-  topK: 1,
-  forRequest: () => ({
-    route(layer, from, to, out) {
-      for (let i = 0; i < to - from; i++) out[i] = layer === 0 ? 1 : 2;
-    },
-  }),
-};
+const routing: RoutingSource = fixedRouting(2, E, (layer) => [layer === 0 ? 1 : 2]);
 const workload = (outputTokens: number): Workload => ({
   requests: [{ id: 0, arrivalNs: 0 as Ns, promptTokens: 1, outputTokens }],
   routing,
