@@ -205,6 +205,7 @@ export class Dispatcher {
     heap.clear();
     const movedCount = this.movedCount;
     for (let i = 0; i < movedCount; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
+    if (this.parkGroups.size > 0) this.relisten();
   }
 
   /** Enters a list (a lane's or a park group's own source) into the pass's merge, if it has tasks and its lane has room. */
@@ -295,14 +296,28 @@ export class Dispatcher {
     }
     group.list.insert(node);
     node.parkedIn = group;
-    // Our own finishes request a dispatch anyway; this catches frees by anyone else.
-    if (!this.waitingOnPool[pool]) {
-      this.waitingOnPool[pool] = true;
-      this.pools[pool].whenFreed(() => {
-        this.waitingOnPool[pool] = false;
-        this.requestDispatch();
-      });
-    }
+    this.listen(pool);
+  }
+
+  /**
+   * Asks `pool` for a wake-up at its next free, unless one is asked. Our own finishes request a
+   * dispatch anyway; this catches frees by anyone else. The wake-up is one-shot: a pass after a
+   * free that was not enough for a parked group asks again (`relisten`).
+   */
+  private listen(pool: PoolName): void {
+    if (this.waitingOnPool[pool]) return;
+    this.waitingOnPool[pool] = true;
+    this.pools[pool].whenFreed(() => {
+      this.waitingOnPool[pool] = false;
+      this.requestDispatch();
+    });
+  }
+
+  /** After a pass: a wake-up for each pool some parked task still waits for (O(1) while both are asked). */
+  private relisten(): void {
+    const w = this.waitingOnPool;
+    if (w.vram && w.host) return;
+    for (const g of this.parkGroups.values()) this.listen(g.pool);
   }
 
   private submit(node: Node): void {

@@ -5,85 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { SimError } from '../../sim/kernel/errors.ts';
-import { Simulation } from '../../sim/kernel/simulation.ts';
-import { ns, type Ns } from '../../sim/kernel/time.ts';
-import type { MemoryRecord, TraceSink } from '../../sim/observe/trace-sink.ts';
-import { CpuPool } from '../../sim/resources/cpu-pool.ts';
-import type { ResourceEvent } from '../../sim/resources/events.ts';
-import { FluidShare } from '../../sim/resources/fluid-share.ts';
-import { Gpu } from '../../sim/resources/gpu.ts';
-import { resourceHandlers, type Resources } from '../../sim/resources/index.ts';
-import { MemoryPool } from '../../sim/resources/memory-pool.ts';
-import { PcieLink } from '../../sim/resources/pcie-link.ts';
+import type { MemoryRecord } from '../../sim/observe/trace-sink.ts';
 import {
   staticCriticalPath,
   TaskGraphDeadlockError,
-  TaskGraphExecutor,
-  type TaskGraphEvent,
-  type TaskGraphOptions,
+  type TaskGraphExecutor,
   type TaskSpec,
 } from '../../sim/taskgraph/index.ts';
-
-const MB = 1_000_000;
-const ms = (x: number): Ns => ns(Math.round(x * 1_000_000));
-
-interface WorldOptions {
-  streamNames?: string[];
-  concurrentStreams?: boolean;
-  linkBytesPerSec?: number;
-  latencyNs?: number;
-  packetBytes?: number;
-  cores?: number;
-  vramBytes?: number;
-  hostBytes?: number;
-  sink?: TraceSink;
-  graph?: TaskGraphOptions;
-}
-
-/** A machine built from resources directly (no hardware profile needed). */
-function world(o: WorldOptions = {}) {
-  const sim = new Simulation<ResourceEvent | TaskGraphEvent>();
-  const streamNames = o.streamNames ?? ['compute'];
-  const hostDram = new FluidShare('hostDram', 1e12, sim); // never the bottleneck here
-  const link = (name: 'h2d' | 'd2h') =>
-    new PcieLink({
-      name,
-      bytesPerSec: o.linkBytesPerSec ?? 1e9,
-      latencyNs: o.latencyNs ?? 0,
-      packetBytes: o.packetBytes ?? 1e12,
-      sched: sim,
-      dram: hostDram,
-      sink: o.sink,
-    });
-  const r: Resources = {
-    gpu: new Gpu({
-      streams: streamNames.length,
-      concurrentStreams: o.concurrentStreams ?? false,
-      sched: sim,
-      sink: o.sink,
-      streamNames,
-    }),
-    h2d: link('h2d'),
-    d2h: link('d2h'),
-    cpu: new CpuPool({ cores: o.cores ?? 8, perCoreBytesPerSec: 1e9, sched: sim, dram: hostDram, sink: o.sink }),
-    hostDram,
-    vram: new MemoryPool('vram', o.vramBytes ?? 64 * MB, sim, o.sink),
-    host: new MemoryPool('host', o.hostBytes ?? 1024 * MB, sim, o.sink),
-  };
-  const graph = new TaskGraphExecutor(r, sim, o.graph);
-  sim.setHandlers({ ...resourceHandlers(r), ...graph.handlers() });
-  return { sim, r, graph };
-}
-
-/** start/finish of each task, in ms. */
-function spans(graph: TaskGraphExecutor, ids: readonly (string | number)[]): Record<string, [number, number]> {
-  const out: Record<string, [number, number]> = {};
-  for (const id of ids) {
-    const t = graph.timing(id);
-    out[String(id)] = [t.startNs! / 1e6, t.finishNs! / 1e6];
-  }
-  return out;
-}
+import { MB, ms, spans, world } from '../helpers/taskgraph-world.ts';
 
 describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () => {
   // Two MoE layers, each: dense weights H2D → GPU attention → two experts, each expert's
