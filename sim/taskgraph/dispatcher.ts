@@ -71,6 +71,8 @@ export class Dispatcher {
    * anything that iterates them (the merge itself orders by task).
    */
   private readonly parkGroups = new Map<string, ParkGroup>();
+  /** Park groups per pool (a pool with one asks for a wake-up after each pass, `relisten`). */
+  private readonly groupsOnPool: Record<PoolName, number> = { vram: 0, host: 0 };
   private cpuCoresInUse = 0;
   /** Tasks handed to a resource and not finished. */
   inFlight = 0;
@@ -200,12 +202,15 @@ export class Dispatcher {
       const src = visited[i]!;
       if (src.cursor === 0) continue;
       src.list.removeFirst(src.cursor);
-      if (src.group && src.list.length === 0) this.parkGroups.delete(src.group.key);
+      if (src.group && src.list.length === 0) {
+        this.parkGroups.delete(src.group.key);
+        this.groupsOnPool[src.group.pool]--;
+      }
     }
     heap.clear();
     const movedCount = this.movedCount;
     for (let i = 0; i < movedCount; i += 2) this.park(moved[i] as Node, moved[i + 1] as PoolName);
-    if (this.parkGroups.size > 0) this.relisten();
+    this.relisten(); // after the parks: a pool some parked task waits for wakes the dispatcher at its next free
   }
 
   /** Enters a list (a lane's or a park group's own source) into the pass's merge, if it has tasks and its lane has room. */
@@ -282,7 +287,7 @@ export class Dispatcher {
     node.allocations = held;
   }
 
-  /** Puts a ready task whose memory is short in `pool` into its park group, and asks the pool for a wake-up. */
+  /** Puts a ready task whose memory is short in `pool` into its park group (the pass then asks the pool for a wake-up). */
   private park(node: Node, pool: PoolName): void {
     const needBytes = node.needBytes[pool];
     const key = `${pool}:${node.lane.index}:${needBytes}`;
@@ -293,10 +298,10 @@ export class Dispatcher {
       group = { key, pool, lane, needBytes, list, source: NO_SOURCE };
       group.source = { list, lane, group, cursor: 0 };
       this.parkGroups.set(key, group);
+      this.groupsOnPool[pool]++;
     }
     group.list.insert(node);
     node.parkedIn = group;
-    this.listen(pool);
   }
 
   /**
@@ -313,11 +318,10 @@ export class Dispatcher {
     });
   }
 
-  /** After a pass: a wake-up for each pool some parked task still waits for (O(1) while both are asked). */
+  /** After a pass: a wake-up from each pool some parked task still waits for. */
   private relisten(): void {
-    const w = this.waitingOnPool;
-    if (w.vram && w.host) return;
-    for (const g of this.parkGroups.values()) this.listen(g.pool);
+    if (this.groupsOnPool.vram > 0) this.listen('vram');
+    if (this.groupsOnPool.host > 0) this.listen('host');
   }
 
   private submit(node: Node): void {

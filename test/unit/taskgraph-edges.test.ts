@@ -73,6 +73,11 @@ describe('task graph: each field refused with its name and value', () => {
       /task "t": allocation bytes must be a non-negative integer \(got 0.5\)/,
     ],
     ['an empty hold key', [g('t', { alloc: [vram(1, '')] })], /task "t": hold key must be a non-empty string/],
+    [
+      'a hold key that is not a string',
+      [g('t', { alloc: [{ ...vram(1), hold: 5 }] })],
+      /task "t": hold key must be a non-empty string/,
+    ],
     ['an empty release key', [g('t', { release: [''] })], /task "t": release keys must be non-empty strings/],
     [
       'a release key that is not a string',
