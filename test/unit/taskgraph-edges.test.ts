@@ -9,7 +9,7 @@
 import { describe, expect, it } from 'vitest';
 import { SimError } from '../../sim/kernel/errors.ts';
 import type { TaskGraphExecutor, TaskSpec } from '../../sim/taskgraph/index.ts';
-import { MB, ms, world } from '../helpers/taskgraph-world.ts';
+import { MB, ms, spans, world } from '../helpers/taskgraph-world.ts';
 
 const g = (id: string | number, extra: Record<string, unknown> = {}): TaskSpec =>
   ({ id, kind: 'gpu', durationNs: ms(1), category: 'x', ...extra }) as TaskSpec;
@@ -302,6 +302,32 @@ describe('task graph: dispatching edges', () => {
     graph.assertDone();
     expect(graph.timing('t').startNs).toBe(ms(6));
   });
+  it('tasks short of different pools in successive passes each wait for their own pool', () => {
+    // VRAM and host 10 MB each; the outside holds 8 MB of host until 1 ms. At 0 (the first pass): h, a
+    // CPU task, takes 6 MB of VRAM (0–1 ms); x (CPU, 5 MB of host) and y (GPU, 6 MB of VRAM) are short of
+    // different pools. At 1 ms both fit and run 1–2 ms. At 1.5 ms the outside takes 4 MB of VRAM until
+    // 6 ms, so z (9 MB of VRAM, after y) is short at 2 ms, alone in its pass; the outside's free at 6 ms
+    // wakes it: 6–7 ms.
+    const { sim, r, graph } = world({ vramBytes: 10 * MB, hostBytes: 10 * MB, graph: { onStall: 'wait' } });
+    const outsideHost = r.host.allocate(8 * MB, 'pageCache', 'outside');
+    let outsideVram: ReturnType<typeof r.vram.allocate> | undefined;
+    const foreign = (at: number, onDone: () => void) =>
+      r.cpu.submit({ cores: 1, computeNs: ms(at), bytes: 0, label: 'foreign', category: 'x', onDone });
+    foreign(1, () => r.host.free(outsideHost));
+    foreign(1.5, () => {
+      outsideVram = r.vram.allocate(4 * MB, 'expertCache', 'outside');
+    });
+    foreign(6, () => r.vram.free(outsideVram!));
+    graph.add([
+      cpu('h', { priority: -1, alloc: [vram(6 * MB)] }),
+      cpu('x', { alloc: [{ pool: 'host', bytes: 5 * MB, category: 'activations' }] }),
+      g('y', { priority: 1, alloc: [vram(6 * MB)] }),
+      g('z', { deps: ['y'], alloc: [vram(9 * MB)] }),
+    ]);
+    sim.run();
+    graph.assertDone();
+    expect(spans(graph, ['h', 'x', 'y', 'z'])).toEqual({ h: [0, 1], x: [1, 2], y: [1, 2], z: [6, 7] });
+  });
 });
 
 describe('task graph: ids, cycles and holds across batches', () => {
@@ -359,6 +385,27 @@ describe('task graph: ids, cycles and holds across batches', () => {
     expect(() => graph.add(g('t', { deps: ['o2'], release: ['k'] }))).toThrow(msg);
     expect(() => graph.add(g('t', { release: ['k'] }))).toThrow(msg);
     expect(graph.has('t')).toBe(false);
+  });
+
+  it('a task holding two keys (one of them over two allocations) lets each be released on its own', () => {
+    const { sim, graph } = world();
+    graph.add([
+      g('t', { alloc: [vram(MB, 'k1'), vram(2 * MB, 'k2'), vram(3 * MB, 'k1')] }),
+      g('u', { deps: ['t'], release: ['k1'] }),
+      g('v', { deps: ['u'], release: ['k2'] }),
+    ]);
+    expect(graph.holdsInfo().map((h) => [h.key, h.bytesByPool.vram])).toEqual([
+      ['k1', 4 * MB],
+      ['k2', 2 * MB],
+    ]);
+    sim.run({ until: ms(1.5) });
+    expect(graph.holdsInfo().map((h) => [h.key, h.live])).toEqual([
+      ['k1', true],
+      ['k2', true],
+    ]);
+    sim.run();
+    graph.assertDone();
+    expect(graph.holdsInfo()).toEqual([]);
   });
 
   it('a task without a label is labelled by its id, whatever the id', () => {
