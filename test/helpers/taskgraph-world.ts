@@ -3,6 +3,8 @@
  * profile). Links at 1 GB/s (1 B/ns: 1 MB takes 1 ms) with no latency unless stated, packets
  * larger than any transfer unless a test is about packets, 8 cores, 64 MB of VRAM, 1 GB of host.
  */
+import { expect } from 'vitest';
+import { SimError } from '../../sim/kernel/errors.ts';
 import { Simulation } from '../../sim/kernel/simulation.ts';
 import { ns, type Ns } from '../../sim/kernel/time.ts';
 import type { TraceSink } from '../../sim/observe/trace-sink.ts';
@@ -74,4 +76,21 @@ export function spans(graph: TaskGraphExecutor, ids: readonly (string | number)[
     out[String(id)] = [t.startNs! / 1e6, t.finishNs! / 1e6];
   }
   return out;
+}
+
+/** Work outside the graph: a one-core CPU task of `atMs` whose `onDone` runs at that time (e.g. a free by someone else). */
+export function foreignAt(r: Pick<Resources, 'cpu'>, atMs: number, onDone: () => void): void {
+  r.cpu.submit({ cores: 1, computeNs: ms(atMs), bytes: 0, label: 'foreign', category: 'x', onDone });
+}
+
+/** The message of the `SimError` that `act` throws (the test fails if it throws nothing or something else). */
+export function simErrorOf(act: () => void): string {
+  let err: unknown;
+  try {
+    act();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(SimError);
+  return (err as SimError).message;
 }

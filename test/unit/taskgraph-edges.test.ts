@@ -7,9 +7,8 @@
  * `test/helpers/taskgraph-world.ts` (8 cores, 64 MB of VRAM, 1 GB of host, links at 1 B/ns).
  */
 import { describe, expect, it } from 'vitest';
-import { SimError } from '../../sim/kernel/errors.ts';
 import type { TaskGraphExecutor, TaskSpec } from '../../sim/taskgraph/index.ts';
-import { MB, ms, spans, world } from '../helpers/taskgraph-world.ts';
+import { foreignAt, MB, ms, simErrorOf, spans, world } from '../helpers/taskgraph-world.ts';
 
 const g = (id: string | number, extra: Record<string, unknown> = {}): TaskSpec =>
   ({ id, kind: 'gpu', durationNs: ms(1), category: 'x', ...extra }) as TaskSpec;
@@ -20,16 +19,10 @@ const vram = (bytes: number, hold?: string) => ({ pool: 'vram', bytes, category:
 /** The message of the error `act` throws (a SimError), checking that nothing of the batch was added. */
 function refusal(act: (graph: TaskGraphExecutor) => void, idsOfTheBatch: readonly (string | number)[]): string {
   const { graph } = world({ streamNames: ['compute', 'copy'] });
-  let err: unknown;
-  try {
-    act(graph);
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(SimError);
+  const message = simErrorOf(() => act(graph));
   for (const id of idsOfTheBatch) expect(graph.has(id)).toBe(false);
   expect(graph.holdsInfo()).toEqual([]);
-  return (err as Error).message;
+  return message;
 }
 
 describe('task graph: each field refused with its name and value', () => {
@@ -270,14 +263,7 @@ describe('task graph: dispatching edges', () => {
   it('is woken by a free of host memory outside the graph (onStall: wait)', () => {
     const { sim, r, graph } = world({ hostBytes: 10 * MB, graph: { onStall: 'wait' } });
     const outside = r.host.allocate(8 * MB, 'pageCache', 'someone else');
-    r.cpu.submit({
-      cores: 1,
-      computeNs: ms(3),
-      bytes: 0,
-      label: 'foreign',
-      category: 'x',
-      onDone: () => r.host.free(outside),
-    });
+    foreignAt(r, 3, () => r.host.free(outside));
     graph.add(g('t', { alloc: [{ pool: 'host', bytes: 5 * MB, category: 'activations' }] }));
     sim.run();
     graph.assertDone();
@@ -290,13 +276,11 @@ describe('task graph: dispatching edges', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, graph: { onStall: 'wait' } });
     const first = r.vram.allocate(8 * MB, 'expertCache', 'outside 1');
     let second: ReturnType<typeof r.vram.allocate> | undefined;
-    const foreign = (computeNs: number, onDone: () => void) =>
-      r.cpu.submit({ cores: 1, computeNs: ms(computeNs), bytes: 0, label: 'foreign', category: 'x', onDone });
-    foreign(3, () => {
+    foreignAt(r, 3, () => {
       r.vram.free(first);
       second = r.vram.allocate(6 * MB, 'expertCache', 'outside 2');
     });
-    foreign(6, () => r.vram.free(second!));
+    foreignAt(r, 6, () => r.vram.free(second!));
     graph.add(g('t', { alloc: [vram(5 * MB)] }));
     sim.run();
     graph.assertDone();
@@ -311,13 +295,11 @@ describe('task graph: dispatching edges', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, hostBytes: 10 * MB, graph: { onStall: 'wait' } });
     const outsideHost = r.host.allocate(8 * MB, 'pageCache', 'outside');
     let outsideVram: ReturnType<typeof r.vram.allocate> | undefined;
-    const foreign = (at: number, onDone: () => void) =>
-      r.cpu.submit({ cores: 1, computeNs: ms(at), bytes: 0, label: 'foreign', category: 'x', onDone });
-    foreign(1, () => r.host.free(outsideHost));
-    foreign(1.5, () => {
+    foreignAt(r, 1, () => r.host.free(outsideHost));
+    foreignAt(r, 1.5, () => {
       outsideVram = r.vram.allocate(4 * MB, 'expertCache', 'outside');
     });
-    foreign(6, () => r.vram.free(outsideVram!));
+    foreignAt(r, 6, () => r.vram.free(outsideVram!));
     graph.add([
       cpu('h', { priority: -1, alloc: [vram(6 * MB)] }),
       cpu('x', { alloc: [{ pool: 'host', bytes: 5 * MB, category: 'activations' }] }),

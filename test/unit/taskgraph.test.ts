@@ -4,7 +4,6 @@
  * stated, and packets larger than any transfer unless a test is about packets.
  */
 import { describe, expect, it } from 'vitest';
-import { SimError } from '../../sim/kernel/errors.ts';
 import type { MemoryRecord } from '../../sim/observe/trace-sink.ts';
 import {
   staticCriticalPath,
@@ -12,7 +11,7 @@ import {
   type TaskGraphExecutor,
   type TaskSpec,
 } from '../../sim/taskgraph/index.ts';
-import { MB, ms, spans, world } from '../helpers/taskgraph-world.ts';
+import { foreignAt, MB, ms, simErrorOf, spans, world } from '../helpers/taskgraph-world.ts';
 
 describe('task graph: the two-layer pipeline, timed by hand (acceptance)', () => {
   // Two MoE layers, each: dense weights H2D → GPU attention → two experts, each expert's
@@ -281,14 +280,7 @@ describe('task graph: memory', () => {
     const { sim, r, graph } = world({ vramBytes: 10 * MB, graph: { onStall: 'wait' } });
     const outside = r.vram.allocate(8 * MB, 'expertCache', 'someone else');
     // Foreign CPU work frees the outside allocation at 3 ms.
-    r.cpu.submit({
-      cores: 1,
-      computeNs: ms(3),
-      bytes: 0,
-      label: 'foreign',
-      category: 'x',
-      onDone: () => r.vram.free(outside),
-    });
+    foreignAt(r, 3, () => r.vram.free(outside));
     graph.add({
       id: 'g',
       kind: 'gpu',
@@ -653,14 +645,7 @@ describe('task graph: validation (a batch is added whole or not at all)', () => 
   for (const [name, act, message] of cases) {
     it(`rejects: ${name}`, () => {
       const { graph } = world();
-      let err: unknown;
-      try {
-        act(graph);
-      } catch (e) {
-        err = e;
-      }
-      expect(err).toBeInstanceOf(SimError);
-      expect((err as Error).message).toMatch(message);
+      expect(simErrorOf(() => act(graph))).toMatch(message);
       // The failing batch left nothing behind.
       expect(graph.has('ok')).toBe(false);
       expect(graph.has('r')).toBe(false);
