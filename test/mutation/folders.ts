@@ -75,7 +75,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     name: 'sim/taskgraph',
     mutate: ['sim/taskgraph/**/*.ts'],
     tests: [
-      'test/unit/{taskgraph,taskgraph-edges,throughput-estimator}.test.ts',
+      'test/unit/{taskgraph,taskgraph-edges,taskgraph-parts,taskgraph-reports,throughput-estimator}.test.ts',
       'test/property/taskgraph.test.ts',
       'test/golden/timelines.test.ts',
     ],
