@@ -75,7 +75,7 @@ describe('ReadyList', () => {
         }
         tally.record(seen);
       }),
-      { numRuns: 150 },
+      { numRuns: 60 },
     );
     tally.check();
   });

@@ -97,6 +97,16 @@ describe('task graph totals and timings', () => {
     expect(st.byCategory).toEqual({ attn: { finished: 2, busyNs: ms(3) }, expert: { finished: 1, busyNs: ms(1) } });
   });
 
+  it('the first start is the earliest start, not the start of the first task to finish', () => {
+    const { sim, graph, r } = world({ vramBytes: 10 * MB });
+    const outside = r.vram.allocate(10 * MB, 'workspace', 'someone else');
+    graph.add([cpu('long', 5), gpu('late', 1, { alloc: [vram(1 * MB)] })]); // late waits for memory
+    foreignAt(r, 1, () => r.vram.free(outside)); // late runs 1–2 ms and finishes first
+    sim.run();
+    expect(graph.timing('late')).toMatchObject({ startNs: ms(1), finishNs: ms(2) });
+    expect([graph.stats().firstStartNs, graph.stats().lastFinishNs]).toEqual([0, ms(5)]);
+  });
+
   it('a timing holds only the times reached', () => {
     const { sim, graph } = world();
     graph.add(tasks);
@@ -190,6 +200,19 @@ describe('task graph: why a task waits', () => {
     expect(graph.stuckTasks().map((t) => t.reason)).toEqual(['needs 5000000 B of vram, 2000000 B free of 10000000 B']);
   });
 
+  it('the deadlock error, whole: one line per stuck task, a pending task listing every unfinished dep', () => {
+    const { sim, graph, r } = world({ vramBytes: 10 * MB });
+    r.vram.allocate(8 * MB, 'workspace', 'someone else');
+    graph.add([gpu('b', 1, { alloc: [vram(5 * MB)] }), barrier('c', ['b']), barrier('d', ['b', 'c'])]);
+    const err = runError(() => sim.run()) as TaskGraphDeadlockError;
+    expect(err.message).toBe(
+      '[t=0ns taskgraph] deadlock: nothing of the graph is running and 3 task(s) cannot proceed:' +
+        '\n  - task "b" (ready): needs 5000000 B of vram, 2000000 B free of 10000000 B (in use: 8000000 B outside this graph)' +
+        '\n  - task "c" (pending): waits for "b" (ready)' +
+        '\n  - task "d" (pending): waits for "b" (ready), "c" (pending)',
+    );
+  });
+
   it('the deadlock error lists 20 stuck tasks and counts the rest; at 20 it counts none', () => {
     const deadlock = (waiting: number) => {
       const { sim, graph, r } = world({ vramBytes: 10 * MB });
@@ -216,7 +239,9 @@ describe('task graph: the deadlock check at the end of an instant', () => {
   it('a graph that finishes within the instant of its check is not stalled', () => {
     const { sim, graph, r } = world({ vramBytes: 10 * MB });
     const outside = r.vram.allocate(10 * MB, 'workspace', 'someone else');
-    graph.add(gpu('a', 0, { alloc: [vram(4 * MB)] })); // parked: the check is scheduled
+    graph.add(gpu('a', 0, { alloc: [vram(4 * MB)] }));
+    sim.step(); // the dispatch pass: a is parked, the check is scheduled at the end of the instant
+    expect(sim.pending).toBe(1);
     foreignAt(r, 0, () => r.vram.free(outside)); // same instant, before the check: a runs and finishes
     expect(sim.run().stoppedBy).toBe('empty');
     expect(graph.isDone()).toBe(true);
@@ -230,7 +255,8 @@ describe('task graph: the deadlock check at the end of an instant', () => {
       graph.add(gpu('b', 1, { alloc: [vram(4 * MB)] }));
     };
     graph.add(gpu('a', 1, { alloc: [vram(4 * MB)], onDone }));
-    foreignAt(r, 0, () => r.vram.free(outside)); // a runs 0–1 ms: the first check sees it running
+    sim.step(); // a is parked: a check is scheduled at the end of the instant
+    foreignAt(r, 0, () => r.vram.free(outside)); // a runs 0–1 ms: that check sees it running
     const err = runError(() => sim.run()) as TaskGraphDeadlockError;
     expect(err).toBeInstanceOf(TaskGraphDeadlockError);
     expect(err.simTimeNs).toBe(ms(1));
