@@ -83,8 +83,8 @@ export function foreignAt(r: Pick<Resources, 'cpu'>, atMs: number, onDone: () =>
   r.cpu.submit({ cores: 1, computeNs: ms(atMs), bytes: 0, label: 'foreign', category: 'x', onDone });
 }
 
-/** The message of the `SimError` that `act` throws (the test fails if it throws nothing or something else). */
-export function simErrorOf(act: () => void): string {
+/** The `SimError` that `act` throws (the test fails if it throws nothing or something else). */
+export function thrownSimError(act: () => void): SimError {
   let err: unknown;
   try {
     act();
@@ -92,5 +92,10 @@ export function simErrorOf(act: () => void): string {
     err = e;
   }
   expect(err).toBeInstanceOf(SimError);
-  return (err as SimError).message;
+  return err as SimError;
+}
+
+/** The message of the `SimError` that `act` throws (see `thrownSimError`). */
+export function simErrorOf(act: () => void): string {
+  return thrownSimError(act).message;
 }

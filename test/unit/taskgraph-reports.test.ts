@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { TaskGraphDeadlockError, type TaskSpec } from '../../sim/taskgraph/index.ts';
-import { foreignAt, MB, ms, simErrorOf, world } from '../helpers/taskgraph-world.ts';
+import { foreignAt, MB, ms, simErrorOf, thrownSimError, world } from '../helpers/taskgraph-world.ts';
 
 const gpu = (id: string, durationMs: number, extra: Record<string, unknown> = {}): TaskSpec =>
   ({ id, kind: 'gpu', durationNs: ms(durationMs), category: 'x', ...extra }) as TaskSpec;
@@ -18,16 +18,6 @@ const barrier = (id: string, deps: string[], extra: Record<string, unknown> = {}
   ({ id, kind: 'barrier', category: 'sync', deps, ...extra }) as TaskSpec;
 const vram = (bytes: number, hold?: string) => ({ pool: 'vram', bytes, category: 'workspace', hold });
 const host = (bytes: number, hold?: string) => ({ pool: 'host', bytes, category: 'workspace', hold });
-
-/** The error a run throws (the test fails if it throws nothing). */
-function runError(run: () => unknown): unknown {
-  try {
-    run();
-  } catch (e) {
-    return e;
-  }
-  throw new Error('the run did not throw');
-}
 
 describe('task graph options', () => {
   it.each([0, 1.5, -1, Number.NaN])('maxQueuedTransfers %s is refused', (v) => {
@@ -204,7 +194,7 @@ describe('task graph: why a task waits', () => {
     const { sim, graph, r } = world({ vramBytes: 10 * MB });
     r.vram.allocate(8 * MB, 'workspace', 'someone else');
     graph.add([gpu('b', 1, { alloc: [vram(5 * MB)] }), barrier('c', ['b']), barrier('d', ['b', 'c'])]);
-    const err = runError(() => sim.run()) as TaskGraphDeadlockError;
+    const err = thrownSimError(() => sim.run()) as TaskGraphDeadlockError;
     expect(err.message).toBe(
       '[t=0ns taskgraph] deadlock: nothing of the graph is running and 3 task(s) cannot proceed:' +
         '\n  - task "b" (ready): needs 5000000 B of vram, 2000000 B free of 10000000 B (in use: 8000000 B outside this graph)' +
@@ -219,7 +209,7 @@ describe('task graph: why a task waits', () => {
       r.vram.allocate(8 * MB, 'workspace', 'someone else');
       const deps = Array.from({ length: waiting }, (_, i) => barrier(`t${i}`, ['b']));
       graph.add([gpu('b', 1, { alloc: [vram(5 * MB)] }), ...deps]);
-      return runError(() => sim.run()) as TaskGraphDeadlockError;
+      return thrownSimError(() => sim.run()) as TaskGraphDeadlockError;
     };
     const over = deadlock(21);
     expect(over).toBeInstanceOf(TaskGraphDeadlockError);
@@ -257,7 +247,7 @@ describe('task graph: the deadlock check at the end of an instant', () => {
     graph.add(gpu('a', 1, { alloc: [vram(4 * MB)], onDone }));
     sim.step(); // a is parked: a check is scheduled at the end of the instant
     foreignAt(r, 0, () => r.vram.free(outside)); // a runs 0–1 ms: that check sees it running
-    const err = runError(() => sim.run()) as TaskGraphDeadlockError;
+    const err = thrownSimError(() => sim.run()) as TaskGraphDeadlockError;
     expect(err).toBeInstanceOf(TaskGraphDeadlockError);
     expect(err.simTimeNs).toBe(ms(1));
     expect(err.stuck.map((t) => t.id)).toEqual(['b']);
