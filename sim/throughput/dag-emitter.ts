@@ -208,6 +208,8 @@ export class DagEmitter {
   lastD2h = -1;
   lastCpu = -1;
   private nextId = 0;
+  /** Materialised tasks: 1 at an id some later task depends on (marked as each task is made). */
+  private hasDependent = new Uint8Array(1024);
 
   constructor(
     private readonly labels: boolean,
@@ -348,6 +350,25 @@ export class DagEmitter {
     return t.id;
   }
 
+  /** Materialised tasks nobody depends on so far, in id order. */
+  withoutDependents(): number[] {
+    const marked = this.hasDependent;
+    const out: number[] = [];
+    for (let i = 0; i < this.tasks.length; i++) if (i >= marked.length || marked[i] === 0) out.push(i);
+    return out;
+  }
+
+  /** Marks the deps of a new materialised task (each an earlier id, so below `nextId`). */
+  private markDependedOn(deps: readonly number[]): void {
+    if (this.nextId > this.hasDependent.length) {
+      const grown = new Uint8Array(Math.max(this.nextId, this.hasDependent.length * 2));
+      grown.set(this.hasDependent);
+      this.hasDependent = grown;
+    }
+    const marked = this.hasDependent;
+    for (let i = 0; i < deps.length; i++) marked[deps[i]!] = 1;
+  }
+
   /** A new task after `after` and `deps` (ids < 0 dropped; `after` first, as `[after, ...deps]`). */
   private base(
     kind: TaskSpec['kind'],
@@ -359,13 +380,15 @@ export class DagEmitter {
     // Every field at once (absent ones undefined, read as absent): one shape for every task, and
     // no property array added per task later (a literal's objects can be allocated old once they
     // survive, as a pass's tasks do; properties added afterwards would be young and copied).
+    const kept = keptDeps(after, deps);
+    this.markDependedOn(kept);
     return {
       id: this.nextId++,
       priority: undefined,
       kind,
       category,
       label: this.labels && label ? label() : undefined,
-      deps: keptDeps(after, deps),
+      deps: kept,
       alloc: undefined,
       release: undefined,
       durationNs: undefined,

@@ -102,8 +102,9 @@ export function cachedModules(
   gpuLayers: number,
 ): CachedModules {
   const L = mm.layers;
-  const denseCached = Array.from({ length: L }, () => false);
-  const cachedExperts = Array.from({ length: L }, () => 0);
+  // Filled, not made by a callback per element (a search calls this per candidate).
+  const denseCached = new Array<boolean>(L).fill(false);
+  const cachedExperts = new Array<number>(L).fill(0);
   let left = Math.max(0, Math.floor(budgetBytes));
   let bytes = 0;
   let expertBytes = 0;

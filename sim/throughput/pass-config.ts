@@ -24,7 +24,11 @@ export function expectedCounts(topK: number): CountsFn {
     const n = Math.round(tokens * topK);
     const q = Math.floor(n / E);
     const r = n - q * E;
-    for (let e = 0; e < E; e++) out[e] = q + ((((e - layer * r) % E) + E) % E < r ? 1 : 0);
+    // Expert e gets the extra one when (e − layer·r) mod E < r: the r experts from (layer·r) mod E
+    // on, cyclically (filled directly: no modulo per expert, a search prices many layers).
+    out.fill(q, 0, E);
+    const first = (((layer * r) % E) + E) % E;
+    for (let j = 0; j < r; j++) out[(first + j) % E] = q + 1;
   };
 }
 

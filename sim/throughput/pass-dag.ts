@@ -140,7 +140,7 @@ export function buildPassDag(inp: DagInput): PassDag {
   // tails cover everything; a materialised DAG also joins any task nobody depends on.
   const finalId = e.barrier(
     'sync',
-    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...(streaming ? [] : unchainedTails(e.tasks))],
+    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...(streaming ? [] : e.withoutDependents())],
     [],
     () => 'pass end',
   );
@@ -156,16 +156,4 @@ export function buildPassDag(inp: DagInput): PassDag {
     moeLayersBuilt,
     layerEnds,
   };
-}
-
-/**
- * Tasks nobody depends on (besides the chain tails): the unchained activation copies whose
- * consumers were not built (none in a full pass, but kept so the join covers everything).
- */
-function unchainedTails(tasks: readonly TaskSpec[]): number[] {
-  const hasDependent = new Uint8Array(tasks.length);
-  for (const t of tasks) for (const d of t.deps ?? []) hasDependent[d as number] = 1;
-  const out: number[] = [];
-  for (let i = 0; i < tasks.length; i++) if (!hasDependent[i]) out.push(i);
-  return out;
 }
