@@ -101,14 +101,24 @@ export class InclusionAggregateRouter implements AggregateRouter {
   }
 }
 
+/** `roundToTotal`'s scratch (fractions, order), grown to the largest n seen: one call at a time, no callback inside. */
+let roundFrac = new Float64Array(256);
+let roundIdx = new Int32Array(256);
+
 /**
  * Rounds x[0 … n) in place to integers in [0, cap] summing to `total` (requires n·cap ≥ total):
  * floors, then hands out the missing units by largest fractional part (or takes surplus units
  * by smallest), cycling if more units than entries must move.
  */
 export function roundToTotal(x: Float64Array, n: number, total: number, cap: number): void {
-  const frac = new Float64Array(n);
-  const idx = Array.from({ length: n }, (_, i) => i);
+  if (n > roundFrac.length) {
+    roundFrac = new Float64Array(n);
+    roundIdx = new Int32Array(n);
+  }
+  const frac = roundFrac;
+  // A view of the scratch order (its comparators are total, so any sort gives the same order).
+  const idx = roundIdx.subarray(0, n);
+  for (let i = 0; i < n; i++) idx[i] = i;
   let sum = 0;
   for (let i = 0; i < n; i++) {
     const v = Math.min(cap, Math.max(0, x[i]!));
