@@ -354,14 +354,15 @@ export class DagEmitter {
   withoutDependents(): number[] {
     const marked = this.hasDependent;
     const out: number[] = [];
-    for (let i = 0; i < this.tasks.length; i++) if (i >= marked.length || marked[i] === 0) out.push(i);
+    for (let i = 0; i < this.tasks.length; i++) if (marked[i] === 0) out.push(i);
     return out;
   }
 
-  /** Marks the deps of a new materialised task (each an earlier id, so below `nextId`). */
+  /** Marks the deps of the new materialised task `nextId` (each an earlier id); keeps a slot for it. */
   private markDependedOn(deps: readonly number[]): void {
-    if (this.nextId > this.hasDependent.length) {
-      const grown = new Uint8Array(Math.max(this.nextId, this.hasDependent.length * 2));
+    if (this.nextId >= this.hasDependent.length) {
+      // Ids come one at a time, so the new id is the current length: doubling makes room.
+      const grown = new Uint8Array(this.hasDependent.length * 2);
       grown.set(this.hasDependent);
       this.hasDependent = grown;
     }

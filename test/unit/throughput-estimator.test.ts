@@ -16,7 +16,7 @@ import type { Cost, CostModel, Operation } from '../../sim/cost/types.ts';
 import { ns, type Ns } from '../../sim/kernel/time.ts';
 import { staticCriticalPath, type TaskSpec } from '../../sim/taskgraph/index.ts';
 import { earliestFinishes, estimatePassNs, layerPeriod, uncontendedNs } from '../../sim/throughput/estimator.ts';
-import { EarliestFinishes } from '../../sim/throughput/dag-emitter.ts';
+import { DagEmitter, EarliestFinishes } from '../../sim/throughput/dag-emitter.ts';
 import { buildPassDag, type CountsFn, expectedCounts, type PassDag } from '../../sim/throughput/pass-dag.ts';
 import { simulatePass } from '../../sim/throughput/pass-sim.ts';
 import { refDecodeShape } from '../../sim/throughput/search.ts';
@@ -342,6 +342,28 @@ describe('estimator: extrapolation and routing counts', () => {
     expect([...out].filter((x) => x > 0)).toHaveLength(6);
   });
 
+  it('even counts: the extra ones start at expert (layer · r) mod E and wrap around', () => {
+    const out = new Float64Array(8);
+    // 13 tokens × top-2 = 26 = 3·8 + 2: experts 6 and 7 (3·2 mod 8 = 6) get 4.
+    expectedCounts(2)(3, 13, out);
+    expect([...out]).toEqual([3, 3, 3, 3, 3, 3, 4, 4]);
+    // Layer 5: 10 mod 8 = 2, experts 2 and 3.
+    expectedCounts(2)(5, 13, out);
+    expect([...out]).toEqual([3, 3, 4, 4, 3, 3, 3, 3]);
+    // 27 tokens × top-1 = 3·8 + 3, layer 2: 6 mod 8 = 6, experts 6, 7 and 0 (wrapping).
+    expectedCounts(1)(2, 27, out);
+    expect([...out]).toEqual([4, 3, 3, 3, 3, 3, 4, 4]);
+    // r = 0: every expert gets q; layer 0 with r = 5: experts 0 … 4.
+    expectedCounts(1)(7, 16, out);
+    expect([...out]).toEqual([2, 2, 2, 2, 2, 2, 2, 2]);
+    expectedCounts(1)(0, 5, out);
+    expect([...out]).toEqual([1, 1, 1, 1, 1, 0, 0, 0]);
+    // Fewer experts than the array holds are never written past E (out.length is E here).
+    const three = new Float64Array(3);
+    expectedCounts(1)(1, 4, three);
+    expect([...three]).toEqual([1, 2, 1]);
+  });
+
   it('the period of a configuration is the realignment of its buffer rings', () => {
     const model = loadModel('mixtral-8x7b');
     const shape: PassShape = {
@@ -460,6 +482,77 @@ describe('estimator: streamed pricing', () => {
     }
     expect(compared).toBe(2 * 2 * 6 * 2 * 2);
     expect(unusedExpertBarriers).toBeGreaterThan(0);
+  });
+});
+
+describe("the pass's final join", () => {
+  it('the emitter lists the tasks nobody depends on, in id order, as it makes them', () => {
+    const e = new DagEmitter(false, undefined, 1);
+    expect(e.withoutDependents()).toEqual([]);
+    const a = e.gpu('attention', ns(1), []);
+    expect(e.withoutDependents()).toEqual([a]);
+    const copy = e.h2d('activations', 10, [a], false); // unchained: nobody reads it
+    const b = e.gpu('router', ns(1), []); // after a on the GPU chain
+    expect([a, copy, b]).toEqual([0, 1, 2]);
+    expect(e.withoutDependents()).toEqual([copy, b]);
+    // More tasks than the first marks array holds (1 024): ids past it are marked too.
+    let last = b;
+    while (e.tasks.length < 1025) last = e.gpu('expert', ns(1), []);
+    expect(last).toBe(1024); // the first id past the first array
+    expect(e.withoutDependents()).toEqual([copy, 1024]);
+    while (e.tasks.length < 1503) last = e.gpu('expert', ns(1), []);
+    expect(e.withoutDependents()).toEqual([copy, 1502]);
+  });
+
+  it('depends on every task nobody else depends on (the LM head among them) and on the copy and CPU chain tails', () => {
+    const model = loadModel('deepseek-v2-lite');
+    const hw = loadHardware('moe-gen-c1');
+    const cost = createCostModel(model, hw);
+    const base = defaultPassConfig(model.layers);
+    const shape = {
+      phase: 'decode',
+      seqs: 150,
+      newTokens: 1,
+      pastTokens: 250,
+      hostSeqs: 300,
+      reserveTokens: 400,
+    } as const;
+    let joins = 0;
+    for (const config of [
+      { ...base, omega: 0.3, attnMicroSeqs: 48, cpuCores: 8, kvBuffers: 2, expertSlots: 3 },
+      { ...base, gpuLayers: Math.floor(model.layers / 2), cpuCores: 6, attnMicroSeqs: 64 },
+    ]) {
+      for (const layerLimit of [undefined, 3]) {
+        const dag = buildPassDag({
+          model,
+          hardware: hw,
+          cost,
+          shape,
+          config,
+          counts: expectedCounts(model.topK),
+          ...(layerLimit === undefined ? {} : { layerLimit }),
+        });
+        const join = dag.tasks[dag.finalId]!;
+        expect(dag.finalId).toBe(dag.tasks.length - 1);
+        // The model: every task before the join that no other task before it lists as a dep.
+        const before = dag.tasks.slice(0, -1);
+        const depended = new Set<number>();
+        for (const t of before) for (const d of t.deps ?? []) depended.add(d as number);
+        const alone = before.filter((t) => !depended.has(t.id as number)).map((t) => t.id as number);
+        const deps = new Set(join.deps as number[]);
+        // Every such task is joined; the only others are the tails of the copy and CPU chains
+        // (the LM head, the GPU chain's tail, has no dependent), which may feed later tasks.
+        for (const id of alone) expect(deps.has(id), `task ${id}`).toBe(true);
+        const tails = [...deps].filter((id) => !alone.includes(id));
+        expect(tails.length).toBeLessThanOrEqual(3);
+        for (const id of tails) expect(['h2d', 'd2h', 'cpu']).toContain(dag.tasks[id]!.kind);
+        expect(alone.length).toBeLessThan(dag.tasks.length / 10);
+        // The LM head (the GPU chain's last task) is one of them.
+        expect(alone).toContain(dag.tasks.filter((t) => t.kind === 'gpu').at(-1)!.id);
+        joins++;
+      }
+    }
+    expect(joins).toBe(4);
   });
 });
 
