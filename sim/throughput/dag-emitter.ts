@@ -199,6 +199,11 @@ export class EarliestFinishes {
  * Creates the tasks of one pass in order. Deps of -1 (a task not built) are dropped; labels
  * are built only when asked for. Each method returns the new task's id.
  */
+/** The emitter's marks before its first materialised task (the search's streamed builds never make one). */
+const NO_MARKS = new Uint8Array(0);
+/** Marks made at the first materialised task (then doubled as ids pass the end). */
+const FIRST_MARKS = 1024;
+
 export class DagEmitter {
   /** Tasks created, unless priced as they come (`finishes`). */
   readonly tasks: TaskSpec[] = [];
@@ -208,8 +213,8 @@ export class DagEmitter {
   lastD2h = -1;
   lastCpu = -1;
   private nextId = 0;
-  /** Materialised tasks: 1 at an id some later task depends on (marked as each task is made). */
-  private hasDependent = new Uint8Array(1024);
+  /** Materialised tasks: 1 at an id some later task depends on (marked as each task is made; none when streaming). */
+  private hasDependent = NO_MARKS;
 
   constructor(
     private readonly labels: boolean,
@@ -362,7 +367,7 @@ export class DagEmitter {
   private markDependedOn(deps: readonly number[]): void {
     if (this.nextId >= this.hasDependent.length) {
       // Ids come one at a time, so the new id is the current length: doubling makes room.
-      const grown = new Uint8Array(this.hasDependent.length * 2);
+      const grown = new Uint8Array(Math.max(FIRST_MARKS, this.hasDependent.length * 2));
       grown.set(this.hasDependent);
       this.hasDependent = grown;
     }
