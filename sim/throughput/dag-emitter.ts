@@ -195,15 +195,15 @@ export class EarliestFinishes {
   }
 }
 
-/**
- * Creates the tasks of one pass in order. Deps of -1 (a task not built) are dropped; labels
- * are built only when asked for. Each method returns the new task's id.
- */
 /** The emitter's marks before its first materialised task (the search's streamed builds never make one). */
 const NO_MARKS = new Uint8Array(0);
 /** Marks made at the first materialised task (then doubled as ids pass the end). */
 const FIRST_MARKS = 1024;
 
+/**
+ * Creates the tasks of one pass in order. Deps of -1 (a task not built) are dropped; labels
+ * are built only when asked for. Each method returns the new task's id.
+ */
 export class DagEmitter {
   /** Tasks created, unless priced as they come (`finishes`). */
   readonly tasks: TaskSpec[] = [];
@@ -355,7 +355,7 @@ export class DagEmitter {
     return t.id;
   }
 
-  /** Materialised tasks nobody depends on so far, in id order. */
+  /** Materialised tasks nobody depends on so far, in id order (none when streaming: nothing is kept). */
   withoutDependents(): number[] {
     const marked = this.hasDependent;
     const out: number[] = [];

@@ -140,7 +140,7 @@ export function buildPassDag(inp: DagInput): PassDag {
   // tails cover everything; a materialised DAG also joins any task nobody depends on.
   const finalId = e.barrier(
     'sync',
-    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...(streaming ? [] : e.withoutDependents())],
+    [lm, e.lastH2d, e.lastD2h, e.lastCpu, ...e.withoutDependents()],
     [],
     () => 'pass end',
   );

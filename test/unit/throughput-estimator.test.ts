@@ -358,7 +358,7 @@ describe('estimator: extrapolation and routing counts', () => {
     expect([...out]).toEqual([2, 2, 2, 2, 2, 2, 2, 2]);
     expectedCounts(1)(0, 5, out);
     expect([...out]).toEqual([1, 1, 1, 1, 1, 0, 0, 0]);
-    // Fewer experts than the array holds are never written past E (out.length is E here).
+    // Three experts: 4 = 1·3 + 1, layer 1: expert 1 (1·1 mod 3).
     const three = new Float64Array(3);
     expectedCounts(1)(1, 4, three);
     expect([...three]).toEqual([1, 2, 1]);
