@@ -5,7 +5,8 @@
  * (the executor turns that into a `SimError`).
  */
 import { MEMORY_CATEGORIES } from '../resources/memory-pool.ts';
-import { type MemoryRequest, POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
+import { hasRepeat, holdKeys, idLabel, NO_KEYS, NONE, needBytesOf } from './built-batch.ts';
+import { POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
 
 /** A hold as validation sees it: its holder and its releaser (once one is added). */
 export interface HoldRecord<T> {
@@ -46,15 +47,6 @@ export interface NormalizedTask {
 }
 
 export const showId = (id: TaskId): string => (typeof id === 'string' ? JSON.stringify(id) : String(id));
-
-/**
- * Shared by every task without deps, allocations or releases: no array or object per such
- * task. Never written (a task with entries gets its own); not frozen, as frozen arrays have
- * another elements kind and made the loops over these lists polymorphic.
- */
-const NONE: readonly never[] = [];
-const NO_KEYS = NONE as unknown as string[];
-const NO_BYTES: Readonly<Record<PoolName, number>> = { vram: 0, host: 0 };
 
 /** A task's name in messages (built only for a message: a string per task otherwise). */
 const where = (s: TaskSpec): string => `task ${showId(s.id)}`;
@@ -296,68 +288,6 @@ function normalizeOne<T extends NormalizedTask>(
   // Checked distinct: the spec's own list (as for deps).
   const releases = released.length > 0 ? (released as string[]) : NO_KEYS;
   return make(index, s, deps, priority, s.label ?? idLabel(s.id), needBytes, holds, releases, stream);
-}
-
-/**
- * Needs with nothing on the host, by VRAM bytes, made once per process (a pass's buffers come
- * in a few sizes, and the executor keeps each task's needs until the task has run). Never
- * written; bounded, as any number of sizes may come.
- */
-const VRAM_NEEDS = new Map<number, Readonly<Record<PoolName, number>>>();
-const MAX_VRAM_NEEDS = 4096;
-
-/** A task's total bytes per pool: a shared record when only VRAM is needed. */
-function needBytesOf(vram: number, host: number): Readonly<Record<PoolName, number>> {
-  if (host !== 0) return { vram, host };
-  if (vram === 0) return NO_BYTES;
-  let need = VRAM_NEEDS.get(vram);
-  if (need === undefined) {
-    if (VRAM_NEEDS.size >= MAX_VRAM_NEEDS) VRAM_NEEDS.clear();
-    need = { vram, host: 0 };
-    VRAM_NEEDS.set(vram, need);
-  }
-  return need;
-}
-
-/**
- * The distinct hold keys of a task's allocations, in order of first appearance, in an array of
- * its final length (one grown by `push` from empty reserves 17 slots, and a pass keeps one per
- * holder). Keys are checked by the caller.
- */
-function holdKeys(allocs: readonly MemoryRequest[]): string[] {
-  let n = 0;
-  for (let i = 0; i < allocs.length; i++) if (isNewHold(allocs, i)) n++;
-  if (n === 0) return NO_KEYS;
-  const out = new Array<string>(n);
-  let k = 0;
-  for (let i = 0; i < allocs.length; i++) if (isNewHold(allocs, i)) out[k++] = allocs[i]!.hold!;
-  return out;
-}
-
-/** Whether allocation i has a hold key not seen in allocations 0 … i − 1. */
-function isNewHold(allocs: readonly MemoryRequest[], i: number): boolean {
-  const key = allocs[i]!.hold;
-  if (key === undefined) return false;
-  for (let j = 0; j < i; j++) if (allocs[j]!.hold === key) return false;
-  return true;
-}
-
-/**
- * Default labels of integer ids, made once per process: builders number every pass's tasks
- * 0, 1, 2 ..., and the executor keeps each task's label for its whole life.
- */
-const ID_LABELS: string[] = [];
-const MAX_CACHED_LABEL = 1 << 18;
-function idLabel(id: TaskId): string {
-  if (typeof id !== 'number' || !(Number.isInteger(id) && id >= 0 && id < MAX_CACHED_LABEL)) return String(id);
-  while (ID_LABELS.length <= id) ID_LABELS.push(String(ID_LABELS.length));
-  return ID_LABELS[id]!;
-}
-
-/** True if some id appears twice in a short list. */
-function hasRepeat(ids: readonly TaskId[]): boolean {
-  for (let i = 1; i < ids.length; i++) for (let j = 0; j < i; j++) if (ids[i] === ids[j]) return true;
-  return false;
 }
 
 /** Checks one (first-seen) dep of `s`: not itself, and added before or in the batch. */

@@ -22,7 +22,9 @@
  *   tasks already added (finished or not) or tasks of the same batch, in any order; an
  *   unknown dep, a duplicate id or a cycle is an error (a dep on a task that does not exist yet
  *   would make "is this task ready?" depend on the future). Tasks may be added at any time,
- *   notably from `onDone` (routing is only known when a router task finishes).
+ *   notably from `onDone` (routing is only known when a router task finishes). `addBuilt` takes
+ *   a batch of the simulator's own graph builder (`pass-dag.ts`) without the checks, into the
+ *   same nodes; a property test holds that builder to what `add` accepts.
  * - **Dispatching** (ready → dispatched, how much each resource is given, memory): see
  *   `dispatcher.ts`, the part that hands ready tasks to the resources and allocates their memory.
  * - **Holds.** An allocation with `hold: key` survives its task until the task releasing
@@ -48,6 +50,7 @@ import type { Handlers, Scheduler } from '../kernel/simulation.ts';
 import type { MemoryPool } from '../resources/memory-pool.ts';
 import { GraphAccounting, timingOf } from './accounting.ts';
 import { type GraphView, type MakeNormalized, showId, validateBatch } from './batch.ts';
+import { normalizeBuiltBatch } from './built-batch.ts';
 import {
   criticalPathFrom,
   deadlockError,
@@ -201,8 +204,22 @@ export class TaskGraphExecutor {
   add(tasks: TaskSpec | readonly TaskSpec[]): void {
     const specs = (Array.isArray(tasks) ? tasks : [tasks]) as readonly TaskSpec[];
     if (specs.length === 0) return;
+    this.insert(validateBatch(specs, this.view, this.fail, this.makeNode));
+  }
+
+  /**
+   * Adds a batch made by a graph builder of the simulator itself, whose every batch `add` would
+   * accept (a property test guards it over the builder's inputs): the same nodes as `add`, without
+   * its checks (see `normalizeBuiltBatch`). A policy's or a plugin's tasks go through `add`.
+   */
+  addBuilt(specs: readonly TaskSpec[]): void {
+    if (specs.length === 0) return;
+    this.insert(normalizeBuiltBatch(specs, this.view, this.makeNode));
+  }
+
+  /** Puts a normalised batch into the graph: indexes, dependents, ready tasks, a dispatch. */
+  private insert(created: readonly Node[]): void {
     const firstSeq = this.bySeq.length;
-    const created = validateBatch(specs, this.view, this.fail, this.makeNode);
     for (let i = 0; i < created.length; i++) {
       const node = created[i]!;
       this.nodes.set(node.spec.id, node);

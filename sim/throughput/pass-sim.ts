@@ -29,6 +29,11 @@ export interface PassSimInput extends Omit<DagInput, 'layerLimit'> {
   readonly sink?: TraceSink;
   /** Also compute the static critical path of the DAG (for reports and tests). Default true. */
   readonly criticalPath?: boolean;
+  /**
+   * Checks the DAG as the executor checks any tasks (`TaskGraphExecutor.add`) instead of taking
+   * it as the builder's (`addBuilt`). Default false; the tests compare both paths.
+   */
+  readonly checkGraph?: boolean;
 }
 
 export interface PassResult {
@@ -77,7 +82,8 @@ export function simulatePass(inp: PassSimInput): PassResult {
   r.host.allocate(dv.allExpertBytes, 'expertWeights', 'parameter server (experts)');
   if (inp.hostKvBytes > 0) r.host.allocate(inp.hostKvBytes, 'kvCache', 'host KV');
 
-  graph.add(dag.tasks);
+  if (inp.checkGraph) graph.add(dag.tasks);
+  else graph.addBuilt(dag.tasks);
   const run = sim.run();
   graph.assertDone();
   const end = graph.timing(dag.finalId).finishNs as Ns;

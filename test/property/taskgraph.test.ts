@@ -29,9 +29,18 @@ import {
   type PoolName,
   type TaskGraphEvent,
   type TaskKind,
+  type TaskId,
   type TaskSpec,
   type TaskTiming,
 } from '../../sim/taskgraph/index.ts';
+import {
+  type GraphView,
+  type HoldRecord,
+  type MakeNormalized,
+  type NormalizedTask,
+  validateBatch,
+} from '../../sim/taskgraph/batch.ts';
+import { normalizeBuiltBatch } from '../../sim/taskgraph/built-batch.ts';
 
 const CAPACITY = 1000;
 const MAX_HOLD = 8; // 30 holders × 8 B = 240 B
@@ -145,7 +154,7 @@ interface Run {
 }
 
 /** Runs the graph, added whole or (with `cuts`) in consecutive batches cut before those positions, all at time 0. */
-function run(tasks: readonly TaskSpec[], m: Machine, cuts: readonly number[] = []): Run {
+function run(tasks: readonly TaskSpec[], m: Machine, cuts: readonly number[] = [], built = false): Run {
   const sim = new Simulation<ResourceEvent | TaskGraphEvent>();
   const peak: Record<PoolName, number> = { vram: 0, host: 0 };
   let overCapacity = 0;
@@ -181,10 +190,12 @@ function run(tasks: readonly TaskSpec[], m: Machine, cuts: readonly number[] = [
   let from = 0;
   for (const cut of [...new Set(cuts)].sort((x, y) => x - y)) {
     if (cut <= from || cut >= tasks.length) continue;
-    graph.add(tasks.slice(from, cut));
+    if (built) graph.addBuilt(tasks.slice(from, cut));
+    else graph.add(tasks.slice(from, cut));
     from = cut;
   }
-  graph.add(tasks.slice(from));
+  if (built) graph.addBuilt(tasks.slice(from));
+  else graph.add(tasks.slice(from));
   sim.run({ maxEvents: 1_000_000 });
   return {
     timings: graph.timings(),
@@ -198,6 +209,8 @@ function run(tasks: readonly TaskSpec[], m: Machine, cuts: readonly number[] = [
 describe('task graph on random DAGs', () => {
   it('finishes every task, respects deps and capacities, stays within the critical-path and serial bounds, deterministically', () => {
     let splitRuns = 0;
+    let repeatedDeps = 0;
+    let releasing = 0;
     fc.assert(
       fc.property(graphArb, machineArb, fc.array(fc.nat(30), { maxLength: 4 }), (tasks, m, cuts) => {
         const a = run(tasks, m);
@@ -245,9 +258,104 @@ describe('task graph on random DAGs', () => {
         const split = run(tasks, m, cuts);
         if (cuts.some((c) => c > 0 && c < tasks.length)) splitRuns++;
         expect(split.timings).toEqual(a.timings);
+        // A builder's batches (`addBuilt`: the same nodes without the checks) ⇒ the same run, whole
+        // or in batches; repeated deps (dropped by both) and holds released in a later batch included.
+        const built = run(tasks, m, cuts, true);
+        expect(built).toEqual(split);
+        if (tasks.some((t) => new Set(t.deps).size < (t.deps ?? []).length)) repeatedDeps++;
+        if (tasks.some((t) => (t.release ?? []).length > 0)) releasing++;
       }),
       { numRuns: 300 },
     );
     expect(splitRuns).toBeGreaterThan(100);
+    expect(repeatedDeps).toBeGreaterThan(30);
+    expect(releasing).toBeGreaterThan(100);
+  });
+});
+
+/** A graph view over plain maps (the executor's, without resources), recording its holds. */
+function recordingView() {
+  const tasks = new Map<TaskId, NormalizedTask>();
+  const holds = new Map<string, HoldRecord<NormalizedTask>>();
+  const view: GraphView<NormalizedTask> = {
+    has: (id) => tasks.has(id),
+    isDone: () => false,
+    depsOf: (id) => tasks.get(id)?.deps ?? [],
+    holdOf: (key) => holds.get(key),
+    openHold: (key, holder) => {
+      holds.set(key, { holder, releaser: undefined });
+    },
+    dropHold: (key) => {
+      holds.delete(key);
+    },
+    gpuStreams: ['s0', 's1'],
+    cpuCores: CORES,
+    poolCapacityBytes: { vram: CAPACITY, host: CAPACITY },
+  };
+  const make: MakeNormalized<NormalizedTask> = (
+    _i,
+    spec,
+    deps,
+    priority,
+    label,
+    needBytes,
+    holdKeys,
+    releases,
+    stream,
+  ) => ({
+    spec,
+    deps,
+    priority,
+    label,
+    needBytes,
+    holds: holdKeys,
+    releases,
+    stream,
+  });
+  const add = (batch: readonly NormalizedTask[]) => {
+    for (const t of batch) tasks.set(t.spec.id, t);
+  };
+  /** Each hold: its key, holder and releaser ids. */
+  const holdsSeen = () => [...holds].map(([k, h]) => [k, h.holder.spec.id, h.releaser?.spec.id]);
+  return { view, make, add, holdsSeen };
+}
+
+describe("a builder's batches (`normalizeBuiltBatch`)", () => {
+  it('normalise every valid batch as validation does: the same tasks, deps without repeats, the same holds and releasers', () => {
+    let repeated = 0;
+    let named = 0;
+    fc.assert(
+      fc.property(graphArb, fc.array(fc.nat(30), { maxLength: 4 }), fc.boolean(), (tasks, cuts, byName) => {
+        // Some GPU tasks name their stream (the executor resolves the name to its index).
+        const specs = tasks.map((t) =>
+          byName && t.kind === 'gpu' && t.stream === 1 ? { ...t, stream: 's1' } : t,
+        ) as TaskSpec[];
+        const checked = recordingView();
+        const built = recordingView();
+        const fail = (m: string): never => {
+          throw new Error(m);
+        };
+        let from = 0;
+        for (const cut of [
+          ...[...new Set(cuts)].sort((x, y) => x - y).filter((c) => c > 0 && c < specs.length),
+          specs.length,
+        ]) {
+          if (cut <= from) continue;
+          const batch = specs.slice(from, cut);
+          const a = validateBatch(batch, checked.view, fail, checked.make);
+          const b = normalizeBuiltBatch(batch, built.view, built.make);
+          expect(b).toEqual(a);
+          checked.add(a);
+          built.add(b);
+          expect(built.holdsSeen()).toEqual(checked.holdsSeen());
+          from = cut;
+        }
+        if (specs.some((t) => new Set(t.deps).size < (t.deps ?? []).length)) repeated++;
+        if (specs.some((t) => t.kind === 'gpu' && typeof t.stream === 'string')) named++;
+      }),
+      { numRuns: 300 },
+    );
+    expect(repeated).toBeGreaterThan(30);
+    expect(named).toBeGreaterThan(30);
   });
 });
