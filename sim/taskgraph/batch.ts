@@ -26,6 +26,8 @@ export interface GraphView<T extends NormalizedTask> {
   openHold(key: string, holder: T): void;
   /** Removes the hold `openHold` registered under `key` (a failed batch). */
   dropHold(key: string): void;
+  /** Names `releaser` (a task of the batch) the releaser of hold `h` (undone by resetting `h.releaser`). */
+  setReleaser(h: HoldRecord<T>, releaser: T): void;
   readonly gpuStreams: readonly string[];
   readonly cpuCores: number;
   readonly poolCapacityBytes: Readonly<Record<PoolName, number>>;
@@ -215,7 +217,7 @@ function registerHolds<T extends NormalizedTask>(
           `task ${showId(t.spec.id)}: releases ${JSON.stringify(key)} but does not depend (directly or not) on its holder ${showId(holder)}`,
         );
       }
-      h!.releaser = t;
+      view.setReleaser(h!, t);
       released.push(h!);
     }
   }

@@ -40,7 +40,7 @@ export function normalizeBuiltBatch<T extends NormalizedTask>(
   }
   for (let i = 0; i < out.length; i++) {
     const releases = out[i]!.releases;
-    for (let j = 0; j < releases.length; j++) view.holdOf(releases[j]!)!.releaser = out[i]!;
+    for (let j = 0; j < releases.length; j++) view.setReleaser(view.holdOf(releases[j]!)!, out[i]!);
   }
   return out;
 }

@@ -13,6 +13,7 @@ import type { PoolName, TaskId, TaskState } from './types.ts';
 /** Shared empty lists (never written: a node gets its own array when it has entries). */
 export const NO_NODES: readonly Node[] = [];
 export const NO_ALLOCATIONS = [] as HeldAllocation[];
+export const NO_HOLD_ENTRIES = [] as HoldEntry[];
 /** A node's time not reached yet. */
 export const NOT_YET = -1 as Ns;
 
@@ -55,6 +56,13 @@ export interface Node extends NormalizedTask, Ranked {
   startNs: Ns;
   finishNs: Ns;
   allocations: HeldAllocation[];
+  /**
+   * The holds this task holds (as `holds`, in order) and those it releases (as `releases`), set
+   * when its batch is added and dropped when it finishes: its finish reaches them without a
+   * lookup by key. `NO_HOLD_ENTRIES` when none.
+   */
+  holdEntries: HoldEntry[];
+  releaseEntries: HoldEntry[];
   transfer: Transfer | undefined;
   /** The group the task is parked in, out of its lane, while memory is short. */
   parkedIn: ParkGroup | undefined;

@@ -61,7 +61,7 @@ import {
   type TaskGraphDeadlockError,
 } from './diagnostics.ts';
 import { Dispatcher, type TaskGraphResources } from './dispatcher.ts';
-import { type HoldEntry, NO_ALLOCATIONS, NO_NODES, type Node, NodeIndex, NOT_YET } from './nodes.ts';
+import { type HoldEntry, NO_ALLOCATIONS, NO_HOLD_ENTRIES, NO_NODES, type Node, NodeIndex, NOT_YET } from './nodes.ts';
 import type {
   HoldInfo,
   PoolName,
@@ -140,6 +140,8 @@ export class TaskGraphExecutor {
     startNs: NOT_YET,
     finishNs: NOT_YET,
     allocations: NO_ALLOCATIONS,
+    holdEntries: NO_HOLD_ENTRIES,
+    releaseEntries: NO_HOLD_ENTRIES,
     transfer: undefined,
     parkedIn: undefined,
   });
@@ -167,7 +169,15 @@ export class TaskGraphExecutor {
       depsOf: (id) => this.nodes.get(id)?.deps ?? [],
       holdOf: (key) => this.holds.get(key),
       openHold: (key, holder) => {
-        this.holds.set(key, { key, holder, releaser: undefined, allocations: NO_ALLOCATIONS, live: false });
+        const h: HoldEntry = { key, holder, releaser: undefined, allocations: NO_ALLOCATIONS, live: false };
+        this.holds.set(key, h);
+        if (holder.holdEntries === NO_HOLD_ENTRIES) holder.holdEntries = [h];
+        else holder.holdEntries.push(h);
+      },
+      setReleaser: (h, releaser) => {
+        h.releaser = releaser;
+        if (releaser.releaseEntries === NO_HOLD_ENTRIES) releaser.releaseEntries = [h as HoldEntry];
+        else releaser.releaseEntries.push(h as HoldEntry);
       },
       dropHold: (key) => {
         this.holds.delete(key);
@@ -406,34 +416,38 @@ export class TaskGraphExecutor {
     if (this.unfinished === 0) for (const l of [...this.idleListeners]) l();
   }
 
-  /** A finished task's memory: own buffers go back, held ones move under their keys, released keys go back. */
+  /**
+   * A finished task's memory: own buffers go back, held ones move under their holds, released
+   * holds go back (each reached through the node's entries, not by key).
+   */
   private releaseMemory(node: Node): void {
     const allocations = node.allocations;
+    const holds = node.holdEntries;
     for (let i = 0; i < allocations.length; i++) {
       const a = allocations[i]!;
       if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
       else {
-        const h = this.holds.get(a.hold)!;
+        const h = holds.length === 1 ? holds[0]! : entryOf(holds, a.hold);
         if (h.allocations === NO_ALLOCATIONS) h.allocations = [a];
         else h.allocations.push(a);
       }
     }
     node.allocations = NO_ALLOCATIONS;
-    const holds = node.holds;
-    for (let i = 0; i < holds.length; i++) this.holds.get(holds[i]!)!.live = true;
-    const releases = node.releases;
+    for (let i = 0; i < holds.length; i++) holds[i]!.live = true;
+    node.holdEntries = NO_HOLD_ENTRIES;
+    const releases = node.releaseEntries;
     for (let i = 0; i < releases.length; i++) {
-      const key = releases[i]!;
-      const h = this.holds.get(key);
-      if (!h?.live)
+      const h = releases[i]!;
+      if (!h.live)
         throw new InvariantError(
-          `task ${showId(node.spec.id)} releases ${JSON.stringify(key)}, which is not live`,
+          `task ${showId(node.spec.id)} releases ${JSON.stringify(h.key)}, which is not live`,
           this.sched.now,
           this.name,
         );
-      this.holds.delete(key);
+      this.holds.delete(h.key);
       for (const a of h.allocations) this.pools[a.pool].free(a.alloc);
     }
+    node.releaseEntries = NO_HOLD_ENTRIES;
   }
 
   /** The records the diagnostics read (`diagnostics.ts`). */
@@ -455,4 +469,10 @@ export class TaskGraphExecutor {
   private deadlockError(): TaskGraphDeadlockError {
     return deadlockError(this.records(), this.sched.now, this.name);
   }
+}
+
+/** The entry of `key` among a task's holds (a task holding several keys). */
+function entryOf(holds: readonly HoldEntry[], key: string): HoldEntry {
+  for (let i = 0; i < holds.length; i++) if (holds[i]!.key === key) return holds[i]!;
+  throw new InvariantError(`no hold ${JSON.stringify(key)} among the task's holds`, 0, 'taskgraph');
 }

@@ -288,6 +288,9 @@ function recordingView() {
     dropHold: (key) => {
       holds.delete(key);
     },
+    setReleaser: (h, releaser) => {
+      h.releaser = releaser;
+    },
     gpuStreams: ['s0', 's1'],
     cpuCores: CORES,
     poolCapacityBytes: { vram: CAPACITY, host: CAPACITY },
