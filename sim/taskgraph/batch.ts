@@ -5,7 +5,7 @@
  * (the executor turns that into a `SimError`).
  */
 import { MEMORY_CATEGORIES } from '../resources/memory-pool.ts';
-import { hasRepeat, holdKeys, idLabel, NO_KEYS, NONE, needBytesOf } from './built-batch.ts';
+import { hasRepeat, holdKeys, idLabel, NO_KEYS, NONE, needsOf } from './built-batch.ts';
 import { POOL_NAMES, TASK_KINDS, type PoolName, type TaskId, type TaskSpec } from './types.ts';
 
 /** A hold as validation sees it: its holder and its releaser (once one is added). */
@@ -260,8 +260,6 @@ function normalizeOne<T extends NormalizedTask>(
 
   const allocs = s.alloc ?? NONE;
   const holds: string[] = allocs.length > 0 ? holdKeys(allocs) : NO_KEYS;
-  let vramBytes = 0;
-  let hostBytes = 0;
   for (let i = 0; i < allocs.length; i++) {
     const a = allocs[i]!;
     if (!(POOL_NAMES as readonly string[]).includes(a.pool))
@@ -272,10 +270,8 @@ function normalizeOne<T extends NormalizedTask>(
       fail(`${where(s)}: unknown memory category ${JSON.stringify(a.category)}`);
     if (a.hold !== undefined && (typeof a.hold !== 'string' || a.hold === ''))
       fail(`${where(s)}: hold key must be a non-empty string`);
-    if (a.pool === 'vram') vramBytes += a.bytes;
-    else hostBytes += a.bytes;
   }
-  const needBytes = needBytesOf(vramBytes, hostBytes);
+  const needBytes = needsOf(allocs);
   for (const p of POOL_NAMES) {
     if (needBytes[p] > view.poolCapacityBytes[p]) {
       fail(`${where(s)}: needs ${needBytes[p]} B of ${p}, more than its capacity ${view.poolCapacityBytes[p]} B`);

@@ -59,26 +59,9 @@ function normalizeBuilt<T extends NormalizedTask>(
     stream = typeof s.stream === 'number' ? s.stream : view.gpuStreams.indexOf(s.stream);
   const allocs = s.alloc ?? NONE;
   const holds: string[] = allocs.length > 0 ? holdKeys(allocs) : NO_KEYS;
-  let vramBytes = 0;
-  let hostBytes = 0;
-  for (let i = 0; i < allocs.length; i++) {
-    const a = allocs[i]!;
-    if (a.pool === 'vram') vramBytes += a.bytes;
-    else hostBytes += a.bytes;
-  }
   const released = s.release ?? NONE;
   const releases = released.length > 0 ? (released as string[]) : NO_KEYS;
-  return make(
-    index,
-    s,
-    deps,
-    s.priority ?? 0,
-    s.label ?? idLabel(s.id),
-    needBytesOf(vramBytes, hostBytes),
-    holds,
-    releases,
-    stream,
-  );
+  return make(index, s, deps, s.priority ?? 0, s.label ?? idLabel(s.id), needsOf(allocs), holds, releases, stream);
 }
 
 /** The ids of `given` without repeats, in order of first appearance. */
@@ -101,8 +84,20 @@ function distinct(given: readonly TaskId[]): TaskId[] {
 const VRAM_NEEDS = new Map<number, Readonly<Record<PoolName, number>>>();
 const MAX_VRAM_NEEDS = 4096;
 
+/** A task's total bytes per pool, summed over its allocations. */
+export function needsOf(allocs: readonly MemoryRequest[]): Readonly<Record<PoolName, number>> {
+  let vramBytes = 0;
+  let hostBytes = 0;
+  for (let i = 0; i < allocs.length; i++) {
+    const a = allocs[i]!;
+    if (a.pool === 'vram') vramBytes += a.bytes;
+    else hostBytes += a.bytes;
+  }
+  return needBytesOf(vramBytes, hostBytes);
+}
+
 /** A task's total bytes per pool: a shared record when only VRAM is needed. */
-export function needBytesOf(vram: number, host: number): Readonly<Record<PoolName, number>> {
+function needBytesOf(vram: number, host: number): Readonly<Record<PoolName, number>> {
   if (host !== 0) return { vram, host };
   if (vram === 0) return NO_BYTES;
   let need = VRAM_NEEDS.get(vram);
