@@ -16,7 +16,7 @@ import type { MemoryRequest, PoolName, TaskId, TaskSpec } from './types.ts';
  */
 export const NONE: readonly never[] = [];
 export const NO_KEYS = NONE as unknown as string[];
-export const NO_BYTES: Readonly<Record<PoolName, number>> = { vram: 0, host: 0 };
+const NO_BYTES: Readonly<Record<PoolName, number>> = { vram: 0, host: 0 };
 
 /**
  * A batch made by a graph builder of the simulator itself (`pass-dag.ts`), normalised exactly

@@ -427,7 +427,8 @@ export class TaskGraphExecutor {
       const a = allocations[i]!;
       if (a.hold === undefined) this.pools[a.pool].free(a.alloc);
       else {
-        const h = holds.length === 1 ? holds[0]! : entryOf(holds, a.hold);
+        const h = entryOf(holds, a.hold);
+        if (!h) throw new InvariantError(`task ${showId(node.spec.id)} holds no ${a.hold}`, this.sched.now, this.name);
         if (h.allocations === NO_ALLOCATIONS) h.allocations = [a];
         else h.allocations.push(a);
       }
@@ -471,8 +472,8 @@ export class TaskGraphExecutor {
   }
 }
 
-/** The entry of `key` among a task's holds (a task holding several keys). */
-function entryOf(holds: readonly HoldEntry[], key: string): HoldEntry {
-  for (let i = 0; i < holds.length; i++) if (holds[i]!.key === key) return holds[i]!;
-  throw new InvariantError(`no hold ${JSON.stringify(key)} among the task's holds`, 0, 'taskgraph');
+/** The entry of `key` among a task's holds (usually its only one). */
+function entryOf(holds: readonly HoldEntry[], key: string): HoldEntry | undefined {
+  for (let i = 0; i < holds.length; i++) if (holds[i]!.key === key) return holds[i];
+  return undefined;
 }
