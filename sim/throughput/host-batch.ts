@@ -25,8 +25,9 @@ import type {
   IterationPipeline,
   IterationRun,
   IterationScheduler,
+  PassWork,
 } from './iteration.ts';
-import { arraySource } from '../workload.ts';
+import { arraySource, type RequestSource } from '../workload.ts';
 import { hostKvBytesPerSeq } from './memory-model.ts';
 import { simulatePass, type PassResult } from './pass-sim.ts';
 import {
@@ -49,14 +50,57 @@ export interface HostBatchSettings {
   readonly memoise: boolean;
 }
 
-const NO_WORK: Iteration = { prefill: [], decode: [], preempted: [], decodeContextTokens: 0, finished: [] };
+const NONE: readonly never[] = [];
 
-/** Groups of N requests, each prefilled then decoded: one pass per iteration. */
+/**
+ * An iteration of the host-batch loop: every field present, in one order, so that the loop's
+ * reads of the millions of them meet one object shape.
+ */
+function passIteration(
+  pass: PassWork | undefined,
+  admitted: readonly number[] | undefined,
+  firstTokens: readonly number[] | undefined,
+  finished: readonly number[],
+): Iteration {
+  return {
+    prefill: NONE,
+    decode: NONE,
+    preempted: NONE,
+    decodeContextTokens: 0,
+    finished,
+    admitted,
+    firstTokens,
+    swapOutTokens: undefined,
+    swapInTokens: undefined,
+    pass,
+  };
+}
+
+const NO_WORK: Iteration = passIteration(undefined, undefined, undefined, NONE);
+
+/**
+ * Groups of N requests, each prefilled then decoded: one pass per iteration.
+ *
+ * A group's passes depend only on its size and its sorted outputs, and a workload's groups mostly
+ * repeat them (fixed output lengths: every group but the last), so the passes without request ids
+ * are built once per such signature (`GroupPasses`, the last one kept) and handed out by position;
+ * only the iterations naming requests (prefill passes, the group's first and last) are built per
+ * group. A run of llama.cpp-like decoding (8 sequences a group, 512 steps each) has millions of
+ * iterations: they cost a lookup each, not a pass object, a host-KV figure and a generator step.
+ */
 export class HostBatchScheduler implements IterationScheduler {
   groups = 0;
   sequencesRun = 0;
-  private readonly gen: Generator<Iteration, void>;
-  private pending: IteratorResult<Iteration, void>;
+  /** The current group: its shared passes, the per-group ones at the head and its last. */
+  private base: readonly Iteration[] = [];
+  private head: Iteration[] = [];
+  private last = -1;
+  private tail: Iteration = NO_WORK;
+  private at = 0;
+  /** The next group's first request. */
+  private nextRequest = 0;
+  private template: { readonly key: string; readonly passes: readonly Iteration[] } | null = null;
+  private readonly src: RequestSource;
 
   constructor(
     private readonly x: ExecutionContext,
@@ -64,87 +108,124 @@ export class HostBatchScheduler implements IterationScheduler {
     private readonly s: HostBatchSettings,
     private readonly hostKv: (c: PassConfig, seqs: number, tokens: number) => number,
   ) {
-    this.gen = this.passes();
-    this.pending = this.gen.next();
+    this.src = x.source ?? arraySource(x.requests);
+    this.openGroup();
   }
 
   get done(): boolean {
-    return this.pending.done === true;
+    return this.at > this.last;
   }
 
   next(_nowNs: Ns): Iteration {
-    if (this.pending.done) throw new RangeError('host-batch scheduler: no iteration left');
-    const it = this.pending.value;
-    this.pending = this.gen.next();
+    const i = this.at;
+    if (i > this.last) throw new RangeError('host-batch scheduler: no iteration left');
+    const it = i < this.head.length ? this.head[i]! : i === this.last ? this.tail : this.base[i]!;
+    this.at = i + 1;
+    if (this.at > this.last) this.openGroup();
     return it;
   }
 
-  private *passes(): Generator<Iteration, void> {
+  /** Makes the next group current (none left: `done`). */
+  private openGroup(): void {
+    this.at = 0;
+    this.last = -1;
+    const src = this.src;
+    const g = this.nextRequest;
+    if (g >= src.count) return;
+    const cfg = this.s;
+    if (cfg.maxHostBatches !== undefined && this.groups >= cfg.maxHostBatches) return;
+    const N = this.plan.hostBatchSeqs;
+    this.groups++;
+    const size = Math.min(N, src.count - g);
+    this.nextRequest = g + size;
+    const outs = Array.from({ length: size }, (_, i) => src.outputTokens(g + i)).sort((a, b) => b - a);
+    this.sequencesRun += size;
+    const ids = Array.from({ length: size }, (_, i) => g + i);
+    const base = this.passesOf(size, outs);
+    const prefill = this.x.workload.phases.prefill;
+    const head: Iteration[] = [];
+    if (prefill) {
+      const Bp = this.plan.prefill.batchSeqs;
+      for (let off = 0, j = 0; off < size; off += Bp, j++) {
+        head.push(passIteration(base[j]!.pass, undefined, ids.slice(off, off + Math.min(Bp, size - off)), NONE));
+      }
+    }
+    // Milestones: the group is admitted with its first pass; without prefill passes its first
+    // tokens come from its first pass (the prompts' KV taken as in place); it finishes with its last.
+    const first = head[0] ?? base[0]!;
+    head[0] = passIteration(first.pass, ids, prefill ? first.firstTokens : ids, first.finished);
+    const last = base.length - 1;
+    const end = last < head.length ? head[last]! : base[last]!;
+    const tail = passIteration(end.pass, end.admitted, end.firstTokens, ids);
+    if (last < head.length) head[last] = tail;
+    this.base = base;
+    this.head = head;
+    this.last = last;
+    this.tail = tail;
+  }
+
+  /** The passes of a group of `size` with outputs `outs` (descending), without request ids; at least one. */
+  private passesOf(size: number, outs: readonly number[]): readonly Iteration[] {
+    const key = `${size}|${outs.join(',')}`;
+    if (this.template?.key === key) return this.template.passes;
     const { workload: w } = this.x;
-    const src = this.x.source ?? arraySource(this.x.requests);
     const { plan, s: cfg } = this;
     const N = plan.hostBatchSeqs;
     const P = w.promptTokens;
     const reserve = P + w.outputTokens;
-    for (let g = 0; g < src.count; g += N) {
-      if (cfg.maxHostBatches !== undefined && this.groups >= cfg.maxHostBatches) return;
-      this.groups++;
-      const size = Math.min(N, src.count - g);
-      const outs = Array.from({ length: size }, (_, i) => src.outputTokens(g + i)).sort((a, b) => b - a);
-      this.sequencesRun += size;
-      const ids = Array.from({ length: size }, (_, i) => g + i);
-      const its: Iteration[] = [];
-      if (w.phases.prefill) {
-        const Bp = plan.prefill.batchSeqs;
-        for (let off = 0; off < size; off += Bp) {
-          const seqs = Math.min(Bp, size - off);
-          const shape: PassShape = {
-            phase: 'prefill',
-            seqs,
-            newTokens: P,
-            pastTokens: 0,
-            hostSeqs: N,
-            reserveTokens: reserve,
-          };
-          const hostKvBytes = this.hostKv(plan.prefill.config, size, P);
-          its.push({
-            ...NO_WORK,
-            firstTokens: ids.slice(off, off + seqs),
-            pass: { shape, plan: plan.prefill, hostKvBytes },
-          });
-        }
+    const its: Iteration[] = [];
+    if (w.phases.prefill) {
+      const Bp = plan.prefill.batchSeqs;
+      const hostKvBytes = this.hostKv(plan.prefill.config, size, P);
+      for (let off = 0; off < size; off += Bp) {
+        const seqs = Math.min(Bp, size - off);
+        const shape: PassShape = {
+          phase: 'prefill',
+          seqs,
+          newTokens: P,
+          pastTokens: 0,
+          hostSeqs: N,
+          reserveTokens: reserve,
+        };
+        its.push(passIteration({ shape, plan: plan.prefill, hostKvBytes }, undefined, undefined, NONE));
       }
-      if (w.phases.decode) {
-        let active = size;
-        for (let st = 1; st < outs[0]!; st++) {
-          while (active > 0 && outs[active - 1]! <= st) active--;
-          const past = P + st - 1;
-          const bucket = cfg.contextBucketTokens;
-          const pastB = cfg.memoise ? Math.min(reserve - 1, Math.ceil(past / bucket) * bucket) : past;
-          const shape: PassShape = {
-            phase: 'decode',
-            seqs: active,
-            newTokens: 1,
-            pastTokens: pastB,
-            hostSeqs: N,
-            reserveTokens: reserve,
-          };
-          const hostKvBytes = this.hostKv(plan.decode.config, size, past + 1);
-          its.push({ ...NO_WORK, pass: { shape, plan: plan.decode, hostKvBytes } });
-        }
-      }
-      if (its.length === 0) its.push(NO_WORK);
-      // Milestones: the group is admitted with its first pass; without prefill passes its first
-      // tokens come from its first pass (the prompts' KV taken as in place); it finishes with its last.
-      its[0] = { ...its[0]!, admitted: ids, ...(w.phases.prefill ? {} : { firstTokens: ids }) };
-      const last = its.length - 1;
-      its[last] = { ...its[last]!, finished: ids };
-      yield* its;
     }
+    if (w.phases.decode) {
+      let active = size;
+      for (let st = 1; st < outs[0]!; st++) {
+        while (active > 0 && outs[active - 1]! <= st) active--;
+        const past = P + st - 1;
+        const bucket = cfg.contextBucketTokens;
+        const pastB = cfg.memoise ? Math.min(reserve - 1, Math.ceil(past / bucket) * bucket) : past;
+        const shape: PassShape = {
+          phase: 'decode',
+          seqs: active,
+          newTokens: 1,
+          pastTokens: pastB,
+          hostSeqs: N,
+          reserveTokens: reserve,
+        };
+        const hostKvBytes = this.hostKv(plan.decode.config, size, past + 1);
+        its.push(passIteration({ shape, plan: plan.decode, hostKvBytes }, undefined, undefined, NONE));
+      }
+    }
+    if (its.length === 0) its.push(NO_WORK);
+    this.template = { key, passes: its };
+    return its;
   }
 }
 
-/** Pass DAGs simulated on fresh machines, memoised per shape; phase totals, peaks. */
+/** A simulated pass and its GPU busy time by category as entries (added per pass without an array each). */
+interface Simulated {
+  readonly r: PassResult;
+  readonly categories: readonly (readonly [string, number])[];
+}
+
+/**
+ * Pass DAGs simulated on fresh machines, memoised per shape; phase totals, peaks. The memo is
+ * keyed by (phase, sequences, past KV); a shape object met before (the scheduler hands out the
+ * same ones group after group) finds its entry by identity, without building the key.
+ */
 export class PassDagPipeline implements IterationPipeline {
   readonly prefill = emptyTotals();
   readonly decode = emptyTotals();
@@ -152,7 +233,8 @@ export class PassDagPipeline implements IterationPipeline {
   hits = 0;
   events = 0;
   readonly peaks: Record<'vram' | 'host', Record<string, number>> = { vram: {}, host: {} };
-  private readonly memo = new Map<string, PassResult>();
+  private readonly memo = new Map<string, Simulated>();
+  private readonly byShape = new WeakMap<PassShape, Simulated>();
 
   constructor(
     private readonly x: ExecutionContext,
@@ -163,18 +245,28 @@ export class PassDagPipeline implements IterationPipeline {
     const w = it.pass;
     if (!w) return 0 as Ns;
     const { shape } = w;
-    const key = `${shape.phase}|${shape.seqs}|${shape.pastTokens}`;
-    let r = this.s.memoise ? this.memo.get(key) : undefined;
-    if (r) this.hits++;
+    let m: Simulated | undefined;
+    if (this.s.memoise) {
+      m = this.byShape.get(shape);
+      if (!m) {
+        m = this.memo.get(`${shape.phase}|${shape.seqs}|${shape.pastTokens}`);
+        if (m) this.byShape.set(shape, m);
+      }
+    }
+    if (m) this.hits++;
     else {
-      r = this.simulate(w.plan.config, shape, w.hostKvBytes, nowNs);
-      if (this.s.memoise) this.memo.set(key, r);
+      const r = this.simulate(w.plan.config, shape, w.hostKvBytes, nowNs);
+      m = { r, categories: Object.entries(r.gpuBusyNsByCategory) };
+      if (this.s.memoise) {
+        this.memo.set(`${shape.phase}|${shape.seqs}|${shape.pastTokens}`, m);
+        this.byShape.set(shape, m);
+      }
     }
     const into = shape.phase === 'prefill' ? this.prefill : this.decode;
-    addPass(into, r);
+    addPass(into, m);
     into.processedTokens += shape.seqs * shape.newTokens;
     into.generatedTokens += shape.seqs;
-    return r.durationNs as Ns;
+    return m.r.durationNs as Ns;
   }
 
   /** Simulates `shape`; `atNs` places its trace records in the run (undefined: not counted, no trace). */
@@ -206,12 +298,17 @@ export class PassDagPipeline implements IterationPipeline {
   }
 }
 
-function addPass(into: PhaseTotals, r: PassResult): void {
+function addPass(into: PhaseTotals, m: Simulated): void {
+  const r = m.r;
   into.passes++;
   into.ns += r.durationNs;
   into.gpuBusyNs += r.gpuBusyNs;
   const cat = into.gpuBusyNsByCategory;
-  for (const [k, v] of Object.entries(r.gpuBusyNsByCategory)) cat[k] = (cat[k] ?? 0) + v;
+  const entries = m.categories;
+  for (let i = 0; i < entries.length; i++) {
+    const [k, v] = entries[i]!;
+    cat[k] = (cat[k] ?? 0) + v;
+  }
   into.h2dBusyNs += r.h2dBusyNs;
   into.d2hBusyNs += r.d2hBusyNs;
   into.h2dBytes += r.h2dBytes;
