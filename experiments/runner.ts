@@ -130,6 +130,11 @@ export interface RunnerOptions {
   readonly columns?: ColumnChoice;
   /** Width the default box table must fit (default 120). */
   readonly maxWidth?: number;
+  /**
+   * Render the returned table (default true). `reproduce` prints none, so it skips the layout
+   * (seconds for a big sweep's table fitted column by column); the files are written either way.
+   */
+  readonly table?: boolean;
   /** Called once every run has passed preflight, before the first one starts (nothing is called when the input is bad). */
   readonly onReady?: (runs: number) => void;
   /** Run on this backend (a pool shared with other experiments: `moesim reproduce`) instead of `jobs`/`queue`. */
@@ -522,6 +527,11 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   await writeNow(true);
   if (outDir) {
     for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
+  }
+  if (o.table === false) {
+    // The threshold outputs are files too: written, their table left out.
+    await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
+    return { runs, timing, table: '', outDir };
   }
   const extra: Column[] = config.output.columns.map((c) => columnById(family, c) ?? metricColumn(c));
   const rel: Column[] = relCols.map((m) => ({

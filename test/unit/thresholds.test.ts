@@ -1,7 +1,9 @@
 /**
  * `output.thresholds` (experiments/outputs/thresholds.ts): the smallest grid point meeting each
- * target, on hand-made results.
+ * target, on hand-made results; a run without its table (`reproduce`) writes the same files.
  */
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   checkThresholds,
@@ -14,6 +16,7 @@ import {
 import { validateConfig } from '../../experiments/config/load.ts';
 import { expandRuns } from '../../experiments/config/expand.ts';
 import { UserError } from '../../sim/kernel/errors.ts';
+import { tempDir } from '../helpers/cli.ts';
 
 const GiB = 2 ** 30;
 const run = (
@@ -143,4 +146,61 @@ describe('thresholds', () => {
     );
     await expect(expandRuns(config, '.', 't.yaml')).rejects.toThrow(/thresholds.x/);
   });
+});
+
+describe('runExperiment without its table (`table: false`, as `reproduce` runs it)', () => {
+  it('writes the same files, threshold outputs included, and returns no table', async () => {
+    const { runExperiment } = await import('../../experiments/runner.ts');
+    const dir = tempDir('no-table');
+    try {
+      const config = validateConfig(
+        {
+          name: 'no-table',
+          model: 'mixtral-8x7b-hqq',
+          hardware: 'a6000-xeon8358p-512gb',
+          runtime: 'hf-eager-moepic-hqq',
+          workload: {
+            requests: 2,
+            arrival: { kind: 'offline' },
+            promptTokens: { kind: 'fixed', tokens: 8 },
+            outputTokens: { kind: 'fixed', tokens: 3 },
+          },
+          executor: { batching: 'static', maxBatchSize: 1, maxWaitMs: 0 },
+          sweep: { 'policy.budgetExperts': [32, 256] },
+          policies: [{ name: 'mixtral-offloading' }],
+          output: {
+            thresholds: {
+              name: 'th',
+              x: 'policy.budgetExperts',
+              metric: 'tpotMs.mean',
+              targets: [1e9, 1e-9],
+              report: 'peakBytes.vram.total',
+              unit: 'GiB',
+            },
+            plots: [{ name: 'p', x: 'policy.budgetExperts', y: 'metrics.tpotMs.mean', series: 'policy', kind: 'line' }],
+          },
+        },
+        path.join(dir, 'no-table.yaml'),
+      );
+      const loaded = { config, file: path.join(dir, 'no-table.yaml'), baseDir: dir };
+      const withTable = await runExperiment(loaded, { outDir: path.join(dir, 'a'), jobs: 1, progress: false });
+      const without = await runExperiment(loaded, {
+        outDir: path.join(dir, 'b'),
+        jobs: 1,
+        progress: false,
+        table: false,
+      });
+      expect(withTable.table).toMatch(/mixtral-offloading/);
+      expect(without.table).toBe('');
+      const files = readdirSync(path.join(dir, 'a')).sort();
+      expect(files).toEqual(expect.arrayContaining(['results.json', 'runs.csv', 'th.json', 'th.svg', 'p.svg']));
+      expect(readdirSync(path.join(dir, 'b')).sort()).toEqual(files);
+      for (const f of files) {
+        if (f === 'timing.json') continue;
+        expect(readFileSync(path.join(dir, 'b', f), 'utf8'), f).toBe(readFileSync(path.join(dir, 'a', f), 'utf8'));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -136,6 +136,7 @@ export async function reproduce(papers: readonly Paper[], o: ReproduceOptions): 
         progress: false,
         jobs: 1,
         resume: true,
+        table: false,
         log: (m) => o.log(`${p.paper}/${p.name}: ${m}`),
         onReady: (runs) => {
           bar.total(runs);
