@@ -528,11 +528,9 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   if (outDir) {
     for (const plot of config.output.plots) await put(`${plot.name}.svg`, await renderPlot(plot, runs));
   }
-  if (o.table === false) {
-    // The threshold outputs are files too: written, their table left out.
-    await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
-    return { runs, timing, table: '', outDir };
-  }
+  // The threshold outputs are files too: written either way, their table printed under the main one.
+  const thresholdTable = await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
+  if (o.table === false) return { runs, timing, table: '', outDir };
   const extra: Column[] = config.output.columns.map((c) => columnById(family, c) ?? metricColumn(c));
   const rel: Column[] = relCols.map((m) => ({
     id: `rel:${m}`,
@@ -555,7 +553,7 @@ export async function runExperiment(loaded: LoadedConfig, o: RunnerOptions = {})
   }
   if (config.output.seedSummary.length > 0)
     table += `\n${renderSeedSummary(tableRows, config.output.seedSummary, o.tableStyle)}`;
-  table += await thresholdOutputs(config.output.thresholds, runs, o.tableStyle, outDir ? put : undefined);
+  table += thresholdTable;
   return { runs, timing, table, outDir };
 }
 

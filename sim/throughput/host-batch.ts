@@ -83,7 +83,7 @@ const NO_WORK: Iteration = passIteration(undefined, undefined, undefined, NONE);
  *
  * A group's passes depend only on its size and its sorted outputs, and a workload's groups mostly
  * repeat them (fixed output lengths: every group but the last), so the passes without request ids
- * are built once per such signature (`GroupPasses`, the last one kept) and handed out by position;
+ * are built once per such signature (`passesOf`, the last one kept) and handed out by position;
  * only the iterations naming requests (prefill passes, the group's first and last) are built per
  * group. A run of llama.cpp-like decoding (8 sequences a group, 512 steps each) has millions of
  * iterations: they cost a lookup each, not a pass object, a host-KV figure and a generator step.
@@ -91,10 +91,10 @@ const NO_WORK: Iteration = passIteration(undefined, undefined, undefined, NONE);
 export class HostBatchScheduler implements IterationScheduler {
   groups = 0;
   sequencesRun = 0;
-  /** The current group: its shared passes, the per-group ones at the head and its last. */
-  private base: readonly Iteration[] = [];
+  /** The current group's passes without request ids (empty: no group left). */
+  private base: readonly Iteration[] = NONE;
+  /** Its iterations that name requests: the first ones (`head`) and its last (`tail`). */
   private head: Iteration[] = [];
-  private last = -1;
   private tail: Iteration = NO_WORK;
   private at = 0;
   /** The next group's first request. */
@@ -113,55 +113,49 @@ export class HostBatchScheduler implements IterationScheduler {
   }
 
   get done(): boolean {
-    return this.at > this.last;
+    return this.at >= this.base.length;
   }
 
   next(_nowNs: Ns): Iteration {
     const i = this.at;
-    if (i > this.last) throw new RangeError('host-batch scheduler: no iteration left');
-    const it = i < this.head.length ? this.head[i]! : i === this.last ? this.tail : this.base[i]!;
+    const last = this.base.length - 1;
+    if (i > last) throw new RangeError('host-batch scheduler: no iteration left');
+    const it = i < this.head.length ? this.head[i]! : i === last ? this.tail : this.base[i]!;
     this.at = i + 1;
-    if (this.at > this.last) this.openGroup();
+    if (i === last) this.openGroup();
     return it;
   }
 
   /** Makes the next group current (none left: `done`). */
   private openGroup(): void {
     this.at = 0;
-    this.last = -1;
+    this.base = NONE;
     const src = this.src;
     const g = this.nextRequest;
     if (g >= src.count) return;
-    const cfg = this.s;
-    if (cfg.maxHostBatches !== undefined && this.groups >= cfg.maxHostBatches) return;
-    const N = this.plan.hostBatchSeqs;
+    if (this.s.maxHostBatches !== undefined && this.groups >= this.s.maxHostBatches) return;
     this.groups++;
-    const size = Math.min(N, src.count - g);
+    const size = Math.min(this.plan.hostBatchSeqs, src.count - g);
     this.nextRequest = g + size;
-    const outs = Array.from({ length: size }, (_, i) => src.outputTokens(g + i)).sort((a, b) => b - a);
     this.sequencesRun += size;
+    const outs = Array.from({ length: size }, (_, i) => src.outputTokens(g + i)).sort((a, b) => b - a);
     const ids = Array.from({ length: size }, (_, i) => g + i);
     const base = this.passesOf(size, outs);
-    const prefill = this.x.workload.phases.prefill;
-    const head: Iteration[] = [];
-    if (prefill) {
-      const Bp = this.plan.prefill.batchSeqs;
-      for (let off = 0, j = 0; off < size; off += Bp, j++) {
-        head.push(passIteration(base[j]!.pass, undefined, ids.slice(off, off + Math.min(Bp, size - off)), NONE));
-      }
-    }
-    // Milestones: the group is admitted with its first pass; without prefill passes its first
-    // tokens come from its first pass (the prompts' KV taken as in place); it finishes with its last.
-    const first = head[0] ?? base[0]!;
-    head[0] = passIteration(first.pass, ids, prefill ? first.firstTokens : ids, first.finished);
     const last = base.length - 1;
-    const end = last < head.length ? head[last]! : base[last]!;
-    const tail = passIteration(end.pass, end.admitted, end.firstTokens, ids);
-    if (last < head.length) head[last] = tail;
+    // Milestones: the group is admitted with its first pass; a prefill pass gives its sequences'
+    // first tokens (without prefill passes the first pass gives them all: the prompts' KV taken as
+    // in place); the group finishes with its last pass.
+    const prefill = this.x.workload.phases.prefill;
+    const Bp = this.plan.prefill.batchSeqs;
+    const named = prefill ? Math.ceil(size / Bp) : 1;
+    const head: Iteration[] = [];
+    for (let j = 0; j < named; j++) {
+      const firstTokens = prefill ? ids.slice(j * Bp, Math.min(size, (j + 1) * Bp)) : ids;
+      head.push(passIteration(base[j]!.pass, j === 0 ? ids : undefined, firstTokens, j === last ? ids : NONE));
+    }
     this.base = base;
     this.head = head;
-    this.last = last;
-    this.tail = tail;
+    this.tail = last < named ? head[last]! : passIteration(base[last]!.pass, undefined, undefined, ids);
   }
 
   /** The passes of a group of `size` with outputs `outs` (descending), without request ids; at least one. */
@@ -244,29 +238,37 @@ export class PassDagPipeline implements IterationPipeline {
   run(it: Iteration, nowNs: Ns): Ns {
     const w = it.pass;
     if (!w) return 0 as Ns;
+    const m = this.s.memoise ? this.memoised(w, nowNs) : this.simulateWork(w, nowNs);
     const { shape } = w;
-    let m: Simulated | undefined;
-    if (this.s.memoise) {
-      m = this.byShape.get(shape);
-      if (!m) {
-        m = this.memo.get(`${shape.phase}|${shape.seqs}|${shape.pastTokens}`);
-        if (m) this.byShape.set(shape, m);
-      }
-    }
-    if (m) this.hits++;
-    else {
-      const r = this.simulate(w.plan.config, shape, w.hostKvBytes, nowNs);
-      m = { r, categories: Object.entries(r.gpuBusyNsByCategory) };
-      if (this.s.memoise) {
-        this.memo.set(`${shape.phase}|${shape.seqs}|${shape.pastTokens}`, m);
-        this.byShape.set(shape, m);
-      }
-    }
     const into = shape.phase === 'prefill' ? this.prefill : this.decode;
     addPass(into, m);
     into.processedTokens += shape.seqs * shape.newTokens;
     into.generatedTokens += shape.seqs;
     return m.r.durationNs as Ns;
+  }
+
+  /** `w`'s pass from the memo (a hit), else simulated and remembered. */
+  private memoised(w: PassWork, nowNs: Ns): Simulated {
+    const { shape } = w;
+    let m = this.byShape.get(shape);
+    if (m) {
+      this.hits++;
+      return m;
+    }
+    const key = `${shape.phase}|${shape.seqs}|${shape.pastTokens}`;
+    m = this.memo.get(key);
+    if (m) this.hits++;
+    else {
+      m = this.simulateWork(w, nowNs);
+      this.memo.set(key, m);
+    }
+    this.byShape.set(shape, m);
+    return m;
+  }
+
+  private simulateWork(w: PassWork, nowNs: Ns): Simulated {
+    const r = this.simulate(w.plan.config, w.shape, w.hostKvBytes, nowNs);
+    return { r, categories: Object.entries(r.gpuBusyNsByCategory) };
   }
 
   /** Simulates `shape`; `atNs` places its trace records in the run (undefined: not counted, no trace). */
