@@ -55,7 +55,7 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
     mutate: ['sim/throughput/**/*.ts'],
     tests: [
       'test/unit/{throughput-*,moe-lens-*,cap}.test.ts',
-      'test/property/{throughput,cap}.test.ts',
+      'test/property/{throughput,cap,host-batch}.test.ts',
       // Exact goldens: the throughput family's metrics and timelines (every task's label, track and times).
       'test/golden/{systems,timelines}.test.ts',
     ],
