@@ -3,13 +3,20 @@
  * inputs (`workloads/synthetic/tape.ts`): every route and peek answer equals a router without
  * the tape, whether the tape covers the call or the replaying router has to generate past its end;
  * both paths are counted. Other seeds, knobs, tasks or prompt lengths get routing of their own.
+ * Tapes are bounded per thread with their objects counted: past the bound, requests are not taped.
  */
 import { describe, expect, it } from 'vitest';
 import { Rng, RngStreams } from '../../sim/kernel/rng.ts';
 import type { RequestRouter, RequestSpec, Workload } from '../../sim/workload.ts';
 import { buildWorkload, WorkloadSchema } from '../../workloads/config.ts';
 import { SyntheticRouting } from '../../workloads/synthetic/router.ts';
-import { clearRoutingTapes, TapeRouter } from '../../workloads/synthetic/tape.ts';
+import {
+  clearRoutingTapes,
+  MAX_BYTES,
+  TAPE_OBJECT_BYTES,
+  TapeRouter,
+  tapeSet,
+} from '../../workloads/synthetic/tape.ts';
 
 const MIXTRAL = { modelId: 'mixtral-8x7b', moeLayers: 32, experts: 8, topK: 2 };
 
@@ -85,5 +92,30 @@ describe('routing tape', () => {
     }
     expect(replayed).toBe(2 * 3 * 8);
     expect(past).toBe(3 * 4);
+  });
+});
+
+describe('routing tape bound', () => {
+  it('counts each tape object: once the thread bound is reached no tape is made, and kept tapes still answer', () => {
+    clearRoutingTapes();
+    const set = tapeSet('bound test', 64);
+    // 64 MiB / 128 B = 524 288 empty tapes fit; the next request gets none.
+    const fit = MAX_BYTES / TAPE_OBJECT_BYTES;
+    expect(fit).toBe(524_288);
+    let made = 0;
+    for (let id = 0; id < fit; id++) if (set.tapeFor(id, 'mmlu', 10) !== undefined) made++;
+    expect(made).toBe(fit);
+    expect(set.tapeFor(fit, 'mmlu', 10)).toBeUndefined();
+    expect(set.tapeFor(fit + 1, 'mmlu', 10)).toBeUndefined();
+    expect(set.size).toBe(fit);
+    expect(set.bytes).toBe(MAX_BYTES);
+    // A tape already kept is found again (same request), and another request's id stays refused.
+    expect(set.tapeFor(7, 'mmlu', 10)).toBeDefined();
+    expect(set.tapeFor(7, 'gsm8k', 10)).toBeUndefined();
+    // A full bound refuses a kept tape's growth too: it stays empty and the request is generated.
+    const t = set.tapeFor(3, 'mmlu', 10)!;
+    t.append(new Int32Array(64).fill(1), 0, 0);
+    expect(t.tokens).toBe(0);
+    clearRoutingTapes();
   });
 });

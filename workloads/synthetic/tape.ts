@@ -7,15 +7,26 @@
  * request writes each token it generates to the request's tape; a later run's router reads the
  * tape, and only past its end builds a generator (which regenerates from token 0, as a router
  * asked for released tokens does, and extends the tape). Bounded per thread: `MAX_TAPES`
- * routing sources and `MAX_BYTES` of tape; models of more than 256 experts are not taped.
+ * routing sources and `MAX_BYTES` of tapes, each tape counted with its object
+ * (`TAPE_OBJECT_BYTES`), so a long run stops making tapes once the bound is reached instead of
+ * keeping an empty one per request; models of more than 256 experts are not taped.
  */
 import { BoundedMemo } from '../../sim/bounded-memo.ts';
 import type { RequestRouter } from '../../sim/workload.ts';
 
 /** Tape bytes per thread (one byte per expert slot: a 64-request MMLU run of Qwen1.5-MoE holds ~3.5 MB). */
-const MAX_BYTES = 64 * 1024 * 1024;
+export const MAX_BYTES = 64 * 1024 * 1024;
 /** Routing sources remembered per thread (a sweep runs one case's runs next to each other). */
 const MAX_TAPES = 4;
+/**
+ * What a tape costs before any routing is in it: the `RoutingTape` object (72 B in a V8 heap
+ * snapshot of the 100 K-request scale point, Node 20) and its entry in its set's map, rounded
+ * up. Counted against `MAX_BYTES`: uncounted, a 1 M-request run kept a million empty tapes (with
+ * a fresh empty array each: 256 B per request, ~55 % of that run's live heap per request).
+ */
+export const TAPE_OBJECT_BYTES = 128;
+/** The data of a tape with nothing recorded (shared: a tape writes only into arrays it grew). */
+const EMPTY = new Uint8Array(0);
 
 /** The routing of one request, tokens [0, tokens), token-major (L·k expert ids per token). */
 export class RoutingTape {
@@ -28,7 +39,7 @@ export class RoutingTape {
     private readonly stride: number,
     private readonly owner: TapeSet,
   ) {
-    this.data = new Uint8Array(0);
+    this.data = EMPTY;
   }
 
   /** Records token `t` from src[pos … pos + L·k) if it is the next one and the thread's bound allows. */
@@ -105,14 +116,21 @@ export class TapeSet {
 
   /**
    * The tape of request `id`: its own if recorded for the same task and prompt length, a new one
-   * if none; undefined if the id's tape was made for another request (then nothing is taped).
+   * if none and the thread's bound has room for it; undefined if the id's tape was made for
+   * another request or there is no room (then nothing is taped).
    */
   tapeFor(id: number, task: string | undefined, promptTokens: number): RoutingTape | undefined {
     const t = this.byId.get(id);
     if (t) return t.task === task && t.promptTokens === promptTokens ? t : undefined;
+    if (!this.reserve(TAPE_OBJECT_BYTES)) return undefined;
     const made = new RoutingTape(task, promptTokens, this.stride, this);
     this.byId.set(id, made);
     return made;
+  }
+
+  /** Tapes kept. */
+  get size(): number {
+    return this.byId.size;
   }
 
   reserve(bytes: number): boolean {
