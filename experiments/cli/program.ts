@@ -17,7 +17,7 @@ import { hardwareCommand } from './commands/hardware.ts';
 import { newCommand } from './commands/new.ts';
 import { reportCommand } from './commands/report.ts';
 import { reproduceCommand } from './commands/reproduce.ts';
-import { traceCommand } from './commands/trace.ts';
+import { namesTrace, traceStub } from './commands/trace-name.ts';
 import { workerCommand } from './commands/worker.ts';
 
 /** A `PluginError` of the runner (checked by name: the runner is loaded only when a command needs it). */
@@ -47,6 +47,8 @@ export function reportError(err: unknown, debug = false): number {
 
 export async function main(argv: string[]): Promise<number> {
   try {
+    // The trace tools are loaded only for `moesim trace …` (`trace-name.ts`).
+    const traceCommand = namesTrace(argv) ? (await import('./commands/trace.ts')).traceCommand : traceStub;
     await yargs(argv)
       .scriptName('moesim')
       .command(experimentCommand)

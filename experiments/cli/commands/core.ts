@@ -4,7 +4,6 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import type { CommandModule } from 'yargs';
-import { loadConfigFile } from '../../config/load.ts';
 import { checkOutDir, folderName, printable } from '../../outputs/out-dir.ts';
 import { UserError } from '../../../sim/kernel/errors.ts';
 
@@ -92,6 +91,7 @@ export const experimentCommand: CommandModule<object, ExperimentArgs> = {
       const { probe } = await import('../../parallel/queue.ts');
       await probe(args.queue);
     }
+    const { loadConfigFile } = await import('../../config/load.ts');
     const loaded = loadConfigFile(file);
     const outDir = args.out ?? path.join('results', folderName(loaded.config.name));
     // Before anything is simulated: a folder that cannot be written fails now, not after the first run.
@@ -149,6 +149,7 @@ export const validateCommand: CommandModule<object, { config: string }> = {
     'check an experiment config without running it: schema, profiles, policies, sweeps, files, and that every run fits the machine',
   builder: (y) => y.positional('config', { type: 'string', demandOption: true }) as never,
   handler: async (args) => {
+    const { loadConfigFile } = await import('../../config/load.ts');
     const loaded = loadConfigFile(args.config);
     // Exactly what `experiment` checks before its first run (the same function, the same messages).
     const { preflight } = await import('../../runner.ts');

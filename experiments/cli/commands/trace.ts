@@ -51,6 +51,7 @@ import {
   twinTrace,
 } from '../../../workloads/stats/cache-tools.ts';
 import { parseColumns } from '../../../workloads/import/parquet.ts';
+import { TRACE_COMMAND } from './trace-name.ts';
 
 const out = (s: string): void => void process.stdout.write(s.endsWith('\n') ? s : `${s}\n`);
 const err = (s: string): void => void process.stderr.write(s.endsWith('\n') ? s : `${s}\n`);
@@ -722,8 +723,7 @@ const pct = (d: Record<string, Record<string, number>>): Record<string, Record<s
   );
 
 export const traceCommand: CommandModule = {
-  command: 'trace <command>',
-  describe: 'routing traces: stats, calibrate, generate, compare, import, activation',
+  ...TRACE_COMMAND,
   builder: (y: Argv) =>
     y
       .command(statsCommand)
