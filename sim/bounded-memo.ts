@@ -8,6 +8,8 @@
  */
 export class BoundedMemo<V> {
   private readonly map = new Map<string, V>();
+  /** The values in `map` (a value forgotten is no longer here). */
+  private readonly kept = new Set<V>();
   /** Size held by every entry (as `sizeOf` and `reserve` counted it). */
   private total = 0;
 
@@ -49,16 +51,22 @@ export class BoundedMemo<V> {
     while (this.map.size > 0 && (this.map.size >= this.maxEntries || this.total + size > this.maxSize)) {
       const [oldest, old] = this.map.entries().next().value!;
       this.map.delete(oldest);
+      this.kept.delete(old);
       this.total -= this.sizeOf(old);
     }
     this.map.set(key, value);
+    this.kept.add(value);
     this.total += size;
     return true;
   }
 
-  /** Room for a kept value to grow by `size`: true (counted) if the bound allows, else false. */
-  reserve(size: number): boolean {
-    if (this.total + size > this.maxSize) return false;
+  /**
+   * Room for `value` to grow by `size`: true (counted) if it is still kept and the bound allows,
+   * else false. A forgotten value (still used by its run) is refused: its growth would be counted
+   * and never given back, shrinking the room of every later value for the thread's life.
+   */
+  reserve(value: V, size: number): boolean {
+    if (this.total + size > this.maxSize || !this.kept.has(value)) return false;
     this.total += size;
     return true;
   }
@@ -71,6 +79,7 @@ export class BoundedMemo<V> {
   /** Forgets everything (tests). */
   clear(): void {
     this.map.clear();
+    this.kept.clear();
     this.total = 0;
   }
 }

@@ -43,7 +43,7 @@ export class PredictionMemo {
     const byRequest = this.byRequest;
     const i = token * this.L + layer;
     if (byRequest[requestId]?.[i] !== undefined) return;
-    if (!memos.reserve(ranked.length)) return;
+    if (!memos.reserve(this, ranked.length)) return;
     // Grown densely (holes would turn the arrays into dictionaries).
     while (byRequest.length <= requestId) byRequest.push([]);
     const lists = byRequest[requestId]!;

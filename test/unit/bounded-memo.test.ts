@@ -32,14 +32,33 @@ describe('BoundedMemo', () => {
     const m = new BoundedMemo<Box>(1, 10, (b) => b.size);
     const a: Box = { size: 0 };
     m.set('a', a);
-    expect(m.reserve(6)).toBe(true);
+    expect(m.reserve(a, 6)).toBe(true);
     a.size += 6;
-    expect(m.reserve(5)).toBe(false); // 6 + 5 > 10
-    m.set('b', { size: 0 }); // a forgotten: its 6 given back
-    expect(m.reserve(10)).toBe(true);
-    expect(m.reserve(1)).toBe(false);
+    expect(m.reserve(a, 5)).toBe(false); // 6 + 5 > 10
+    const b: Box = { size: 0 };
+    m.set('b', b); // a forgotten: its 6 given back
+    expect(m.reserve(b, 10)).toBe(true);
+    expect(m.reserve(b, 1)).toBe(false);
     m.clear();
-    expect(m.reserve(10)).toBe(true);
-    expect([...m.values()]).toEqual([]);
+    expect(m.reserve(b, 10)).toBe(false); // cleared: b is no longer kept
+    const c: Box = { size: 0 };
+    m.set('c', c);
+    expect(m.reserve(c, 10)).toBe(true);
+    expect([...m.values()]).toEqual([c]);
+  });
+});
+
+describe('BoundedMemo forgotten values', () => {
+  it('refuses growth of a value it no longer keeps, so the room it gave back stays free', () => {
+    const m = new BoundedMemo<Box>(1, 10, (b) => b.size);
+    const a: Box = { size: 0 };
+    m.set('a', a);
+    expect(m.reserve(a, 4)).toBe(true);
+    a.size += 4;
+    const b: Box = { size: 0 };
+    m.set('b', b); // a forgotten (entry bound 1): its 4 given back
+    // a is still used by its run: growing it is refused, not counted for ever.
+    expect(m.reserve(a, 3)).toBe(false);
+    expect(m.reserve(b, 10)).toBe(true); // the whole bound is b's
   });
 });

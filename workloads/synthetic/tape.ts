@@ -134,7 +134,7 @@ export class TapeSet {
   }
 
   reserve(bytes: number): boolean {
-    if (!sets.reserve(bytes)) return false;
+    if (!sets.reserve(this, bytes)) return false;
     this.bytes += bytes;
     return true;
   }
