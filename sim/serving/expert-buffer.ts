@@ -455,7 +455,9 @@ export class TopSegmentCache implements SegmentCacheView {
     const t: TopEntry = {
       key,
       state: resident ? 'resident' : 'loading',
-      fraction,
+      // The bytes decide the split: a fraction that rounds to every byte (0.9999999999999996 from a
+      // configurator's arithmetic) is the whole expert, with no bottom left to move or compute.
+      fraction: bytes === this.bytesPerExpert ? 1 : fraction,
       bytes,
       pinned: false,
       allocation,

@@ -1,7 +1,7 @@
 /**
  * MoEpic's top-segment cache (`TopSegmentCache`) by hand: the bytes of a top, the (0, 1] range of
  * a top fraction, duplicate and over-capacity adds, arrivals and releases with their residency
- * records under key + span. A whole-set mutation sample found the fraction check unguarded, and
+ * records under key + span, a fraction that rounds to the whole expert. A whole-set mutation sample found the fraction check unguarded, and
  * `ExpertBuffer.isLoading` (policy-view API no built-in code calls) never run.
  */
 import { describe, expect, it } from 'vitest';
@@ -27,6 +27,15 @@ describe('TopSegmentCache', () => {
       expect(() => c.add(k(1), f, true)).toThrow(`top fraction ${f} of expert 1 outside (0, 1]`);
     expect(c.size).toBe(0);
     expect(c.add(k(1), 1, true).bytes).toBe(100);
+  });
+
+  it('a fraction that rounds to every byte is the whole expert (no bottom of 0 bytes left to fetch)', () => {
+    const { c } = cache();
+    // 0.996 × 100 B rounds to 100 B: the top holds the whole expert, fraction 1.
+    expect(c.add(k(1), 0.996, true)).toMatchObject({ fraction: 1, bytes: 100 });
+    expect(c.topFraction(k(1))).toBe(1);
+    // 0.994 × 100 B rounds to 99 B: a 1-byte bottom remains, the fraction as given.
+    expect(c.add(k(2), 0.994, true)).toMatchObject({ fraction: 0.994, bytes: 99 });
   });
 
   it('bytes are the rounded share of an expert; duplicates and overflow throw', () => {
