@@ -52,7 +52,9 @@ export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals 
 }
 
 /**
- * Throughput family: passes and activated pairs from the phase totals; KV and contexts from the
+ * Throughput family: passes and activated pairs from the phase totals (each pair once per pass,
+ * `passActivatedPairs`: an expert that several micro-batches of a pass compute is one activated
+ * expert of that pass, MoE-CAP's indicator 1[l, i]); KV and contexts from the
  * padded prompt P and the longest output O (mean decode context P + O/2); ω and gpuLayers from
  * the decode plan (weighted by phase time when both phases ran; when the two phases' fractions
  * differ, `phases` carries each phase's totals so that `capMetrics` charges each phase's bytes and
@@ -60,7 +62,7 @@ export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals 
  * passes alone (MoE-CAP defines both metrics on decoding).
  */
 export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?: 'decode'): CapTotals {
-  const none = { ...o.prefill, passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0 };
+  const none = { ...o.prefill, passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, passActivatedPairs: 0 };
   const p = only === 'decode' ? none : o.prefill;
   const d = o.decode;
   // The padded prompt length P (the outcome's promptTokens is P, not a total).
@@ -103,7 +105,7 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
       passes: x.passes,
       tokens: tok[ph],
       contextTokenSum: ctx[ph],
-      activatedPairs: traced ? x.activatedPairs : estimateOf(x.passes),
+      activatedPairs: traced ? x.passActivatedPairs : estimateOf(x.passes),
       kvReadBytes: kv[ph] * m.derived.kvBytesPerToken,
       forwardNs: x.ns,
       cpuAttentionFrac: frac(ph, omega),
@@ -114,7 +116,7 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
     passes,
     tokens,
     contextTokenSum: context,
-    activatedPairs: traced ? p.activatedPairs + d.activatedPairs : estimateOf(passes),
+    activatedPairs: traced ? p.passActivatedPairs + d.passActivatedPairs : estimateOf(passes),
     ...(traced ? {} : { activations: 'uniform-estimate' as const }),
     kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
     forwardNs: total,

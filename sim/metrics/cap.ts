@@ -7,8 +7,10 @@
  * - **S-MBU** (Eq. 4, dynamic batching Eq. 6) = Σ_passes (S_activated + S_KV) / Σ_passes latency
  *   / peak bandwidth: a ratio of sums over forward passes.
  *   S_activated per pass = layers × S_attn (attention projections + norms; router excluded, as in
- *   the paper) + Σ_(MoE layer, expert) activated in that pass × expert bytes + shared experts of
- *   every MoE layer (always used) + the dense FFN of every non-MoE layer (Eq. 4 with n_expert = 1).
+ *   the paper) + Σ_(MoE layer, expert) activated in that pass × expert bytes (the indicator
+ *   1[l, i]: an expert counted once per pass, even where several micro-batches of the pass each
+ *   compute it, as in model-based batching) + shared experts of every MoE layer (always used) +
+ *   the dense FFN of every non-MoE layer (Eq. 4 with n_expert = 1).
  *   Embedding and LM head are excluded (the paper excludes them).
  *   S_KV = KV bytes the pass reads (the paper says only "the KV cache size"; we read it as the KV
  *   read by the pass).

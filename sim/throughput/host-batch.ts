@@ -320,6 +320,7 @@ function addPass(into: PhaseTotals, m: Simulated): void {
   into.routedTokenSlots += r.routedTokenSlots;
   into.expertLayerPairs += r.expertLayerPairs;
   into.activatedPairs += r.activatedPairs;
+  into.passActivatedPairs += r.passActivatedPairs;
 }
 
 /** The default execution of a plan: the host-batch scheduler over the pass-DAG pipeline. */

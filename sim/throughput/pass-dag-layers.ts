@@ -14,6 +14,7 @@ import { hold, releasing, Ring, type RingSlot } from './dag-emitter.ts';
 import { LayerPrices } from './layer-prices.ts';
 import { type CachedModules, cpuAttentionSeqs, KV_OUT_BUFFERS, type ModelModules } from './memory-model.ts';
 import { type CountsFn, mlaUpProjection } from './pass-config.ts';
+import { RoutingTally } from './routing-tally.ts';
 import type { PassConfig, PassShape } from './types.ts';
 
 /** What the layer builders read: the pass's inputs and the model's modules. */
@@ -44,10 +45,8 @@ interface GpuLayer {
 
 /** Builds layers into an emitter and tallies the routing it met. */
 export class LayerBuilder {
-  /** Σ routed token-slots over the MoE layers built, and the (MoE layer, expert) pairs; those with a token. */
-  routedTokenSlots = 0;
-  expertLayerPairs = 0;
-  activatedPairs = 0;
+  /** The routing the builders met (per expert GEMM and per pass). */
+  readonly tally: RoutingTally;
   private readonly c: PassConfig;
   /** Tokens of the pass, new tokens and past tokens per sequence. */
   private readonly T: number;
@@ -76,6 +75,7 @@ export class LayerBuilder {
     this.weightRing = new Ring(c.weightSlots, 'w');
     this.kvInRing = new Ring(c.kvBuffers, 'ki');
     this.countsBuf = new Float64Array(inp.mm.experts);
+    this.tally = new RoutingTally(inp.model.moeLayers, inp.mm.experts);
   }
 
   /** A CPU layer (llama.cpp): weights read in host DRAM. Returns its last task. */
@@ -110,13 +110,10 @@ export class LayerBuilder {
       for (let x = 0; x < inp.mm.experts; x++) {
         const cnt = counts[x]!;
         slots += cnt;
-        this.expertLayerPairs++;
-        if (cnt > 0) {
-          activated++;
-          this.activatedPairs++;
-        }
+        this.tally.pair(mi, x, cnt);
+        if (cnt > 0) activated++;
       }
-      this.routedTokenSlots += slots;
+      this.tally.routedTokenSlots += slots;
       flops = slots * dv.expertFlopsPerToken + T * dv.sharedExpertFlopsPerToken;
       bytes = activated * inp.mm.expertBytes + dv.sharedExpertBytesPerLayer;
     } else {
@@ -370,14 +367,13 @@ export class LayerBuilder {
     counts.fill(0);
     this.inp.counts(mi, tokens, counts);
     if (e.streaming) {
-      this.expertsStreamed(l, after, weightDep, streamOwn);
+      this.expertsStreamed(l, mi, after, weightDep, streamOwn);
       return;
     }
     for (let x = 0; x < mm.experts; x++) {
       const cnt = counts[x]!;
-      this.routedTokenSlots += cnt;
-      this.expertLayerPairs++;
-      if (cnt > 0) this.activatedPairs++;
+      this.tally.routedTokenSlots += cnt;
+      this.tally.pair(mi, x, cnt);
       let w = -1;
       let key: RingSlot | undefined;
       let fill = -1;
@@ -415,16 +411,15 @@ export class LayerBuilder {
    * `experts` in streaming mode (the counts already in `countsBuf`): the same tallies, tasks
    * and deps, priced with no objects.
    */
-  private expertsStreamed(l: number, after: number, weightDep: number, streamOwn: boolean): void {
+  private expertsStreamed(l: number, mi: number, after: number, weightDep: number, streamOwn: boolean): void {
     const { c, e } = this;
     const { mm, cached } = this.inp;
     const counts = this.countsBuf;
     const firstStreamed = cached.cachedExperts[l]!;
     for (let x = 0; x < mm.experts; x++) {
       const cnt = counts[x]!;
-      this.routedTokenSlots += cnt;
-      this.expertLayerPairs++;
-      if (cnt > 0) this.activatedPairs++;
+      this.tally.routedTokenSlots += cnt;
+      this.tally.pair(mi, x, cnt);
       let w = -1;
       let fill = -1;
       if (streamOwn && x >= firstStreamed && (cnt > 0 || c.streamAllExperts)) {

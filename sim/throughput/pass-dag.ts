@@ -85,8 +85,10 @@ export interface PassDag {
   /** Σ routed token-slots over the MoE layers built, and the (MoE layer, expert) pairs. */
   readonly routedTokenSlots: number;
   readonly expertLayerPairs: number;
-  /** (MoE layer, expert) pairs with at least one token. */
+  /** (MoE layer, expert) pairs with at least one token, per expert GEMM (micro-batches each count theirs). */
   readonly activatedPairs: number;
+  /** (MoE layer, expert) pairs with at least one token in the pass, each once (`RoutingTally.passActivatedPairs`). */
+  readonly passActivatedPairs: number;
   readonly layersBuilt: number;
   readonly moeLayersBuilt: number;
   /** Per layer built: the task its next layer's compute follows (its last kernel or CPU task). */
@@ -149,9 +151,10 @@ export function buildPassDag(inp: DagInput): PassDag {
     finalId,
     cached,
     vram,
-    routedTokenSlots: layers.routedTokenSlots,
-    expertLayerPairs: layers.expertLayerPairs,
-    activatedPairs: layers.activatedPairs,
+    routedTokenSlots: layers.tally.routedTokenSlots,
+    expertLayerPairs: layers.tally.expertLayerPairs,
+    activatedPairs: layers.tally.activatedPairs,
+    passActivatedPairs: layers.tally.passActivatedPairs,
     layersBuilt,
     moeLayersBuilt,
     layerEnds,

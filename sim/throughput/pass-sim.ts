@@ -54,6 +54,7 @@ export interface PassResult {
   readonly routedTokenSlots: number;
   readonly expertLayerPairs: number;
   readonly activatedPairs: number;
+  readonly passActivatedPairs: number;
 }
 
 export function simulatePass(inp: PassSimInput): PassResult {
@@ -112,6 +113,7 @@ export function simulatePass(inp: PassSimInput): PassResult {
     routedTokenSlots: dag.routedTokenSlots,
     expertLayerPairs: dag.expertLayerPairs,
     activatedPairs: dag.activatedPairs,
+    passActivatedPairs: dag.passActivatedPairs,
   };
 }
 

@@ -179,6 +179,8 @@ export interface PhaseTotals {
   routedTokenSlots: number;
   expertLayerPairs: number;
   activatedPairs: number;
+  /** Σ over passes of the (MoE layer, expert) pairs with a token in the pass, each once (MoE-CAP's S_activated). */
+  passActivatedPairs: number;
 }
 
 /** Zeroed totals (every key, in the order results.json prints them). */
@@ -198,4 +200,5 @@ export const emptyTotals = (): PhaseTotals => ({
   routedTokenSlots: 0,
   expertLayerPairs: 0,
   activatedPairs: 0,
+  passActivatedPairs: 0,
 });

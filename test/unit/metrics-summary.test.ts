@@ -111,7 +111,15 @@ describe('servingCapTotals: forward time is the union of [admit, finish]', () =>
 });
 
 describe('throughputCapTotals', () => {
-  const zero = { passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, activatedPairs: 0, expertLayerPairs: 0 };
+  const zero = {
+    passes: 0,
+    ns: 0,
+    processedTokens: 0,
+    generatedTokens: 0,
+    activatedPairs: 0,
+    passActivatedPairs: 0,
+    expertLayerPairs: 0,
+  };
   const plan = {
     prefill: { config: { omega: 1, gpuLayers: 0 } },
     decode: { config: { omega: 0, gpuLayers: 1 } },
@@ -121,8 +129,25 @@ describe('throughputCapTotals', () => {
     promptTokens: 4, // P
     outputTokensMax: 4, // O
     plan,
-    prefill: { ...zero, passes: 1, ns: 1e9, processedTokens: 8, activatedPairs: 5, expertLayerPairs: 3 },
-    decode: { ...zero, passes: 3, ns: 3e9, generatedTokens: 6, activatedPairs: 7, expertLayerPairs: 3 },
+    // Per GEMM (micro-batches each count theirs) 9 and 11; per pass, each pair once: 5 and 7 (what MoE-CAP counts).
+    prefill: {
+      ...zero,
+      passes: 1,
+      ns: 1e9,
+      processedTokens: 8,
+      activatedPairs: 9,
+      passActivatedPairs: 5,
+      expertLayerPairs: 3,
+    },
+    decode: {
+      ...zero,
+      passes: 3,
+      ns: 3e9,
+      generatedTokens: 6,
+      activatedPairs: 11,
+      passActivatedPairs: 7,
+      expertLayerPairs: 3,
+    },
   } as unknown as ThroughputOutcome;
 
   it('both phases: contexts, KV, recorded activations and the phase-time mix', () => {

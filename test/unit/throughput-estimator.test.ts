@@ -415,6 +415,44 @@ describe('estimator: extrapolation and routing counts', () => {
   });
 });
 
+describe('pass DAG: activated experts per GEMM and per pass', () => {
+  it('micro-batches that compute the same experts count them once per pass (MoE-CAP 1[l, i]), once each per GEMM', () => {
+    const model = loadModel('mixtral-8x7b');
+    const hw = loadHardware('moe-gen-c2');
+    const cost = createCostModel(model, hw);
+    // Every token on the first topK (2) experts of every MoE layer.
+    const skewed: CountsFn = (_mi, tokens, out) => {
+      for (let x = 0; x < out.length; x++) out[x] = x < model.topK ? tokens : 0;
+    };
+    const shape = {
+      phase: 'decode',
+      seqs: 48,
+      newTokens: 1,
+      pastTokens: 100,
+      hostSeqs: 48,
+      reserveTokens: 200,
+    } as const;
+    const base = defaultPassConfig(model.layers);
+    // 48 sequences in micro-batches of 16: 3 micro-batches per layer, each runs the layer's experts.
+    const micro: PassConfig = {
+      ...base,
+      weightGranularity: 'layer',
+      weightSlots: 2,
+      expertBatching: 'perMicroBatch',
+      attnMicroSeqs: 16,
+      omega: 1,
+    };
+    const m = buildPassDag({ model, hardware: hw, cost, shape, config: micro, counts: skewed });
+    // 32 MoE layers × 8 experts × 3 micro-batches visited; 2 with tokens in each micro-batch.
+    expect(m.expertLayerPairs).toBe(32 * 8 * 3);
+    expect(m.activatedPairs).toBe(32 * 2 * 3);
+    expect(m.passActivatedPairs).toBe(32 * 2);
+    // One expert pass per layer: both counts agree.
+    const one = buildPassDag({ model, hardware: hw, cost, shape, config: base, counts: skewed });
+    expect([one.activatedPairs, one.passActivatedPairs]).toEqual([32 * 2, 32 * 2]);
+  });
+});
+
 describe('estimator: streamed pricing', () => {
   it('prices every task as earliestFinishes prices the built DAG (streaming mode vs materialised)', () => {
     let compared = 0;
@@ -464,10 +502,16 @@ describe('estimator: streamed pricing', () => {
               expect(streamed.tasks).toHaveLength(0);
               expect(streamed.finalId).toBe(built.finalId);
               expect(streamed.layerEnds).toEqual(built.layerEnds);
-              expect([streamed.routedTokenSlots, streamed.expertLayerPairs, streamed.activatedPairs]).toEqual([
+              expect([
+                streamed.routedTokenSlots,
+                streamed.expertLayerPairs,
+                streamed.activatedPairs,
+                streamed.passActivatedPairs,
+              ]).toEqual([
                 built.routedTokenSlots,
                 built.expertLayerPairs,
                 built.activatedPairs,
+                built.passActivatedPairs,
               ]);
               const got = finishes.finish.subarray(0, built.tasks.length);
               // Every task, the final join included (its unchained tails, listed only when built: none in a full pass).
