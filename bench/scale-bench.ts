@@ -29,6 +29,7 @@ import { servingMetrics } from '../sim/metrics/serving-metrics.ts';
 import type { ServingOutcome } from '../sim/serving/serving-executor.ts';
 import { QUICKSTART, type BenchRecord } from './serving-bench.ts';
 import { SEMI_SPACE_FLAG } from '../experiments/heap.ts';
+import { clearRoutingTapes } from '../workloads/synthetic/tape.ts';
 
 const here = fileURLToPath(import.meta.url);
 const HEAP_CAP_MB = 768;
@@ -57,9 +58,14 @@ const WARMUP_REQUESTS = 5000;
  * One point, in this process: a warm-up run of `WARMUP_REQUESTS` requests (JIT compilation and
  * its inlining choices, which otherwise differ from one process to the next by ±15 % of the
  * per-request cost, settle on the same workload before the clock starts), then the timed run.
+ * The thread's routing tapes are forgotten in between: the timed run routes requests 0…4 999
+ * again with the same seed, and would replay the warm-up's tapes instead of generating them
+ * (`workloads/synthetic/tape.ts`) — a discount of half the routing at 10 K requests and 5 % at
+ * 100 K, which made the 10 K → 100 K growth look superlinear (12.2× on Node 24, session 28).
  */
 async function point(requests: number): Promise<BenchRecord> {
   await run(Math.min(requests, WARMUP_REQUESTS));
+  clearRoutingTapes();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
   const { o, m } = await run(requests);
