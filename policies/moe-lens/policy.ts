@@ -207,6 +207,9 @@ function lensPolicy(p: Params): ThroughputPolicy {
         hostBatches: 1,
         prefill,
         decode,
+        // VSLPipe: decode attention on the CPU, prefill attention on the GPU (§6.4); the plan's one
+        // config (ω = 1) is the memory checks'.
+        attentionOnCpu: { prefill: 0, decode: 1 },
         simulatedPasses: r.iterations,
         memoHits: 0,
         events: r.iterations,

@@ -310,5 +310,7 @@ function lightningReport(
     },
     host: { weights: W, kvPages: r.peakPages * kvPage, total: W + r.peakPages * kvPage, capacity: c.cpuMemBytes },
   };
-  return { ...continuousReport(plan, r, cores, schedule, peaks), routing: 'fallback' as const };
+  // CGOPipe: decode attention on the CPU; the whole batch's prefill on the GPU (`layerCosts.gpuLayerNs`).
+  const attentionOnCpu = { prefill: 0, decode: 1 };
+  return { ...continuousReport(plan, r, cores, schedule, peaks), routing: 'fallback' as const, attentionOnCpu };
 }

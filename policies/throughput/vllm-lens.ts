@@ -130,7 +130,13 @@ function vllmExecution(
       },
       host: { weights: model.derived.totalBytes, total: hostBytes, capacity: hw.hostDramBytes },
     };
-    return { ...continuousReport(plan, r, hw.cpu.cores, schedule, peaks), routing: 'fallback' as const };
+    // "all computations, including GEMMs and attention, on the GPU" (the plan's ω = 1 is the memory checks').
+    const attentionOnCpu = { prefill: 0, decode: 0 };
+    return {
+      ...continuousReport(plan, r, hw.cpu.cores, schedule, peaks),
+      routing: 'fallback' as const,
+      attentionOnCpu,
+    };
   };
   return { scheduler, pipeline, afterIteration: books.afterIteration, report };
 }

@@ -56,10 +56,11 @@ export function servingCapTotals(o: ServingOutcome, m: ModelProfile): CapTotals 
  * `passActivatedPairs`: an expert that several micro-batches of a pass compute is one activated
  * expert of that pass, MoE-CAP's indicator 1[l, i]); KV and contexts from the
  * padded prompt P and the longest output O (mean decode context P + O/2); ω and gpuLayers from
- * the decode plan (weighted by phase time when both phases ran; when the two phases' fractions
- * differ, `phases` carries each phase's totals so that `capMetrics` charges each phase's bytes and
- * FLOPs to the devices by its own fractions). `only: 'decode'`: the decode
- * passes alone (MoE-CAP defines both metrics on decoding).
+ * the plan, ω overridden by the execution's `attentionOnCpu` where it reports one (continuous runs
+ * run prefill attention on the GPU under a plan whose one config says ω = 1); weighted by phase
+ * time when both phases ran; when the two phases' fractions differ, `phases` carries each phase's
+ * totals so that `capMetrics` charges each phase's bytes and FLOPs to the devices by its own
+ * fractions. `only: 'decode'`: the decode passes alone (MoE-CAP defines both metrics on decoding).
  */
 export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?: 'decode'): CapTotals {
   const none = { ...o.prefill, passes: 0, ns: 0, processedTokens: 0, generatedTokens: 0, passActivatedPairs: 0 };
@@ -79,11 +80,16 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const tokens = tok.prefill + tok.decode;
   const context = ctx.prefill + ctx.decode;
   const kvTokens = kv.prefill + kv.decode;
-  const frac = (ph: 'prefill' | 'decode', f: (c: PhaseConfig) => number): number => (o.plan ? f(o.plan[ph].config) : 0);
-  const w = (ph: 'prefill' | 'decode') => (ph === 'prefill' ? p.ns : d.ns);
+  type Ph = 'prefill' | 'decode';
+  const frac = (ph: Ph, f: (c: PhaseConfig) => number): number => (o.plan ? f(o.plan[ph].config) : 0);
+  // Attention on the CPU: where the execution says it ran a phase's attention, that; else the plan's ω.
+  const attention = (ph: Ph): number => o.attentionOnCpu?.[ph] ?? frac(ph, (c) => c.omega);
+  const cpuLayers = (ph: Ph): number =>
+    frac(ph, (c) => (m.layers > 0 ? Math.max(0, m.layers - Math.min(m.layers, c.gpuLayers)) / m.layers : 0));
+  const w = (ph: Ph) => (ph === 'prefill' ? p.ns : d.ns);
   const total = p.ns + d.ns;
-  const mix = (f: (c: PhaseConfig) => number): number =>
-    total > 0 ? (frac('prefill', f) * w('prefill') + frac('decode', f) * w('decode')) / total : 0;
+  const mix = (f: (ph: Ph) => number): number =>
+    total > 0 ? (f('prefill') * w('prefill') + f('decode') * w('decode')) / total : 0;
   // Executors that do not record activations (a self-scheduling policy such as MoE-Lens leaves
   // expertLayerPairs at 0): the expected activated pairs under uniform independent routing of the
   // pass's tokens, E · (1 − (1 − k/E)^tokens per pass) per MoE layer, labelled as an estimate.
@@ -91,14 +97,14 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
   const traced = p.expertLayerPairs + d.expertLayerPairs > 0 || passes === 0;
   const perPass = passes > 0 ? tokens / passes : 0;
   const estimateOf = (n: number) => n * m.moeLayers * m.experts * (1 - Math.pow(1 - m.topK / m.experts, perPass));
-  const omega = (c: PhaseConfig) => c.omega;
-  const cpuLayers = (c: PhaseConfig) =>
-    m.layers > 0 ? Math.max(0, m.layers - Math.min(m.layers, c.gpuLayers)) / m.layers : 0;
-  // Both phases ran and split the work between the devices differently: each phase by its own fractions.
+  // Both phases did work and split it between the devices differently: each phase by its own
+  // fractions. Work, not time: a continuous run books its mixed iterations' time as decode, and its
+  // prefill phase carries the prompt tokens those iterations processed (`policies/moe-lens/totals.ts`).
+  const worked = (x: typeof p) => x.ns > 0 || x.processedTokens > 0 || x.generatedTokens > 0;
   const split =
-    p.ns > 0 &&
-    d.ns > 0 &&
-    (frac('prefill', omega) !== frac('decode', omega) || frac('prefill', cpuLayers) !== frac('decode', cpuLayers));
+    worked(p) &&
+    worked(d) &&
+    (attention('prefill') !== attention('decode') || cpuLayers('prefill') !== cpuLayers('decode'));
   const phase = (ph: 'prefill' | 'decode'): CapTotals => {
     const x = ph === 'prefill' ? p : d;
     return {
@@ -108,8 +114,8 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
       activatedPairs: traced ? x.passActivatedPairs : estimateOf(x.passes),
       kvReadBytes: kv[ph] * m.derived.kvBytesPerToken,
       forwardNs: x.ns,
-      cpuAttentionFrac: frac(ph, omega),
-      cpuLayerFrac: frac(ph, cpuLayers),
+      cpuAttentionFrac: attention(ph),
+      cpuLayerFrac: cpuLayers(ph),
     };
   };
   return {
@@ -120,7 +126,7 @@ export function throughputCapTotals(o: ThroughputOutcome, m: ModelProfile, only?
     ...(traced ? {} : { activations: 'uniform-estimate' as const }),
     kvReadBytes: kvTokens * m.derived.kvBytesPerToken,
     forwardNs: total,
-    cpuAttentionFrac: mix(omega),
+    cpuAttentionFrac: mix(attention),
     cpuLayerFrac: mix(cpuLayers),
     ...(split ? { phases: [phase('prefill'), phase('decode')] } : {}),
   };

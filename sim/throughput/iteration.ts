@@ -113,7 +113,17 @@ export interface ExecutionReport {
   readonly schedule?: Readonly<Record<string, unknown>>;
   /** Routing the pipeline used when not the run's counts (closed forms: even routing, reported as `fallback`). */
   readonly routing?: 'aggregate' | 'fallback';
+  /**
+   * Share of each phase's attention (KV reads and score FLOPs) the execution ran on the CPU, when
+   * its plan's ω does not say it: the continuous pipelines' plans give the family's memory checks
+   * one config for both phases, while they run prefill attention on the GPU (MoE-Lens §6.4).
+   * MoE-CAP's device split reads it (`sim/metrics/cap-totals.ts`); default: the plan's ω.
+   */
+  readonly attentionOnCpu?: AttentionOnCpu;
 }
+
+/** Share of each phase's attention run on the CPU (`ExecutionReport.attentionOnCpu`). */
+export type AttentionOnCpu = Readonly<Record<'prefill' | 'decode', number>>;
 
 /** What an execution is built from: the plan's context, the requests, the routing and the sink. */
 export interface ExecutionContext {

@@ -23,7 +23,7 @@ import type { Ns } from '../kernel/time.ts';
 import type { TraceSink } from '../observe/trace-sink.ts';
 import { arraySource, type AggregateRouter, type RequestSource, type RequestSpec, type Workload } from '../workload.ts';
 import { hostBatchExecution } from './host-batch.ts';
-import { runIterations, type Execution, type ExecutionContext } from './iteration.ts';
+import { runIterations, type AttentionOnCpu, type Execution, type ExecutionContext } from './iteration.ts';
 import { hostNeeded, vramNeeded } from './memory-model.ts';
 import { passConfigProblem, type CountsFn } from './pass-dag.ts';
 import type { PlanContext, ThroughputPolicy } from './policy.ts';
@@ -99,6 +99,8 @@ export interface ThroughputOutcome {
   /** Executions with their own model beside the run (MoE-Lens's analytic model) and counters. */
   readonly analytic?: Readonly<Record<string, number | string>>;
   readonly schedule?: Readonly<Record<string, unknown>>;
+  /** Where the execution ran each phase's attention, when not where its plan's ω says (`ExecutionReport`). */
+  readonly attentionOnCpu?: AttentionOnCpu;
 }
 
 export class ThroughputExecutor {

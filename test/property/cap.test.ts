@@ -123,16 +123,19 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
   it('0 ≤ S-MBU ≤ 1 and 0 ≤ S-MFU ≤ 1, GPU and CPU side', () => {
     // `reread`: a checked run in which micro-batches of a pass computed the same expert (model-based
     // batching), which S_activated counts once per pass (the dense bytes ≥ sparse bytes check).
-    const tally = new CoverageTally('cap throughput', ['checked', 'decodeChecked', 'reread']);
+    // `continuous`: a checked run of a continuous pipeline (MoE-Lens and its setups of the baselines),
+    // whose prefill attention runs on the GPU under a plan that says ω = 1 (`attentionOnCpu`).
+    const tally = new CoverageTally('cap throughput', ['checked', 'decodeChecked', 'reread', 'continuous']);
     fc.assert(
       fc.property(
         modelArb.chain((model) => fc.record({ model: fc.constant(model), hw: machineArb(model) })),
         fc.integer({ min: 1, max: 24 }),
         fc.integer({ min: 2, max: 48 }),
         fc.integer({ min: 1, max: 10 }),
-        // 'both' twice: `cap.decode` (the decode passes alone) exists only when both phases ran,
-        // and with one draw in three it was checked in ~30 % of the worlds (15-20 % on some seeds).
-        fc.constantFrom<'prefill' | 'decode' | 'both'>('prefill', 'decode', 'both', 'both'),
+        // 'both' three times: `cap.decode` (the decode passes alone) exists only when both phases ran
+        // (with one draw in three it was checked in ~30 % of the worlds, 15-20 % on some seeds), and the
+        // continuous pipelines (MoE-Lens and its setups) run only then.
+        fc.constantFrom<'prefill' | 'decode' | 'both'>('prefill', 'decode', 'both', 'both', 'both'),
         fc.integer(),
         // MoE-Lightning* with a fixed number of micro-batches per layer as well (its search picks
         // one micro-batch for most tiny worlds): micro-batches of a pass then compute the same experts.
@@ -140,7 +143,7 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
         ({ model, hw }, n, prompt, outMax, phase, seed, microBatches) => {
           const cost = createCostModel(model, hw);
           const workload = tinyWorkload(n, prompt, outMax, seed);
-          const seen = { checked: false, decodeChecked: false, reread: false };
+          const seen = { checked: false, decodeChecked: false, reread: false, continuous: false };
           const runs: [string, PolicyDefinition<unknown>, unknown][] = THROUGHPUT_POLICIES.map(([name, def]) => [
             name,
             def,
@@ -183,6 +186,7 @@ describe('MoE-CAP bounds on random throughput worlds (every throughput policy)',
             if (decode) seen.decodeChecked = true;
             const t = (x: typeof outcome.prefill) => x.activatedPairs > x.passActivatedPairs;
             if (t(outcome.prefill) || t(outcome.decode)) seen.reread = true;
+            if (outcome.attentionOnCpu && outcome.prefill.processedTokens > 0) seen.continuous = true;
           }
           tally.record(seen);
         },

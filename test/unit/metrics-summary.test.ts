@@ -196,6 +196,37 @@ describe('throughputCapTotals', () => {
     expect(throughputCapTotals(both, model, 'decode').phases).toBeUndefined();
   });
 
+  it('a continuous run: prefill time booked as decode, prefill attention where the execution says it ran', () => {
+    // MoE-Lens-like: one config (ω = 1) for both phases in the plan, mixed iterations booked as
+    // decode passes (the prefill phase has tokens, no passes, no time), prefill attention on the GPU.
+    const lensPlan = {
+      prefill: { config: { omega: 1, gpuLayers: 2 } },
+      decode: { config: { omega: 1, gpuLayers: 2 } },
+    };
+    const lens = {
+      ...both,
+      plan: lensPlan,
+      attentionOnCpu: { prefill: 0, decode: 1 },
+      prefill: { ...zero, processedTokens: 8 },
+      decode: { ...zero, passes: 3, ns: 3e9, generatedTokens: 6 },
+    } as unknown as ThroughputOutcome;
+    const [pre, dec] = throughputCapTotals(lens, model).phases!;
+    // Prefill: 8 / 4 = 2 prompts × P(P+1)/2 = 10 → context 20, KV 8 tokens, on the GPU; decode: 6 × 6 = 36 on the CPU.
+    expect([pre!.tokens, pre!.contextTokenSum, pre!.kvReadBytes, pre!.forwardNs, pre!.cpuAttentionFrac]).toEqual([
+      8,
+      20,
+      8 * 8,
+      0,
+      0,
+    ]);
+    expect([dec!.tokens, dec!.contextTokenSum, dec!.cpuAttentionFrac]).toEqual([6, 36, 1]);
+    // Without the execution's word, the plan's ω charges the prefill's attention to the CPU as well (no split).
+    const { attentionOnCpu: _, ...planOnly } = lens as unknown as Record<string, unknown>;
+    const t = throughputCapTotals(planOnly as unknown as ThroughputOutcome, model);
+    expect(t.phases).toBeUndefined();
+    expect(t.cpuAttentionFrac).toBe(1);
+  });
+
   it("only 'decode': the prefill phase is left out of every total", () => {
     const t = throughputCapTotals(both, model, 'decode');
     expect(t.passes).toBe(3);
