@@ -1,32 +1,36 @@
 /**
  * The `limit` first victims in eviction order (`victim-order.ts`: outside the ranked set first,
  * by lowest priority, then least recently used, then lowest key; ranked ones after them, by
- * their priority −rank, same ties), selected in one walk: a max-heap of at most `limit`
- * items keeps the worst of the best on top, and a candidate that does not beat it is dropped on
- * one comparison. An admission round hands out at most as many victims as it has prefetches to
- * admit, usually a handful, while a large buffer holds a thousand candidates: ordering all of
- * them (a binary heap over every candidate, this code's earlier form) cost a heap build per
- * round; the executor's queries on one set of candidates take a few victims too. The order is
- * total (keys are unique), so the first `limit` are the same whatever order they come in.
+ * their priority −rank, same ties), selected in one walk and handed out lazily. While
+ * collecting, items are appended until `limit` are held, then kept as a max-heap (the worst of
+ * the best on top: a candidate that does not beat it is dropped on one comparison). `finish`
+ * turns what is held into a min-heap (the first victim on top, O(n)), and each `pop` takes one
+ * off (O(log n)): a round hands out a few victims (3–4 at a thousand slots) while a walk may
+ * keep a hundred, and sorting all of them (this code's earlier form: a heap sort per walk) cost
+ * more than the walk. The order is total (keys are unique), so the first `limit` and the order
+ * they are handed out in are the same whatever order they come in.
  */
 export class CheapestVictims {
   private key = new Int32Array(64);
   private ranked = new Uint8Array(64);
   private prio = new Float64Array(64);
   private used = new Float64Array(64);
-  /** Items held (a max-heap while collecting; sorted ascending after `finish`). */
+  /**
+   * Items held: appended while fewer than `limit`, then a max-heap (worst on top) while
+   * collecting; after `finish`, [0, heap) a min-heap of those not handed out (first on top) and
+   * [heap, n) the ones handed out, the first handed out last.
+   */
   private n = 0;
+  /** Items not handed out yet (after `finish`). */
+  private heap = 0;
   /** The most victims this selection keeps (`clear`). */
   limit = 0;
   /** Whether the walk offered only some kinds of victims (`copyFrom`): more may exist however many it kept. */
   private partial = false;
-  /** Position of the next victim after `finish`. */
-  private next = 0;
-
   /** Starts a selection of at most `limit` victims. */
   clear(limit: number): void {
     this.n = 0;
-    this.next = 0;
+    this.heap = 0;
     this.limit = limit;
     this.partial = false;
   }
@@ -46,9 +50,11 @@ export class CheapestVictims {
       this.used[i] = other.used[i]!;
     }
     this.n = n;
-    this.next = 0;
     this.limit = other.limit;
     this.partial = true;
+    // Every item again, as one min-heap: the order is total, so it hands them out in `other`'s order.
+    this.heap = n;
+    this.heapifyFirst();
   }
 
   /**
@@ -60,8 +66,9 @@ export class CheapestVictims {
     const r = ranked ? 1 : 0;
     if (n < this.limit) {
       if (n === this.key.length) this.grow();
-      this.siftUp(n, key, r, prio, used);
+      this.put(n, key, r, prio, used);
       this.n = n + 1;
+      if (n + 1 === this.limit) this.heapifyWorst();
       return;
     }
     if (n === 0) return;
@@ -77,7 +84,7 @@ export class CheapestVictims {
         if (used > tu || (used === tu && key > this.key[0]!)) return;
       }
     }
-    this.siftDown(0, n, key, r, prio, used);
+    this.siftDownWorst(0, n, key, r, prio, used);
   }
 
   /**
@@ -88,17 +95,10 @@ export class CheapestVictims {
     return this.n >= this.limit && this.n > 0 && this.ranked[0] === 0 ? this.prio[0]! : Infinity;
   }
 
-  /** Sorts the victims held into eviction order (heap sort in place: the worst goes last). */
+  /** Ends the collection: the first victim is on top (`peek`) and `pop` hands them out in eviction order. */
   finish(): void {
-    for (let end = this.n - 1; end > 0; end--) {
-      const k = this.key[end]!;
-      const r = this.ranked[end]!;
-      const p = this.prio[end]!;
-      const u = this.used[end]!;
-      this.move(end, 0);
-      this.siftDown(0, end, k, r, p, u);
-    }
-    this.next = 0;
+    this.heap = this.n;
+    this.heapifyFirst();
   }
 
   /** Whether the walk may have left victims out: it kept as many as its limit. */
@@ -108,11 +108,19 @@ export class CheapestVictims {
 
   /** Position of the next victim (after `finish`), or −1 when none is left. */
   peek(): number {
-    return this.next < this.n ? this.next : -1;
+    return this.heap > 0 ? 0 : -1;
   }
-  /** Removes the next victim. */
+  /** Removes the next victim (it moves to the end of the held items). */
   pop(): void {
-    this.next++;
+    const end = this.heap - 1;
+    if (end < 0) return;
+    const k = this.key[end]!;
+    const r = this.ranked[end]!;
+    const p = this.prio[end]!;
+    const u = this.used[end]!;
+    this.move(end, 0);
+    this.heap = end;
+    this.siftDownFirst(0, end, k, r, p, u);
   }
   keyAt(i: number): number {
     return this.key[i]!;
@@ -140,31 +148,22 @@ export class CheapestVictims {
     this.put(to, this.key[from]!, this.ranked[from]!, this.prio[from]!, this.used[from]!);
   }
 
-  /** Places the item in the hole at `j` and moves it up to its place (the last in order on top). */
-  private siftUp(j: number, key: number, ranked: number, prio: number, used: number): void {
-    while (j > 0) {
-      const parent = (j - 1) >> 1;
-      if (
-        !goesAfter(
-          ranked,
-          prio,
-          used,
-          key,
-          this.ranked[parent]!,
-          this.prio[parent]!,
-          this.used[parent]!,
-          this.key[parent]!,
-        )
-      )
-        break;
-      this.move(j, parent);
-      j = parent;
-    }
-    this.put(j, key, ranked, prio, used);
+  /** Makes the items held a max-heap (the last in eviction order on top). */
+  private heapifyWorst(): void {
+    const n = this.n;
+    for (let j = (n >> 1) - 1; j >= 0; j--)
+      this.siftDownWorst(j, n, this.key[j]!, this.ranked[j]!, this.prio[j]!, this.used[j]!);
   }
 
-  /** Places the item in the hole at `j` of a heap of `size` and moves it down to its place. */
-  private siftDown(j: number, size: number, key: number, ranked: number, prio: number, used: number): void {
+  /** Makes [0, heap) a min-heap (the first in eviction order on top). */
+  private heapifyFirst(): void {
+    const n = this.heap;
+    for (let j = (n >> 1) - 1; j >= 0; j--)
+      this.siftDownFirst(j, n, this.key[j]!, this.ranked[j]!, this.prio[j]!, this.used[j]!);
+  }
+
+  /** Places the item in the hole at `j` of a max-heap of `size` and moves it down to its place. */
+  private siftDownWorst(j: number, size: number, key: number, ranked: number, prio: number, used: number): void {
     for (;;) {
       const l = 2 * j + 1;
       if (l >= size) break;
@@ -172,6 +171,21 @@ export class CheapestVictims {
       const r = l + 1;
       if (r < size && this.after(r, this.ranked[l]!, this.prio[l]!, this.used[l]!, this.key[l]!)) m = r;
       if (!this.after(m, ranked, prio, used, key)) break;
+      this.move(j, m);
+      j = m;
+    }
+    this.put(j, key, ranked, prio, used);
+  }
+
+  /** Places the item in the hole at `j` of a min-heap of `size` and moves it down to its place. */
+  private siftDownFirst(j: number, size: number, key: number, ranked: number, prio: number, used: number): void {
+    for (;;) {
+      const l = 2 * j + 1;
+      if (l >= size) break;
+      let m = l;
+      const r = l + 1;
+      if (r < size && !this.after(r, this.ranked[l]!, this.prio[l]!, this.used[l]!, this.key[l]!)) m = r;
+      if (this.after(m, ranked, prio, used, key)) break;
       this.move(j, m);
       j = m;
     }

@@ -3,6 +3,7 @@
  * orders with ties broken by last use then key, ranked victims after the others, the bound a
  * walk skips by, and when more victims may exist than were kept.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CheapestVictims } from '../../policies/moe-infinity/cheapest-victims.ts';
 
@@ -62,5 +63,55 @@ describe('CheapestVictims', () => {
     r.clear(1);
     r.offer(1, true, -2, 0);
     expect(r.unrankedBound()).toBe(Infinity);
+  });
+
+  it('a copy made after some were handed out hands out all of them again, from the first', () => {
+    const c = new CheapestVictims();
+    c.clear(10);
+    for (const [k, r, p, u] of OFFERS) c.offer(k, r, p, u);
+    c.finish();
+    // Two handed out (1 and 9), then copied.
+    c.pop();
+    c.pop();
+    expect(c.keyAt(c.peek())).toBe(3);
+    const copy = new CheapestVictims();
+    copy.copyFrom(c);
+    const keys: number[] = [];
+    for (let v = copy.peek(); v >= 0; v = copy.peek()) {
+      keys.push(copy.keyAt(v));
+      copy.pop();
+    }
+    expect(keys).toEqual([1, 9, 3, 5, 8, 7]);
+    // The original goes on where it was.
+    expect(c.keyAt(c.peek())).toBe(3);
+  });
+
+  it('hands out the first `limit` of any offers in eviction order (a sort of all of them)', () => {
+    const offer = fc.record({
+      ranked: fc.boolean(),
+      prio: fc.constantFrom(-3, -1, 0, 0.25, 0.5),
+      used: fc.integer({ min: 0, max: 4 }),
+    });
+    fc.assert(
+      fc.property(fc.array(offer, { maxLength: 40 }), fc.integer({ min: 0, max: 45 }), (offers, limit) => {
+        // Keys not in offer order (the selection must not depend on the order of the offers).
+        const items = offers.map((o, i) => ({ key: (i * 37) % 101, ...o }));
+        const c = new CheapestVictims();
+        c.clear(limit);
+        for (const it of items) c.offer(it.key, it.ranked, it.prio, it.used);
+        c.finish();
+        const want = [...items]
+          .sort((a, b) => Number(a.ranked) - Number(b.ranked) || a.prio - b.prio || a.used - b.used || a.key - b.key)
+          .slice(0, limit)
+          .map((i) => i.key);
+        const got: number[] = [];
+        for (let v = c.peek(); v >= 0; v = c.peek()) {
+          got.push(c.keyAt(v));
+          c.pop();
+        }
+        expect(got).toEqual(want);
+        expect(c.mayHoldMore()).toBe(items.length >= limit);
+      }),
+    );
   });
 });
