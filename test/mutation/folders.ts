@@ -107,6 +107,16 @@ export const MUTATION_FOLDERS: readonly MutationFolder[] = [
       'test/golden/{systems,timelines}.test.ts',
     ],
   },
+  {
+    // MoE-Infinity: its speed paths (floored rankings, kept victims, lazy victim order, row bounds)
+    // must make the decisions of their exact references; the equivalence properties guard them.
+    name: 'policies/moe-infinity',
+    mutate: ['policies/moe-infinity/**/*.ts'],
+    tests: [
+      'test/unit/{cheapest-victims,moe-infinity,moe-infinity-warmup}.test.ts',
+      'test/property/{moe-infinity,moe-infinity-equivalence,moe-infinity-victims,victims,eamc-*}.test.ts',
+    ],
+  },
 ];
 
 /** The share of mutants killed: timeouts count as killed, mutants no test reaches as survivors. */

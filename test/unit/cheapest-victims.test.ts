@@ -86,32 +86,51 @@ describe('CheapestVictims', () => {
     expect(c.keyAt(c.peek())).toBe(3);
   });
 
-  it('hands out the first `limit` of any offers in eviction order (a sort of all of them)', () => {
+  it('hands out the first `limit` of any offers in eviction order (a sort of all of them), and so does a copy', () => {
     const offer = fc.record({
       ranked: fc.boolean(),
       prio: fc.constantFrom(-3, -1, 0, 0.25, 0.5),
       used: fc.integer({ min: 0, max: 4 }),
     });
+    let grown = 0;
     fc.assert(
-      fc.property(fc.array(offer, { maxLength: 40 }), fc.integer({ min: 0, max: 45 }), (offers, limit) => {
-        // Keys not in offer order (the selection must not depend on the order of the offers).
-        const items = offers.map((o, i) => ({ key: (i * 37) % 101, ...o }));
-        const c = new CheapestVictims();
-        c.clear(limit);
-        for (const it of items) c.offer(it.key, it.ranked, it.prio, it.used);
-        c.finish();
-        const want = [...items]
-          .sort((a, b) => Number(a.ranked) - Number(b.ranked) || a.prio - b.prio || a.used - b.used || a.key - b.key)
-          .slice(0, limit)
-          .map((i) => i.key);
-        const got: number[] = [];
-        for (let v = c.peek(); v >= 0; v = c.peek()) {
-          got.push(c.keyAt(v));
-          c.pop();
-        }
-        expect(got).toEqual(want);
-        expect(c.mayHoldMore()).toBe(items.length >= limit);
-      }),
+      fc.property(
+        // Up to 150 offers: past the 64 items the arrays start with (they grow, and so do a copy's).
+        fc.array(offer, { maxLength: 150, size: 'max' }),
+        fc.integer({ min: 0, max: 160 }),
+        fc.nat({ max: 20 }),
+        (offers, limit, handed) => {
+          // Keys not in offer order (the selection must not depend on the order of the offers).
+          const items = offers.map((o, i) => ({ key: (i * 37) % 151, ...o }));
+          const c = new CheapestVictims();
+          c.clear(limit);
+          for (const it of items) c.offer(it.key, it.ranked, it.prio, it.used);
+          c.finish();
+          const want = [...items]
+            .sort((a, b) => Number(a.ranked) - Number(b.ranked) || a.prio - b.prio || a.used - b.used || a.key - b.key)
+            .slice(0, limit)
+            .map((i) => i.key);
+          // Some handed out, then a copy: it holds every one of them again, from the first.
+          for (let j = 0; j < handed; j++) c.pop();
+          const copy = new CheapestVictims();
+          copy.copyFrom(c);
+          const drain = (v: CheapestVictims): number[] => {
+            const got: number[] = [];
+            for (let p = v.peek(); p >= 0; p = v.peek()) {
+              got.push(v.keyAt(p));
+              v.pop();
+            }
+            return got;
+          };
+          expect(drain(c)).toEqual(want.slice(handed));
+          expect(drain(copy)).toEqual(want);
+          expect(c.mayHoldMore()).toBe(items.length >= limit);
+          expect(copy.mayHoldMore()).toBe(true);
+          if (want.length > 64) grown++;
+        },
+      ),
     );
+    // The generator reaches selections past the arrays' first size.
+    expect(grown).toBeGreaterThan(5);
   });
 });
