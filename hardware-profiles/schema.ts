@@ -29,6 +29,14 @@ const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
 const positiveNumber = z.number().positive();
 const fraction = z.number().gt(0).lte(1);
+/**
+ * A memory or drive size: positive and at most 1 PiB (2^20 GiB, 1e6 GB). Not a model constant:
+ * the simulator's range. Sizes become integer byte counts, which must stay exact (below 2^53)
+ * when several are added up; no single machine has a petabyte of memory.
+ */
+const MAX_SIZE_GIB = 2 ** 20;
+const sizeGiB = positiveNumber.max(MAX_SIZE_GIB, `at most ${MAX_SIZE_GIB} GiB (1 PiB: byte counts must stay exact)`);
+const sizeGB = positiveNumber.max(1e6, 'at most 1000000 GB (1 PB: byte counts must stay exact)');
 const profileId = z.string().regex(/^[a-z0-9][a-z0-9._-]*$/, 'ids are lower-case letters, digits, ".", "_" and "-"');
 const sources = z.array(z.string().min(1)).min(1, 'say where the numbers come from');
 const notes = z.string().optional();
@@ -285,7 +293,7 @@ export const GpuFileSchema = z.strictObject({
   id: profileId,
   name: z.string().min(1),
   /** Nominal memory in GiB (2^30 B), as marketed ("24 GB" cards have 24 GiB). */
-  vramGiB: positiveNumber,
+  vramGiB: sizeGiB,
   /** Peak memory bandwidth, 1e9 B/s. */
   hbmGBPerSec: positiveNumber,
   /** Dense (no 2:4 sparsity) BF16 tensor TFLOP/s with FP32 accumulate. */
@@ -371,7 +379,7 @@ export const DriveFileSchema = z.strictObject({
   name: z.string().min(1),
   /** Host interface, e.g. "pcie4x4". */
   interface: z.string().min(1),
-  capacityGB: positiveNumber,
+  capacityGB: sizeGB,
   /** Sequential read (large requests, high queue depth), 1e9 B/s. */
   seqReadGBPerSec: positiveNumber,
   /**
@@ -405,7 +413,7 @@ export const TestbedFileSchema = z.strictObject({
   cpu: componentRef,
   pcie: componentRef,
   /** Installed host DRAM in GiB (DIMMs are binary-sized). */
-  hostDramGiB: positiveNumber,
+  hostDramGiB: sizeGiB,
   /** Whether weights/KV in host memory are pinned (page-locked). */
   pinnedHostMemory: z.boolean(),
   /** The installed DIMM configuration, overriding the CPU profile's channels and transfer rate. */

@@ -147,7 +147,7 @@ export async function buildWorkload(
       predictions: cfg.prediction.kind === 'trace',
     });
   } else if (cfg.routing.kind === 'synthetic') {
-    const loaded = await loadProfile(cfg.routing.profile, baseDir);
+    const loaded = await loadProfile(cfg.routing.profile, baseDir, 'workload.routing.profile');
     profile = loaded.profile;
     profileFile = loaded.path;
     checkProfileShape(profile, profileFile, shape);
@@ -353,19 +353,27 @@ function drawTable(
   return { table, unknownPrompts, cycles };
 }
 
+/**
+ * A routing profile must be for the run's model. The mistake is the config's (a `model` or a
+ * `workload.routing.profile` changed without the other), so the error names that field and
+ * leaves the file to the caller (the runner adds the config's); the message names the profile's file.
+ */
 function checkProfileShape(p: Profile, file: string, shape: RoutingShape): void {
-  const check = (got: number, want: number, field: string, what: string): void => {
+  const check = (got: number, want: number, what: string): void => {
     if (got !== want) {
       throw new UserError(
-        `profile "${p.name}" is for ${got} ${what} but model ${shape.modelId ?? ''} has ${want}`.replace('  ', ' '),
-        file,
-        `model.${field}`,
+        `profile "${p.name}" (${file}) is for ${got} ${what} but model ${shape.modelId ?? ''} has ${want}`.replace(
+          '  ',
+          ' ',
+        ),
+        undefined,
+        'workload.routing.profile',
       );
     }
   };
-  check(p.model.moeLayers, shape.moeLayers, 'moeLayers', 'MoE layers');
-  check(p.model.experts, shape.experts, 'experts', 'experts per layer');
-  check(p.model.topK, shape.topK, 'topK', 'top-k');
+  check(p.model.moeLayers, shape.moeLayers, 'MoE layers');
+  check(p.model.experts, shape.experts, 'experts per layer');
+  check(p.model.topK, shape.topK, 'top-k');
 }
 
 function withOverrides(k: Knobs, r: Extract<RoutingConfig, { kind: 'synthetic' }>): Knobs {

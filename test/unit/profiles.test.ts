@@ -411,6 +411,19 @@ describe('errors', () => {
     expect(e.message).toContain('rtx-a5000');
   });
 
+  it('memory sizes stop at 1 PiB (2^20 GiB), where byte counts are still exact integers', () => {
+    const testbed = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'testbeds', 'moe-gen-c1.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    // 2^20 GiB = 2^50 B: loads; one GiB more does not (a RangeError of the memory pool before).
+    expect(loadHardware(tempFile('tb.json', { ...testbed, hostDramGiB: 2 ** 20 })).hostDramBytes).toBe(2 ** 50);
+    const path = tempFile('tb.json', { ...testbed, hostDramGiB: 2 ** 20 + 1 });
+    const e = userError(() => loadHardware(path));
+    expect(e).toMatchObject({ file: path, field: 'hostDramGiB', value: 2 ** 20 + 1 });
+    expect(e.message).toMatch(/at most 1048576 GiB/);
+  });
+
   it('a testbed may reference a component file by path relative to itself', () => {
     const gpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'gpus', 'rtx-a5000.json'), 'utf8')) as Record<
       string,

@@ -174,7 +174,7 @@ describe('workload config', () => {
     expect(counts.reduce((a, b) => a + b, 0)).toBe(10_000);
   });
 
-  it('a profile of another model shape → UserError naming the profile file and field', async () => {
+  it("a profile of another model shape → UserError naming the config's field and the profile's file", async () => {
     const e = await userError(
       build(
         {
@@ -186,8 +186,12 @@ describe('workload config', () => {
         TOY,
       ),
     );
-    expect(e.file).toMatch(/workloads\/profiles\/mixtral-8x7b\.json$/);
-    expect(e.field).toBe('model.moeLayers');
+    // The mistake is the config's (the runner adds its file); the message says which profile file.
+    expect(e.file).toBeUndefined();
+    expect(e.field).toBe('workload.routing.profile');
+    expect(e.message).toMatch(
+      /^profile "mixtral-8x7b" \(.*workloads\/profiles\/mixtral-8x7b\.json\) is for 32 MoE layers but model toy has 2$/,
+    );
   });
 
   it('an unknown profile → UserError', async () => {
@@ -200,6 +204,8 @@ describe('workload config', () => {
       }),
     );
     expect(e.message).toMatch(/no synthetic profile named "gpt-9"/);
+    // The config's field (the runner adds its file), not the file looked for.
+    expect([e.file, e.field, e.value]).toEqual([undefined, 'workload.routing.profile', 'gpt-9']);
   });
 
   describe('trace replay', () => {

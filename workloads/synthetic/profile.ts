@@ -156,16 +156,26 @@ export function profilePath(ref: string, baseDir: string = process.cwd()): strin
 }
 
 /**
- * Loads and validates a profile by name or path.
+ * Loads and validates a profile by name or path (`field`: the config field that names it, for
+ * the error when there is no such profile).
  * @throws UserError naming the file and the field on a missing file, bad JSON or a schema violation
  */
-export async function loadProfile(ref: string, baseDir?: string): Promise<{ profile: Profile; path: string }> {
+export async function loadProfile(
+  ref: string,
+  baseDir?: string,
+  field?: string,
+): Promise<{ profile: Profile; path: string }> {
   const path = profilePath(ref, baseDir);
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch {
     const isName = !(ref.includes('/') || ref.endsWith('.json'));
+    // Named by a config's `field`: the mistake is that field's (the caller adds the config's file).
+    if (field !== undefined) {
+      const what = isName ? `no synthetic profile named "${ref}"` : 'no such profile file';
+      throw new UserError(`${what} (looked for ${path}); see workloads/profiles/`, undefined, field, ref);
+    }
     throw new UserError(
       isName
         ? `no synthetic profile named "${ref}" (looked for ${path}); see workloads/profiles/`
