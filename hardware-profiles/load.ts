@@ -275,7 +275,22 @@ export function resolveModel(f: ModelFile): LoadedModelProfile {
  */
 export function loadModel(idOrPath: string): LoadedModelProfile {
   const { path, byId } = locate('model', idOrPath, process.cwd());
-  return memo(`model:${path}`, () => resolveModel(readValidated(ModelFileSchema, path, byId)));
+  return memo(`model:${path}`, () => withinRange(resolveModel(readValidated(ModelFileSchema, path, byId)), path));
+}
+
+/** The most weight bytes a model may have: 1 PiB, as the largest memory (byte counts stay exact sums). */
+const MAX_MODEL_BYTES = 2 ** 50;
+
+/** `m`, unless its weights exceed `MAX_MODEL_BYTES` (each width is in range, their product need not be). */
+function withinRange(m: LoadedModelProfile, file: string): LoadedModelProfile {
+  const bytes = m.derived.totalBytes;
+  if (!(bytes <= MAX_MODEL_BYTES)) {
+    throw new UserError(
+      `the weights come to ${bytes.toPrecision(3)} B, more than the 1 PiB (2^50 B) the simulator counts exactly: check hiddenSize, expertIntermediateSize, experts and layers`,
+      file,
+    );
+  }
+  return m;
 }
 
 // ---------------------------------------------------------------------------------------

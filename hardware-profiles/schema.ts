@@ -27,6 +27,15 @@ export type MeasurableGpuOp = (typeof MEASURABLE_GPU_OPS)[number];
 
 const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
+/**
+ * Model shapes within the simulator's range (not model constants; real models are far inside:
+ * 256 experts, 128 layers, widths of 16 384): per-layer × per-expert tables of the policies stay
+ * allocatable (layers × experts ≤ 2^24 cells) and widths keep parameter counts exact.
+ */
+const width = positiveInt.max(2 ** 20, 'at most 1048576 (2^20)');
+const layerCount = positiveInt.max(1024, 'at most 1024 layers');
+const expertCount = positiveInt.max(2 ** 14, 'at most 16384 experts per layer');
+const widthOrZero = nonNegativeInt.max(2 ** 20, 'at most 1048576 (2^20)');
 const positiveNumber = z.number().positive();
 const fraction = z.number().gt(0).lte(1);
 /**
@@ -55,19 +64,19 @@ const notes = z.string().optional();
 export const AttentionFileSchema = z
   .strictObject({
     type: z.enum(['MHA', 'GQA', 'MLA']),
-    heads: positiveInt,
-    kvHeads: positiveInt,
-    headDim: positiveInt,
+    heads: width,
+    kvHeads: width,
+    headDim: width,
     /** Biases on the Q, K and V projections (Qwen1.5/2, Phi-3.5, NLLB). */
     qkvBias: z.boolean().default(false),
     /** Bias on the output projection (NLLB). */
     outBias: z.boolean().default(false),
     /** Q/K RMSNorm: 'per-head' (Qwen3, weights of headDim each) or 'full' (OLMoE, over all heads). */
     qkNorm: z.enum(['none', 'per-head', 'full']).default('none'),
-    kvLoraRank: positiveInt.optional(),
-    qLoraRank: positiveInt.optional(),
-    ropeHeadDim: positiveInt.optional(),
-    vHeadDim: positiveInt.optional(),
+    kvLoraRank: width.optional(),
+    qLoraRank: width.optional(),
+    ropeHeadDim: width.optional(),
+    vHeadDim: width.optional(),
     /** A sigmoid gate on the attention output computed by the Q projection (Qwen3-Next/3.5 `attn_output_gate`: q_proj is 2·heads·headDim wide). */
     outputGate: z.boolean().optional(),
   })
@@ -117,11 +126,11 @@ export const AttentionFileSchema = z
 export const LinearAttentionFileSchema = z.strictObject({
   kind: z.literal('gated-deltanet'),
   fullAttentionInterval: positiveInt,
-  keyHeads: positiveInt,
-  valueHeads: positiveInt,
-  keyHeadDim: positiveInt,
-  valueHeadDim: positiveInt,
-  convKernel: positiveInt,
+  keyHeads: width,
+  valueHeads: width,
+  keyHeadDim: width,
+  valueHeadDim: width,
+  convKernel: width,
   /** Bytes per recurrent-state element (`mamba_ssm_dtype` float32 = 4). */
   stateBytesPerElement: positiveNumber.default(4),
 });
@@ -159,34 +168,34 @@ export const ModelFileSchema = z
     name: z.string().min(1),
     hfRepo: z.string().optional(),
     arch: z.enum(['decoder-only', 'encoder-decoder']),
-    layers: positiveInt,
+    layers: layerCount,
     /** Encoder-decoder only: encoderLayers + decoderLayers = layers. */
-    encoderLayers: positiveInt.optional(),
-    decoderLayers: positiveInt.optional(),
-    moeLayers: positiveInt,
+    encoderLayers: layerCount.optional(),
+    decoderLayers: layerCount.optional(),
+    moeLayers: layerCount,
     firstDenseLayers: nonNegativeInt.optional(),
     moeLayerIndices: z.array(nonNegativeInt).optional(),
     /** Norms per (encoder or decoder-only) layer; decoder layers of encoder-decoder models have one more (cross-attention). */
     normsPerLayer: nonNegativeInt.default(2),
     /** LayerNorm with bias (2·hidden parameters) instead of RMSNorm (hidden). */
     normBias: z.boolean().default(false),
-    hiddenSize: positiveInt,
-    expertIntermediateSize: positiveInt,
-    experts: positiveInt,
+    hiddenSize: width,
+    expertIntermediateSize: width,
+    experts: expertCount,
     topK: positiveInt,
     /** 3 = SwiGLU / gated (gate, up, down); 2 = plain MLP (up, down). Applies to all FFNs of the model. */
     ffnMatrices: z.union([z.literal(2), z.literal(3)], 'ffnMatrices is 3 (SwiGLU / gated) or 2 (plain MLP)'),
     /** FFN biases (NLLB: fc1 bias of width intermediate, fc2 bias of width hidden). */
     ffnBias: z.boolean().default(false),
-    sharedExperts: nonNegativeInt.default(0),
+    sharedExperts: nonNegativeInt.max(2 ** 14, 'at most 16384').default(0),
     /** Total intermediate width of all shared experts of a layer together. */
-    sharedIntermediateSize: nonNegativeInt.default(0),
+    sharedIntermediateSize: widthOrZero.default(0),
     /** A sigmoid gate hidden→1 scaling the shared-expert output (Qwen1.5/2-MoE). */
     sharedExpertGate: z.boolean().default(false),
     /** Dense FFN width of the non-MoE layers. */
-    denseIntermediateSize: nonNegativeInt.default(0),
+    denseIntermediateSize: widthOrZero.default(0),
     attention: AttentionFileSchema,
-    vocabSize: positiveInt,
+    vocabSize: positiveInt.max(2 ** 22, 'at most 4194304 (2^22)'),
     tiedEmbeddings: z.boolean(),
     lmHeadBias: z.boolean().default(false),
     dtypes: DtypesFileSchema.default(BF16_DTYPES),

@@ -424,6 +424,23 @@ describe('errors', () => {
     expect(e.message).toMatch(/at most 1048576 GiB/);
   });
 
+  it('model shapes stay in range: 16384 experts, 1024 layers, widths of 2^20, and 1 PiB of weights', () => {
+    const model = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'models', 'mixtral-8x7b.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    // 10^12 experts allocated per-expert tables until the allocation failed (exit 1).
+    const many = tempFile('m.json', { ...model, experts: 2 ** 14 + 1 });
+    expect(userError(() => loadModel(many))).toMatchObject({ file: many, field: 'experts', value: 2 ** 14 + 1 });
+    const deep = tempFile('m.json', { ...model, layers: 1025, moeLayers: 1025 });
+    expect(userError(() => loadModel(deep)).field).toBe('layers');
+    // Every width in range, their product not: 32 layers × 8 experts × 3 × 2^20 × 2^20 × 2 B ≈ 1.7e15 B > 2^50.
+    const wide = tempFile('m.json', { ...model, hiddenSize: 2 ** 20, expertIntermediateSize: 2 ** 20 });
+    const e = userError(() => loadModel(wide));
+    expect(e.file).toBe(wide);
+    expect(e.message).toMatch(/^the weights come to 1\.[0-9]{2}e\+15 B, more than the 1 PiB/);
+  });
+
   it('a testbed may reference a component file by path relative to itself', () => {
     const gpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'gpus', 'rtx-a5000.json'), 'utf8')) as Record<
       string,
