@@ -27,6 +27,7 @@ export type MeasurableGpuOp = (typeof MEASURABLE_GPU_OPS)[number];
 
 const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
+const positiveNumber = z.number().positive();
 /**
  * Model shapes within the simulator's range (not model constants; real models are far inside:
  * 256 experts, 128 layers, widths of 16 384): per-layer × per-expert tables of the policies stay
@@ -36,7 +37,10 @@ const width = positiveInt.max(2 ** 20, 'at most 1048576 (2^20)');
 const layerCount = positiveInt.max(1024, 'at most 1024 layers');
 const expertCount = positiveInt.max(2 ** 14, 'at most 16384 experts per layer');
 const widthOrZero = nonNegativeInt.max(2 ** 20, 'at most 1048576 (2^20)');
-const positiveNumber = z.number().positive();
+/** Bytes per parameter or element: FP64 is 8; more is a typo (it would size every pool past reach). */
+const bytesPerElement = positiveNumber.max(16, 'at most 16 bytes');
+/** Cores, threads and channels: the simulator keeps per-core state (the largest CPUs have a few hundred). */
+const coreCount = positiveInt.max(4096, 'at most 4096');
 const fraction = z.number().gt(0).lte(1);
 /**
  * A memory or drive size: positive and at most 1 PiB (2^20 GiB, 1e6 GB). Not a model constant:
@@ -132,19 +136,19 @@ export const LinearAttentionFileSchema = z.strictObject({
   valueHeadDim: width,
   convKernel: width,
   /** Bytes per recurrent-state element (`mamba_ssm_dtype` float32 = 4). */
-  stateBytesPerElement: positiveNumber.default(4),
+  stateBytesPerElement: bytesPerElement.default(4),
 });
 
 /** Bytes per parameter of each module family (2 = BF16, 1 = FP8/INT8, 0.5 = INT4). */
 export const DtypesFileSchema = z.strictObject({
   /** All FFN weights: routed experts, shared experts, dense FFNs. */
-  expertBytesPerParam: positiveNumber,
+  expertBytesPerParam: bytesPerElement,
   /** Attention projections, norms, routers, shared-expert gates. */
-  attentionBytesPerParam: positiveNumber,
+  attentionBytesPerParam: bytesPerElement,
   /** Token embedding and LM head. */
-  embeddingBytesPerParam: positiveNumber,
+  embeddingBytesPerParam: bytesPerElement,
   /** Bytes per cached K/V (or MLA latent) element. */
-  kvBytesPerElement: positiveNumber,
+  kvBytesPerElement: bytesPerElement,
 });
 
 const BF16_DTYPES = {
@@ -330,14 +334,14 @@ export type GpuFile = z.infer<typeof GpuFileSchema>;
 export const CpuFileSchema = z.strictObject({
   id: profileId,
   name: z.string().min(1),
-  cores: positiveInt,
+  cores: coreCount,
   /** Peak FP32 vector FLOPs per cycle per core (FMA units × SIMD lanes × 2). */
   vectorFlopsPerCyclePerCore: positiveNumber,
   /** All-core clock sustained under vector load (GHz). */
   sustainedClockGHz: positiveNumber,
   /** Fraction of peak vector FLOP/s attention kernels reach. */
   vectorEfficiency: fraction,
-  memoryChannels: positiveInt,
+  memoryChannels: coreCount,
   /** DIMM transfer rate (DDR4-3200 = 3200 MT/s); 8 bytes per transfer per channel. */
   memoryMegaTransfersPerSec: positiveNumber,
   /** Sustained (STREAM-like) fraction of the peak DRAM bandwidth. */
@@ -396,7 +400,7 @@ export const DriveFileSchema = z.strictObject({
    * increasing depth; the simulator interpolates linearly and clamps at the ends.
    */
   readLatencyUsByQueueDepth: z
-    .array(z.tuple([positiveInt, positiveNumber]))
+    .array(z.tuple([positiveInt.max(2 ** 16, 'at most 65536'), positiveNumber]))
     .min(1)
     .refine((pts) => pts.every((p, i) => i === 0 || p[0] > pts[i - 1]![0]), 'queue depths must increase'),
   /** The unit a read is rounded up to (page / LBA size), KiB. Default 4 (the Linux page size). */
@@ -410,7 +414,7 @@ export type DriveFile = z.infer<typeof DriveFileSchema>;
 export const DramFileSchema = z.strictObject({
   type: z.enum(['ddr4', 'ddr5']),
   megaTransfersPerSec: positiveNumber,
-  channels: positiveInt,
+  channels: coreCount,
   /** Sustained fraction of peak; absent = the CPU profile's `dramEfficiency`. */
   efficiency: fraction.optional(),
 });
@@ -518,7 +522,7 @@ export const RuntimeFileSchema = z.strictObject({
       /** Fraction of the CPU's FP32 FMA peak the kernel reaches; `null` = the CPU profile's `vectorEfficiency`. */
       fmaPeakFraction: fraction.nullable(),
       /** Threads the system runs it on; `null` = the cores the executor gives it. */
-      threads: positiveInt.nullable(),
+      threads: coreCount.nullable(),
     })
     .default({ kernel: 'cpu profile default', fmaPeakFraction: null, threads: null }),
   /**

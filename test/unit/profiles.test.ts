@@ -441,6 +441,30 @@ describe('errors', () => {
     expect(e.message).toMatch(/^the weights come to 1\.[0-9]{2}e\+15 B, more than the 1 PiB/);
   });
 
+  it('bytes per element stop at 16 and cores at 4096 (a typo of 10^12 sized pools and arrays past reach)', () => {
+    const model = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'models', 'mixtral-8x7b.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    const dtypes = {
+      expertBytesPerParam: 2,
+      attentionBytesPerParam: 2,
+      embeddingBytesPerParam: 2,
+      kvBytesPerElement: 17,
+    };
+    const kv = tempFile('m.json', { ...model, dtypes });
+    expect(userError(() => loadModel(kv))).toMatchObject({ field: 'dtypes.kvBytesPerElement', value: 17 });
+    const cpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'cpus', 'desktop-16c.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    expect(loadCpu(tempFile('c.json', { ...cpu, cores: 4096 })).cores).toBe(4096);
+    expect(userError(() => loadCpu(tempFile('c.json', { ...cpu, cores: 4097 })))).toMatchObject({
+      field: 'cores',
+      value: 4097,
+    });
+  });
+
   it('a testbed may reference a component file by path relative to itself', () => {
     const gpu = JSON.parse(readFileSync(resolve(PROFILES_DIR, 'gpus', 'rtx-a5000.json'), 'utf8')) as Record<
       string,
