@@ -58,6 +58,7 @@ export function selectPrefetch(
   const orow = scratch.outRow;
   let n = 0;
   if (cap === maxCells) {
+    scratch.paths.all++;
     // Every positive cell fits: no selection, already in layer order.
     for (let i = from; i < to; i++) {
       if (source) source.fill(i, scores);
@@ -80,10 +81,16 @@ export function selectPrefetch(
     let size = -1;
     if (floored) {
       const n = collectScan(scores, layer, from, to, o, guessed, scratch, source);
-      if (n >= cap && n - cap <= cap) return dropWorst(n, cap, layer, o, scratch);
+      if (n >= cap && n - cap <= cap) {
+        scratch.paths.dropWorst++;
+        return dropWorst(n, cap, layer, o, scratch);
+      }
       // Far more than the budget: a heap of the best of them; too few reached the floor: rescan without it.
-      if (n >= cap) size = heapOfCandidates(n, cap, scratch);
-    }
+      if (n >= cap) {
+        scratch.paths.heapOfCandidates++;
+        size = heapOfCandidates(n, cap, scratch);
+      } else scratch.paths.rescan++;
+    } else scratch.paths.scan++;
     if (size < 0) size = heapScan(scores, layer, from, to, cap, o, scratch, source);
     if (size < cap) {
       // Fewer positive cells than the budget: all of them, already in layer order.

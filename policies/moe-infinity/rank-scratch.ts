@@ -53,6 +53,13 @@ export class RankScratch {
    */
   filledAt = new Uint32Array(0);
   call = 0;
+  /**
+   * Which way each `selectPrefetch` call went, for tests (the ways give the same selection;
+   * speed only): every cell fitting, a floored scan whose worst were dropped or whose best
+   * were heaped, a floored scan that fell short and the plain scan after it, the plain scan
+   * alone; and rows a rescan read rather than computed again.
+   */
+  readonly paths = { all: 0, dropWorst: 0, heapOfCandidates: 0, rescan: 0, scan: 0, rowsReused: 0 };
   /** The layer of the last ranking that selected from a heap (−2: none) and its worst selected score (the next layer's floor guess). */
   lastLayer = -2;
   lastWorst = 0;
@@ -91,7 +98,10 @@ export class RankScratch {
   }
   /** Row i of `scores` from `source`, unless this call computed it already. */
   fill(source: RowSource, i: number, scores: Float64Array): void {
-    if (this.filledAt[i] === this.call) return;
+    if (this.filledAt[i] === this.call) {
+      this.paths.rowsReused++;
+      return;
+    }
     source.fill(i, scores);
     this.filledAt[i] = this.call;
   }

@@ -1,6 +1,6 @@
 /**
  * One random change to a parsed config or profile, for the bad-input properties: a number set
- * to 0, −1, ½, 10¹², 2⁵³, 3 or −½, a value of the wrong type, a key deleted or an unknown one
+ * to 0, −1, ½, 10¹², 2⁵³, 3, −½ or 10⁻⁹, a value of the wrong type, a key deleted or an unknown one
  * added, an array emptied, shortened or lengthened. Not a test file.
  */
 import * as fc from 'fast-check';
@@ -16,7 +16,7 @@ export function pathsOf(v: unknown, at: Path = [], out: Path[] = []): Path[] {
   return out;
 }
 
-const NUMBERS = [0, -1, 0.5, 1e12, 2 ** 53, 3, -0.5];
+const NUMBERS = [0, -1, 0.5, 1e12, 2 ** 53, 3, -0.5, 1e-9];
 const WRONG: unknown[] = ['abc', null, [], {}, true, '', 7];
 export const CHANGE_KINDS = ['delete', 'number', 'wrong', 'array', 'unknown-key'] as const;
 export type ChangeKind = (typeof CHANGE_KINDS)[number];

@@ -590,6 +590,8 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
     let floored = 0;
     let failed = 0;
     let wide = 0;
+    // The ways the code took (`RankScratch.paths`), summed over every scratch.
+    const took = { all: 0, dropWorst: 0, heapOfCandidates: 0, rescan: 0, scan: 0, rowsReused: 0 };
     fc.assert(
       fc.property(
         fc.record({
@@ -647,7 +649,9 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
                 want = refSelect(scores, layer, budget, o);
                 all = refSelect(scores, layer, L * E, o);
               }
-              if (guess > 0 && all.keys.length > budget) {
+              // The code floors a ranking whose budget is below the horizon's cells (positive or
+              // not); exactly `budget` positive cells reaching the floor drop none.
+              if (guess > 0 && budget < (L - layer - 1) * E && all.keys.length >= budget) {
                 floored++;
                 const reached = all.scores.filter((s) => s >= guess).length;
                 if (reached < budget) failed++;
@@ -661,6 +665,7 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
               }
             }
           }
+          for (const k of Object.keys(took) as (keyof typeof took)[]) took[k] += scratch.paths[k];
         },
       ),
       { numRuns: 150 },
@@ -670,6 +675,16 @@ describe('moe-infinity fast paths equal the reference implementations', () => {
     expect(floored - failed - wide).toBeGreaterThan(50);
     expect(wide).toBeGreaterThan(10);
     expect(failed).toBeGreaterThan(10);
+    // And the code took exactly those ways (a floor that fell short for want of positive cells
+    // rescans too); the plain scan, every cell fitting, and a rescan reading the rows the floored
+    // scan computed were reached as well. A way disabled (the floor never guessed, a heap instead
+    // of the drop) gives the same selection, so only these counts can tell.
+    expect(took.dropWorst).toBe(floored - failed - wide);
+    expect(took.heapOfCandidates).toBe(wide);
+    expect(took.rescan).toBeGreaterThanOrEqual(failed);
+    expect(took.scan).toBeGreaterThan(50);
+    expect(took.all).toBeGreaterThan(10);
+    expect(took.rowsReused).toBeGreaterThan(10);
   });
 
   it('PrefetchQueue.plan: same decisions and outstanding keys over sequences of re-rankings', () => {

@@ -30,6 +30,7 @@ import {
   PrefetchQueue,
   ScoreAccumulator,
   dependencyRanking,
+  dependencySelection,
   proximityFactor,
   rankPrefetch,
   type RankOptions,
@@ -393,7 +394,25 @@ describe('prefetch ranking', () => {
     expect(rankPrefetch(s, 0, 0, opts())).toEqual([]);
   });
 
+  it('ties of score go to the lower key, in either order, and the scores come out beside the keys', () => {
+    const s = new Float64Array(8);
+    // Layer 1: both experts 0.5; layer 2: expert 1 0.5; no proximity, so all three tie.
+    s[1 * 2 + 0] = 0.5;
+    s[1 * 2 + 1] = 0.5;
+    s[2 * 2 + 1] = 0.5;
+    const scores: number[] = [];
+    expect(rankPrefetch(s, 0, 8, opts({ proximity: false }), undefined, scores)).toEqual([2, 3, 5]);
+    expect(scores).toEqual([0.5, 0.5, 0.5]);
+    expect(rankPrefetch(s, 0, 8, opts({ proximity: false, order: 'score' }))).toEqual([2, 3, 5]);
+    // With proximity layer 1 (×0.75) beats layer 2 (×0.5); the tie inside layer 1 by key.
+    expect(rankPrefetch(s, 0, 8, opts({ order: 'score' }), undefined, scores)).toEqual([2, 3, 5]);
+    expect(scores).toEqual([0.375, 0.375, 0.25]);
+  });
+
   it('dependency prefetch takes the first n experts of the next layer in order', () => {
+    // As a selection: score 1 each, urgency 1, 2, … in that order.
+    const sel = dependencySelection(0, 3, 4, 3, 100);
+    expect([sel.count, [...sel.keys], [...sel.scores], [...sel.urgency]]).toEqual([3, [4, 5, 6], [1, 1, 1], [1, 2, 3]]);
     expect(dependencyRanking(0, 3, 4, 4, 100)).toEqual([4, 5, 6, 7]);
     expect(dependencyRanking(1, 3, 4, 2, 100)).toEqual([8, 9]);
     expect(dependencyRanking(1, 3, 4, 4, 3)).toEqual([8, 9, 10]);
