@@ -151,10 +151,15 @@ export function gatedDeltaNetParams(h: number, la: LinearAttention): number {
   );
 }
 
-/** Recurrent state of one sequence in one DeltaNet layer: Hv·dk·dv state elements plus the conv window (kernel−1 columns, bf16). */
+/**
+ * Recurrent state of one sequence in one DeltaNet layer: Hv·dk·dv state elements plus the conv
+ * window (kernel−1 columns, bf16). Whole bytes (rounded up, as every byte count): a state of
+ * fewer than a byte per element (a user's `stateBytesPerElement: 0.5`) was a fractional
+ * allocation the VRAM pool refused mid-run.
+ */
 export function gatedDeltaNetStateBytes(la: LinearAttention): number {
   const conv = (2 * la.keyHeads * la.keyHeadDim + la.valueHeads * la.valueHeadDim) * (la.convKernel - 1) * 2;
-  return la.valueHeads * la.keyHeadDim * la.valueHeadDim * la.stateBytesPerElement + conv;
+  return Math.ceil(la.valueHeads * la.keyHeadDim * la.valueHeadDim * la.stateBytesPerElement) + conv;
 }
 
 /**

@@ -5,6 +5,7 @@
  * others, with the recurrent state reserved beside the KV, timed by hand on a tiny world.
  */
 import { describe, expect, it } from 'vitest';
+import { gatedDeltaNetStateBytes } from '../../hardware-profiles/derive.ts';
 import { loadHardware, loadModel } from '../../hardware-profiles/load.ts';
 import type { ModelProfile } from '../../hardware-profiles/types.ts';
 import { createCostModel } from '../../sim/cost/cost-model.ts';
@@ -34,6 +35,13 @@ describe('linearAttention op: Qwen3.6-35B-A3B (BF16) on an RTX 4090, no runtime 
     expect(m.derived.fullAttentionProjFlopsPerToken).toBe(2 * 27_263_488);
     // 30 DeltaNet layers × (32·128·128·4 B + 8192 conv channels · 3 columns · 2 B).
     expect(m.derived.recurrentStateBytesPerSequence).toBe(30 * (2_097_152 + 49_152));
+  });
+
+  it('a state of under a byte per element is still whole bytes (rounded up per layer)', () => {
+    // 32·128·128 = 524 288 elements × 1e-9 B = 0.000524… → 1 B, + the conv window 49 152 B.
+    const la = { ...m.linearAttention!, stateBytesPerElement: 1e-9 };
+    expect(gatedDeltaNetStateBytes(la)).toBe(1 + 49_152);
+    expect(gatedDeltaNetStateBytes({ ...la, stateBytesPerElement: 0.5 })).toBe(262_144 + 49_152);
   });
 
   it('one decode token of one sequence is HBM-bound: weights + activations + state read and written', () => {
