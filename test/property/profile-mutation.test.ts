@@ -4,9 +4,10 @@
  * (`test/helpers/mutate-values.ts`), written to a temporary file and named by path from a small
  * config (a model or runtime by `model:` / `runtime:`, a testbed by `hardware:`, a component by a
  * testbed copy that names it), then checked as `moesim validate` checks (`validateConfig`, then
- * `preflight`: every run's world built). It either passes or fails with a `UserError` (one
- * line, exit 2); never a crash of another kind. The generator reaches every kind of profile,
- * both outcomes and every kind of change (asserted).
+ * `preflight`: every run's world built), and run when it passes (two short requests, one of
+ * four policies). Each either passes and runs or fails with a `UserError` (one line, exit 2);
+ * never a crash of another kind. The generator reaches every kind of profile, both outcomes and
+ * every kind of change (asserted).
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +15,7 @@ import path from 'node:path';
 import * as fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { validateConfig } from '../../experiments/config/load.ts';
-import { preflight } from '../../experiments/runner.ts';
+import { preflight, runExperiment } from '../../experiments/runner.ts';
 import { clearProfileCache } from '../../hardware-profiles/load.ts';
 import { UserError } from '../../sim/kernel/errors.ts';
 import { REPO_ROOT } from '../helpers/cli.ts';
@@ -48,8 +49,8 @@ const BASE_TESTBED = JSON.parse(
   readFileSync(path.join(PROFILES, 'testbeds', 'flashmoe-rtx4090-nvme.json'), 'utf8'),
 ) as Record<string, unknown>;
 
-/** A small config: two short requests, uniform routing, the on-demand policy. */
-function configFor(over: Record<string, unknown>): Record<string, unknown> {
+/** A small config: two short requests, uniform routing, `policy`. */
+function configFor(over: Record<string, unknown>, policy: string): Record<string, unknown> {
   return {
     name: 'profile-mutation',
     model: 'olmoe',
@@ -62,7 +63,7 @@ function configFor(over: Record<string, unknown>): Record<string, unknown> {
       outputTokens: { kind: 'fixed', tokens: 2 },
     },
     executor: { maxBatchSize: 1 },
-    policies: [{ name: 'on-demand' }],
+    policies: [{ name: policy }],
     ...over,
   };
 }
@@ -77,13 +78,14 @@ function write(doc: unknown): string {
 
 describe('shipped profiles with values changed, named by path', () => {
   it('validate to runs or fail with one user error, never another crash', async () => {
-    const seen = { kinds: new Set<Kind>(), passed: 0, refused: 0, changes: new Set<ChangeKind>() };
+    const seen = { kinds: new Set<Kind>(), passed: 0, ran: 0, refused: 0, changes: new Set<ChangeKind>() };
     const configFile = path.join(dir, 'c.yaml');
     await fc.assert(
       fc.asyncProperty(
         fc.nat({ max: FILES.length - 1 }),
         fc.array(changeArb, { minLength: 1, maxLength: 2 }),
-        async (fi, changes) => {
+        fc.constantFrom('on-demand', 'lru', 'moe-infinity', 'mixtral-offloading'),
+        async (fi, changes, policy) => {
           const { kind, file } = FILES[fi]!;
           const doc = JSON.parse(readFileSync(file, 'utf8')) as unknown;
           for (const c of changes) seen.changes.add(applyChange(doc, c).kind);
@@ -100,9 +102,14 @@ describe('shipped profiles with values changed, named by path', () => {
           // Files are read once per path; every path here is new, but a clean cache keeps cases apart.
           clearProfileCache();
           try {
-            const config = validateConfig(configFor(over), configFile);
+            const config = validateConfig(configFor(over, policy), configFile);
             await preflight({ config, file: configFile, baseDir: dir }, { onWarning: () => {} });
             seen.passed++;
+            // It runs too (a crash may wait for the run: a fractional state allocation did).
+            seen.ran++;
+            const outDir = path.join(dir, `out${seen.ran}`);
+            const loaded = { config, file: configFile, baseDir: dir };
+            await runExperiment(loaded, { outDir, progress: false, jobs: 1, table: false, log: () => {} });
           } catch (err) {
             if (!(err instanceof UserError)) throw err;
             expect(err.oneLine()).not.toMatch(/\n/);
@@ -113,7 +120,7 @@ describe('shipped profiles with values changed, named by path', () => {
       { numRuns: 300 },
     );
     process.stderr.write(
-      `profile-mutation: ${seen.passed} passed, ${seen.refused} refused with a user error, kinds ${[...seen.kinds].join(' ')}\n`,
+      `profile-mutation: ${seen.passed} passed and ran, ${seen.refused} refused with a user error, kinds ${[...seen.kinds].join(' ')}\n`,
     );
     expect([...seen.kinds].sort()).toEqual((Object.keys(KINDS) as Kind[]).sort());
     expect([...seen.changes].sort()).toEqual([...CHANGE_KINDS].sort());
