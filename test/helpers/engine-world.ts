@@ -3,7 +3,8 @@
  * cache in front of the CPU with capped, gated uploads, Fiddler's per-expert choice, FreeToken's
  * hybrid share, zero-copy reads) on top of the serving worlds of serving-world.ts: a world is a
  * serving world whose policy is replaced by a random `host-experts` spec and whose runtime gets
- * random `hostExperts` properties (per-layer sync, concurrent or serial, zero-copy efficiency).
+ * random `hostExperts` properties (per-layer sync, concurrent or serial, zero-copy efficiency)
+ * and expert order (llama.cpp's ready-first, or a Python loop's index order).
  * A third of the worlds run a hybrid model (Qwen3.6-35B-A3B shrunk: Gated DeltaNet layers
  * between full-attention layers), the models the engine validation cases run.
  * With `ssd` the experts live on an NVMe drive (the 990 PRO profile added to the testbed) behind
@@ -40,6 +41,8 @@ export interface EngineWorld {
   readonly overlap: 'concurrent' | 'serial';
   readonly zeroCopyEfficiency: number;
   readonly kernels: boolean;
+  /** The runtime's expert order: llama.cpp's (ready-first) or a Python loop's (index: HF eager). */
+  readonly expertOrder: 'ready-first' | 'index';
   /** The base world's model replaced by a shrunk hybrid (linear-attention) model. */
   readonly hybrid: boolean;
   /** SSD tier: page cache as a share of all expert bytes, and reads in flight; null: none. */
@@ -73,6 +76,7 @@ export const engineWorldArb: fc.Arbitrary<EngineWorld> = fc
     overlap: fc.constantFrom('concurrent' as const, 'serial' as const),
     zeroCopyEfficiency: fc.constantFrom(1, 0.6, 0.25),
     kernels: fc.boolean(),
+    expertOrder: fc.constantFrom('ready-first' as const, 'index' as const),
     hybrid: fc.integer({ min: 0, max: 2 }).map((i) => i === 0),
     ssd: fc.option(
       fc.record({
@@ -125,7 +129,7 @@ function engineRuntime(w: EngineWorld): RuntimeProfile {
     zeroCopyEfficiency: w.zeroCopyEfficiency,
     source: 'random world',
   };
-  return { ...base, hostExperts };
+  return { ...base, hostExperts, expertOrder: w.expertOrder };
 }
 
 /** Builds the executor of an engine world (the wiring of serving-world.ts `buildWorld`). */

@@ -34,6 +34,7 @@ const MECHANISMS = [
   'serial',
   'layerSync',
   'hybridLayers',
+  'indexOrder',
 ] as const;
 type Mechanism = (typeof MECHANISMS)[number];
 
@@ -47,6 +48,8 @@ const ENABLED: Record<Mechanism, (w: EngineWorld) => boolean> = {
   serial: (w) => w.overlap === 'serial' && w.miss === 'cpu',
   layerSync: (w) => w.layerSyncUs > 0 && w.miss === 'cpu',
   hybridLayers: (w) => w.hybrid,
+  // CPU experts under a loop in index order (concurrent: the loop runs out while they compute).
+  indexOrder: (w) => w.expertOrder === 'index' && w.miss === 'cpu',
 };
 
 class Seen implements TraceSink {
@@ -122,6 +125,7 @@ async function runWorld(w: EngineWorld): Promise<Set<Mechanism> | 'refused'> {
   if (out.counters.prefetchHits > 0) seen.m.add('cacheHit'); // hits on uploaded experts (host layers)
   if (w.overlap === 'serial' && seen.m.has('cpu')) seen.m.add('serial');
   if (w.layerSyncUs > 0 && seen.m.has('cpu')) seen.m.add('layerSync');
+  if (w.expertOrder === 'index' && seen.m.has('cpu')) seen.m.add('indexOrder');
   // A hybrid world walks both kinds of layer; any other world never runs a linear-attention block.
   if (seen.linearKernels > 0 && seen.fullAttentionKernels > 0) seen.m.add('hybridLayers');
   if (!w.hybrid) expect(seen.linearKernels).toBe(0);

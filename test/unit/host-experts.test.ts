@@ -175,4 +175,18 @@ describe('host-experts', () => {
     // in each of the two layers.
     expect(endOf('serial') - endOf('concurrent')).toBe(2 * 100_000);
   });
+
+  it('index order (a Python loop over the experts) waits for its CPU experts before the next layer', () => {
+    // Both experts on the CPU with overlap concurrent: the loop hands each to the CPU and runs out
+    // of experts at once; the layer still ends when its CPU expert does (100 µs), so a pass takes
+    // 227 µs as in ready-first order. It finished the layer at once before (the next layer's walk
+    // then ran past the model when the CPU expert came back: a crash, exit 1).
+    const rt: RuntimeProfile = { ...runtime(0), expertOrder: 'index' };
+    const r = run({}, { rt });
+    expect(r.violations).toEqual([]);
+    expect(r.out.endNs).toBe(227_000);
+    expect(r.out.endNs).toBe(run({}).out.endNs);
+    // Two output tokens: two passes, the second waiting for its CPU experts as well.
+    expect(run({}, { rt, tokens: 2 }).out.endNs).toBe(run({}, { tokens: 2 }).out.endNs);
+  });
 });

@@ -174,6 +174,13 @@ export class IndexOrder extends OrderBase implements ExpertOrder {
         return;
       }
     }
+    // Every piece started; pieces computed off the stream (host experts on the CPU, overlap
+    // `concurrent`) may still run: the layer waits for them (their completion pumps again).
+    if (it.remaining > 0) {
+      if (it.blockedSinceNs < 0) it.blockedSinceNs = this.ctx.sim.now;
+      return;
+    }
+    this.closeBlocked(it);
     this.finishLayer(it);
   }
 }
