@@ -160,6 +160,7 @@ describe('MoE-Infinity cache victims', () => {
     let walkTies = 0;
     let reorders = 0;
     let reusedWalked = 0;
+    let reusedAfterHand = 0;
     let seeds = 0;
     fc.assert(
       fc.property(
@@ -219,6 +220,8 @@ describe('MoE-Infinity cache victims', () => {
             w.pin(j, false);
             w.pin(l, true);
           };
+          // Whether the last query handed out a victim (its candidates are then those less it).
+          let handed = false;
           const ask = (q: EvictionQuery): ExpertKey | undefined => {
             const want = refVictim(c, admitted, req, w, q);
             const before = c.victimStats.builds;
@@ -231,7 +234,9 @@ describe('MoE-Infinity cache victims', () => {
             } else if (c.victimStats.builds === before) {
               reused++;
               if (counted) reusedWalked++;
+              else if (handed) reusedAfterHand++;
             }
+            handed = got !== undefined;
             return got;
           };
           for (let step = 0; step < 80; step++) {
@@ -345,6 +350,8 @@ describe('MoE-Infinity cache victims', () => {
     expect(reusedWalked).toBeGreaterThan(100);
     expect(seeds).toBeGreaterThan(100);
     expect(reused - reusedWalked).toBeGreaterThan(100);
+    // Listed candidates asked again less the victim just handed out (not only after a decline).
+    expect(reusedAfterHand).toBeGreaterThan(50);
     expect(reused).toBeGreaterThan(100);
     expect(queries - reused - walked).toBeGreaterThan(100);
     expect(walked).toBeGreaterThan(1000);
