@@ -222,17 +222,22 @@ describe('MoE-Infinity cache victims', () => {
           };
           // Whether the last query handed out a victim (its candidates are then those less it).
           let handed = false;
+          // Queries of this world, and those a kept order or walk answered without building one.
+          let asked = 0;
+          let reusedHere = 0;
           const ask = (q: EvictionQuery): ExpertKey | undefined => {
             const want = refVictim(c, admitted, req, w, q);
             const before = c.victimStats.builds;
             const got = c.victimInBuffer(w, q, now);
             expect(got).toBe(want);
             queries++;
+            asked++;
             if (!kept) {
               walked++;
               if (want !== undefined && tiedWith(c, req, want, q.candidates)) walkTies++;
             } else if (c.victimStats.builds === before) {
               reused++;
+              reusedHere++;
               if (counted) reusedWalked++;
               else if (handed) reusedAfterHand++;
             }
@@ -338,6 +343,12 @@ describe('MoE-Infinity cache victims', () => {
               w.occupy(k, false);
             }
           }
+          // The executor's counters agree with what was asked: every query of a kept-order world
+          // counted (a walk per query in the others counts none), and builds happen in queries
+          // only (an admission round's walk seeds the kept victims, it is not a build).
+          const st = c.victimStats;
+          expect(st.queries).toBe(kept ? asked : 0);
+          expect(st.builds).toBe(kept ? asked - reusedHere : 0);
           reorders += c.victimStats.reorders;
           seeds += c.victimStats.seeds;
         },
