@@ -189,4 +189,14 @@ describe('host-experts', () => {
     // Two output tokens: two passes, the second waiting for its CPU experts as well.
     expect(run({}, { rt, tokens: 2 }).out.endNs).toBe(run({}, { tokens: 2 }).out.endNs);
   });
+
+  it('the GPU is blocked exactly while it waits for its CPU experts, in either expert order', () => {
+    // Two passes × two layers, each waiting 100 µs (the CPU expert) after its attention and
+    // router: 400 µs. Ready-first order left the wait open when the layer finished, so it ran on
+    // through the next layer's attention and router (11 µs) and swallowed that layer's own wait:
+    // 222 µs in two spans that overlapped kernels.
+    for (const rt of [runtime(0), { ...runtime(0), expertOrder: 'index' as const }]) {
+      expect(run({}, { rt, tokens: 2 }).out.counters.blockedNs).toBe(400_000);
+    }
+  });
 });

@@ -43,6 +43,21 @@ abstract class OrderBase {
 
   abstract pump(it: IterationState): void;
 
+  /**
+   * Every piece of the layer started: finishes the layer, or, while pieces computed off the
+   * stream (host experts on the CPU, overlap `concurrent`) still run, records that the GPU waits
+   * for them (their completion pumps again). The wait is closed before the layer finishes, so it
+   * never spans the next layer's kernels.
+   */
+  protected finishOrWait(it: IterationState): void {
+    if (it.remaining > 0) {
+      if (it.blockedSinceNs < 0) it.blockedSinceNs = this.ctx.sim.now;
+      return;
+    }
+    this.closeBlocked(it);
+    this.finishLayer(it);
+  }
+
   protected closeBlocked(it: IterationState): void {
     if (it.blockedSinceNs >= 0) {
       const now = this.ctx.sim.now;
@@ -54,6 +69,7 @@ abstract class OrderBase {
   }
 
   protected idle(it: IterationState, gap: number): void {
+    this.closeBlocked(it);
     it.computing = true;
     const k = this.kernels;
     k.submit(k.idleNs(gap), k.idleLabel(it.moeLayer, gap), 'expertLoop', this.afterIdle);
@@ -101,11 +117,7 @@ export class ReadyFirstOrder extends OrderBase implements ExpertOrder {
         return;
       }
     }
-    if (it.remaining === 0) {
-      this.finishLayer(it);
-      return;
-    }
-    if (it.blockedSinceNs < 0) it.blockedSinceNs = this.ctx.sim.now;
+    this.finishOrWait(it);
   }
 }
 
@@ -174,13 +186,6 @@ export class IndexOrder extends OrderBase implements ExpertOrder {
         return;
       }
     }
-    // Every piece started; pieces computed off the stream (host experts on the CPU, overlap
-    // `concurrent`) may still run: the layer waits for them (their completion pumps again).
-    if (it.remaining > 0) {
-      if (it.blockedSinceNs < 0) it.blockedSinceNs = this.ctx.sim.now;
-      return;
-    }
-    this.closeBlocked(it);
-    this.finishLayer(it);
+    this.finishOrWait(it);
   }
 }
